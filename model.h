@@ -1,0 +1,168 @@
+// model.h - the model file format, the three structs of a Llama model, and the forward pass.
+//
+// What this is: the checkpoint reader (our format and llama2.c's legacy one), the weights as
+// pointers into a read-only mmap, the activations and KV cache, and the forward pass.
+// What this is not: the tokenizer, the sampler, the command line (run.c), or anything about
+// positions beyond "rotate this head" (rope.c).
+//
+// ---------------------------------------------------------------------------------------------
+// The model file format, version 1 (written by export/export.py; all values little-endian)
+//
+// Header, 256 bytes. Integers are int32, reals float64:
+//   off  field                 meaning
+//     0  magic                 the 4 bytes "LRUN"
+//     4  version               1
+//     8  dim                   hidden size (HF hidden_size)
+//    12  hidden_dim            MLP size (HF intermediate_size)
+//    16  n_layers
+//    20  n_heads               query heads
+//    24  n_kv_heads            key/value heads (< n_heads: grouped-query attention)
+//    28  head_dim              per-head size; dim == n_heads*head_dim is NOT required
+//    32  vocab_size
+//    36  seq_len               trained context (HF max_position_embeddings)
+//    40  bos_id
+//    44  eos_id
+//    48  shared_classifier     1: the classifier is the token embedding (tied); 0: wcls follows
+//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0
+//    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
+//    60  rope_orig_ctx         original_max_position_embeddings; 0 = seq_len
+//    64  rope_theta            base b
+//    72  norm_eps              RMSNorm epsilon
+//    80  rope_factor           s (1 when unscaled)
+//    88  rope_attn_factor      yarn attention_factor; 0 = the default 0.1*ln(s)+1
+//    96  rope_beta_fast        yarn; 0 = default 32
+//   104  rope_beta_slow        yarn; 0 = default 1
+//   112  rope_low_freq_factor  llama3
+//   120  rope_high_freq_factor llama3
+//   128  reserved, must be zero, up to byte 256
+//
+// Tensors follow, each starting at a multiple of 64 bytes from the file start (zero padding
+// between tensors, none after the last one; the file ends exactly where the last tensor ends):
+//   token_embedding  (vocab, dim)                 matrix
+//   for each layer:
+//     rms_att        (dim)                        f32
+//     wq             (n_heads*head_dim, dim)      matrix
+//     wk             (n_kv_heads*head_dim, dim)   matrix
+//     wv             (n_kv_heads*head_dim, dim)   matrix
+//     wo             (dim, n_heads*head_dim)      matrix
+//     rms_ffn        (dim)                        f32
+//     w1             (hidden_dim, dim)            matrix   gate_proj
+//     w2             (dim, hidden_dim)            matrix   down_proj
+//     w3             (hidden_dim, dim)            matrix   up_proj
+//   rms_final        (dim)                        f32
+//   wcls             (vocab, dim)                 matrix, only if shared_classifier == 0
+//
+// A matrix (rows, cols) is row-major (out, in), like nn.Linear.weight, stored as its dtype says:
+//   f32   rows*cols float32
+//   f16   rows*cols IEEE half
+//   q8_0  let cp = cols rounded up to a multiple of 32. rows*cp int8 values q (each row zero-padded
+//         to cp), then, at the next multiple of 64, rows*(cp/32) float32 scales d;
+//         value = q * d of its block of 32 (Q8_0 as in ggml, with the scales stored apart).
+// The rows of wq and wk are in the interleaved RoPE layout: within each head, row 2i and row 2i+1
+// are the two coordinates of rotation pair i (Meta's layout, not Hugging Face's rotate_half one).
+// ---------------------------------------------------------------------------------------------
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "rope.h"
+
+#define MODEL_MAGIC "LRUN"
+#define MODEL_VERSION 1
+#define MODEL_HEADER_SIZE 256
+#define MODEL_ALIGN 64
+
+// What the checkpoint was trained with: the file header.
+typedef struct {
+    int dim;               // D
+    int hidden_dim;        // H, the MLP width
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;          // hd
+    int vocab_size;        // V
+    int seq_len;           // trained context
+    int bos_id, eos_id;
+    int shared_classifier; // 1: logits = x @ token_embedding^T
+    DType dtype;
+    float norm_eps;
+    RopeParams rope;       // the checkpoint's own RoPE: base and its rope_scaling (mode NONE if none)
+    int legacy;            // 1: loaded from a llama2.c legacy file
+} Config;
+
+typedef struct {
+    const float *rms_att; // (D)
+    Matrix wq;            // (n_heads*hd, D)
+    Matrix wk;            // (n_kv_heads*hd, D)
+    Matrix wv;            // (n_kv_heads*hd, D)
+    Matrix wo;            // (D, n_heads*hd)
+    const float *rms_ffn; // (D)
+    Matrix w1;            // (H, D)
+    Matrix w2;            // (D, H)
+    Matrix w3;            // (H, D)
+} LayerWeights;
+
+typedef struct {
+    Matrix token_embedding; // (V, D)
+    LayerWeights *layers;   // [n_layers]
+    const float *rms_final; // (D)
+    Matrix wcls;            // (V, D); the token embedding when the classifier is shared
+} TransformerWeights;
+
+// What the user asked for at run time.
+typedef struct {
+    int ctx;        // KV cache length in tokens
+    int max_batch;  // most tokens one forward call takes (prefill block)
+    RopeParams rope;
+} RunConfig;
+
+// Activations for a block of up to B = max_batch tokens, and the KV cache.
+typedef struct {
+    float *x;          // (B, D) residual stream
+    float *xb;         // (B, max(D, n_heads*hd)) normalized input, then attention output
+    float *xb2;        // (B, D) output of a sublayer before it joins the residual stream
+    float *q;          // (B, n_heads*hd)
+    float *hb;         // (B, H)
+    float *hb2;        // (B, H)
+    float *att;        // (n_threads, ctx) attention scores, one row per thread
+    float *logits;     // (B, V)
+    float *key_cache;  // (n_layers, ctx, kv_dim) rotated keys
+    float *value_cache;// (n_layers, ctx, kv_dim)
+    float *key_raw;    // (n_layers, ctx, kv_dim) un-rotated keys; dynamic RoPE only, else NULL
+    unsigned rope_version; // Rope.version the key_cache was rotated with
+    int n_threads;
+} RunState;
+
+typedef struct {
+    Config config;
+    RunConfig run;
+    TransformerWeights weights;
+    RunState state;
+    Rope rope;
+    void *map;         // the mmapped file
+    size_t map_size;
+    size_t weight_bytes;   // bytes of tensors in the file
+    size_t state_bytes;    // bytes of activations + KV cache
+} Transformer;
+
+// Read and check the header of the file at path (ours or llama2.c legacy), mmap the weights.
+// Returns 0, or -1 with "what: why (hint: fix)" in err. Nothing is left allocated on failure.
+int transformer_load(Transformer *t, const char *path, char *err, size_t errlen);
+
+// Allocate the run state and RoPE tables for run->ctx tokens. Returns 0 or -1 with a message.
+int transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen);
+
+// Bytes transformer_prepare would allocate for this context (for the memory check and banner).
+size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads);
+
+void transformer_free(Transformer *t);
+
+// Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 through the network, writing
+// their keys and values into the cache. The caller sets the sequence length for RoPE first
+// (rope_set_length). Returns the logits: (n, V) if all_logits, else (1, V) for the last token.
+float *transformer_forward(Transformer *t, const int *tokens, int n, int pos, int all_logits);
+
+#endif

@@ -1,0 +1,277 @@
+// rope.c - rotary position embedding (RoPE) and how to stretch it past the trained context.
+//
+// RoPE (Su et al., RoFormer, arXiv 2104.09864, eq. 14-16) encodes position m by rotating each
+// pair of coordinates (x_2i, x_2i+1) of a query or key head by the angle m * theta_i:
+//
+//     x'_2i   = x_2i * cos(m theta_i) - x_2i+1 * sin(m theta_i)
+//     x'_2i+1 = x_2i * sin(m theta_i) + x_2i+1 * cos(m theta_i)
+//
+// with theta_i = b^(-2i/d) for pair i = 0 .. d/2-1, head size d and base b (rope_theta, 10000
+// in Llama 1/2). A rotation by m then scored against a rotation by n depends only on n - m,
+// which is why the attention score q_m . k_n sees relative positions only.
+//
+// A model trained on L tokens has only ever seen angles m * theta_i with m < L. Every
+// context-extension method below changes theta_i (and sometimes the attention magnitude) so
+// that positions up to s * L produce angles the model can cope with. Each mode is one case in
+// rope_inv_freq(); the rest of this file is bookkeeping: tables of cos/sin per position, and the
+// rotation itself.
+//
+// What this is not: attention. model.c rotates q and k heads with rope_rotate() and never
+// looks at the mode.
+#include "rope.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Names
+
+static const char *const NAMES[ROPE_SCALING_COUNT] = {"none", "pi", "ntk", "dynamic", "yarn", "llama3"};
+
+const char *rope_scaling_name(RopeScaling mode) {
+    return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? NAMES[mode] : "unknown";
+}
+
+int rope_scaling_from_name(const char *name, RopeScaling *mode) {
+    for (int i = 0; i < ROPE_SCALING_COUNT; i++) {
+        if (strcmp(name, NAMES[i]) == 0) {
+            *mode = (RopeScaling)i;
+            return 0;
+        }
+    }
+    if (strcmp(name, "linear") == 0) { // Hugging Face's name for position interpolation
+        *mode = ROPE_SCALING_PI;
+        return 0;
+    }
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters: the checkpoint's, the user's overrides, and their checks
+
+static int finite_pos(double x) { return isfinite(x) && x > 0; }
+
+int rope_params_check(RopeParams *p, char *err, size_t errlen) {
+    // Defaults of the optional fields, as transformers' modeling_rope_utils.py uses them.
+    if (p->mode == ROPE_SCALING_YARN) {
+        if (p->beta_fast == 0) p->beta_fast = 32;
+        if (p->beta_slow == 0) p->beta_slow = 1;
+    }
+    if (p->mode == ROPE_SCALING_LLAMA3) { // Meta's values for Llama 3.1
+        if (p->low_freq_factor == 0) p->low_freq_factor = 1;
+        if (p->high_freq_factor == 0) p->high_freq_factor = 4;
+    }
+    if (p->factor == 0) p->factor = 1;
+
+    const char *bad = NULL;
+    if (p->mode < 0 || p->mode >= ROPE_SCALING_COUNT) bad = "unknown scaling mode";
+    else if (p->head_dim < 2 || p->head_dim % 2) bad = "head_dim must be even and at least 2";
+    else if (p->orig_ctx < 1) bad = "trained context must be at least 1";
+    else if (!finite_pos(p->base)) bad = "base (rope_theta) must be a finite number > 0";
+    else if (!(isfinite(p->factor) && p->factor >= 1)) bad = "factor must be a finite number >= 1";
+    else if (!(isfinite(p->alpha) && (p->alpha == 0 || p->alpha >= 1))) bad = "alpha must be >= 1";
+    else if ((p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_DYNAMIC) && p->head_dim < 4)
+        bad = "ntk and dynamic need head_dim >= 4 (the exponent is d/(d-2))";
+    else if (p->mode == ROPE_SCALING_YARN && !(p->base > 1))
+        bad = "yarn needs base > 1 (its ramp divides by ln(base))";
+    else if (p->mode == ROPE_SCALING_YARN && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
+        bad = "yarn attention factor must be >= 0";
+    else if (p->mode == ROPE_SCALING_YARN && !(finite_pos(p->beta_slow) && p->beta_fast > p->beta_slow))
+        bad = "yarn needs beta_fast > beta_slow > 0";
+    else if (p->mode == ROPE_SCALING_LLAMA3 &&
+             !(finite_pos(p->low_freq_factor) && isfinite(p->high_freq_factor) &&
+               p->high_freq_factor > p->low_freq_factor))
+        bad = "llama3 needs high_freq_factor > low_freq_factor > 0";
+    if (bad) {
+        snprintf(err, errlen, "RoPE (%s): %s", rope_scaling_name(p->mode), bad);
+        return -1;
+    }
+    return 0;
+}
+
+int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o,
+                        char *err, size_t errlen) {
+    *out = *trained;
+    if (o->base > 0) out->base = o->base;
+    if (o->mode >= 0 && o->mode != (int)trained->mode) {
+        // A different mode than the checkpoint's: start from that mode's defaults. L stays the
+        // context the model was really trained with.
+        out->mode = (RopeScaling)o->mode;
+        out->factor = 0;
+        out->attn_factor = out->beta_fast = out->beta_slow = 0;
+        out->low_freq_factor = out->high_freq_factor = 0;
+    }
+    if (o->factor > 0)
+        out->factor = o->factor;
+    else if (out->factor == 0 || out->mode == ROPE_SCALING_NONE)
+        out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
+    out->alpha = o->alpha;
+    if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) {
+        snprintf(err, errlen, "--rope-alpha is used only by --rope-scaling ntk");
+        return -1;
+    }
+    return rope_params_check(out, err, errlen);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The frequencies: one case per scaling mode. d = head_dim, b = base, L = trained context,
+// s = factor, i = pair index. Everything in double.
+
+// YaRN's "inverse dimension formula": the pair index whose wavelength 2*pi*b^(2i/d) fits
+// `turns` full rotations into L tokens. Peng et al. 2023 (arXiv 2309.00071) eq. 17-18;
+// transformers modeling_rope_utils.py find_correction_dim.
+static double yarn_pair_with_turns(double turns, int d, double b, double L) {
+    return d * log(L / (turns * 2 * M_PI)) / (2 * log(b));
+}
+
+void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *mscale, double *eff_base) {
+    const int d = p->head_dim, half = d / 2;
+    const double s = p->factor, L = p->orig_ctx;
+    double b = p->base;
+    *mscale = 1;
+
+    // NTK-aware (bloc97, r/LocalLLaMA 14lz7j5; YaRN paper appendix A.1): change the base so the
+    // lowest frequency is slowed by exactly alpha while the highest (i = 0) is untouched:
+    // b'^((d-2)/d) = alpha * b^((d-2)/d)  =>  b' = b * alpha^(d/(d-2)).
+    if (p->mode == ROPE_SCALING_NTK) b *= pow(p->alpha > 0 ? p->alpha : s, d / (d - 2.0));
+
+    // Dynamic NTK (emozilla, r/LocalLLaMA 14mrgpr; transformers _compute_dynamic_ntk_parameters):
+    // the same base change, with alpha following the current length l once it exceeds L:
+    // alpha(l) = s*l/L - (s-1), which is 1 at l = L. For l <= L this is exactly `none`.
+    if (p->mode == ROPE_SCALING_DYNAMIC && length > p->orig_ctx)
+        b *= pow(s * length / L - (s - 1), d / (d - 2.0));
+    *eff_base = b;
+
+    for (int i = 0; i < half; i++) inv_freq[i] = pow(b, -2.0 * i / d); // theta_i = b^(-2i/d)
+
+    switch (p->mode) {
+    case ROPE_SCALING_NONE:
+    case ROPE_SCALING_NTK:
+    case ROPE_SCALING_DYNAMIC:
+        break;
+    case ROPE_SCALING_PI:
+        // Position Interpolation (Chen et al. 2023, arXiv 2306.15595): f'(x, m) = f(x, m/s).
+        // Dividing every frequency by s is the same thing: m * (theta_i / s) = (m/s) * theta_i.
+        for (int i = 0; i < half; i++) inv_freq[i] /= s;
+        break;
+    case ROPE_SCALING_YARN: {
+        // YaRN (Peng et al. 2023, arXiv 2309.00071, sec. 3.2-3.4, as transformers'
+        // _compute_yarn_parameters computes it). Pairs that turn more than beta_fast times over
+        // L keep their frequency (extrapolate), pairs that turn less than beta_slow times are
+        // interpolated like PI, and a linear ramp over the pair index blends the ones between.
+        double lo = floor(yarn_pair_with_turns(p->beta_fast, d, b, L));
+        double hi = ceil(yarn_pair_with_turns(p->beta_slow, d, b, L));
+        if (lo < 0) lo = 0;
+        if (hi > d - 1) hi = d - 1;
+        if (hi == lo) hi += 0.001; // as transformers: avoid dividing by zero
+        for (int i = 0; i < half; i++) {
+            double ramp = (i - lo) / (hi - lo); // 0 at fast pairs, 1 at slow pairs
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            double keep = 1 - ramp; // transformers' inv_freq_extrapolation_factor
+            inv_freq[i] = inv_freq[i] / s * (1 - keep) + inv_freq[i] * keep;
+        }
+        // Eq. 22: sqrt(1/t) = 0.1 ln(s) + 1, put on cos and sin so every logit q.k gets 1/t.
+        *mscale = p->attn_factor > 0 ? p->attn_factor : 0.1 * log(s) + 1;
+        break;
+    }
+    case ROPE_SCALING_LLAMA3: {
+        // Llama 3.1 (Meta's apply_scaling; transformers _compute_llama3_parameters): by
+        // wavelength lambda_i = 2*pi/theta_i, keep pairs with lambda < L/high_freq_factor,
+        // divide by s those with lambda > L/low_freq_factor, blend linearly in L/lambda between.
+        const double lf = p->low_freq_factor, hf = p->high_freq_factor;
+        for (int i = 0; i < half; i++) {
+            double wavelen = 2 * M_PI / inv_freq[i];
+            if (wavelen > L / lf) {
+                inv_freq[i] /= s;
+            } else if (wavelen >= L / hf) {
+                double smooth = (L / wavelen - lf) / (hf - lf);
+                inv_freq[i] = (1 - smooth) * inv_freq[i] / s + smooth * inv_freq[i];
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables of cos and sin per position
+
+// Rows [0, n) of the tables from inv_freq. The angle m * theta_i is formed in double: in float32
+// it carries an error of about m * 6e-8 radians (1e-3 at m = 16k), which is the very range where
+// the scaling modes are compared.
+static void fill_tables(Rope *r, int n) {
+    const int half = r->p.head_dim / 2;
+    for (int m = 0; m < n; m++) {
+        for (int i = 0; i < half; i++) {
+            double angle = m * r->inv_freq[i];
+            r->cos[(size_t)m * half + i] = (float)(r->mscale * cos(angle));
+            r->sin[(size_t)m * half + i] = (float)(r->mscale * sin(angle));
+        }
+    }
+}
+
+int rope_init(Rope *r, const RopeParams *p, int max_pos, char *err, size_t errlen) {
+    memset(r, 0, sizeof(*r));
+    r->p = *p;
+    if (rope_params_check(&r->p, err, errlen)) return -1;
+    if (max_pos < 1) {
+        snprintf(err, errlen, "RoPE: the context must hold at least one position");
+        return -1;
+    }
+    const size_t half = (size_t)p->head_dim / 2;
+    r->max_pos = max_pos;
+    r->inv_freq = malloc(half * sizeof(double));
+    r->cos = malloc((size_t)max_pos * half * sizeof(float));
+    r->sin = malloc((size_t)max_pos * half * sizeof(float));
+    if (!r->inv_freq || !r->cos || !r->sin) {
+        rope_free(r);
+        snprintf(err, errlen, "RoPE: out of memory for %d positions (hint: a smaller --ctx)", max_pos);
+        return -1;
+    }
+    r->length = r->p.orig_ctx; // dynamic: up to L the frequencies are the unscaled ones
+    rope_inv_freq(&r->p, r->length, r->inv_freq, &r->mscale, &r->eff_base);
+    fill_tables(r, max_pos);
+    return 0;
+}
+
+void rope_free(Rope *r) {
+    free(r->inv_freq);
+    free(r->cos);
+    free(r->sin);
+    memset(r, 0, sizeof(*r));
+}
+
+int rope_is_dynamic(const Rope *r) { return r->p.mode == ROPE_SCALING_DYNAMIC; }
+
+// Dynamic NTK: when the sequence grows past L, every frequency changes with it, so every cached
+// key must be rotated again (the caller watches `version`). Lengths up to L all share the
+// unscaled frequencies, so nothing changes there.
+void rope_set_length(Rope *r, int length) {
+    if (!rope_is_dynamic(r)) return;
+    int l = length > r->p.orig_ctx ? length : r->p.orig_ctx;
+    if (l == r->length) return;
+    r->length = l;
+    rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);
+    fill_tables(r, length < r->max_pos ? length : r->max_pos);
+    r->version++;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rotation
+
+// Rotate one head to position pos: pair i = (x[2i], x[2i+1]) turns by pos * theta_i. This is
+// the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied without building it.
+void rope_rotate(const Rope *r, float *x, int pos) {
+    const int half = r->p.head_dim / 2;
+    const float *c = r->cos + (size_t)pos * half;
+    const float *s = r->sin + (size_t)pos * half;
+    for (int i = 0; i < half; i++) {
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c[i] - x1 * s[i];
+        x[2 * i + 1] = x0 * s[i] + x1 * c[i];
+    }
+}

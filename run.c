@@ -1,0 +1,375 @@
+// run.c - the command line: generate text from a Llama checkpoint, or measure its perplexity.
+//
+//   ./run model.bin -i "Once upon a time"          stream a continuation to stdout
+//   ./run model.bin --ctx 4096 --rope-scaling ntk   run past the trained context
+//
+// This file owns the process: it parses the flags, loads the model and tokenizer, runs the
+// generation loop with its sampler, prints the banner and timings on stderr, and is the only
+// place that decides to exit. Exit status: 0 ok, 1 runtime or file error, 2 usage error.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "model.h"
+#include "tokenizer.h"
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+typedef struct {
+    const char *model;
+    const char *tokenizer; // -z; default: tokenizer.model beside the model
+    const char *prompt;
+    int n_predict;         // tokens to generate
+    float temp;            // 0 = greedy
+    float top_p;
+    unsigned long long seed;
+    int ctx;               // 0 = the trained context
+    int threads;           // 0 = OpenMP's default
+    int batch;             // prompt tokens per forward call
+    RopeOverrides rope;
+} Options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: run MODEL.bin [options]\n"
+            "\n"
+            "Generate text from a Llama checkpoint (export/export.py output or a llama2.c legacy .bin).\n"
+            "\n"
+            "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
+            "  -n, --n-predict N        tokens to generate (default 256)\n"
+            "  -t, --temp T             temperature, 0 = greedy (default 1.0)\n"
+            "  -p, --top-p P            nucleus sampling, 0 < P <= 1 (default 0.9)\n"
+            "  -s, --seed N             random seed (default: the time)\n"
+            "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
+            "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens (default: trained)\n"
+            "      --threads N          OpenMP threads (default: all cores)\n"
+            "  -b, --batch-size N       prompt tokens per forward pass (default 64)\n"
+            "\n"
+            "RoPE scaling, to run past the trained context (see README, \"RoPE\"):\n"
+            "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3\n"
+            "                           (default: the checkpoint's own, else none)\n"
+            "      --rope-factor S      extension factor s >= 1 (default: ctx / trained ctx when larger)\n"
+            "      --rope-base B        RoPE base, overrides the checkpoint's rope_theta\n"
+            "      --rope-alpha A       ntk only: alpha of the base change (default: S)\n"
+            "  -h, --help               this text\n");
+}
+
+// Strict numbers: the whole string must parse, no overflow, no NaN, inside [lo, hi].
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+// Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
+static int parse_args(int argc, char **argv, Options *o) {
+    *o = (Options){.n_predict = 256, .temp = 1.0f, .top_p = 0.9f, .seed = (unsigned long long)time(NULL),
+                   .batch = 64, .rope = {.mode = -1}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (a[0] != '-' || !a[1]) {
+            if (o->model) {
+                fprintf(stderr, "error: unexpected argument '%s': only one model file is taken\n", a);
+                return -1;
+            }
+            o->model = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "error: %s needs a value (see --help)\n", a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        long n;
+        double d;
+        int bad = 0;
+        if (!strcmp(a, "-i") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) o->tokenizer = v;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+            bad = parse_long(v, 0, 1L << 30, &n) || ((o->n_predict = (int)n), 0);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--temp"))
+            bad = parse_double(v, 0, 1e6, &d) || ((o->temp = (float)d), 0);
+        else if (!strcmp(a, "-p") || !strcmp(a, "--top-p"))
+            bad = parse_double(v, 0, 1, &d) || d == 0 || ((o->top_p = (float)d), 0);
+        else if (!strcmp(a, "-s") || !strcmp(a, "--seed"))
+            bad = parse_long(v, 0, 1L << 62, &n) || ((o->seed = (unsigned long long)n), 0);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size"))
+            bad = parse_long(v, 1, 1 << 24, &n) || ((o->ctx = (int)n), 0);
+        else if (!strcmp(a, "--threads"))
+            bad = parse_long(v, 1, 1024, &n) || ((o->threads = (int)n), 0);
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
+            bad = parse_long(v, 1, 4096, &n) || ((o->batch = (int)n), 0);
+        else if (!strcmp(a, "--rope-scaling")) {
+            RopeScaling m;
+            bad = rope_scaling_from_name(v, &m) || ((o->rope.mode = (int)m), 0);
+        } else if (!strcmp(a, "--rope-factor") || !strcmp(a, "--rope-scale"))
+            bad = parse_double(v, 1, 1e6, &o->rope.factor);
+        else if (!strcmp(a, "--rope-base") || !strcmp(a, "--rope-freq-base"))
+            bad = parse_double(v, 0, 1e300, &o->rope.base) || o->rope.base == 0;
+        else if (!strcmp(a, "--rope-alpha"))
+            bad = parse_double(v, 1, 1e6, &o->rope.alpha);
+        else {
+            fprintf(stderr, "error: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "error: invalid value '%s' for %s (see --help for the allowed range)\n", v, a);
+            return -1;
+        }
+    }
+    if (!o->model) {
+        fprintf(stderr, "error: no model file given\n");
+        return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sampler: greedy, or temperature + top-p (nucleus, Holtzman et al. 2019).
+
+typedef struct {
+    float prob;
+    int id;
+} Candidate;
+
+static unsigned long long rng_next(unsigned long long *state) { // xorshift64*
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return *state * 0x2545F4914F6CDD1DULL;
+}
+
+static float rng_float(unsigned long long *state) { return (rng_next(state) >> 40) / 16777216.0f; }
+
+static int by_prob_desc(const void *a, const void *b) {
+    float pa = ((const Candidate *)a)->prob, pb = ((const Candidate *)b)->prob;
+    return (pa < pb) - (pa > pb);
+}
+
+static int sample(float *logits, int n, float temp, float top_p, Candidate *cand, unsigned long long *rng) {
+    if (temp == 0) { // greedy: the most likely token; ties go to the lowest id
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    float max = logits[0], sum = 0;
+    for (int i = 1; i < n; i++) max = logits[i] > max ? logits[i] : max;
+    for (int i = 0; i < n; i++) sum += (logits[i] = expf((logits[i] - max) / temp));
+    // Top-p: keep the most likely tokens whose probabilities add up to top_p. Tokens below
+    // (1 - top_p) / (n - 1) can never be among them, so drop them before sorting.
+    const float cutoff = (1.0f - top_p) / (n > 1 ? n - 1 : 1);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] / sum >= cutoff) cand[k++] = (Candidate){logits[i] / sum, i};
+    qsort(cand, k, sizeof *cand, by_prob_desc);
+    float kept = 0;
+    int last = k - 1;
+    for (int i = 0; i < k; i++) {
+        kept += cand[i].prob;
+        if (kept >= top_p) {
+            last = i;
+            break;
+        }
+    }
+    float r = rng_float(rng) * kept, acc = 0;
+    for (int i = 0; i <= last; i++) {
+        acc += cand[i].prob;
+        if (r < acc) return cand[i].id;
+    }
+    return cand[last].id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void emit(Tokenizer *tok, int prev, int id) {
+    size_t len;
+    const char *piece = tokenizer_decode_piece(tok, prev, id, &len);
+    if (piece && len) fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+}
+
+static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
+    const Config *c = &t->config;
+    const char *prompt = o->prompt ? o->prompt : "";
+    int n_prompt;
+    int *ids = tokenizer_encode(tok, prompt, strlen(prompt), 1, &n_prompt);
+    if (!ids) {
+        fprintf(stderr, "error: the tokenizer could not encode the prompt\n");
+        return 1;
+    }
+    if (n_prompt > t->run.ctx) {
+        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (hint: a larger --ctx "
+                "or a shorter prompt)\n", n_prompt, t->run.ctx);
+        free(ids);
+        return 1;
+    }
+    Candidate *cand = malloc((size_t)c->vocab_size * sizeof *cand);
+    if (!cand) {
+        fprintf(stderr, "error: out of memory\n");
+        free(ids);
+        return 1;
+    }
+    unsigned long long rng = o->seed ? o->seed : 1;
+
+    // Prompt: echo it, then run it through the network in blocks, one RoPE length for all of it
+    // (as one Hugging Face forward pass over the prompt would).
+    for (int i = 0; i < n_prompt; i++) emit(tok, i ? ids[i - 1] : -1, ids[i]);
+    double t0 = now();
+    rope_set_length(&t->rope, n_prompt);
+    float *logits = NULL;
+    for (int b = 0; b < n_prompt; b += t->run.max_batch) {
+        int len = n_prompt - b < t->run.max_batch ? n_prompt - b : t->run.max_batch;
+        logits = transformer_forward(t, ids + b, len, b, 0);
+    }
+    double t1 = now();
+
+    // Decode: sample, print, feed back, until n_predict tokens, an end of text, or a full context.
+    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0;
+    const char *stop = NULL;
+    while (generated < o->n_predict) {
+        int next = sample(logits, c->vocab_size, o->temp, o->top_p, cand, &rng);
+        if (next == c->eos_id || next == c->bos_id) { // a new BOS starts another text: stop too
+            stop = "end of text";
+            break;
+        }
+        emit(tok, prev, next);
+        generated++;
+        prev = next;
+        if (generated == o->n_predict) break;
+        if (pos >= t->run.ctx) {
+            stop = "context full (hint: --ctx)";
+            break;
+        }
+        rope_set_length(&t->rope, pos + 1);
+        logits = transformer_forward(t, &next, 1, pos, 0);
+        pos++;
+    }
+    double t2 = now();
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens in %.3f s (%.1f tok/s) "
+            "| threads %d%s%s\n", n_prompt, t1 - t0, n_prompt / (t1 - t0), generated, t2 - t1,
+            generated ? generated / (t2 - t1) : 0.0, t->state.n_threads, stop ? " | stopped: " : "", stop ? stop : "");
+    free(cand);
+    free(ids);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// main
+
+static void banner(const Transformer *t, const char *path) {
+    const Config *c = &t->config;
+    const Rope *r = &t->rope;
+    fprintf(stderr, "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
+            "vocab %d\n", path, c->legacy ? "llama2.c legacy" : "lrun v1", dtype_name(c->dtype), c->dim,
+            c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
+    size_t kv = 2 * (size_t)c->n_layers * t->run.ctx * c->n_kv_heads * c->head_dim * sizeof(float);
+    fprintf(stderr, "context: trained %d, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB, "
+            "activations %.2f MiB\n", c->seq_len, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
+            (t->state_bytes - kv) / 1048576.0);
+    fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
+    if (r->eff_base != r->p.base) fprintf(stderr, " (effective %g)", r->eff_base);
+    fprintf(stderr, ", factor %g, trained context L = %d, attention factor %g\n", r->p.factor, r->p.orig_ctx,
+            r->mscale);
+}
+
+// tokenizer.model in the model's directory.
+static char *default_tokenizer(const char *model) {
+    const char *slash = strrchr(model, '/');
+    size_t dir = slash ? (size_t)(slash - model + 1) : 0;
+    char *path = malloc(dir + sizeof "tokenizer.model");
+    if (path) {
+        memcpy(path, model, dir);
+        strcpy(path + dir, "tokenizer.model");
+    }
+    return path;
+}
+
+int main(int argc, char **argv) {
+    Options o;
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed) {
+        if (parsed < 0) fprintf(stderr, "usage: run MODEL.bin [-i PROMPT] [options]; run --help for all\n");
+        return parsed < 0 ? 2 : 0;
+    }
+#ifdef _OPENMP
+    if (o.threads) omp_set_num_threads(o.threads);
+#endif
+
+    char err[600];
+    Transformer t;
+    if (transformer_load(&t, o.model, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    const Config *c = &t.config;
+    char *tok_default = o.tokenizer ? NULL : default_tokenizer(o.model);
+    const char *tok_path = o.tokenizer ? o.tokenizer : tok_default;
+    Tokenizer *tok = tok_path ? tokenizer_load(tok_path, err, sizeof err) : NULL;
+    if (!tok) {
+        fprintf(stderr, "error: %s\n", tok_path ? err : "out of memory");
+        free(tok_default);
+        transformer_free(&t);
+        return 1;
+    }
+    if (tokenizer_vocab_size(tok) != c->vocab_size) {
+        fprintf(stderr, "error: %s has %d tokens but the model's vocabulary is %d (hint: pass the model's own "
+                "tokenizer with -z)\n", tok_path, tokenizer_vocab_size(tok), c->vocab_size);
+        tokenizer_free(tok);
+        free(tok_default);
+        transformer_free(&t);
+        return 1;
+    }
+
+    RunConfig run = {.ctx = o.ctx ? o.ctx : c->seq_len, .max_batch = o.batch};
+    int status = 1;
+    if (rope_params_resolve(&run.rope, &c->rope, run.ctx, &o.rope, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        status = 2;
+    } else if (transformer_prepare(&t, &run, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+    } else {
+        banner(&t, o.model);
+        if (run.ctx > run.rope.orig_ctx && run.rope.mode == ROPE_SCALING_NONE)
+            fprintf(stderr, "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "
+                    "scaling: expect the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn)\n",
+                    run.ctx, run.rope.orig_ctx, run.rope.orig_ctx);
+        status = generate(&t, tok, &o);
+    }
+    tokenizer_free(tok);
+    free(tok_default);
+    transformer_free(&t);
+    return status;
+}
