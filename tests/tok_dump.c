@@ -1,0 +1,61 @@
+// tok_dump.c - the tokenizer wrapper from the command line, for tests/test_tokenizer.py.
+//
+//   tok_dump TOKENIZER encode     reads text on stdin, prints the ids (BOS first), one line
+//   tok_dump TOKENIZER decode     reads ids on stdin, writes the streamed pieces to stdout
+//   tok_dump TOKENIZER vocab      prints vocab size, bos and eos ids
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab\n");
+        return 2;
+    }
+    char err[600];
+    Tokenizer *tok = tokenizer_load(argv[1], err, sizeof err);
+    if (!tok) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    int status = 0;
+    if (!strcmp(argv[2], "vocab")) {
+        printf("%d %d %d\n", tokenizer_vocab_size(tok), tokenizer_bos_id(tok), tokenizer_eos_id(tok));
+    } else if (!strcmp(argv[2], "encode")) {
+        size_t cap = 1 << 16, len = 0, got;
+        char *text = malloc(cap);
+        while (text && (got = fread(text + len, 1, cap - len, stdin)) > 0)
+            if ((len += got) == cap) text = realloc(text, cap *= 2);
+        int n;
+        int *ids = text ? tokenizer_encode(tok, text, len, 1, &n) : NULL;
+        if (!ids) {
+            fprintf(stderr, "error: encode failed\n");
+            status = 1;
+        } else {
+            for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+            printf("\n");
+        }
+        free(ids);
+        free(text);
+    } else if (!strcmp(argv[2], "decode")) {
+        int prev = -1, id;
+        while (scanf("%d", &id) == 1) {
+            size_t len;
+            const char *piece = tokenizer_decode_piece(tok, prev, id, &len);
+            if (!piece) {
+                fprintf(stderr, "error: %d is not a token id\n", id);
+                status = 1;
+                break;
+            }
+            fwrite(piece, 1, len, stdout);
+            prev = id;
+        }
+    } else {
+        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab\n");
+        status = 2;
+    }
+    tokenizer_free(tok);
+    return status;
+}
