@@ -353,6 +353,7 @@ static size_t state_layout(RunState *s, float *base, const Config *p, const RunC
     } part[] = {
         {&s->x, mul3(B, D, 1)},        {&s->xb, mul3(B, D > qd ? D : qd, 1)},
         {&s->xb2, mul3(B, D, 1)},      {&s->q, mul3(B, qd, 1)},
+        {&s->k, mul3(B, kvd, 1)},
         {&s->hb, mul3(B, H, 1)},       {&s->hb2, mul3(B, H, 1)},
         {&s->att, mul3(n_threads, ctx, 1)}, {&s->logits, mul3(B, p->vocab_size, 1)},
         {&s->key_cache, kv},           {&s->value_cache, kv},
@@ -371,7 +372,9 @@ static size_t state_layout(RunState *s, float *base, const Config *p, const RunC
 
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads) {
     RunState s;
-    return state_layout(&s, NULL, c, run, n_threads) * sizeof(float);
+    size_t floats = state_layout(&s, NULL, c, run, n_threads);
+    size_t rope = mul3((size_t)run->ctx, (size_t)c->head_dim, sizeof(float)); // cos and sin tables
+    return floats && rope && floats <= (SIZE_MAX - rope) / sizeof(float) ? floats * sizeof(float) + rope : 0;
 }
 
 // What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
@@ -404,19 +407,21 @@ int transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t 
                  bytes ? bytes / 1073741824.0 : INFINITY, avail / 1073741824.0);
         return -1;
     }
-    float *base = aligned_alloc(64, bytes);
-    if (!base) {
+    // Anonymous memory comes zeroed and page-aligned, and only the pages the run touches get RSS.
+    size_t floats = state_layout(s, NULL, &t->config, &t->run, s->n_threads);
+    void *base = mmap(NULL, floats * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
         snprintf(err, errlen, "out of memory allocating %zu bytes for --ctx %d (hint: a smaller --ctx)", bytes,
                  run->ctx);
         return -1;
     }
-    memset(base, 0, bytes);
     state_layout(s, base, &t->config, &t->run, s->n_threads);
+    s->bytes = floats * sizeof(float);
     t->state_bytes = bytes;
     char rope_err[300];
     if (rope_init(&t->rope, &run->rope, run->ctx, rope_err, sizeof rope_err)) {
         snprintf(err, errlen, "%s", rope_err);
-        free(base);
+        munmap(base, s->bytes);
         memset(s, 0, sizeof(*s));
         return -1;
     }
@@ -425,7 +430,7 @@ int transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t 
 }
 
 void transformer_free(Transformer *t) {
-    free(t->state.x); // the first buffer of the single allocation
+    if (t->state.x) munmap(t->state.x, t->state.bytes); // the first buffer of the single allocation
     rope_free(&t->rope);
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
@@ -449,20 +454,61 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int size,
     }
 }
 
+// e^x for x <= 0, written without branches so that loops over it vectorize (libm's expf does
+// not). e^x = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2)/2, ln 2 split in two parts
+// (Cody-Waite) so r is exact, e^r by its Taylor polynomial to r^6: relative error ~1e-7.
+static inline float exp_nonpositive(float x) {
+    x = x < -87.0f ? -87.0f : x; // e^-87 is near the smallest normal float; below, the result is ~0
+    const float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f; // round(x * log2(e)), 1.5 * 2^23 trick
+    const float r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    union {
+        int32_t i;
+        float f;
+    } two_k = {.i = ((int32_t)k + 127) << 23};
+    return p * two_k.f;
+}
+
+// softmax(x) over n scores in place.
 static void softmax(float *x, int n) {
     float max = x[0];
     for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
+        x[i] = exp_nonpositive(x[i] - max);
         sum += x[i];
     }
-    for (int i = 0; i < n; i++) x[i] /= sum;
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-// out = x @ W^T for the rows of a block, then the residual: x += out.
+// x += y over n floats: the residual connection.
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+// att[j] = scale * q . k_j for positions j < len, with the keys transposed, kt (hd, ctx): every
+// coordinate d adds q[d] * (row d of kt) to a run of scores, so the work is vectorized over
+// positions and a run of 64 scores stays in registers while all hd coordinates are added.
+static void attention_scores(float *att, const float *q, const float *kt, int hd, int ctx, int len, float scale) {
+    enum { RUN = 64 };
+    int j0 = 0;
+    for (; j0 + RUN <= len; j0 += RUN) {
+        float acc[RUN] = {0};
+        for (int d = 0; d < hd; d++) {
+            const float qd = q[d] * scale, *k = kt + (size_t)d * ctx + j0;
+#pragma omp simd
+            for (int j = 0; j < RUN; j++) acc[j] += qd * k[j];
+        }
+        memcpy(att + j0, acc, sizeof acc);
+    }
+    for (int j = j0; j < len; j++) att[j] = 0;
+    for (int d = 0; d < hd; d++) {
+        const float qd = q[d] * scale, *k = kt + (size_t)d * ctx;
+        for (int j = j0; j < len; j++) att[j] += qd * k[j];
+    }
 }
 
 // Causal self-attention for the block's queries at positions pos .. pos+n-1 over the cached keys
@@ -474,34 +520,32 @@ static void attention(Transformer *t, int layer, int n, int pos) {
     RunState *s = &t->state;
     const int hd = p->head_dim, qd = p->n_heads * hd, kvd = p->n_kv_heads * hd;
     const int group = p->n_heads / p->n_kv_heads, ctx = t->run.ctx;
-    const float *keys = s->key_cache + (size_t)layer * ctx * kvd;  // (ctx, kvd)
-    const float *values = s->value_cache + (size_t)layer * ctx * kvd;
+    const float *keys = s->key_cache + (size_t)layer * kvd * ctx;   // (kvd, ctx)
+    const float *values = s->value_cache + (size_t)layer * ctx * kvd; // (ctx, kvd)
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < p->n_heads; h++) {
-            const float *q = s->q + (size_t)i * qd + (size_t)h * hd;
-            const size_t kv_off = (size_t)(h / group) * hd;
+            const int kvh = h / group, len = pos + i + 1;
             float *att = s->att + (size_t)thread_id() * ctx;
-            const int len = pos + i + 1;
-            for (int j = 0; j < len; j++) {
-                const float *k = keys + (size_t)j * kvd + kv_off;
-                float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int d = 0; d < hd; d++) dot += q[d] * k[d];
-                att[j] = dot * scale;
-            }
+            attention_scores(att, s->q + (size_t)i * qd + (size_t)h * hd, keys + (size_t)kvh * hd * ctx, hd, ctx,
+                             len, scale);
             softmax(att, len);
             float *out = s->xb + (size_t)i * qd + (size_t)h * hd;
             memset(out, 0, (size_t)hd * sizeof(float));
             for (int j = 0; j < len; j++) {
-                const float *v = values + (size_t)j * kvd + kv_off;
-                const float a = att[j];
+                const float *v = values + (size_t)j * kvd + (size_t)kvh * hd, a = att[j];
 #pragma omp simd
                 for (int d = 0; d < hd; d++) out[d] += a * v[d];
             }
         }
     }
+}
+
+// Write the block's keys k (n, kvd), already rotated, into the transposed cache of a layer.
+static void store_keys(float *kt, const float *k, int n, int pos, int kvd, int ctx) {
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < kvd; c++) kt[(size_t)c * ctx + pos + i] = k[(size_t)i * kvd + c];
 }
 
 // Dynamic NTK changed the frequencies: rotate every cached key again, from its un-rotated copy,
@@ -510,12 +554,13 @@ static void rerotate_keys(Transformer *t, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
     const int hd = p->head_dim, kvd = p->n_kv_heads * hd, ctx = t->run.ctx;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for
     for (int l = 0; l < p->n_layers; l++) {
+        float key[kvd];
         for (int j = 0; j < pos; j++) {
-            size_t off = ((size_t)l * ctx + j) * kvd;
-            memcpy(s->key_cache + off, s->key_raw + off, (size_t)kvd * sizeof(float));
-            for (int h = 0; h < p->n_kv_heads; h++) rope_rotate(&t->rope, s->key_cache + off + (size_t)h * hd, j);
+            memcpy(key, s->key_raw + ((size_t)l * ctx + j) * kvd, sizeof key);
+            for (int h = 0; h < p->n_kv_heads; h++) rope_rotate(&t->rope, key + (size_t)h * hd, j);
+            store_keys(s->key_cache + (size_t)l * kvd * ctx, key, 1, j, kvd, ctx);
         }
     }
     s->rope_version = t->rope.version;
@@ -540,20 +585,20 @@ float *transformer_forward(Transformer *t, const int *tokens, int n, int pos, in
 
     for (int l = 0; l < p->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
-        const size_t block = ((size_t)l * ctx + pos) * kvd; // this block's rows in the caches
-        float *k = s->key_cache + block;                     // (n, kvd)
+        const size_t block = ((size_t)l * ctx + pos) * kvd; // this block's rows in the row-major caches
         float *v = s->value_cache + block;                   // (n, kvd)
 
         // Attention: x = x + wo(attention(rope(q), rope(k), v))
         rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps); // (n, D)
         matmul(s->q, s->xb, &lw->wq, n);                      // (n, D) -> (n, qd)
-        matmul(k, s->xb, &lw->wk, n);                         // (n, D) -> (n, kvd)
+        matmul(s->k, s->xb, &lw->wk, n);                      // (n, D) -> (n, kvd)
         matmul(v, s->xb, &lw->wv, n);                         // (n, D) -> (n, kvd)
-        if (s->key_raw) memcpy(s->key_raw + block, k, (size_t)n * kvd * sizeof(float));
+        if (s->key_raw) memcpy(s->key_raw + block, s->k, (size_t)n * kvd * sizeof(float));
         for (int i = 0; i < n; i++) {
             for (int h = 0; h < p->n_heads; h++) rope_rotate(&t->rope, s->q + (size_t)i * qd + (size_t)h * hd, pos + i);
-            for (int h = 0; h < p->n_kv_heads; h++) rope_rotate(&t->rope, k + (size_t)i * kvd + (size_t)h * hd, pos + i);
+            for (int h = 0; h < p->n_kv_heads; h++) rope_rotate(&t->rope, s->k + (size_t)i * kvd + (size_t)h * hd, pos + i);
         }
+        store_keys(s->key_cache + (size_t)l * kvd * ctx, s->k, n, pos, kvd, ctx);
         attention(t, l, n, pos);                              // -> xb (n, qd)
         matmul(s->xb2, s->xb, &lw->wo, n);                    // (n, qd) -> (n, D)
         add_rows(s->x, s->xb2, (size_t)n * D);

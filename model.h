@@ -125,15 +125,17 @@ typedef struct {
     float *xb;         // (B, max(D, n_heads*hd)) normalized input, then attention output
     float *xb2;        // (B, D) output of a sublayer before it joins the residual stream
     float *q;          // (B, n_heads*hd)
+    float *k;          // (B, kv_dim) keys of the block, before they go into the cache
     float *hb;         // (B, H)
     float *hb2;        // (B, H)
     float *att;        // (n_threads, ctx) attention scores, one row per thread
     float *logits;     // (B, V)
-    float *key_cache;  // (n_layers, ctx, kv_dim) rotated keys
+    float *key_cache;  // (n_layers, kv_dim, ctx) rotated keys, transposed: positions contiguous
     float *value_cache;// (n_layers, ctx, kv_dim)
     float *key_raw;    // (n_layers, ctx, kv_dim) un-rotated keys; dynamic RoPE only, else NULL
     unsigned rope_version; // Rope.version the key_cache was rotated with
     int n_threads;
+    size_t bytes;          // of the one allocation all the buffers above live in
 } RunState;
 
 typedef struct {
@@ -145,7 +147,7 @@ typedef struct {
     void *map;         // the mmapped file
     size_t map_size;
     size_t weight_bytes;   // bytes of tensors in the file
-    size_t state_bytes;    // bytes of activations + KV cache
+    size_t state_bytes;    // bytes of activations + KV cache + RoPE tables
 } Transformer;
 
 // Read and check the header of the file at path (ours or llama2.c legacy), mmap the weights.
@@ -155,7 +157,8 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
 // Allocate the run state and RoPE tables for run->ctx tokens. Returns 0 or -1 with a message.
 int transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen);
 
-// Bytes transformer_prepare would allocate for this context (for the memory check and banner).
+// Bytes transformer_prepare would allocate for this context, RoPE tables included; 0 if that
+// does not fit in size_t.
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads);
 
 void transformer_free(Transformer *t);

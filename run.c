@@ -2,6 +2,7 @@
 //
 //   ./run model.bin -i "Once upon a time"          stream a continuation to stdout
 //   ./run model.bin --ctx 4096 --rope-scaling ntk   run past the trained context
+//   ./run model.bin --ppl text.txt --ctx 2048       perplexity, by position bucket
 //
 // This file owns the process: it parses the flags, loads the model and tokenizer, runs the
 // generation loop with its sampler, prints the banner and timings on stderr, and is the only
@@ -33,6 +34,8 @@ typedef struct {
     int ctx;               // 0 = the trained context
     int threads;           // 0 = OpenMP's default
     int batch;             // prompt tokens per forward call
+    const char *ppl;       // --ppl FILE: evaluate perplexity instead of generating
+    int ppl_windows;       // 0 = all windows
     RopeOverrides rope;
 } Options;
 
@@ -51,6 +54,10 @@ static void usage(FILE *f) {
             "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens (default: trained)\n"
             "      --threads N          OpenMP threads (default: all cores)\n"
             "  -b, --batch-size N       prompt tokens per forward pass (default 64)\n"
+            "\n"
+            "Perplexity (see README, \"Measuring long context\"):\n"
+            "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
+            "      --ppl-windows K      evaluate at most K windows (default: all)\n"
             "\n"
             "RoPE scaling, to run past the trained context (see README, \"RoPE\"):\n"
             "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3\n"
@@ -122,6 +129,9 @@ static int parse_args(int argc, char **argv, Options *o) {
             bad = parse_long(v, 1, 1024, &n) || ((o->threads = (int)n), 0);
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
             bad = parse_long(v, 1, 4096, &n) || ((o->batch = (int)n), 0);
+        else if (!strcmp(a, "--ppl")) o->ppl = v;
+        else if (!strcmp(a, "--ppl-windows"))
+            bad = parse_long(v, 1, 1L << 30, &n) || ((o->ppl_windows = (int)n), 0);
         else if (!strcmp(a, "--rope-scaling")) {
             RopeScaling m;
             bad = rope_scaling_from_name(v, &m) || ((o->rope.mode = (int)m), 0);
@@ -287,6 +297,116 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Perplexity: how surprised the model is by real text, position by position.
+//
+// The text (BOS first) is cut into consecutive windows of ctx tokens; each window starts at
+// position 0 with an empty cache, and each of its tokens t = 0 .. ctx-2 predicts token t+1. The
+// negative log-likelihood -log p(token t+1 | tokens 0..t) is summed per bucket of the position t:
+// [0, L), [L, 2L), [2L, 4L), ... with L the trained context, so the table shows where a scaling
+// mode stops extrapolating. perplexity = exp(mean NLL).
+
+#define MAX_BUCKETS 32
+
+static int bucket_of(int pos, int L) {
+    int b = 0;
+    for (long edge = L; pos >= edge && b < MAX_BUCKETS - 1; edge *= 2) b++;
+    return b;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *bigger = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
+            if (!bigger) free(buf);
+            buf = bigger;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
+    const int V = t->config.vocab_size, N = t->run.ctx, L = t->rope.p.orig_ctx;
+    size_t len;
+    char *text = read_file(o->ppl, &len);
+    if (!text) {
+        fprintf(stderr, "error: %s: cannot read: %s\n", o->ppl, strerror(errno));
+        return 1;
+    }
+    int n_tokens;
+    int *ids = tokenizer_encode(tok, text, len, 1, &n_tokens);
+    free(text);
+    if (!ids) {
+        fprintf(stderr, "error: %s: the tokenizer could not encode the text\n", o->ppl);
+        return 1;
+    }
+    int windows = n_tokens / N;
+    if (o->ppl_windows && o->ppl_windows < windows) windows = o->ppl_windows;
+    if (windows < 1 || N < 2) {
+        fprintf(stderr, "error: %s is %d tokens, less than one window of --ctx %d (hint: a smaller --ctx or a "
+                "longer text)\n", o->ppl, n_tokens, N);
+        free(ids);
+        return 1;
+    }
+    fprintf(stderr, "perplexity: %d tokens, %d window%s of %d\n", n_tokens, windows, windows > 1 ? "s" : "", N);
+
+    double nll[MAX_BUCKETS] = {0};
+    long count[MAX_BUCKETS] = {0};
+    double t0 = now();
+    for (int w = 0; w < windows; w++) {
+        const int *win = ids + (size_t)w * N;
+        rope_set_length(&t->rope, N); // one sequence of N tokens, as one HF forward pass over it
+        for (int b = 0; b < N; b += t->run.max_batch) {
+            int n = N - b < t->run.max_batch ? N - b : t->run.max_batch;
+            const float *logits = transformer_forward(t, win + b, n, b, 1);
+            for (int i = 0; i < n && b + i < N - 1; i++) {
+                const float *row = logits + (size_t)i * V;
+                float max = row[0];
+                for (int v = 1; v < V; v++) max = row[v] > max ? row[v] : max;
+                double sum = 0;
+                for (int v = 0; v < V; v++) sum += exp((double)row[v] - max);
+                int k = bucket_of(b + i, L);
+                nll[k] += max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
+                count[k]++;
+            }
+            fprintf(stderr, "\r[%d/%d] %3d%%", w + 1, windows, (int)(100.0 * (b + n) / N));
+        }
+    }
+    double secs = now() - t0;
+    fprintf(stderr, "\r%d windows in %.2f s (%.1f tok/s) | threads %d\n", windows, secs, windows * (double)N / secs,
+            t->state.n_threads);
+
+    double total = 0;
+    long total_count = 0;
+    for (int k = 0; k < MAX_BUCKETS; k++) {
+        total += nll[k];
+        total_count += count[k];
+    }
+    printf("perplexity: %.6f\n", exp(total / total_count));
+    printf("%-20s %10s %10s %12s\n", "positions", "tokens", "mean NLL", "perplexity");
+    for (int k = 0; k < MAX_BUCKETS; k++) {
+        if (!count[k]) continue;
+        long lo = k ? (long)L << (k - 1) : 0, hi = (long)L << k;
+        char range[48];
+        snprintf(range, sizeof range, "[%ld, %ld)", lo, hi);
+        printf("%-20s %10ld %10.6f %12.6f\n", range, count[k], nll[k] / count[k], exp(nll[k] / count[k]));
+    }
+    free(ids);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // main
 
 static void banner(const Transformer *t, const char *path) {
@@ -366,7 +486,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "
                     "scaling: expect the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn)\n",
                     run.ctx, run.rope.orig_ctx, run.rope.orig_ctx);
-        status = generate(&t, tok, &o);
+        status = o.ppl ? perplexity(&t, tok, &o) : generate(&t, tok, &o);
     }
     tokenizer_free(tok);
     free(tok_default);
