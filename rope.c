@@ -103,15 +103,21 @@ int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, con
         out->attn_factor = out->beta_fast = out->beta_slow = 0;
         out->low_freq_factor = out->high_freq_factor = 0;
     }
-    if (o->factor > 0)
-        out->factor = o->factor;
-    else if (out->factor == 0 || out->mode == ROPE_SCALING_NONE)
-        out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
-    out->alpha = o->alpha;
+    if (out->mode == ROPE_SCALING_NONE && o->factor > 0) {
+        snprintf(err, errlen, "--rope-factor needs a scaling mode (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3)");
+        return -1;
+    }
     if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) {
         snprintf(err, errlen, "--rope-alpha is used only by --rope-scaling ntk");
         return -1;
     }
+    if (out->mode == ROPE_SCALING_NONE)
+        out->factor = 1;
+    else if (o->factor > 0)
+        out->factor = o->factor;
+    else if (out->factor == 0) // a mode the checkpoint does not carry: stretch L to the context
+        out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
+    out->alpha = o->alpha;
     return rope_params_check(out, err, errlen);
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -363,6 +364,7 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 
     double nll[MAX_BUCKETS] = {0};
     long count[MAX_BUCKETS] = {0};
+    const int tty = isatty(fileno(stderr)); // a progress bar on a terminal, a line per window otherwise
     double t0 = now();
     for (int w = 0; w < windows; w++) {
         const int *win = ids + (size_t)w * N;
@@ -380,11 +382,12 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
                 nll[k] += max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
                 count[k]++;
             }
-            fprintf(stderr, "\r[%d/%d] %3d%%", w + 1, windows, (int)(100.0 * (b + n) / N));
+            if (tty) fprintf(stderr, "\r[%d/%d] %3d%%", w + 1, windows, (int)(100.0 * (b + n) / N));
         }
+        if (!tty) fprintf(stderr, "[%d/%d]%s", w + 1, windows, w + 1 == windows ? "\n" : " ");
     }
     double secs = now() - t0;
-    fprintf(stderr, "\r%d windows in %.2f s (%.1f tok/s) | threads %d\n", windows, secs, windows * (double)N / secs,
+    fprintf(stderr, "%s%d windows in %.2f s (%.1f tok/s) | threads %d\n", tty ? "\r" : "", windows, secs, windows * (double)N / secs,
             t->state.n_threads);
 
     double total = 0;
