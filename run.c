@@ -8,6 +8,7 @@
 // generation loop with its sampler, prints the banner and timings on stderr, and is the only
 // place that decides to exit. Exit status: 0 ok, 1 runtime or file error, 2 usage error.
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,16 +30,47 @@ typedef struct {
     const char *tokenizer; // -z; default: tokenizer.model beside the model
     const char *prompt;
     int n_predict;         // tokens to generate
-    float temp;            // 0 = greedy
-    float top_p;
-    unsigned long long seed;
+    double temp;           // 0 = greedy
+    double top_p;
+    long seed;
     int ctx;               // 0 = the trained context
     int threads;           // 0 = OpenMP's default
     int batch;             // prompt tokens per forward call
     const char *ppl;       // --ppl FILE: evaluate perplexity instead of generating
     int ppl_windows;       // 0 = all windows
+    const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     RopeOverrides rope;
 } Options;
+
+// The flags: names, what kind of value, where it goes, and its allowed range [lo, hi]
+// (lo excluded when open). Every flag takes a value.
+typedef enum { FLAG_TEXT, FLAG_INT, FLAG_LONG, FLAG_REAL } FlagKind;
+
+typedef struct {
+    const char *names[3];
+    FlagKind kind;
+    size_t offset; // of the field in Options
+    double lo, hi;
+    int open;      // 1: the value must be > lo
+} Flag;
+
+static const Flag FLAGS[] = {
+    {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0},
+    {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0},
+    {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0},
+    {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0},
+    {{"-p", "--top-p"}, FLAG_REAL, offsetof(Options, top_p), 0, 1, 1},
+    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0},
+    {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0},
+    {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0},
+    {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0},
+    {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0},
+    {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, 1 << 30, 0},
+    {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0},
+    {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0},
+    {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1},
+    {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0},
+};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -69,29 +101,26 @@ static void usage(FILE *f) {
             "  -h, --help               this text\n");
 }
 
-// Strict numbers: the whole string must parse, no overflow, no NaN, inside [lo, hi].
-static int parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
+// Strict numbers: the whole string must parse, no overflow, no NaN, inside the flag's range.
+static int parse_value(const Flag *f, const char *v, Options *o) {
+    char *field = (char *)o + f->offset, *end;
+    if (f->kind == FLAG_TEXT) {
+        *(const char **)field = v;
+        return 0;
+    }
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
-    *out = v;
+    double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)strtol(v, &end, 10);
+    if (errno || end == v || *end || !isfinite(x) || x < f->lo || x > f->hi || (f->open && x == f->lo)) return -1;
+    if (f->kind == FLAG_INT) *(int *)field = (int)x;
+    else if (f->kind == FLAG_LONG) *(long *)field = strtol(v, NULL, 10);
+    else *(double *)field = x;
     return 0;
 }
 
 // Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){.n_predict = 256, .temp = 1.0f, .top_p = 0.9f, .seed = (unsigned long long)time(NULL),
-                   .batch = 64, .rope = {.mode = -1}};
+    *o = (Options){.n_predict = 256, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 64,
+                   .rope = {.mode = -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -106,50 +135,31 @@ static int parse_args(int argc, char **argv, Options *o) {
             o->model = a;
             continue;
         }
+        const Flag *f = NULL;
+        for (size_t k = 0; !f && k < sizeof FLAGS / sizeof FLAGS[0]; k++)
+            for (int j = 0; j < 3 && FLAGS[k].names[j]; j++)
+                if (!strcmp(a, FLAGS[k].names[j])) f = &FLAGS[k];
+        if (!f) {
+            fprintf(stderr, "error: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "error: %s needs a value (see --help)\n", a);
             return -1;
         }
-        const char *v = argv[++i];
-        long n;
-        double d;
-        int bad = 0;
-        if (!strcmp(a, "-i") || !strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
-            bad = parse_long(v, 0, 1L << 30, &n) || ((o->n_predict = (int)n), 0);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--temp"))
-            bad = parse_double(v, 0, 1e6, &d) || ((o->temp = (float)d), 0);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--top-p"))
-            bad = parse_double(v, 0, 1, &d) || d == 0 || ((o->top_p = (float)d), 0);
-        else if (!strcmp(a, "-s") || !strcmp(a, "--seed"))
-            bad = parse_long(v, 0, 1L << 62, &n) || ((o->seed = (unsigned long long)n), 0);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size"))
-            bad = parse_long(v, 1, 1 << 24, &n) || ((o->ctx = (int)n), 0);
-        else if (!strcmp(a, "--threads"))
-            bad = parse_long(v, 1, 1024, &n) || ((o->threads = (int)n), 0);
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
-            bad = parse_long(v, 1, 4096, &n) || ((o->batch = (int)n), 0);
-        else if (!strcmp(a, "--ppl")) o->ppl = v;
-        else if (!strcmp(a, "--ppl-windows"))
-            bad = parse_long(v, 1, 1L << 30, &n) || ((o->ppl_windows = (int)n), 0);
-        else if (!strcmp(a, "--rope-scaling")) {
-            RopeScaling m;
-            bad = rope_scaling_from_name(v, &m) || ((o->rope.mode = (int)m), 0);
-        } else if (!strcmp(a, "--rope-factor") || !strcmp(a, "--rope-scale"))
-            bad = parse_double(v, 1, 1e6, &o->rope.factor);
-        else if (!strcmp(a, "--rope-base") || !strcmp(a, "--rope-freq-base"))
-            bad = parse_double(v, 0, 1e300, &o->rope.base) || o->rope.base == 0;
-        else if (!strcmp(a, "--rope-alpha"))
-            bad = parse_double(v, 1, 1e6, &o->rope.alpha);
-        else {
-            fprintf(stderr, "error: unknown option '%s' (see --help)\n", a);
+        if (parse_value(f, argv[++i], o)) {
+            fprintf(stderr, "error: invalid value '%s' for %s (see --help for the allowed range)\n", argv[i], a);
             return -1;
         }
-        if (bad) {
-            fprintf(stderr, "error: invalid value '%s' for %s (see --help for the allowed range)\n", v, a);
+    }
+    RopeScaling mode;
+    if (o->rope_mode) {
+        if (rope_scaling_from_name(o->rope_mode, &mode)) {
+            fprintf(stderr, "error: invalid value '%s' for --rope-scaling (none, pi, linear, ntk, dynamic, yarn, "
+                    "llama3)\n", o->rope_mode);
             return -1;
         }
+        o->rope.mode = (int)mode;
     }
     if (!o->model) {
         fprintf(stderr, "error: no model file given\n");
@@ -269,7 +279,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0;
     const char *stop = NULL;
     while (generated < o->n_predict) {
-        int next = sample(logits, c->vocab_size, o->temp, o->top_p, cand, &rng);
+        int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
         if (next == c->eos_id || next == c->bos_id) { // a new BOS starts another text: stop too
             stop = "end of text";
             break;

@@ -1,0 +1,415 @@
+"""export.py - convert a Hugging Face Llama (or Mistral) checkpoint into our model file.
+
+Usage: python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0]
+
+What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
+safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
+implies, and a writer of the format documented at the top of model.h (version 1): a 256-byte
+header, then the tensors in a fixed order, each 64-byte aligned. Along the way the rows of q_proj
+and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
+rope.c rotates (see "The two RoPE layouts" below).
+What this is not: a general converter. Anything this program cannot reproduce exactly is refused
+with a message rather than approximated: other architectures, biases, activations other than
+SiLU, partially rotated heads, longrope, already-quantized checkpoints. No tokenizer is converted
+(run.c reads tokenizer.model directly).
+
+Errors go to stderr as `error: <what>: <why> (hint: <fix>)` with exit status 1, and no output file
+is left behind: everything is written to OUT.tmp-XXXX and renamed over OUT only at the very end.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+from safetensors import FLOAT_DTYPES, Checkpoint, CheckpointError
+
+# --- The file header (model.h, "The model file format, version 1") ------------------------------
+
+MAGIC, VERSION, HEADER_SIZE, ALIGN, Q8_BLOCK = b"LRUN", 1, 256, 64, 32
+DTYPES = {"f32": 0, "f16": 1, "q8_0": 2}  # DType in model.h
+
+# Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
+# then zeros up to 256. '<' = little-endian, no padding between fields.
+HEADER_FIELDS = [
+    ("magic", "4s"), ("version", "i"), ("dim", "i"), ("hidden_dim", "i"), ("n_layers", "i"),
+    ("n_heads", "i"), ("n_kv_heads", "i"), ("head_dim", "i"), ("vocab_size", "i"),
+    ("seq_len", "i"), ("bos_id", "i"), ("eos_id", "i"), ("shared_classifier", "i"),
+    ("dtype", "i"), ("rope_scaling", "i"), ("rope_orig_ctx", "i"),
+    ("rope_theta", "d"), ("norm_eps", "d"), ("rope_factor", "d"), ("rope_attn_factor", "d"),
+    ("rope_beta_fast", "d"), ("rope_beta_slow", "d"), ("rope_low_freq_factor", "d"),
+    ("rope_high_freq_factor", "d"),
+]
+HEADER = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
+assert HEADER.size == 128  # the reserved zeros fill the rest of the 256 bytes
+
+# RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2).
+ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 3, "yarn": 4, "llama3": 5}
+ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM"}
+MODEL_TYPES = {"llama", "mistral"}
+
+
+def warn(msg):
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+# --- Reading config.json --------------------------------------------------------------------------
+
+def config_value(cfg, key, where, kind, default=None, positive=True):
+    """cfg[key] checked to be a `kind` (int or float); `default` if missing or null (None: required)."""
+    v = cfg.get(key)
+    if v is None:
+        if default is None:
+            raise CheckpointError(f"{where}: {key}", "missing", f"add \"{key}\" from the model's card")
+        return default
+    ok = (type(v) is int) if kind is int else (type(v) in (int, float) and math.isfinite(v))
+    if not ok or (positive and v <= 0) or (not positive and v < 0) or (kind is int and v >= 2**31):
+        raise CheckpointError(f"{where}: {key}", f"{v!r} is not a {'positive' if positive else 'non-negative'} "
+                              f"{'integer' if kind is int else 'number'} that fits the header")
+    return kind(v)
+
+
+def read_rope(cfg, where):
+    """The checkpoint's own RoPE: rope_theta and rope_scaling -> the header's rope_* fields.
+
+    Accepts the three spellings HF has used: {"rope_type": ...} (v4.43+), the legacy {"type": ...}
+    and transformers v5's single "rope_parameters" dict that also carries rope_theta.
+    """
+    params = cfg.get("rope_parameters")
+    if params is not None:
+        key = "rope_parameters"
+        if not isinstance(params, dict) or ("rope_type" not in params and "type" not in params):
+            raise CheckpointError(f"{where}: rope_parameters", f"{params!r} has no rope_type",
+                                  "per-layer-type RoPE parameters are not supported")
+        scaling, theta_cfg = params, params if "rope_theta" in params else cfg
+    else:
+        key, scaling, theta_cfg = "rope_scaling", cfg.get("rope_scaling"), cfg
+        if scaling is not None and not isinstance(scaling, dict):
+            raise CheckpointError(f"{where}: rope_scaling", f"{scaling!r} is not an object or null")
+    rope = {"rope_theta": config_value(theta_cfg, "rope_theta", where, float, default=10000.0),
+            "rope_scaling": 0, "rope_orig_ctx": 0, "rope_factor": 1.0, "rope_attn_factor": 0.0,
+            "rope_beta_fast": 0.0, "rope_beta_slow": 0.0,
+            "rope_low_freq_factor": 0.0, "rope_high_freq_factor": 0.0}
+    for d in (cfg, scaling or {}):  # top level (v4) or inside rope_parameters (v5)
+        if d.get("partial_rotary_factor") not in (None, 1, 1.0):
+            raise CheckpointError(f"{where}: partial_rotary_factor", f"is {d['partial_rotary_factor']!r}; "
+                                  "only fully rotated heads (1.0) are supported")
+    if not scaling:
+        return rope
+    rope_type = scaling.get("rope_type", scaling.get("type"))  # "type" is the pre-4.43 spelling
+    if rope_type is None or rope_type == "default":
+        return rope
+    if rope_type not in ROPE_TYPES:
+        raise CheckpointError(f"{where}: {key}", f"rope type {rope_type!r} is not supported",
+                              "supported: default, linear, dynamic, yarn, llama3")
+    for k in ("mscale", "mscale_all_dim", "short_factor", "long_factor"):
+        if scaling.get(k) is not None:
+            raise CheckpointError(f"{where}: {key}.{k}", "is not supported (DeepSeek/longrope variants)")
+    if scaling.get("truncate", True) is not True:
+        raise CheckpointError(f"{where}: {key}.truncate", "false is not supported (YaRN without rounding)")
+    sub = f"{where}: {key}"
+    rope["rope_scaling"] = ROPE_TYPES[rope_type]
+    orig = config_value(scaling, "original_max_position_embeddings", sub, int, default=0, positive=False)
+    if rope_type == "yarn" and scaling.get("factor") is None and orig:
+        # newer HF: factor defaults to the ratio of the extended and the original context
+        rope["rope_factor"] = config_value(cfg, "max_position_embeddings", where, int) / orig
+    else:
+        rope["rope_factor"] = config_value(scaling, "factor", sub, float)
+    if rope["rope_factor"] < 1:
+        raise CheckpointError(f"{sub}.factor", f"{rope['rope_factor']} is below 1", "a factor stretches context")
+    if rope_type == "yarn":
+        rope["rope_orig_ctx"] = orig  # 0 = max_position_embeddings, as in HF before v4.5x
+        rope["rope_attn_factor"] = config_value(scaling, "attention_factor", sub, float, default=0.0)
+        rope["rope_beta_fast"] = config_value(scaling, "beta_fast", sub, float, default=0.0)
+        rope["rope_beta_slow"] = config_value(scaling, "beta_slow", sub, float, default=0.0)
+    elif rope_type == "llama3":
+        rope["rope_orig_ctx"] = config_value(scaling, "original_max_position_embeddings", sub, int)
+        rope["rope_low_freq_factor"] = config_value(scaling, "low_freq_factor", sub, float)
+        rope["rope_high_freq_factor"] = config_value(scaling, "high_freq_factor", sub, float)
+        if rope["rope_high_freq_factor"] <= rope["rope_low_freq_factor"]:
+            raise CheckpointError(f"{sub}.high_freq_factor", "must be larger than low_freq_factor")
+    elif orig and orig != cfg.get("max_position_embeddings"):
+        # HF's linear and dynamic read max_position_embeddings as L and ignore this key.
+        warn(f"{key}.original_max_position_embeddings {orig} is ignored by HF's {rope_type} "
+             "scaling; L = max_position_embeddings")
+    return rope
+
+
+def read_config(hf_dir):
+    """HF_DIR/config.json -> the header fields (minus dtype and shared_classifier)."""
+    where = os.path.join(hf_dir, "config.json")
+    try:
+        with open(where) as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(where, "not found", "HF_DIR must be a Hugging Face model directory")
+    except ValueError as e:
+        raise CheckpointError(where, f"not valid JSON ({e})")
+    if not isinstance(cfg, dict):
+        raise CheckpointError(where, "is not a JSON object")
+
+    # What kind of model: only the Llama architecture (Mistral's is the same network).
+    archs = cfg.get("architectures") or []
+    for arch in archs if isinstance(archs, list) else [archs]:
+        if arch not in ARCHITECTURES:
+            raise CheckpointError(f"{where}: architectures", f"{arch} is not supported",
+                                  f"supported: {', '.join(sorted(ARCHITECTURES))}")
+    if cfg.get("model_type") not in MODEL_TYPES:
+        raise CheckpointError(f"{where}: model_type", f"{cfg.get('model_type')!r} is not supported",
+                              f"supported: {', '.join(sorted(MODEL_TYPES))}")
+    qc = cfg.get("quantization_config")
+    if qc is not None:
+        method = qc.get("quant_method", "?") if isinstance(qc, dict) else qc
+        raise CheckpointError(f"{where}: quantization_config", f"the checkpoint is quantized ({method})",
+                              "export the original float16/bfloat16 checkpoint instead")
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key):
+            raise CheckpointError(f"{where}: {key}", "is true; our network has no biases")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"{where}: hidden_act", f"{cfg['hidden_act']!r} is not supported",
+                              "the MLP is SwiGLU: silu(w1 x) * (w3 x)")
+    window = cfg.get("sliding_window")
+    if window is not None and window < (cfg.get("max_position_embeddings") or 0):
+        warn(f"sliding_window {cfg['sliding_window']} is not implemented: attention sees the whole "
+             f"context, so results match HF only up to {cfg['sliding_window']} tokens")
+
+    c = {}
+    c["dim"] = config_value(cfg, "hidden_size", where, int)
+    c["hidden_dim"] = config_value(cfg, "intermediate_size", where, int)
+    c["n_layers"] = config_value(cfg, "num_hidden_layers", where, int)
+    c["n_heads"] = config_value(cfg, "num_attention_heads", where, int)
+    c["n_kv_heads"] = config_value(cfg, "num_key_value_heads", where, int, default=c["n_heads"])
+    c["head_dim"] = config_value(cfg, "head_dim", where, int, default=c["dim"] // c["n_heads"])
+    c["vocab_size"] = config_value(cfg, "vocab_size", where, int)
+    c["seq_len"] = config_value(cfg, "max_position_embeddings", where, int)
+    c["norm_eps"] = config_value(cfg, "rms_norm_eps", where, float)
+    if c["n_heads"] % c["n_kv_heads"]:
+        raise CheckpointError(f"{where}: num_key_value_heads", f"{c['n_kv_heads']} does not divide "
+                              f"num_attention_heads {c['n_heads']}")
+    if c["head_dim"] % 2:
+        raise CheckpointError(f"{where}: head_dim", f"{c['head_dim']} is odd; RoPE rotates pairs")
+    for key, default in (("bos_token_id", 1), ("eos_token_id", 2)):
+        v = cfg.get(key)
+        if isinstance(v, list):  # e.g. Llama 3 instruct: several end tokens; the header holds one
+            warn(f"{key} is a list {v}; the file holds one id: using {v[0] if v else default}")
+            v = v[0] if v else None
+        v = default if v is None else v
+        if type(v) is not int or not 0 <= v < c["vocab_size"]:
+            raise CheckpointError(f"{where}: {key}", f"{v!r} is not a token id below vocab_size "
+                                  f"{c['vocab_size']}")
+        c[key.replace("_token", "")] = v
+    c.update(read_rope(cfg, where))
+    c["tie_word_embeddings"] = cfg.get("tie_word_embeddings")  # resolved against the tensors later
+    return c
+
+
+# --- Which Hugging Face tensor goes where ------------------------------------------------------
+# (our name, HF name, shape, kind); kind "norm" is written as f32, "matrix" in the chosen dtype,
+# "q" and "k" are matrices whose rows are permuted first. The order is the file's order (model.h).
+
+def tensor_plan(c):
+    D, F, V, hd = c["dim"], c["hidden_dim"], c["vocab_size"], c["head_dim"]
+    q_rows, kv_rows = c["n_heads"] * hd, c["n_kv_heads"] * hd
+    plan = [("token_embedding", "model.embed_tokens.weight", (V, D), "matrix")]
+    for l in range(c["n_layers"]):
+        hf = f"model.layers.{l}."
+        plan += [
+            (f"layers.{l}.rms_att", hf + "input_layernorm.weight", (D,), "norm"),
+            (f"layers.{l}.wq", hf + "self_attn.q_proj.weight", (q_rows, D), "q"),
+            (f"layers.{l}.wk", hf + "self_attn.k_proj.weight", (kv_rows, D), "k"),
+            (f"layers.{l}.wv", hf + "self_attn.v_proj.weight", (kv_rows, D), "matrix"),
+            (f"layers.{l}.wo", hf + "self_attn.o_proj.weight", (D, q_rows), "matrix"),
+            (f"layers.{l}.rms_ffn", hf + "post_attention_layernorm.weight", (D,), "norm"),
+            (f"layers.{l}.w1", hf + "mlp.gate_proj.weight", (F, D), "matrix"),
+            (f"layers.{l}.w2", hf + "mlp.down_proj.weight", (D, F), "matrix"),
+            (f"layers.{l}.w3", hf + "mlp.up_proj.weight", (F, D), "matrix"),
+        ]
+    plan.append(("rms_final", "model.norm.weight", (D,), "norm"))
+    if not c["shared_classifier"]:
+        plan.append(("wcls", "lm_head.weight", (V, D), "matrix"))
+    return plan
+
+
+def resolve_classifier(c, names):
+    """shared_classifier: tied if config says so, or if it says nothing and there is no lm_head."""
+    tied, has_head = c.pop("tie_word_embeddings"), "lm_head.weight" in names
+    if tied is None:  # HF's default is untied, but a checkpoint without lm_head can only be tied
+        c["shared_classifier"] = int(not has_head)
+    else:
+        c["shared_classifier"] = int(bool(tied))  # false + no lm_head fails as a missing tensor
+        if tied and has_head:
+            warn("lm_head.weight is ignored: tie_word_embeddings is true, so HF uses the embedding")
+
+
+def check_tensors(ckpt, plan, hf_dir):
+    """Every planned tensor present, float, and of the shape config.json implies; nothing else."""
+    names = set(ckpt.names())
+    expected = {hf for _, hf, _, _ in plan}
+    biases = sorted(n for n in names if n.endswith(".bias"))
+    if biases:
+        raise CheckpointError(f"{hf_dir}: tensor {biases[0]}", f"bias tensors ({len(biases)}) are not "
+                              "supported", "our network, like Llama's, has no biases")
+    missing = [hf for _, hf, _, _ in plan if hf not in names]
+    if missing:
+        raise CheckpointError(f"{hf_dir}: tensor {missing[0]}", f"missing ({len(missing)} missing in all)",
+                              "is config.json (num_hidden_layers, tie_word_embeddings) right?")
+    ignored = lambda n: n.endswith("rotary_emb.inv_freq") or n == "lm_head.weight"  # buffers; tied head
+    extra = sorted(n for n in names - expected if not ignored(n))
+    if extra:
+        raise CheckpointError(f"{hf_dir}: tensor {extra[0]}", f"not part of a Llama model "
+                              f"({len(extra)} unexpected in all)", "is this really a Llama checkpoint?")
+    for _, hf, shape, _ in plan:
+        dtype, got = ckpt.info(hf)
+        if dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"{hf_dir}: tensor {hf}", f"dtype {dtype} is not a float type",
+                                  "quantized checkpoints are not supported; use the float one")
+        if tuple(got) != shape:
+            raise CheckpointError(f"{hf_dir}: tensor {hf}", f"shape {list(got)} but config.json implies "
+                                  f"{list(shape)}", "config.json and the weights disagree")
+
+
+# --- The two RoPE layouts -------------------------------------------------------------------------
+# RoPE rotates pairs of coordinates of each head (rope.h). Meta's code and rope.c pair neighbours:
+# pair i = (x[2i], x[2i+1]). HF's rotate_half pairs the two halves: pair i = (x[i], x[i + hd/2]).
+# Since q.k is unchanged when q and k get the same permutation, HF's converter simply permuted the
+# rows of W_q and W_k (convert_llama_weights_to_hf.py, `permute`):
+#     w.view(n_heads, hd // 2, 2, dim).transpose(1, 2).reshape(n_heads * hd, dim)
+# i.e. HF_row[h*hd + c*hd/2 + i] = Meta_row[h*hd + 2i + c] for head h, pair i, c in {0, 1}.
+# We undo it (llama2.c export.py's `permute_reverse` does the same):
+#     out_row[h*hd + 2i + c] = hf_row[h*hd + c*hd/2 + i]
+# W_k has n_kv_heads heads, not n_heads (grouped-query attention; llama2.c issue #431).
+
+def interleave_rows(w, n_heads, head_dim):
+    """(n_heads*hd, dim) rows in rotate_half order -> interleaved order."""
+    dim = w.shape[1]
+    w = w.reshape(n_heads, 2, head_dim // 2, dim)  # [h, c, i, :] = hf_row[h*hd + c*hd/2 + i]
+    return w.transpose(0, 2, 1, 3).reshape(n_heads * head_dim, dim)  # [h, i, c, :] -> row h*hd+2i+c
+
+
+# --- Writing ----------------------------------------------------------------------------------------
+
+def pad_to_alignment(f):
+    """Zeros up to the next multiple of ALIGN bytes from the start of the file."""
+    f.write(b"\0" * (-f.tell() % ALIGN))
+
+
+def quantize_q8_0(w):
+    """(rows, cols) float32 -> int8 (rows, cp) and float32 scales (rows, cp/32), cp = cols rounded
+    up to 32. Per block of 32: d = max|x| / 127, q = round(x / d), so x ~ q * d (ggml's Q8_0)."""
+    rows, cols = w.shape
+    cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
+    x = np.zeros((rows, cp), np.float32)
+    x[:, :cols] = w  # the zero padding quantizes to q = 0
+    blocks = x.reshape(rows, cp // Q8_BLOCK, Q8_BLOCK)  # (rows, cp/32, 32)
+    d = np.abs(blocks).max(axis=2) / np.float32(127)  # (rows, cp/32); 0 for an all-zero block
+    q = np.divide(blocks, d[:, :, None], out=np.zeros_like(blocks), where=d[:, :, None] > 0)
+    q = np.clip(np.rint(q), -127, 127).astype(np.int8).reshape(rows, cp)
+    return q, d.astype(np.float32)
+
+
+def write_tensor(f, w, kind, dtype, name):
+    """One tensor at the next 64-byte boundary: norms as f32, matrices in `dtype` (model.h)."""
+    pad_to_alignment(f)
+    if kind == "norm" or dtype == "f32":
+        f.write(np.ascontiguousarray(w, dtype="<f4").data)
+    elif dtype == "f16":
+        with np.errstate(over="ignore"):  # overflow is checked right below
+            h = np.ascontiguousarray(w, dtype="<f2")
+        if not np.isfinite(h).all():
+            raise CheckpointError(f"tensor {name}", "has values beyond the f16 range (65504)",
+                                  "export with --dtype f32 or q8_0")
+        f.write(h.data)
+    else:  # q8_0: all int8 rows, then at the next 64-byte boundary all the scales
+        q, d = quantize_q8_0(w)
+        f.write(q.data)
+        pad_to_alignment(f)
+        f.write(np.ascontiguousarray(d, dtype="<f4").data)
+
+
+def describe_rope(c):
+    name = {v: k for k, v in ROPE_TYPES.items()}[c["rope_scaling"]]
+    text = f"rope {'none' if name == 'default' else name} theta {c['rope_theta']:g}"
+    if c["rope_scaling"]:
+        text += f" factor {c['rope_factor']:g}"
+        if c["rope_orig_ctx"]:
+            text += f" original_max_position_embeddings {c['rope_orig_ctx']}"
+    return text
+
+
+def export(hf_dir, out, dtype):
+    c = read_config(hf_dir)
+    ckpt = Checkpoint(hf_dir)
+    resolve_classifier(c, set(ckpt.names()))
+    c.update(magic=MAGIC, version=VERSION, dtype=DTYPES[dtype])
+    plan = tensor_plan(c)
+    check_tensors(ckpt, plan, hf_dir)  # all checks done before a single byte is written
+
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir) or os.path.isdir(out):
+        raise CheckpointError(out, "is a directory, or its directory does not exist",
+                              "give a file path in an existing directory")
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out) + ".tmp-", dir=out_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(HEADER.pack(*(c[name] for name, _ in HEADER_FIELDS)))
+            f.write(b"\0" * (HEADER_SIZE - HEADER.size))  # reserved
+            n_params = 0
+            for k, (ours, hf, shape, kind) in enumerate(plan):
+                w = ckpt.get(hf)  # float32, whatever the stored dtype; one tensor in memory at a time
+                if not np.isfinite(w).all():
+                    raise CheckpointError(f"{hf_dir}: tensor {hf}", "contains NaN or infinity",
+                                          "the checkpoint is broken")
+                if kind in ("q", "k"):
+                    w = interleave_rows(w, c["n_heads" if kind == "q" else "n_kv_heads"], c["head_dim"])
+                write_tensor(f, w, kind, dtype, hf)
+                n_params += w.size
+                print(f"[{k + 1:3d}/{len(plan)}] {ours:<18s} {str(shape):<14s} <- {hf}"
+                      + (" (rows interleaved)" if kind in ("q", "k") else ""), file=sys.stderr)
+                del w
+            size = f.tell()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+        os.replace(tmp, out)
+    except BaseException:  # including KeyboardInterrupt: never leave a half-written file behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    print(f"wrote {out}: dim {c['dim']} hidden {c['hidden_dim']} layers {c['n_layers']} "
+          f"heads {c['n_heads']}/{c['n_kv_heads']} kv head_dim {c['head_dim']} vocab {c['vocab_size']} "
+          f"seq_len {c['seq_len']}, {'shared' if c['shared_classifier'] else 'separate'} classifier; "
+          f"{n_params:,} params, {dtype}, {size:,} bytes; {describe_rope(c)}", file=sys.stderr)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Convert a Hugging Face Llama checkpoint to our model "
+                                 "file (format in model.h).")
+    ap.add_argument("hf_dir", metavar="HF_DIR", help="directory with config.json and the weights")
+    ap.add_argument("out", metavar="OUT.bin", help="the model file to write")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32",
+                    help="type of the weight matrices (norms are always f32); default f32")
+    args = ap.parse_args(argv)
+    try:
+        export(args.hf_dir, args.out, args.dtype)
+        return 0
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+    except OSError as e:
+        print(f"error: {e.filename or args.out}: {e.strerror or e} (hint: check the path and free "
+              "disk space)", file=sys.stderr)
+    except MemoryError:
+        print("error: out of memory (hint: the largest tensor must fit in RAM about three times)",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"error: interrupted: {args.out} was not written", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

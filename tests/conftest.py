@@ -1,0 +1,40 @@
+"""Shared pytest fixtures: paths, and building the C test tools once per session."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+SHARED = REPO.parent / "shared"  # read-only test data (../shared/data, see its SOURCES.md)
+PYTHON = "/usr/bin/python3"      # Debian's interpreter: the one with python3-torch
+
+
+@pytest.fixture(scope="session")
+def rope_tools():
+    """Build tests/rope_dump and tests/test_rope once (`make -C REPO tests/rope_dump tests/test_rope`)
+    and return {name: path}. Only the RoPE tools are built, so these tests do not wait for (or
+    fail because of) the rest of the program."""
+    targets = ["tests/rope_dump", "tests/test_rope"]
+    proc = subprocess.run(["make", "-C", str(REPO)] + targets, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"make {' '.join(targets)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return {Path(t).name: REPO / t for t in targets}
+
+
+@pytest.fixture(scope="session")
+def c_tools():
+    """Build ./run and every C test tool once (`make tools`)."""
+    proc = subprocess.run(["make", "-C", str(REPO), "tools"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"make tools failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+# --- The exporter (export/export.py) ---------------------------------------------------------------
+EXPORT = REPO / "export" / "export.py"
+
+
+def run_export(hf_dir, out, *args):
+    """Run `PYTHON export/export.py hf_dir out *args`; returns the CompletedProcess (text mode)."""
+    return subprocess.run([PYTHON, str(EXPORT), str(hf_dir), str(out), *map(str, args)],
+                          capture_output=True, text=True)

@@ -1,0 +1,600 @@
+"""test_export.py - export/export.py alone: Hugging Face checkpoint in, model.h file out.
+
+The model file is read back here by a reader written from model.h's comment (not from export.py),
+so these tests check the exporter against the specification:
+  - the header, field by field, for tied/untied, MHA/GQA, head_dim != dim/n_heads, every RoPE
+    scaling spelling; the file ends exactly where the documented layout says; padding is zero;
+  - the q/k row permutation, element by element from its index formula, on random weights and on
+    the real stories260K (whose legacy llama2.c file already holds interleaved rows);
+  - every input dtype and file layout gives the same bytes; f16 and q8_0 within their precision;
+  - each refusal exits 1 with a message naming the key or tensor, and leaves no file behind.
+The C side (loading these files) is tested elsewhere.
+
+Run: /usr/bin/python3 -m pytest -q tests/test_export.py
+"""
+import importlib.util
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import PYTHON, REPO, SHARED, run_export
+
+sys.path.insert(0, str(REPO / "export"))
+import safetensors as st  # noqa: E402  (export/safetensors.py)
+from hf_random import make_checkpoint  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("lrun_export", REPO / "export" / "export.py")
+exporter = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(exporter)
+
+STORIES_HF = SHARED / "data/models/stories260K-hf"
+STORIES_LEGACY = SHARED / "data/models/stories260K.bin"
+
+# Small shapes with awkward sizes: dim and hidden_dim not multiples of 32 (q8_0 padding), GQA,
+# and a head_dim that is not dim / n_heads.
+TIED_MHA = dict(dim=48, hidden_dim=72, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=70, max_pos=64)
+UNTIED_GQA = dict(dim=64, hidden_dim=100, n_layers=2, n_heads=8, n_kv_heads=2, vocab_size=90,
+                  max_pos=128, tied=False)
+ODD_HEAD_DIM = dict(dim=48, hidden_dim=64, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=16,
+                    vocab_size=50, max_pos=32, tied=False)
+
+
+# --- A reader of our model file, from model.h ------------------------------------------------------
+
+INT_FIELDS = ["version", "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+              "vocab_size", "seq_len", "bos_id", "eos_id", "shared_classifier", "dtype",
+              "rope_scaling", "rope_orig_ctx"]  # int32 at offsets 4, 8, ..., 60
+REAL_FIELDS = ["rope_theta", "norm_eps", "rope_factor", "rope_attn_factor", "rope_beta_fast",
+               "rope_beta_slow", "rope_low_freq_factor", "rope_high_freq_factor"]  # float64 at 64..120
+
+
+def read_header(buf):
+    h = {"magic": bytes(buf[0:4])}
+    for k, name in enumerate(INT_FIELDS):
+        (h[name],) = struct.unpack_from("<i", buf, 4 + 4 * k)
+    for k, name in enumerate(REAL_FIELDS):
+        (h[name],) = struct.unpack_from("<d", buf, 64 + 8 * k)
+    h["reserved"] = bytes(buf[128:256])
+    return h
+
+
+def tensor_list(h):
+    """[(name, shape, is_matrix)] in file order (model.h)."""
+    D, F, V = h["dim"], h["hidden_dim"], h["vocab_size"]
+    q, kv = h["n_heads"] * h["head_dim"], h["n_kv_heads"] * h["head_dim"]
+    t = [("token_embedding", (V, D), True)]
+    for l in range(h["n_layers"]):
+        t += [(f"{l}.rms_att", (D,), False), (f"{l}.wq", (q, D), True), (f"{l}.wk", (kv, D), True),
+              (f"{l}.wv", (kv, D), True), (f"{l}.wo", (D, q), True), (f"{l}.rms_ffn", (D,), False),
+              (f"{l}.w1", (F, D), True), (f"{l}.w2", (D, F), True), (f"{l}.w3", (F, D), True)]
+    t.append(("rms_final", (D,), False))
+    if not h["shared_classifier"]:
+        t.append(("wcls", (V, D), True))
+    return t
+
+
+def align64(n):
+    return (n + 63) // 64 * 64
+
+
+def layout_size(h):
+    """Bytes of the file by the documented layout (the end of the last tensor)."""
+    pos = 256
+    for _, shape, is_matrix in tensor_list(h):
+        pos = align64(pos)
+        if not is_matrix or h["dtype"] == 0:
+            pos += 4 * int(np.prod(shape))
+        elif h["dtype"] == 1:
+            pos += 2 * shape[0] * shape[1]
+        else:
+            cp = (shape[1] + 31) // 32 * 32
+            pos = align64(pos + shape[0] * cp) + 4 * shape[0] * (cp // 32)
+    return pos
+
+
+def read_model(path):
+    """(header, {name: float32 array}, {name: (q int8 (rows, cp), d (rows, cp/32))} for q8_0).
+    Checks that every gap is zero and that the file ends where the last tensor ends."""
+    buf = memoryview(open(path, "rb").read())
+    h = read_header(buf)
+    tensors, q8 = {}, {}
+    pos = 256
+
+    def take(dtype, count):
+        nonlocal pos
+        a = np.frombuffer(buf, dtype=dtype, count=count, offset=pos)
+        pos += a.nbytes
+        return a
+
+    def align():
+        nonlocal pos
+        assert not any(buf[pos:align64(pos)]), f"non-zero padding at {pos}"
+        pos = align64(pos)
+
+    for name, shape, is_matrix in tensor_list(h):
+        align()
+        n = int(np.prod(shape))
+        if not is_matrix or h["dtype"] == 0:
+            tensors[name] = take("<f4", n).reshape(shape)
+        elif h["dtype"] == 1:
+            tensors[name] = take("<f2", n).astype(np.float32).reshape(shape)
+        else:
+            rows, cols = shape
+            cp = (cols + 31) // 32 * 32
+            q = take("i1", rows * cp).reshape(rows, cp)
+            align()
+            d = take("<f4", rows * cp // 32).reshape(rows, cp // 32)
+            q8[name] = (q, d)
+            tensors[name] = (q.reshape(rows, cp // 32, 32) * d[:, :, None]).reshape(rows, cp)[:, :cols]
+    assert pos == len(buf), f"file is {len(buf)} bytes, the layout ends at {pos}"
+    return h, tensors, q8
+
+
+def hf_weights(hf_dir):
+    ckpt = st.Checkpoint(str(hf_dir))
+    return {name: ckpt.get(name) for name in ckpt.names()}
+
+
+# --- Helpers -----------------------------------------------------------------------------------------
+
+def export_inprocess(capsys, hf_dir, out, *args):
+    """export.main() in this process (fast); returns (exit status, stderr)."""
+    code = exporter.main([str(hf_dir), str(out), *map(str, args)])
+    return code, capsys.readouterr().err
+
+
+def export_ok(capsys, hf_dir, out, *args):
+    code, err = export_inprocess(capsys, hf_dir, out, *args)
+    assert code == 0, err
+    return read_model(out)
+
+
+@pytest.fixture(scope="module")
+def gqa_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gqa")
+    make_checkpoint(d, **UNTIED_GQA, seed=3)
+    return d
+
+
+# --- Header --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [TIED_MHA, UNTIED_GQA, ODD_HEAD_DIM], ids=["tied-mha", "untied-gqa", "head-dim"])
+def test_header_fields(tmp_path, capsys, shape):
+    make_checkpoint(tmp_path / "hf", **shape, rope_theta=500000.0)
+    h, _, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    head_dim = shape.get("head_dim") or shape["dim"] // shape["n_heads"]
+    expect = dict(magic=b"LRUN", version=1, dim=shape["dim"], hidden_dim=shape["hidden_dim"],
+                  n_layers=shape["n_layers"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
+                  head_dim=head_dim, vocab_size=shape["vocab_size"], seq_len=shape["max_pos"],
+                  bos_id=1, eos_id=2, shared_classifier=int(shape.get("tied", True)), dtype=0,
+                  rope_scaling=0, rope_orig_ctx=0, rope_theta=500000.0, norm_eps=1e-5,
+                  rope_factor=1.0, rope_attn_factor=0.0, rope_beta_fast=0.0, rope_beta_slow=0.0,
+                  rope_low_freq_factor=0.0, rope_high_freq_factor=0.0, reserved=bytes(128))
+    assert h == expect
+
+
+ROPE_CASES = {
+    "none": (None, dict(rope_scaling=0, rope_factor=1.0)),
+    "default": ({"rope_type": "default"}, dict(rope_scaling=0, rope_factor=1.0)),
+    "linear": ({"rope_type": "linear", "factor": 2.0}, dict(rope_scaling=1, rope_factor=2.0)),
+    "linear-legacy-type": ({"type": "linear", "factor": 4}, dict(rope_scaling=1, rope_factor=4.0)),
+    "dynamic": ({"type": "dynamic", "factor": 2.0}, dict(rope_scaling=3, rope_factor=2.0)),
+    "yarn-defaults": ({"rope_type": "yarn", "factor": 4.0}, dict(rope_scaling=4, rope_factor=4.0)),
+    "yarn-full": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                   "attention_factor": 1.25, "beta_fast": 16, "beta_slow": 2},
+                  dict(rope_scaling=4, rope_factor=4.0, rope_orig_ctx=32, rope_attn_factor=1.25,
+                       rope_beta_fast=16.0, rope_beta_slow=2.0)),
+    "yarn-no-factor": ({"rope_type": "yarn", "original_max_position_embeddings": 16},
+                       dict(rope_scaling=4, rope_factor=4.0, rope_orig_ctx=16)),  # 64 / 16
+    "llama3": ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16},
+               dict(rope_scaling=5, rope_factor=8.0, rope_orig_ctx=16, rope_low_freq_factor=1.0,
+                    rope_high_freq_factor=4.0)),
+}
+
+
+@pytest.mark.parametrize("case", list(ROPE_CASES))
+def test_header_rope(tmp_path, capsys, case):
+    scaling, fields = ROPE_CASES[case]
+    make_checkpoint(tmp_path / "hf", **TIED_MHA, rope_theta=20000.0, rope_scaling=scaling)
+    h, _, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    expect = dict(rope_scaling=0, rope_orig_ctx=0, rope_theta=20000.0, rope_factor=1.0,
+                  rope_attn_factor=0.0, rope_beta_fast=0.0, rope_beta_slow=0.0,
+                  rope_low_freq_factor=0.0, rope_high_freq_factor=0.0)
+    expect.update(fields)
+    assert {k: h[k] for k in expect} == expect
+
+
+def test_header_rope_parameters_v5(tmp_path, capsys):
+    """transformers v5 folds rope_theta and rope_scaling into one rope_parameters dict."""
+    params = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    make_checkpoint(tmp_path / "hf", **TIED_MHA,
+                    extra_config={"rope_theta": None, "rope_scaling": None, "rope_parameters": params})
+    h, _, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    assert (h["rope_scaling"], h["rope_theta"], h["rope_factor"], h["rope_orig_ctx"]) == (5, 500000.0, 32.0, 8192)
+    assert (h["rope_low_freq_factor"], h["rope_high_freq_factor"]) == (1.0, 4.0)
+
+
+def test_header_token_ids_and_defaults(tmp_path, capsys):
+    """eos list -> its first id; missing rope_theta / num_key_value_heads / head_dim -> defaults."""
+    make_checkpoint(tmp_path / "hf", **TIED_MHA, extra_config={
+        "eos_token_id": [7, 8, 9], "bos_token_id": 5, "rope_theta": None,
+        "num_key_value_heads": None, "head_dim": None})
+    h, _, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    assert (h["bos_id"], h["eos_id"], h["rope_theta"], h["n_kv_heads"], h["head_dim"]) == (5, 7, 10000.0, 4, 12)
+
+
+@pytest.mark.parametrize("tie,has_head,shared", [(None, False, 1), (None, True, 0), (True, True, 1)])
+def test_shared_classifier(tmp_path, capsys, tie, has_head, shared):
+    make_checkpoint(tmp_path / "hf", **{**TIED_MHA, "tied": not has_head},
+                    extra_config={"tie_word_embeddings": tie})
+    h, t, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    assert h["shared_classifier"] == shared and ("wcls" in t) == (not shared)
+
+
+def test_mistral_accepted(tmp_path, capsys):
+    make_checkpoint(tmp_path / "hf", **TIED_MHA, architecture="MistralForCausalLM",
+                    extra_config={"sliding_window": 32})  # < max_pos 64
+    code, err = export_inprocess(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    assert code == 0 and "sliding_window" in err
+
+
+# --- Layout ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])
+def test_file_size_matches_layout(tmp_path, capsys, gqa_dir, dtype):
+    out = tmp_path / "m.bin"
+    h, _, _ = export_ok(capsys, gqa_dir, out, "--dtype", dtype)  # read_model checks padding and the end
+    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 2}[dtype]
+    assert out.stat().st_size == layout_size(h)
+
+
+# --- The q/k permutation -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [UNTIED_GQA, ODD_HEAD_DIM], ids=["gqa", "head-dim"])
+def test_qk_rows_interleaved(tmp_path, capsys, shape):
+    """out_row[h*hd + 2i + c] == hf_row[h*hd + c*hd/2 + i]; k with n_kv_heads heads. V, O and the
+    rest are copied unchanged."""
+    make_checkpoint(tmp_path / "hf", **shape, seed=11)
+    hf = hf_weights(tmp_path / "hf")
+    h, t, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    hd = h["head_dim"]
+    for l in range(h["n_layers"]):
+        p = f"model.layers.{l}."
+        for ours, name, n_heads in (("wq", "self_attn.q_proj.weight", h["n_heads"]),
+                                    ("wk", "self_attn.k_proj.weight", h["n_kv_heads"])):
+            out, src = t[f"{l}.{ours}"], hf[p + name]
+            assert out.shape == src.shape == (n_heads * hd, h["dim"])
+            for head in range(n_heads):
+                for i in range(hd // 2):
+                    for c in (0, 1):
+                        np.testing.assert_array_equal(out[head * hd + 2 * i + c], src[head * hd + c * hd // 2 + i])
+        for ours, name in (("wv", "self_attn.v_proj.weight"), ("wo", "self_attn.o_proj.weight"),
+                           ("w1", "mlp.gate_proj.weight"), ("w2", "mlp.down_proj.weight"),
+                           ("w3", "mlp.up_proj.weight"), ("rms_att", "input_layernorm.weight"),
+                           ("rms_ffn", "post_attention_layernorm.weight")):
+            np.testing.assert_array_equal(t[f"{l}.{ours}"], hf[p + name])
+    np.testing.assert_array_equal(t["token_embedding"], hf["model.embed_tokens.weight"])
+    np.testing.assert_array_equal(t["rms_final"], hf["model.norm.weight"])
+    np.testing.assert_array_equal(t["wcls"], hf["lm_head.weight"])
+
+
+def read_legacy(path):
+    """llama2.c's legacy (v0) file, as ../shared/data/SOURCES.md describes it."""
+    buf = open(path, "rb").read()
+    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack_from("<7i", buf, 0)
+    kv = dim * n_kv // n_heads
+    hd = dim // n_heads
+    pos, w = 28, {}
+    for name, shape in [("token_embedding", (abs(vocab), dim)), ("rms_att", (n_layers, dim)),
+                        ("wq", (n_layers, dim, dim)), ("wk", (n_layers, kv, dim)), ("wv", (n_layers, kv, dim)),
+                        ("wo", (n_layers, dim, dim)), ("rms_ffn", (n_layers, dim)),
+                        ("w1", (n_layers, hidden, dim)), ("w2", (n_layers, dim, hidden)),
+                        ("w3", (n_layers, hidden, dim)), ("rms_final", (dim,)),
+                        ("freq_cis", (2, seq_len, hd // 2))]:
+        n = int(np.prod(shape))
+        w[name] = np.frombuffer(buf, "<f4", n, pos).reshape(shape)
+        pos += 4 * n
+    assert vocab > 0 and pos == len(buf)  # shared classifier: the file ends after freq_cis
+    return dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
+                vocab_size=vocab, seq_len=seq_len), w
+
+
+def test_stories260K_matches_legacy(tmp_path, capsys):
+    """The real stories260K: HF directory exported == llama2.c's own file, every tensor, bit for bit.
+    Its wq/wk were never permuted (Meta layout), so equality proves the permutation (GQA 8/4)."""
+    h, t, _ = export_ok(capsys, STORIES_HF, tmp_path / "m.bin")
+    legacy_config, w = read_legacy(STORIES_LEGACY)
+    assert {k: h[k] for k in legacy_config} == legacy_config
+    assert (h["shared_classifier"], h["head_dim"], h["rope_theta"], h["norm_eps"]) == (1, 8, 10000.0, 1e-5)
+    np.testing.assert_array_equal(t["token_embedding"], w["token_embedding"])
+    np.testing.assert_array_equal(t["rms_final"], w["rms_final"])
+    for l in range(h["n_layers"]):
+        for name in ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3"):
+            np.testing.assert_array_equal(t[f"{l}.{name}"], w[name][l], err_msg=f"layer {l} {name}")
+    # and the permutation really did something: HF's k_proj rows differ from the legacy ones
+    assert not np.array_equal(hf_weights(STORIES_HF)["model.layers.0.self_attn.k_proj.weight"], w["wk"][0])
+
+
+# --- Input dtypes and layouts; output dtypes --------------------------------------------------------
+
+def test_every_input_format_gives_the_same_file(tmp_path, capsys):
+    """F32/F16/BF16 and safetensors/sharded/bin/bin-sharded of the same (exactly representable)
+    numbers all export to byte-identical f32 files."""
+    outputs = {}
+    for dtype, fmt in [("F32", "safetensors"), ("F16", "safetensors"), ("BF16", "safetensors"),
+                       ("BF16", "sharded"), ("F16", "bin"), ("BF16", "bin-sharded"), ("F32", "sharded")]:
+        d = tmp_path / f"{dtype}-{fmt}"
+        make_checkpoint(d, **UNTIED_GQA, dtype=dtype, fmt=fmt, exact=True, seed=5)
+        if fmt.endswith("sharded"):
+            assert len([f for f in os.listdir(d) if "-of-" in f]) >= 2
+        code, err = export_inprocess(capsys, d, tmp_path / f"{dtype}-{fmt}.bin")
+        assert code == 0, err
+        outputs[dtype, fmt] = (tmp_path / f"{dtype}-{fmt}.bin").read_bytes()
+    reference = outputs["F32", "safetensors"]
+    for key, data in outputs.items():
+        assert data == reference, key
+
+
+def test_f16_output(tmp_path, capsys, gqa_dir):
+    _, t32, _ = export_ok(capsys, gqa_dir, tmp_path / "a.bin")
+    _, t16, _ = export_ok(capsys, gqa_dir, tmp_path / "b.bin", "--dtype", "f16")
+    for name, x in t32.items():
+        expect = x if x.ndim == 1 else x.astype(np.float16).astype(np.float32)  # norms stay f32
+        np.testing.assert_array_equal(t16[name], expect, err_msg=name)
+
+
+def test_q8_0_output(tmp_path, capsys, gqa_dir):
+    """Each block of 32 within max|x|/254 (half a quantization step) of f32; zero padding; norms f32."""
+    _, t32, _ = export_ok(capsys, gqa_dir, tmp_path / "a.bin")
+    _, tq, q8 = export_ok(capsys, gqa_dir, tmp_path / "q.bin", "--dtype", "q8_0")
+    for name, x in t32.items():
+        if x.ndim == 1:
+            np.testing.assert_array_equal(tq[name], x, err_msg=name)
+            continue
+        q, d = q8[name]
+        rows, cols = x.shape
+        cp = q.shape[1]
+        assert cp == (cols + 31) // 32 * 32 and not q[:, cols:].any(), f"{name}: padding not zero"
+        assert q.min() >= -127
+        xp = np.zeros((rows, cp), np.float32)
+        xp[:, :cols] = x
+        blocks = xp.reshape(rows, cp // 32, 32)
+        amax = np.abs(blocks).max(axis=2)
+        np.testing.assert_allclose(d, amax / 127, rtol=1e-6, err_msg=name)
+        err = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks).max(axis=2)
+        assert (err <= amax / 254 * (1 + 1e-5)).all(), f"{name}: max error {err.max()}"
+
+
+def test_q8_0_zero_block(tmp_path, capsys):
+    """An all-zero block gets scale 0 and q 0 (no division by zero)."""
+    q, d = exporter.quantize_q8_0(np.concatenate([np.zeros((2, 32)), np.ones((2, 8))], 1).astype(np.float32))
+    assert q.shape == (2, 64) and d.shape == (2, 2)
+    assert (d[:, 0] == 0).all() and not q[:, :32].any() and (q[:, 32:40] == 127).all() and not q[:, 40:].any()
+
+
+# --- Refusals -----------------------------------------------------------------------------------------
+
+def edit_safetensors(path, edit_header=None, edit_tensors=None):
+    """Rewrite a .safetensors file: edit_tensors(dict of arrays) for well-formed changes,
+    edit_header(header dict) to corrupt the header while keeping the data bytes."""
+    f = st.SafetensorsFile(str(path))
+    if edit_tensors:
+        tensors = {n: f.get(n) for n in f.tensors}
+        edit_tensors(tensors)
+        st.save_file(str(path), tensors)
+        return
+    raw = open(path, "rb").read()
+    header = json.loads(raw[8:f.data_start])
+    edit_header(header)
+    text = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + raw[f.data_start:])
+
+
+def add_bias(t):
+    t["model.layers.0.self_attn.q_proj.bias"] = np.zeros(48, np.float32)
+
+
+def add_extra(t):
+    t["model.layers.1.self_attn.q_norm.weight"] = np.ones(12, np.float32)
+
+
+def make_int8(t):
+    t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"].astype(np.int8)
+
+
+def make_nan(t):
+    t["model.layers.1.mlp.down_proj.weight"][3, 4] = np.nan
+
+
+def drop(name):
+    return lambda t: t.pop(name)
+
+
+def set_offsets(name, offsets):
+    def edit(header):
+        header[name]["data_offsets"] = offsets
+    return edit
+
+
+def set_key(name, key, value):
+    def edit(header):
+        header[name][key] = value
+    return edit
+
+
+def overlap(header):
+    a, b = header["model.layers.0.input_layernorm.weight"], header["model.layers.0.post_attention_layernorm.weight"]
+    b["data_offsets"] = [a["data_offsets"][0], a["data_offsets"][0] + b["data_offsets"][1] - b["data_offsets"][0]]
+
+
+def write_bytes(rel, data):
+    def edit(d):
+        (d / rel).write_bytes(data)
+    return edit
+
+
+def truncate_file(d):
+    p = d / "model.safetensors"
+    p.write_bytes(p.read_bytes()[:-100])
+
+
+def bad_json(d):
+    p = d / "model.safetensors"
+    raw = bytearray(p.read_bytes())
+    raw[8:12] = b"{{{{"
+    p.write_bytes(bytes(raw))
+
+
+def huge_header(d):
+    p = d / "model.safetensors"
+    raw = p.read_bytes()
+    p.write_bytes(struct.pack("<Q", len(raw)) + raw[8:])
+
+
+EMB = "model.embed_tokens.weight"
+NORM0 = "model.layers.0.input_layernorm.weight"  # 48 floats = 192 bytes
+
+# name: (extra_config, function(dir) that breaks the checkpoint, words the message must contain)
+REFUSALS = {
+    "unknown-architecture": ({"architectures": ["GPT2LMHeadModel"]}, None, ["architectures", "GPT2LMHeadModel"]),
+    "unknown-model-type": ({"model_type": "qwen2"}, None, ["model_type", "qwen2"]),
+    "quantization-config": ({"quantization_config": {"quant_method": "gptq"}}, None, ["quantization_config"]),
+    "attention-bias": ({"attention_bias": True}, None, ["attention_bias"]),
+    "mlp-bias": ({"mlp_bias": True}, None, ["mlp_bias"]),
+    "hidden-act": ({"hidden_act": "gelu"}, None, ["hidden_act", "gelu"]),
+    "partial-rotary": ({"partial_rotary_factor": 0.5}, None, ["partial_rotary_factor"]),
+    "longrope": ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 6,
+                                   "long_factor": [2.0] * 6}}, None, ["rope_scaling", "longrope"]),
+    "unknown-rope": ({"rope_scaling": {"type": "ntk-by-parts", "factor": 2.0}}, None, ["ntk-by-parts"]),
+    "llama3-missing-key": ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+                                             "original_max_position_embeddings": 16}}, None, ["low_freq_factor"]),
+    "rope-factor-missing": ({"rope_scaling": {"rope_type": "linear"}}, None, ["factor"]),
+    "missing-config-key": ({"rms_norm_eps": None}, None, ["rms_norm_eps"]),
+    "bad-kv-heads": ({"num_key_value_heads": 3}, None, ["num_key_value_heads"]),
+    "eos-out-of-range": ({"eos_token_id": 70}, None, ["eos_token_id"]),
+    "shape-mismatch": ({"intermediate_size": 80}, None, ["model.layers.0.mlp.gate_proj.weight", "[72, 48]", "[80, 48]"]),
+    "untied-without-lm-head": ({"tie_word_embeddings": False}, None, ["lm_head.weight", "missing"]),
+    "no-config": ({}, lambda d: (d / "config.json").unlink(), ["config.json"]),
+    "no-weights": ({}, lambda d: (d / "model.safetensors").unlink(), ["model.safetensors"]),
+    "bias-tensor": ({}, lambda d: edit_safetensors(d / "model.safetensors", edit_tensors=add_bias), ["q_proj.bias"]),
+    "extra-tensor": ({}, lambda d: edit_safetensors(d / "model.safetensors", edit_tensors=add_extra), ["q_norm"]),
+    "missing-tensor": ({}, lambda d: edit_safetensors(d / "model.safetensors",
+                                                      edit_tensors=drop("model.layers.1.mlp.up_proj.weight")),
+                       ["model.layers.1.mlp.up_proj.weight", "missing"]),
+    "int8-tensor": ({}, lambda d: edit_safetensors(d / "model.safetensors", edit_tensors=make_int8),
+                    ["model.layers.0.mlp.up_proj.weight", "I8"]),
+    "nan": ({}, lambda d: edit_safetensors(d / "model.safetensors", edit_tensors=make_nan),
+            ["model.layers.1.mlp.down_proj.weight", "NaN"]),
+    "st-header-beyond-file": ({}, huge_header, ["model.safetensors", "header size"]),
+    "st-truncated": ({}, truncate_file, ["model.safetensors", "outside the data buffer"]),
+    "st-bad-json": ({}, bad_json, ["model.safetensors", "JSON"]),
+    "st-offsets-outside": ({}, lambda d: edit_safetensors(d / "model.safetensors",
+                                                          set_offsets(NORM0, [10**9, 10**9 + 192])),
+                           [NORM0, "outside"]),
+    "st-end-before-begin": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_offsets(NORM0, [192, 0])),
+                            [NORM0, "end before"]),
+    "st-size-mismatch": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_key(NORM0, "shape", [47])),
+                         [NORM0, "needs 188"]),
+    "st-overlap": ({}, lambda d: edit_safetensors(d / "model.safetensors", overlap), ["overlap", NORM0]),
+    "st-unknown-dtype": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_key(EMB, "dtype", "F12")),
+                         [EMB, "F12"]),
+    "index-missing-shard": ({}, write_bytes("model.safetensors.index.json",
+                                            b'{"weight_map": {"model.norm.weight": "model-00009-of-00009.safetensors"}}'),
+                            ["model-00009-of-00009.safetensors", "missing"]),
+    "corrupt-bin": ({}, lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"junk")),
+                    ["pytorch_model.bin", "torch.load"]),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusal(tmp_path, capsys, case):
+    extra_config, breaker, words = REFUSALS[case]
+    hf, out_dir = tmp_path / "hf", tmp_path / "out"
+    make_checkpoint(hf, **TIED_MHA, extra_config=extra_config)
+    if breaker:
+        breaker(hf)
+    out_dir.mkdir()
+    code, err = export_inprocess(capsys, hf, out_dir / "m.bin")
+    assert code == 1
+    assert err.startswith("error: ") or "\nerror: " in err, err
+    for w in words:
+        assert w in err, f"{w!r} not in {err!r}"
+    assert os.listdir(out_dir) == [], "output or temp file left behind"
+
+
+def test_rotary_inv_freq_buffers_ignored(tmp_path, capsys):
+    """Old HF checkpoints saved the rotary_emb.inv_freq buffers; they are derived data, not weights."""
+    make_checkpoint(tmp_path / "hf", **TIED_MHA)
+    edit_safetensors(tmp_path / "hf/model.safetensors", edit_tensors=lambda t: t.__setitem__(
+        "model.layers.0.self_attn.rotary_emb.inv_freq", np.ones(6, np.float32)))
+    export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+
+
+@pytest.mark.parametrize("out", ["missing-dir/m.bin", "."], ids=["no-such-dir", "a-directory"])
+def test_bad_output_path(tmp_path, capsys, out):
+    code, err = export_inprocess(capsys, STORIES_HF, tmp_path / out)
+    assert code == 1 and err.startswith("error: ") and "directory" in err
+
+
+def test_failure_while_writing_leaves_nothing(tmp_path, capsys):
+    """A failure after the temp file exists (f16 overflow in the last layer) removes it, and an
+    existing OUT is left as it was."""
+    make_checkpoint(tmp_path / "hf", **TIED_MHA)
+    edit_safetensors(tmp_path / "hf/model.safetensors",
+                     edit_tensors=lambda t: t["model.layers.1.mlp.up_proj.weight"].__setitem__((0, 0), 1e6))
+    out = tmp_path / "out" / "m.bin"
+    out.parent.mkdir()
+    out.write_bytes(b"previous")
+    code, err = export_inprocess(capsys, tmp_path / "hf", out, "--dtype", "f16")
+    assert code == 1 and "model.layers.1.mlp.up_proj.weight" in err and "f16" in err
+    assert os.listdir(out.parent) == ["m.bin"] and out.read_bytes() == b"previous"
+
+
+def test_interrupt_leaves_nothing(tmp_path, capsys, monkeypatch):
+    make_checkpoint(tmp_path / "hf", **TIED_MHA)
+    (tmp_path / "out").mkdir()
+    calls = []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(exporter, "write_tensor", interrupted)
+    code, err = export_inprocess(capsys, tmp_path / "hf", tmp_path / "out/m.bin")
+    assert code == 1 and "interrupted" in err and os.listdir(tmp_path / "out") == []
+
+
+# --- The command line, as a real process ---------------------------------------------------------------
+
+def test_cli_exit_codes(tmp_path):
+    ok = run_export(STORIES_HF, tmp_path / "m.bin", "--dtype", "q8_0")
+    assert ok.returncode == 0 and "wrote" in ok.stderr and ok.stdout == ""
+    make_checkpoint(tmp_path / "hf", **TIED_MHA, extra_config={"architectures": ["FalconForCausalLM"]})
+    bad = run_export(tmp_path / "hf", tmp_path / "x.bin")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "FalconForCausalLM" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "x.bin").exists()
+    assert run_export(tmp_path / "hf", tmp_path / "x.bin", "--dtype", "q4").returncode == 2
+    import subprocess
+    assert subprocess.run([PYTHON, str(REPO / "export/export.py")], capture_output=True).returncode == 2
+
+
+# --- The safetensors reader on its own ------------------------------------------------------------------
+
+def test_safetensors_round_trip(tmp_path):
+    x = np.array([[1.0, -2.5, 3.140625], [0.0, 1e-3, -65504.0]], np.float32)
+    st.save_file(str(tmp_path / "a.safetensors"), {
+        "f32": x, "f16": x.astype(np.float16), "bf16": st.Raw("BF16", (2, 3), st.bf16_bits(x)),
+        "empty": np.zeros((0, 4), np.float32)})
+    f = st.SafetensorsFile(str(tmp_path / "a.safetensors"))
+    assert f.tensors["bf16"].dtype == "BF16" and f.tensors["empty"].shape == (0, 4)
+    np.testing.assert_array_equal(f.get("f32"), x)
+    np.testing.assert_array_equal(f.get("f16"), x.astype(np.float16).astype(np.float32))
+    # bfloat16 = the top 16 bits of a float32: 1.0 is 0x3F80, and rounding is to nearest even
+    assert st.bf16_bits(np.float32([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8])).tolist() == [0x3F80, 0x3F80, 0x3F82]
+    np.testing.assert_allclose(f.get("bf16"), x, rtol=2**-8)
