@@ -262,7 +262,7 @@ void rope_set_length(Rope *r, int length) {
     if (l == r->length) return;
     r->length = l;
     rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);
-    fill_tables(r, length < r->max_pos ? length : r->max_pos);
+    fill_tables(r, r->max_pos); // every position, so the tables never hold two bases at once
     r->version++;
 }
 

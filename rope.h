@@ -80,7 +80,10 @@ int rope_init(Rope *r, const RopeParams *p, int max_pos, char *err, size_t errle
 void rope_free(Rope *r);
 
 // Tell rope the current sequence length (tokens so far, including the ones being processed).
-// Only dynamic NTK reacts: it recomputes the tables and bumps version when the base changes.
+// Only dynamic NTK reacts: when the base for this length differs from the current one it
+// recomputes the tables for every position and bumps version. The base always follows the length
+// given, also when it is shorter than before (a new sequence); Hugging Face instead keeps the
+// largest base it has seen until the length drops below L.
 void rope_set_length(Rope *r, int length);
 
 // True when rope_set_length can change the tables (the caller must then keep keys un-rotated).

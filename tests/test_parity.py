@@ -1,0 +1,170 @@
+"""Numerical parity of the C forward pass with the PyTorch reference (tests/reference.py).
+
+Each Hugging Face checkpoint (random ones made here, and the real stories260K-hf) is exported by
+export/export.py and run by model.c through tests/dump_logits; the reference runs the Hugging Face
+directory itself in float64, in the rotate_half layout, so the q/k permutation of the exporter is
+under test too. Passing means  max |logit difference| < 1e-4 * max |logit|  over every position.
+
+Each comparison also runs a negative control: the same C logits against the reference with a
+different RoPE (or none), which must miss by far more than the tolerance. A test whose
+tolerance would also accept the wrong model proves nothing.
+"""
+import subprocess
+
+import numpy as np
+import pytest
+
+import reference
+from conftest import REPO, SHARED, run_export
+from hf_random import make_checkpoint
+
+TOL = 1e-4
+STORIES_HF = SHARED / "data/models/stories260K-hf"
+
+
+def c_logits(model, ids, tmp_path, *flags):
+    ids_file, out_file = tmp_path / "ids.bin", tmp_path / "logits.bin"
+    np.asarray(ids, dtype="<i4").tofile(ids_file)
+    proc = subprocess.run([str(REPO / "tests/dump_logits"), str(model), str(ids_file), str(out_file),
+                           *map(str, flags)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return np.fromfile(out_file, dtype="<f4").reshape(len(ids), -1).astype(np.float64)
+
+
+def compare(label, ours, ref, control=None):
+    diff, scale = np.abs(ours - ref).max(), np.abs(ref).max()
+    line = f"{label}: {len(ref)} positions, max |diff| {diff:.3e}, max |logit| {scale:.3f}, ratio {diff / scale:.2e}"
+    if control is not None:
+        miss = np.abs(ours - control).max() / scale
+        line += f"; wrong-RoPE control {miss:.2e}"
+        assert miss > 100 * TOL, f"{label}: the control is too close ({miss:.2e}): this comparison has no power"
+    print(line)
+    assert diff < TOL * scale, line
+
+
+def export(hf_dir, tmp_path, *args):
+    out = tmp_path / "model.bin"
+    proc = run_export(hf_dir, out, *args)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+# Random checkpoints: weights large enough (std 0.15) that attention is peaked and RoPE matters.
+RANDOM = {
+    "tied-mha": dict(dim=64, hidden_dim=160, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=512, max_pos=64),
+    "untied-gqa": dict(dim=64, hidden_dim=128, n_layers=2, n_heads=8, n_kv_heads=2, vocab_size=384, max_pos=64,
+                       tied=False, fmt="bin", dtype="F16"),
+    "head-dim-64": dict(dim=128, hidden_dim=256, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=300, max_pos=64),
+    "head-dim-apart": dict(dim=96, hidden_dim=192, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, vocab_size=256,
+                           max_pos=64, tied=False),
+    "sharded-bf16": dict(dim=64, hidden_dim=176, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=512, max_pos=64,
+                         fmt="sharded", dtype="BF16", shard_bytes=40000),
+}
+
+
+@pytest.fixture(scope="module", params=list(RANDOM))
+def random_model(request, tmp_path_factory):
+    hf = tmp_path_factory.mktemp(request.param)
+    make_checkpoint(hf, std=0.15, seed=7, **RANDOM[request.param])
+    return request.param, hf, export(hf, hf), reference.load(hf)
+
+
+@pytest.fixture(scope="module")
+def stories(tmp_path_factory):
+    return export(STORIES_HF, tmp_path_factory.mktemp("stories")), reference.load(STORIES_HF)
+
+
+def random_ids(n, vocab, seed=1):
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def test_random_checkpoints(c_tools, random_model, tmp_path):
+    name, _, model, ref = random_model
+    ids = random_ids(64, ref.vocab_size)
+    ours = c_logits(model, ids, tmp_path)
+    compare(f"{name} (trained context)", ours, ref.logits(ids), control=ref.logits(ids, rope={"mode": "pi",
+                                                                                                 "factor": 4}))
+
+
+def test_stories260k(c_tools, stories, tmp_path):
+    model, ref = stories
+    ids = ref.encode("Once upon a time, there was a little girl named Lily. She loved to play outside. " * 4)
+    assert len(ids) >= 32
+    ours = c_logits(model, ids, tmp_path)
+    compare("stories260K-hf", ours, ref.logits(ids), control=ref.logits(ids, rope={"mode": "pi", "factor": 2}))
+
+
+def test_block_equals_token_by_token(c_tools, stories, tmp_path):
+    model, ref = stories
+    ids = random_ids(300, ref.vocab_size, seed=3)
+    block = c_logits(model, ids, tmp_path, "--batch", "64")
+    single = c_logits(model, ids, tmp_path, "--batch", "1")
+    ratio = np.abs(block - single).max() / np.abs(single).max()
+    print(f"blocks of 64 vs one token at a time: max relative difference {ratio:.2e}")
+    assert ratio < 1e-4
+
+
+# --- past the trained context: every static mode at 4x, dynamic exactly -------------------------
+
+STATIC_MODES = ["pi", "ntk", "yarn", "llama3"]
+
+
+@pytest.mark.parametrize("mode", STATIC_MODES)
+def test_random_at_4x_context(c_tools, mode, tmp_path_factory, tmp_path):
+    hf = tmp_path_factory.mktemp(f"ext-{mode}")
+    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
+    model, ref = export(hf, hf), reference.load(hf)
+    ctx = 4 * 64
+    ids = random_ids(ctx, ref.vocab_size, seed=5)
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", mode)
+    compare(f"random GQA, {mode}, ctx {ctx} = 4 x 64", ours, ref.logits(ids, rope={"mode": mode}, ctx=ctx),
+            control=ref.logits(ids, rope={"mode": "none"}, ctx=ctx))
+
+
+@pytest.mark.parametrize("mode", STATIC_MODES + ["dynamic"])
+def test_stories_at_4x_context(c_tools, mode, stories, tmp_path):
+    # dynamic here is one sequence of 2048 tokens: every position uses the base for length 2048,
+    # as one Hugging Face forward pass over the window does.
+    model, ref = stories
+    ctx = 4 * 512
+    text = (SHARED / "data/text/tinystories_validation_head.txt").read_text()[:20000]
+    ids = ref.encode(text)[:ctx]
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", mode)
+    compare(f"stories260K-hf, {mode}, ctx {ctx} = 4 x 512", ours, ref.logits(ids, rope={"mode": mode}, ctx=ctx),
+            control=ref.logits(ids, rope={"mode": "none"}, ctx=ctx))
+
+
+def test_ntk_alpha_and_base_override(c_tools, stories, tmp_path):
+    model, ref = stories
+    ids = random_ids(1024, ref.vocab_size, seed=9)
+    ours = c_logits(model, ids, tmp_path, "--ctx", 1024, "--rope-scaling", "ntk", "--rope-alpha", 3,
+                    "--rope-base", 20000)
+    compare("stories260K-hf, ntk alpha 3, base 20000", ours,
+            ref.logits(ids, rope={"mode": "ntk", "alpha": 3, "base": 20000}, ctx=1024),
+            control=ref.logits(ids, rope={"mode": "ntk"}, ctx=1024))
+
+
+def test_dynamic_growing_is_exact(c_tools, stories, tmp_path):
+    # Token by token, as in generation: at step t the base is the one for length t+1, and the C code
+    # rotates every cached key again with it from its un-rotated copy (the YaRN paper's "cache the
+    # kv-embeddings before applying RoPE"). The reference does the same with a cache of raw keys.
+    # Control: Hugging Face's cache, which keeps each key rotated with the base of its own step
+    # (transformers issue 25104) - what the C code avoids.
+    model, ref = stories
+    n = 640  # 128 steps past L = 512, each with its own base
+    ids = random_ids(n, ref.vocab_size, seed=13)
+    ours = c_logits(model, ids, tmp_path, "--ctx", 2048, "--rope-scaling", "dynamic", "--growing")
+    compare("stories260K-hf, dynamic growing 512 -> 640", ours,
+            ref.logits_cached(ids, rope={"mode": "dynamic"}, ctx=2048, keys="raw"),
+            control=ref.logits_cached(ids, rope={"mode": "dynamic"}, ctx=2048, keys="rotated"))
+
+
+def test_dynamic_growing_random(c_tools, tmp_path_factory, tmp_path):
+    hf = tmp_path_factory.mktemp("dyn")
+    make_checkpoint(hf, std=0.15, seed=17, **dict(RANDOM["tied-mha"], max_pos=32))
+    model, ref = export(hf, hf), reference.load(hf)
+    ids = random_ids(128, ref.vocab_size, seed=19)
+    ours = c_logits(model, ids, tmp_path, "--ctx", 128, "--rope-scaling", "dynamic", "--growing")
+    compare("random MHA, dynamic growing 32 -> 128", ours,
+            ref.logits_cached(ids, rope={"mode": "dynamic"}, ctx=128, keys="raw"),
+            control=ref.logits_cached(ids, rope={"mode": "dynamic"}, ctx=128, keys="rotated"))

@@ -1,0 +1,412 @@
+// test_rope.c - unit tests of rope.c: the properties that make RoPE a relative position code.
+//
+// What this checks (numbers from ../shared/research/rope-scaling.md section 8.3):
+//   * layout: interleaved pairs, d = 8, x = [1..8] at positions 1 and 3 (the printed vectors);
+//   * tables: every cos/sin entry is the float32 of mscale * cos(m * theta_i) with the angle formed
+//     in double (an fp32 angle is off by ~1e-3 rad at m = 1e5);
+//   * composition: rotating by a then by b equals rotating by a + b (the fixed-frequency modes);
+//   * relative position: <R(m) q, R(n) k> depends only on m - n, up to n = 100000, and equals the
+//     printed double-precision values (22.550544960148 for none, ...);
+//   * norms: |R(m) q| = m_s |q| (m_s = 1 except yarn, 0.1 ln s + 1);
+//   * dynamic NTK: tables follow rope_set_length, `version` moves exactly when the base changes,
+//     and mixing bases breaks the relative-position property (the KV-cache caveat);
+//   * names, parameter checks and rope_params_resolve's documented defaults.
+// Prints one line per check with its max difference, then a verdict; exits 1 on any failure.
+// Build and run: make tests/test_rope && ./tests/test_rope   (also part of `make test`).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rope.h"
+
+static int n_checks, n_failed;
+
+// One line per check: "ok" or "FAIL", what, the measured max difference and the tolerance.
+static void check(const char *what, double diff, double tol) {
+    int ok = diff <= tol; // NaN fails
+    n_checks++;
+    if (!ok) n_failed++;
+    printf("%-4s %-66s max diff %.3e (tol %.1e)\n", ok ? "ok" : "FAIL", what, diff, tol);
+}
+
+static void check_true(const char *what, int cond) {
+    n_checks++;
+    if (!cond) n_failed++;
+    printf("%-4s %s\n", cond ? "ok" : "FAIL", what);
+}
+
+static RopeParams params(RopeScaling mode, int d, double base, int L, double s) {
+    RopeParams p;
+    memset(&p, 0, sizeof(p));
+    p.mode = mode;
+    p.head_dim = d;
+    p.base = base;
+    p.orig_ctx = L;
+    p.factor = s;
+    return p;
+}
+
+static void init_or_die(Rope *r, const RopeParams *p, int max_pos) {
+    char err[256];
+    if (rope_init(r, p, max_pos, err, sizeof(err))) {
+        fprintf(stderr, "error: rope_init(%s): %s\n", rope_scaling_name(p->mode), err);
+        exit(1);
+    }
+}
+
+// Section 8.3's vectors: q_j = cos(j), k_j = sin(j+1).
+static void fill_qk(float *q, float *k, double *qd, double *kd, int d) {
+    for (int j = 0; j < d; j++) {
+        qd[j] = cos(j);
+        kd[j] = sin(j + 1);
+        q[j] = (float)qd[j];
+        k[j] = (float)kd[j];
+    }
+}
+
+// Rotation in double from the inverse frequencies, independent of the float tables.
+static void rotate_double(double *x, const double *inv_freq, double mscale, int d, double pos) {
+    for (int i = 0; i < d / 2; i++) {
+        double c = mscale * cos(pos * inv_freq[i]), s = mscale * sin(pos * inv_freq[i]);
+        double x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c - x1 * s;
+        x[2 * i + 1] = x0 * s + x1 * c;
+    }
+}
+
+static double dot_f(const float *a, const float *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
+    return s;
+}
+
+static double dot_d(const double *a, const double *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static void test_names(void) {
+    int ok = 1;
+    for (int m = 0; m < ROPE_SCALING_COUNT; m++) {
+        RopeScaling back;
+        ok &= rope_scaling_from_name(rope_scaling_name((RopeScaling)m), &back) == 0 && (int)back == m;
+    }
+    RopeScaling pi;
+    ok &= rope_scaling_from_name("linear", &pi) == 0 && pi == ROPE_SCALING_PI;
+    ok &= !strcmp(rope_scaling_name(ROPE_SCALING_NONE), "none") && !strcmp(rope_scaling_name(ROPE_SCALING_PI), "pi") &&
+          !strcmp(rope_scaling_name(ROPE_SCALING_NTK), "ntk") &&
+          !strcmp(rope_scaling_name(ROPE_SCALING_DYNAMIC), "dynamic") &&
+          !strcmp(rope_scaling_name(ROPE_SCALING_YARN), "yarn") &&
+          !strcmp(rope_scaling_name(ROPE_SCALING_LLAMA3), "llama3");
+    RopeScaling dummy;
+    ok &= rope_scaling_from_name("bogus", &dummy) == -1;
+    check_true("names: none pi ntk dynamic yarn llama3 round-trip, linear = pi, bogus refused", ok);
+}
+
+static void test_params_check(void) {
+    char err[256];
+    RopeParams p = params(ROPE_SCALING_YARN, 64, 1e4, 2048, 4);
+    int ok = rope_params_check(&p, err, sizeof(err)) == 0 && p.beta_fast == 32 && p.beta_slow == 1;
+    p = params(ROPE_SCALING_LLAMA3, 128, 5e5, 8192, 8);
+    ok &= rope_params_check(&p, err, sizeof(err)) == 0 && p.low_freq_factor == 1 && p.high_freq_factor == 4;
+    check_true("rope_params_check fills yarn beta 32/1 and llama3 lf/hf 1/4", ok);
+
+    struct {
+        const char *what;
+        RopeParams p;
+    } bad[] = {
+        {"odd head_dim", params(ROPE_SCALING_NONE, 63, 1e4, 2048, 1)},
+        {"factor < 1", params(ROPE_SCALING_PI, 64, 1e4, 2048, 0.5)},
+        {"base <= 0", params(ROPE_SCALING_NONE, 64, -1, 2048, 1)},
+        {"trained context 0", params(ROPE_SCALING_PI, 64, 1e4, 0, 4)},
+        {"NaN factor", params(ROPE_SCALING_PI, 64, 1e4, 2048, NAN)},
+        {"unknown mode", params((RopeScaling)ROPE_SCALING_COUNT, 64, 1e4, 2048, 1)},
+    };
+    ok = 1;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = 0;
+        int rc = rope_params_check(&bad[i].p, err, sizeof(err));
+        if (rc != -1 || !err[0]) {
+            printf("     rope_params_check accepted %s\n", bad[i].what);
+            ok = 0;
+        }
+    }
+    RopeParams y = params(ROPE_SCALING_YARN, 64, 1e4, 2048, 4);
+    y.beta_fast = 1;
+    y.beta_slow = 32;
+    ok &= rope_params_check(&y, err, sizeof(err)) == -1;
+    check_true("rope_params_check refuses odd d, s < 1, base <= 0, L = 0, NaN, bad mode, beta_fast < beta_slow", ok);
+}
+
+static void test_resolve(void) {
+    char err[256];
+    RopeParams trained = params(ROPE_SCALING_NONE, 8, 1e4, 512, 1), out;
+    RopeOverrides o = {.mode = ROPE_SCALING_PI, .factor = 0, .base = 0, .alpha = 0};
+    int ok = rope_params_resolve(&out, &trained, 2048, &o, err, sizeof(err)) == 0 && out.mode == ROPE_SCALING_PI &&
+             out.factor == 4 && out.base == 1e4 && out.orig_ctx == 512;
+    ok &= rope_params_resolve(&out, &trained, 256, &o, err, sizeof(err)) == 0 && out.factor == 1;
+    o.factor = 3;
+    o.base = 5e5;
+    ok &= rope_params_resolve(&out, &trained, 2048, &o, err, sizeof(err)) == 0 && out.factor == 3 && out.base == 5e5;
+    RopeOverrides keep = {.mode = -1};
+    ok &= rope_params_resolve(&out, &trained, 2048, &keep, err, sizeof(err)) == 0 && out.mode == ROPE_SCALING_NONE;
+    RopeOverrides ntk = {.mode = ROPE_SCALING_NTK, .alpha = 6};
+    ok &= rope_params_resolve(&out, &trained, 1024, &ntk, err, sizeof(err)) == 0 && out.alpha == 6 && out.factor == 2;
+    RopeOverrides none_factor = {.mode = ROPE_SCALING_NONE, .factor = 2};
+    ok &= rope_params_resolve(&out, &trained, 1024, &none_factor, err, sizeof(err)) == -1; // factor needs a mode
+    ok &= rope_params_resolve(&out, &trained, 4096, &keep, err, sizeof(err)) == 0 && out.factor == 1; // none: 1
+    RopeOverrides alpha_pi = {.mode = ROPE_SCALING_PI, .alpha = 6};
+    ok &= rope_params_resolve(&out, &trained, 1024, &alpha_pi, err, sizeof(err)) == -1;
+    // A checkpoint with its own scaling (Llama 3.1) keeps its factor at any context.
+    RopeParams l31 = params(ROPE_SCALING_LLAMA3, 128, 5e5, 8192, 8);
+    ok &= rope_params_resolve(&out, &l31, 131072, &keep, err, sizeof(err)) == 0 && out.mode == ROPE_SCALING_LLAMA3 &&
+          out.factor == 8 && out.low_freq_factor == 1 && out.high_freq_factor == 4;
+    check_true("rope_params_resolve: factor ctx/L or 1 (none: 1, no --rope-factor), overrides, own factor, alpha: ntk",
+               ok);
+}
+
+// Section 8.3 "Layout": d = 8, b = 1e4, x = [1..8], interleaved, positions 1 and 3.
+static void test_layout(void) {
+    static const double want1[8] = {-1.1426397, 1.9220756, 2.5856788, 4.2795169,
+                                    4.9397510,  6.0496992, 6.9919965, 8.0069960};
+    static const double want3[8] = {-1.2722325, -1.8388650, 1.6839286, 4.7079066,
+                                    4.8177772,  6.1472777,  6.9759685, 8.0209640};
+    RopeParams p = params(ROPE_SCALING_NONE, 8, 1e4, 512, 1);
+    Rope r;
+    init_or_die(&r, &p, 4);
+    double inv_want[4] = {1, 0.1, 0.01, 0.001}, dinv = 0;
+    for (int i = 0; i < 4; i++)
+        dinv = fmax(dinv, fabs(r.inv_freq[i] - inv_want[i]) / inv_want[i]);
+    check("layout d=8: inv_freq = 1, 0.1, 0.01, 0.001 (relative)", dinv, 1e-15);
+    const int pos[2] = {1, 3};
+    const double *want[2] = {want1, want3};
+    for (int t = 0; t < 2; t++) {
+        float x[8];
+        for (int j = 0; j < 8; j++)
+            x[j] = (float)(j + 1);
+        rope_rotate(&r, x, pos[t]);
+        double diff = 0;
+        for (int j = 0; j < 8; j++)
+            diff = fmax(diff, fabs(x[j] - want[t][j]));
+        char what[96];
+        snprintf(what, sizeof(what), "layout d=8 x=[1..8] interleaved pos=%d vs section 8.3", pos[t]);
+        check(what, diff, 2e-6); // printed to 7 decimals; float32 spacing at 8 is 9.5e-7
+    }
+    rope_free(&r);
+}
+
+// Every table entry is float(mscale * cos(m * theta_i)) with m * theta_i in double.
+static void test_tables(RopeScaling mode, const Rope *r) {
+    const int half = r->p.head_dim / 2;
+    double diff = 0;
+    for (int m = 0; m < r->max_pos; m += (m < 4096 ? 1 : 997)) {
+        for (int i = 0; i < half; i++) {
+            double a = m * r->inv_freq[i];
+            diff = fmax(diff, fabs(r->cos[(size_t)m * half + i] - r->mscale * cos(a)));
+            diff = fmax(diff, fabs(r->sin[(size_t)m * half + i] - r->mscale * sin(a)));
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%s tables = mscale*cos/sin(m*theta) in double, m < %d", rope_scaling_name(mode),
+             r->max_pos);
+    check(what, diff / r->mscale, 6.0e-8); // float32 rounding of a value <= 1: at most 2^-24
+}
+
+// R(a) R(b) x == R(a+b) x, with the float tables (a yarn table rotation also scales by m_s, so two
+// of them scale by m_s^2) and in double from rope_inv_freq.
+static void test_composition(RopeScaling mode, const Rope *r) {
+    const int d = r->p.head_dim;
+    static const int ab[][2] = {{45, 300}, {1000, 3000}, {49999, 50000}, {7, 99993}};
+    double diff = 0, diff_d = 0;
+    for (size_t t = 0; t < sizeof(ab) / sizeof(ab[0]); t++) {
+        float x2[256], x1[256];
+        double y2[256], y1[256];
+        for (int j = 0; j < d; j++)
+            x2[j] = x1[j] = (float)(y2[j] = y1[j] = cos(j));
+        rope_rotate(r, x2, ab[t][0]);
+        rope_rotate(r, x2, ab[t][1]);
+        rope_rotate(r, x1, ab[t][0] + ab[t][1]);
+        for (int j = 0; j < d; j++)
+            diff = fmax(diff, fabs(x2[j] / r->mscale - x1[j]) / r->mscale);
+        if (t == 0) { // in double only at small positions: at 1e5 the angle itself is rounded by ~1e-11
+            rotate_double(y2, r->inv_freq, 1, d, ab[t][0]);
+            rotate_double(y2, r->inv_freq, 1, d, ab[t][1]);
+            rotate_double(y1, r->inv_freq, 1, d, ab[t][0] + ab[t][1]);
+            for (int j = 0; j < d; j++)
+                diff_d = fmax(diff_d, fabs(y2[j] - y1[j]));
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%s composition R(a)R(b) = R(a+b), float tables, a+b <= 1e5", rope_scaling_name(mode));
+    check(what, diff, 1e-6);
+    snprintf(what, sizeof(what), "%s composition R(45)R(300) = R(345), double", rope_scaling_name(mode));
+    check(what, diff_d, 1e-13); // section 8.3: 1.7e-14
+}
+
+// <R(n+5) q, R(n) k> at n = 2, 4002, 100000: equal to each other and to the double value.
+// `printed` is section 8.3's value (0 where the document has none; then rope_inv_freq in double).
+static void test_relative(RopeScaling mode, const Rope *r, double printed) {
+    const int d = r->p.head_dim;
+    float q0[64], k0[64];
+    double qd0[64], kd0[64];
+    fill_qk(q0, k0, qd0, kd0, d);
+    static const int ns[3] = {2, 4002, 100000};
+    double exact = printed, diff = 0, spread = 0, first = 0;
+    if (exact == 0) { // no printed value: the double-precision dot at n = 2
+        double qd[64], kd[64];
+        memcpy(qd, qd0, sizeof(qd));
+        memcpy(kd, kd0, sizeof(kd));
+        rotate_double(qd, r->inv_freq, r->mscale, d, 7);
+        rotate_double(kd, r->inv_freq, r->mscale, d, 2);
+        exact = dot_d(qd, kd, d);
+    }
+    for (int t = 0; t < 3; t++) {
+        float q[64], k[64];
+        memcpy(q, q0, sizeof(q));
+        memcpy(k, k0, sizeof(k));
+        rope_rotate(r, q, ns[t] + 5);
+        rope_rotate(r, k, ns[t]);
+        double dot = dot_f(q, k, d);
+        if (t == 0) first = dot;
+        diff = fmax(diff, fabs(dot - exact) / fabs(exact));
+        spread = fmax(spread, fabs(dot - first) / fabs(exact));
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%s <R(n+5)q,R(n)k> n=2,4002,1e5 vs %.12f (rel)", rope_scaling_name(mode), exact);
+    // fp32 tables of angles formed in double: ~3e-8; angles formed in fp32 would give ~1e-3 at 1e5.
+    check(what, diff, 1e-6);
+    snprintf(what, sizeof(what), "%s <R(n+5)q,R(n)k> independent of n (rel)", rope_scaling_name(mode));
+    check(what, spread, 1e-6);
+}
+
+// |R(12345) q| = m_s |q| (section 8.3: |q| = 5.704293751457; yarn s=4: 6.495076777639).
+static void test_norm(RopeScaling mode, const Rope *r, double printed) {
+    const int d = r->p.head_dim;
+    float q[64], k[64];
+    double qd[64], kd[64];
+    fill_qk(q, k, qd, kd, d);
+    double n0 = sqrt(dot_d(qd, qd, d));
+    rope_rotate(r, q, 12345);
+    double n1 = sqrt(dot_f(q, q, d));
+    char what[96];
+    snprintf(what, sizeof(what), "%s |R(12345) q| = %.12f (rel)", rope_scaling_name(mode), printed);
+    check(what, fmax(fabs(n1 - printed), fabs(n0 * r->mscale - printed)) / printed, 1e-6);
+}
+
+// Section 8.3 property tests for each mode with fixed frequencies; d = 64, b = 1e4, L = 2048, s = 4.
+static void test_fixed_modes(void) {
+    struct {
+        RopeScaling mode;
+        double dot, norm;
+    } cases[] = {
+        {ROPE_SCALING_NONE, 22.550544960148, 5.704293751457},
+        {ROPE_SCALING_PI, 27.827439574174, 5.704293751457},
+        {ROPE_SCALING_NTK, 23.208062233831, 5.704293751457},
+        {ROPE_SCALING_YARN, 0, 6.495076777639},
+        {ROPE_SCALING_LLAMA3, 0, 5.704293751457},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        RopeParams p = params(cases[c].mode, 64, 1e4, 2048, 4);
+        Rope r;
+        init_or_die(&r, &p, 100010);
+        test_tables(cases[c].mode, &r);
+        test_composition(cases[c].mode, &r);
+        test_relative(cases[c].mode, &r, cases[c].dot);
+        test_norm(cases[c].mode, &r, cases[c].norm);
+        unsigned v = r.version;
+        rope_set_length(&r, 8192);
+        char what[96];
+        snprintf(what, sizeof(what), "%s: not dynamic, rope_set_length changes nothing",
+                 rope_scaling_name(cases[c].mode));
+        check_true(what, r.version == v && !rope_is_dynamic(&r));
+        rope_free(&r);
+    }
+}
+
+// Dynamic NTK: frequencies follow the length; version moves exactly when they change.
+static void test_dynamic(void) {
+    const int d = 64, L = 2048;
+    RopeParams p = params(ROPE_SCALING_DYNAMIC, d, 1e4, L, 4);
+    Rope r;
+    init_or_die(&r, &p, 4 * L + 10);
+    check_true("dynamic: rope_is_dynamic", rope_is_dynamic(&r));
+    double def[32], want[32], ms, eb, diff = 0;
+    RopeParams pn = params(ROPE_SCALING_NONE, d, 1e4, L, 4);
+    rope_inv_freq(&pn, 0, def, &ms, &eb);
+    unsigned v0 = r.version;
+    rope_set_length(&r, L / 2);
+    for (int i = 0; i < d / 2; i++)
+        diff = fmax(diff, fabs(r.inv_freq[i] - def[i]) / def[i]);
+    rope_set_length(&r, L);
+    for (int i = 0; i < d / 2; i++)
+        diff = fmax(diff, fabs(r.inv_freq[i] - def[i]) / def[i]);
+    check("dynamic: at l = L/2 and L the frequencies are the unscaled ones", diff, 0);
+    check_true("dynamic: version unchanged for l <= L", r.version == v0 && r.eff_base == 1e4);
+
+    rope_set_length(&r, 2 * L);
+    unsigned v1 = r.version;
+    rope_inv_freq(&r.p, 2 * L, want, &ms, &eb);
+    diff = 0;
+    for (int i = 0; i < d / 2; i++)
+        diff = fmax(diff, fabs(r.inv_freq[i] - want[i]) / want[i]);
+    check("dynamic: at l = 2L the tables use rope_inv_freq(p, 2L)", diff, 0);
+    check_true("dynamic: version increased at l = 2L, base grew", v1 > v0 && r.eff_base > 1e4);
+    diff = 0;
+    for (int m = 0; m < 2 * L; m++)
+        for (int i = 0; i < d / 2; i++)
+            diff = fmax(diff, fabs(r.cos[(size_t)m * d / 2 + i] - cos(m * want[i])) +
+                                  fabs(r.sin[(size_t)m * d / 2 + i] - sin(m * want[i])));
+    check("dynamic: rows m < 2L hold cos/sin of the new frequencies", diff, 1.2e-7);
+    rope_set_length(&r, 2 * L);
+    check_true("dynamic: setting the same length again keeps the version", r.version == v1);
+
+    // Relative position holds at one fixed length ...
+    float q0[64], k0[64], q[64], k[64];
+    double qd[64], kd[64];
+    fill_qk(q0, k0, qd, kd, d);
+    rope_set_length(&r, 4 * L);
+    memcpy(q, q0, sizeof(q));
+    memcpy(k, k0, sizeof(k));
+    rope_rotate(&r, q, 4007);
+    rope_rotate(&r, k, 4002);
+    double same = dot_f(q, k, d);
+    memcpy(q, q0, sizeof(q));
+    memcpy(k, k0, sizeof(k));
+    rope_rotate(&r, q, 7);
+    rope_rotate(&r, k, 2);
+    check("dynamic: at fixed l = 4L, <R(n+5)q,R(n)k> same at n=2 and 4002 (rel)",
+          fabs(dot_f(q, k, d) - same) / fabs(same), 1e-6);
+    // ... but a key rotated with the base of l = 2L against a query with the base of l = 4L does
+    // not give the same score: why the forward pass re-rotates cached keys when `version` moves.
+    rope_set_length(&r, 2 * L);
+    memcpy(k, k0, sizeof(k));
+    rope_rotate(&r, k, 4002);
+    rope_set_length(&r, 4 * L);
+    memcpy(q, q0, sizeof(q));
+    rope_rotate(&r, q, 4007);
+    double mixed = fabs(dot_f(q, k, d) - same) / fabs(same);
+    printf("     dynamic: mixing the bases of l = 2L and 4L moves the score by %.3e (relative)\n", mixed);
+    check_true("dynamic: mixed bases break relative position (negative test, > 1e-2)", mixed > 1e-2);
+    rope_free(&r);
+}
+
+int main(void) {
+    test_names();
+    test_params_check();
+    test_resolve();
+    test_layout();
+    test_fixed_modes();
+    test_dynamic();
+    if (n_failed) {
+        printf("test_rope: FAILED %d of %d checks\n", n_failed, n_checks);
+        return 1;
+    }
+    printf("test_rope: all %d checks passed\n", n_checks);
+    return 0;
+}
