@@ -1,0 +1,95 @@
+"""./run --ppl against the PyTorch reference on the same windows, and its bookkeeping.
+
+The text is real (TinyStories validation), the model the real stories260K (trained at L = 512),
+the windows 1024 tokens (2L), so the second bucket [512, 1024) is already past the trained context.
+"""
+import re
+import subprocess
+
+import pytest
+
+import reference
+from conftest import REPO, SHARED, run_export
+
+HF_DIR = SHARED / "data/models/stories260K-hf"
+TEXT = SHARED / "data/text/tinystories_validation_head.txt"
+TOK512 = SHARED / "data/models/tok512.model"
+WINDOW, WINDOWS = 1024, 2
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ppl")
+    model = tmp / "stories260K.bin"
+    assert run_export(HF_DIR, model).returncode == 0
+    text = tmp / "text.txt"
+    text.write_text(TEXT.read_text()[:12000])  # about 3k tokens: enough for two windows of 1024
+    return model, text, reference.load(HF_DIR)
+
+
+def run_ppl(model, text, *flags):
+    proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(text), *map(str, flags)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    total = float(re.search(r"^perplexity: (\S+)$", proc.stdout, re.M).group(1))
+    buckets = [(int(lo), int(hi), int(n), float(nll), float(ppl)) for lo, hi, n, nll, ppl in
+               re.findall(r"^\[(\d+), (\d+)\)\s+(\d+)\s+(\S+)\s+(\S+)$", proc.stdout, re.M)]
+    return total, buckets
+
+
+@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic"])
+def test_matches_reference(c_tools, setup, mode):
+    model, text, ref = setup
+    total, buckets = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", mode)
+    expected = ref.perplexity(ref.encode(text.read_text()), WINDOW, rope={"mode": mode}, ctx=WINDOW,
+                              max_windows=WINDOWS)
+    rel = abs(total - expected["ppl"]) / expected["ppl"]
+    print(f"{mode}: perplexity {total:.6f}, reference {expected['ppl']:.6f}, relative difference {rel:.1e}")
+    assert rel < 1e-4
+    assert [(b[0], b[2]) for b in buckets] == [(b["lo"], b["count"]) for b in expected["buckets"]]
+    for ours, theirs in zip(buckets, expected["buckets"]):
+        assert abs(ours[3] - theirs["nll_mean"]) < 1e-4 * max(1.0, theirs["nll_mean"]), (mode, ours, theirs)
+
+
+def test_bucket_counts_add_up(c_tools, setup):
+    model, text, _ = setup
+    total, buckets = run_ppl(model, text, "--ctx", 2048, "--ppl-windows", 1, "--rope-scaling", "ntk")
+    assert [(lo, hi) for lo, hi, *_ in buckets] == [(0, 512), (512, 1024), (1024, 2048)]
+    assert sum(n for _, _, n, _, _ in buckets) == 2047  # a window of N tokens makes N-1 predictions
+    assert [n for _, _, n, _, _ in buckets] == [512, 512, 1023]
+    # The total is the token-weighted mean of the buckets.
+    mean = sum(n * nll for _, _, n, nll, _ in buckets) / 2047
+    assert abs(total - 2.718281828459045 ** mean) < 1e-4 * total
+
+
+def test_one_and_two_threads_agree(c_tools, setup):
+    model, text, _ = setup
+    one = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", "yarn", "--threads", 1)
+    two = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", "yarn", "--threads", 2)
+    print(f"1 thread {one[0]!r}, 2 threads {two[0]!r}")
+    assert abs(one[0] - two[0]) <= 1e-5 * one[0]
+    assert one[1] == two[1]
+
+
+def test_block_size_does_not_change_the_result(c_tools, setup):
+    model, text, _ = setup
+    blocked = run_ppl(model, text, "--ctx", 512, "--ppl-windows", 2, "-b", 64)
+    single = run_ppl(model, text, "--ctx", 512, "--ppl-windows", 2, "-b", 1)
+    print(f"blocks of 64: {blocked[0]!r}, one token at a time: {single[0]!r}")
+    assert abs(blocked[0] - single[0]) <= 1e-5 * single[0]
+
+
+def test_text_shorter_than_a_window(c_tools, setup, tmp_path):
+    model, _, _ = setup
+    short = tmp_path / "short.txt"
+    short.write_text("Once upon a time.")
+    proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(short), "--ctx", "512"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "less than one window of --ctx 512" in proc.stderr
+
+
+def test_missing_text(c_tools, setup, tmp_path):
+    model, _, _ = setup
+    proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(tmp_path / "none.txt")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "cannot read" in proc.stderr
