@@ -61,7 +61,8 @@ extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t le
 }
 
 extern "C" const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, size_t *len) {
-    if (id < 0 || id >= t->sp.GetPieceSize()) return nullptr;
+    // prev is checked too: SentencePiece's IsControl(prev) does not check its argument.
+    if (id < 0 || id >= t->sp.GetPieceSize() || prev >= t->sp.GetPieceSize()) return nullptr;
     const std::string &piece = t->sp.IdToPiece(id);
     t->piece.clear();
     try {

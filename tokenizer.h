@@ -29,7 +29,8 @@ int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int bos,
 // The bytes that token id adds to the text when it follows token prev (prev < 0: nothing before
 // it). The leading-space marker becomes ' ' except at the very start, byte-fallback pieces such
 // as <0x0A> become their byte, control tokens (BOS, EOS) become nothing. Returns a pointer to a
-// buffer inside t, valid until the next call, with its length in *len; NULL if id is not a token.
+// buffer inside t, valid until the next call, with its length in *len; NULL if id is not a token
+// or prev is neither a token nor negative.
 const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, size_t *len);
 
 #ifdef __cplusplus

@@ -103,7 +103,7 @@ def read_rope(cfg, where):
     rope_type = scaling.get("rope_type", scaling.get("type"))  # "type" is the pre-4.43 spelling
     if rope_type is None or rope_type == "default":
         return rope
-    if rope_type not in ROPE_TYPES:
+    if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
         raise CheckpointError(f"{where}: {key}", f"rope type {rope_type!r} is not supported",
                               "supported: default, linear, dynamic, yarn, llama3")
     for k in ("mscale", "mscale_all_dim", "short_factor", "long_factor"):
@@ -147,7 +147,7 @@ def read_config(hf_dir):
             cfg = json.load(f)
     except FileNotFoundError:
         raise CheckpointError(where, "not found", "HF_DIR must be a Hugging Face model directory")
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
         raise CheckpointError(where, f"not valid JSON ({e})")
     if not isinstance(cfg, dict):
         raise CheckpointError(where, "is not a JSON object")
@@ -155,10 +155,10 @@ def read_config(hf_dir):
     # What kind of model: only the Llama architecture (Mistral's is the same network).
     archs = cfg.get("architectures") or []
     for arch in archs if isinstance(archs, list) else [archs]:
-        if arch not in ARCHITECTURES:
+        if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise CheckpointError(f"{where}: architectures", f"{arch} is not supported",
                                   f"supported: {', '.join(sorted(ARCHITECTURES))}")
-    if cfg.get("model_type") not in MODEL_TYPES:
+    if not isinstance(cfg.get("model_type"), str) or cfg["model_type"] not in MODEL_TYPES:
         raise CheckpointError(f"{where}: model_type", f"{cfg.get('model_type')!r} is not supported",
                               f"supported: {', '.join(sorted(MODEL_TYPES))}")
     qc = cfg.get("quantization_config")
@@ -172,10 +172,6 @@ def read_config(hf_dir):
     if cfg.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"{where}: hidden_act", f"{cfg['hidden_act']!r} is not supported",
                               "the MLP is SwiGLU: silu(w1 x) * (w3 x)")
-    window = cfg.get("sliding_window")
-    if window is not None and window < (cfg.get("max_position_embeddings") or 0):
-        warn(f"sliding_window {cfg['sliding_window']} is not implemented: attention sees the whole "
-             f"context, so results match HF only up to {cfg['sliding_window']} tokens")
 
     c = {}
     c["dim"] = config_value(cfg, "hidden_size", where, int)
@@ -187,6 +183,12 @@ def read_config(hf_dir):
     c["vocab_size"] = config_value(cfg, "vocab_size", where, int)
     c["seq_len"] = config_value(cfg, "max_position_embeddings", where, int)
     c["norm_eps"] = config_value(cfg, "rms_norm_eps", where, float)
+    window = cfg.get("sliding_window")
+    if window is not None and type(window) is not int:
+        raise CheckpointError(f"{where}: sliding_window", f"{window!r} is not an integer or null")
+    if window is not None and window < c["seq_len"]:
+        warn(f"sliding_window {window} is not implemented: attention sees the whole "
+             f"context, so results match HF only up to {window} tokens")
     if c["n_heads"] % c["n_kv_heads"]:
         raise CheckpointError(f"{where}: num_key_value_heads", f"{c['n_kv_heads']} does not divide "
                               f"num_attention_heads {c['n_heads']}")
@@ -203,8 +205,41 @@ def read_config(hf_dir):
                                   f"{c['vocab_size']}")
         c[key.replace("_token", "")] = v
     c.update(read_rope(cfg, where))
+    check_limits(c, where)
     c["tie_word_embeddings"] = cfg.get("tie_word_embeddings")  # resolved against the tensors later
+    if c["tie_word_embeddings"] is not None and type(c["tie_word_embeddings"]) is not bool:
+        raise CheckpointError(f"{where}: tie_word_embeddings", f"{c['tie_word_embeddings']!r} is not true, "
+                              "false or null")
     return c
+
+
+# What ./run reads (model.c check_shape, rope.c rope_params_check). A file outside these limits
+# would only be refused by the loader: refuse it here instead, naming the config.json key.
+LIMITS = [("dim", "hidden_size", 65536), ("hidden_dim", "intermediate_size", 2**20),
+          ("n_layers", "num_hidden_layers", 1024), ("n_heads", "num_attention_heads", 1024),
+          ("head_dim", "head_dim", 1024), ("vocab_size", "vocab_size", 2**22),
+          ("seq_len", "max_position_embeddings", 2**24),
+          ("rope_orig_ctx", "original_max_position_embeddings", 2**24)]
+
+
+def check_limits(c, where):
+    for field, key, hi in LIMITS:
+        lo = 0 if field == "rope_orig_ctx" else 1
+        if not lo <= c[field] <= hi:
+            raise CheckpointError(f"{where}: {key}", f"{c[field]} is outside [{lo}, {hi}], the range ./run "
+                                  "reads")
+    if not c["norm_eps"] < 1:
+        raise CheckpointError(f"{where}: rms_norm_eps", f"{c['norm_eps']} is not below 1")
+    mode = c["rope_scaling"]
+    if mode == ROPE_TYPES["dynamic"] and c["head_dim"] < 4:
+        raise CheckpointError(f"{where}: head_dim", f"{c['head_dim']} is too small for dynamic RoPE scaling "
+                              "(its base change has the exponent d/(d-2))")
+    if mode == ROPE_TYPES["yarn"]:
+        fast, slow = c["rope_beta_fast"] or 32.0, c["rope_beta_slow"] or 1.0  # rope.c's defaults for 0
+        if not c["rope_theta"] > 1:
+            raise CheckpointError(f"{where}: rope_theta", f"{c['rope_theta']} must be above 1 for yarn scaling")
+        if not fast > slow:
+            raise CheckpointError(f"{where}: beta_fast", f"{fast} must be larger than beta_slow {slow}")
 
 
 # --- Which Hugging Face tensor goes where ------------------------------------------------------

@@ -73,7 +73,7 @@ class SafetensorsFile:
                                       f"or than {MAX_HEADER}", "the file is truncated or not safetensors")
             try:
                 header = json.loads(f.read(n).decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as e:
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:  # Recursion: absurd nesting
                 raise self._err(None, f"header is not valid JSON ({e})")
         if not isinstance(header, dict):
             raise self._err(None, "header is not a JSON object")
@@ -217,7 +217,7 @@ class Checkpoint:
         try:
             with open(path) as f:
                 weight_map = json.load(f)["weight_map"]
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise CheckpointError(path, f"not a valid index file ({e!r})", "expected {\"weight_map\": {...}}")
         if not isinstance(weight_map, dict):
             raise CheckpointError(path, "weight_map is not an object")

@@ -153,3 +153,97 @@ def test_prompt_longer_than_context(c_tools):
 def test_context_too_large_for_memory(c_tools):
     # 2^24 positions: keys, values and dynamic's un-rotated keys are 32 GiB for this tiny model.
     expect(1, ["needs", "GiB", "--ctx"], LEGACY, "-z", TOK512, "--ctx", str(1 << 24), "--rope-scaling", "dynamic")
+
+
+# --- Strict numbers: every numeric flag, every way a number can be wrong (exit 2, usage) -----------
+
+@pytest.mark.parametrize("flag, value", [
+    ("-n", "1.5"), ("-n", " 5"), ("-n", "5 "), ("-n", ""), ("-n", "0x10"), ("-n", "2147483648"), ("-n", "1e3"),
+    ("-t", "inf"), ("-t", "1e999"), ("-t", "1x"), ("-t", "-inf"), ("-t", " 1"),
+    ("-p", "nan"), ("-p", "-0.1"), ("-p", "-0"), ("-p", "1.0000001"), ("-p", "0.5.5"),
+    ("-s", "-1"), ("-s", "99999999999999999999"), ("-s", "12seven"),
+    ("--ctx", "-5"), ("--ctx", "1e3"), ("--ctx", "16777217"), ("--ctx", "4096k"),
+    ("--threads", "-1"), ("--threads", "2.5"), ("--threads", "1025"),
+    ("-b", "0"), ("-b", "-64"), ("--ppl-windows", "0"),
+    ("--rope-factor", "nan"), ("--rope-factor", "0.999"), ("--rope-factor", "inf"),
+    ("--rope-base", "-1"), ("--rope-base", "nan"), ("--rope-base", "inf"), ("--rope-base", "1e-400"),
+    ("--rope-alpha", "0.5"), ("--rope-alpha", "nan"),
+])
+def test_strict_numbers(c_tools, flag, value):
+    expect(2, [f"invalid value '{value}' for {flag}", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, flag, value)
+
+
+@pytest.mark.parametrize("flag", ["-i", "-z", "-n", "-t", "-p", "-s", "--ctx", "--threads", "-b", "--ppl",
+                                  "--ppl-windows", "--rope-scaling", "--rope-factor", "--rope-base", "--rope-alpha"])
+def test_missing_value(c_tools, flag):
+    expect(2, [f"{flag} needs a value", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, flag)
+
+
+@pytest.mark.parametrize("arg", ["--", "-n=5", "--ctx=64", "--temp0", "-nan", "--rope-scaling=pi"])
+def test_unknown_spellings(c_tools, arg):
+    expect(2, [f"unknown option '{arg}'", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, arg)
+
+
+def test_edge_values_accepted(c_tools):
+    # The boundaries themselves are allowed: temperature 0, top-p 1, one token of context, no new
+    # tokens, one thread, factor 1, a tiny base, the largest seed.
+    code, out, err = run(LEGACY, "-z", TOK512, "-t", "0", "-p", "1", "--ctx", "1", "-n", "0", "--threads", "1",
+                         "-s", "9000000000000000000")
+    assert code == 0, err
+    code, out, err = run(LEGACY, "-z", TOK512, "-n", "4", "--rope-scaling", "pi", "--rope-factor", "1",
+                         "--rope-base", "1e-3", "-t", "1e-30", "-p", "1e-30")
+    assert code == 0, err
+
+
+# --- Prompts -------------------------------------------------------------------------------------
+
+def test_prompt_fills_the_context_exactly(c_tools):
+    # BOS alone is one token: --ctx 1 holds it, one token is generated, then the context is full.
+    code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "1", "-n", "5", "-t", "0")
+    assert code == 0, err
+    assert "stopped: context full" in err
+
+
+def test_invalid_utf8_prompt(c_tools):
+    # Bytes that are not UTF-8 (a lone continuation byte, a truncated sequence, an overlong '/', a
+    # surrogate): SentencePiece encodes them (byte fallback) and the run goes on.
+    prompt = b"Tom \xff\xfe said \xc3 \xe2\x82 \xc0\xaf \xed\xa0\x80 hi"
+    proc = subprocess.run([str(REPO / "run"), str(LEGACY), "-z", str(TOK512), "-i", prompt, "-n", "8", "-t", "0"],
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert proc.stdout.startswith(b"Tom ") and b" said " in proc.stdout
+
+
+def test_empty_prompt_without_bos(c_tools, tmp_path):
+    # tok512 with <s> turned from a control piece (type 3) into a user-defined one (type 4): the
+    # tokenizer then has no BOS, and an empty prompt is zero tokens; there is nothing to start from.
+    data = bytearray(TOK512.read_bytes())
+    at = data.index(b"\x0a\x03<s>")
+    type_field = data.index(b"\x18\x03", at)
+    assert type_field - at < 16
+    data[type_field + 1] = 4
+    nobos = write(tmp_path, "nobos.model", bytes(data))
+    expect(1, ["prompt is empty", "no BOS token", "hint: give a prompt with -i"], LEGACY, "-z", nobos)
+    code, out, err = run(LEGACY, "-z", nobos, "-i", "Once", "-n", "4", "-t", "0")
+    assert code == 0 and out.startswith("Once"), err
+
+
+# --- Perplexity input ----------------------------------------------------------------------------
+
+def test_ppl_file_problems(c_tools, tmp_path):
+    expect(1, ["error: ", "nope.txt: cannot read", "No such file"], LEGACY, "-z", TOK512,
+           "--ppl", tmp_path / "nope.txt")
+    expect(1, ["cannot read", "Is a directory"], LEGACY, "-z", TOK512, "--ppl", tmp_path)
+    expect(1, ["empty.txt is 1 tokens, less than one window of --ctx 64", "hint: a smaller --ctx"], LEGACY,
+           "-z", TOK512, "--ppl", write(tmp_path, "empty.txt", b""), "--ctx", "64")
+    expect(1, ["less than one window of --ctx 1"], LEGACY, "-z", TOK512,
+           "--ppl", write(tmp_path, "one.txt", b"Once upon a time"), "--ctx", "1")
+
+
+def test_ppl_binary_text(c_tools, tmp_path):
+    # Not text at all: random bytes, NULs, invalid UTF-8. Still tokens, still a perplexity.
+    junk = bytes((i * 7919 + 13) % 256 for i in range(20000))
+    code, out, err = run(LEGACY, "-z", TOK512, "--ppl", write(tmp_path, "junk.bin", junk), "--ctx", "128",
+                         "--ppl-windows", "2")
+    assert code == 0, err
+    assert out.startswith("perplexity: ")

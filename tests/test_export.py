@@ -512,6 +512,95 @@ REFUSALS = {
 }
 
 
+# More hostile inputs (tests/test_hostile.py has the C loader's side): a safetensors file broken in
+# every way its header can be, index files that point outside the directory, config.json values of
+# the wrong type, and configs that the loader would refuse, which must not become a model file.
+
+def write_header(d, text):
+    """model.safetensors with this raw header (and the old data buffer after it)."""
+    p = d / "model.safetensors"
+    raw = p.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    p.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+
+def write_config(text):
+    return write_bytes("config.json", text)
+
+
+def index_listing(shard_of):
+    """An index file mapping every tensor of model.safetensors to a shard, with some remapped."""
+    def edit(d):
+        names = st.SafetensorsFile(str(d / "model.safetensors")).tensors
+        weight_map = {n: shard_of.get(n, "model.safetensors") for n in names}
+        (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        st.save_file(str(d / "other.safetensors"), {})
+    return edit
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+REFUSALS.update({
+    "st-too-short": ({}, write_bytes("model.safetensors", b"abc"), ["model.safetensors", "too short"]),
+    "st-header-length-2^64": ({}, write_bytes("model.safetensors", struct.pack("<Q", 2**64 - 1)),
+                              ["model.safetensors", "header size 18446744073709551615"]),
+    "st-header-not-object": ({}, lambda d: write_header(d, b"[1, 2]"), ["model.safetensors", "not a JSON object"]),
+    "st-header-not-utf8": ({}, lambda d: write_header(d, b"\xff\xfe{}"), ["model.safetensors", "not valid JSON"]),
+    "st-header-deeply-nested": ({}, lambda d: write_header(d, b"[" * 100000 + b"]" * 100000),
+                                ["model.safetensors", "not valid JSON"]),
+    "st-entry-not-object": ({}, lambda d: edit_safetensors(d / "model.safetensors", lambda h: h.__setitem__(NORM0, 5)),
+                            [NORM0, "not an object"]),
+    "st-negative-shape": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_key(NORM0, "shape", [-48])),
+                          [NORM0, "shape"]),
+    "st-bool-shape": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_key(NORM0, "shape", [True])),
+                      [NORM0, "shape"]),
+    "st-offsets-not-pair": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_offsets(NORM0, [0])),
+                            [NORM0, "data_offsets"]),
+    "st-offsets-float": ({}, lambda d: edit_safetensors(d / "model.safetensors", set_offsets(NORM0, [0.0, 192.0])),
+                         [NORM0, "data_offsets"]),
+    "st-f8-tensor": ({}, lambda d: edit_safetensors(d / "model.safetensors", lambda h: h[EMB].update(
+        dtype="F8_E4M3", shape=[70, 192])), [EMB, "F8_E4M3"]),
+    "st-bool-tensor": ({}, lambda d: edit_safetensors(d / "model.safetensors", lambda h: h[NORM0].update(
+        dtype="BOOL", shape=[192])), [NORM0, "BOOL"]),
+    "index-not-json": ({}, write_bytes("model.safetensors.index.json", b"{"), ["index.json", "not a valid index"]),
+    "index-path-traversal": ({}, write_bytes("model.safetensors.index.json",
+                                             b'{"weight_map": {"model.norm.weight": "../model.safetensors"}}'),
+                             ["model.norm.weight", "../model.safetensors", "not a file name"]),
+    "index-tensor-not-in-shard": ({}, index_listing({"model.norm.weight": "other.safetensors"}),
+                                  ["other.safetensors", "model.norm.weight", "not in the file"]),
+    "config-not-object": ({}, write_config(b"[]"), ["config.json", "not a JSON object"]),
+    "config-bad-json": ({}, write_config(b'{"hidden_size": 48,'), ["config.json", "not valid JSON"]),
+    "config-deeply-nested": ({}, write_config(b"[" * 100000), ["config.json", "not valid JSON"]),
+    "config-string-number": ({"hidden_size": "48"}, None, ["hidden_size", "'48'"]),
+    "config-bool-number": ({"num_hidden_layers": True}, None, ["num_hidden_layers"]),
+    "config-int32-overflow": ({"intermediate_size": 2**31}, None, ["intermediate_size", "2147483648"]),
+    "config-negative-theta": ({"rope_theta": -1.0}, None, ["rope_theta"]),
+    "architectures-nested-list": ({"architectures": [["LlamaForCausalLM"]]}, None, ["architectures"]),
+    "model-type-list": ({"model_type": ["llama"]}, None, ["model_type"]),
+    "sliding-window-string": ({"sliding_window": "4096"}, None, ["sliding_window", "'4096'"]),
+    "tie-word-embeddings-string": ({"tie_word_embeddings": "no"}, None, ["tie_word_embeddings", "'no'"]),
+    "rope-scaling-string": ({"rope_scaling": "linear"}, None, ["rope_scaling", "not an object"]),
+    "rope-type-list": ({"rope_scaling": {"rope_type": ["yarn"], "factor": 2.0}}, None, ["rope_scaling", "rope type"]),
+    "rope-factor-below-1": ({"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, None, ["factor", "below 1"]),
+    "rope-factor-nan": ({"rope_scaling": {"rope_type": "linear", "factor": float("nan")}}, None, ["factor", "nan"]),
+    # Values the C loader refuses (model.c check_shape, rope.c rope_params_check): no file is written.
+    "max-pos-beyond-loader": ({"max_position_embeddings": 2**25}, None,
+                              ["max_position_embeddings", "33554432", "16777216"]),
+    "head-dim-beyond-loader": ({"head_dim": 2048}, None, ["head_dim", "2048", "1024"]),
+    "rms-eps-1": ({"rms_norm_eps": 1.0}, None, ["rms_norm_eps", "below 1"]),
+    "dynamic-head-dim-2": ({"head_dim": 2, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, None,
+                           ["head_dim", "dynamic"]),
+    "yarn-theta-1": ({"rope_theta": 1.0, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, None,
+                     ["rope_theta", "yarn"]),
+    "yarn-betas-swapped": ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 1.0, "beta_slow": 2.0}},
+                           None, ["beta_fast", "beta_slow"]),
+    "llama3-orig-beyond-loader": ({"rope_scaling": {**LLAMA3, "original_max_position_embeddings": 2**25}}, None,
+                                  ["original_max_position_embeddings", "33554432"]),
+    "shape-mismatch-embedding": ({"vocab_size": 71}, None, [EMB, "[70, 48]", "[71, 48]"]),
+    "shape-mismatch-kv-heads": ({"num_key_value_heads": 2}, None,
+                                ["model.layers.0.self_attn.k_proj.weight", "[48, 48]", "[24, 48]"]),
+})
+
+
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_refusal(tmp_path, capsys, case):
     extra_config, breaker, words = REFUSALS[case]

@@ -1,0 +1,63 @@
+// fuzz_cli.c - libFuzzer target: arbitrary command lines through run.c's flag parser.
+//
+// The input is split at NUL bytes into arguments after "run". parse_args must either refuse the
+// command line (a usage error, already printed) or return options inside every documented range;
+// the options then go where ./run sends them next: rope_params_resolve for a checkpoint trained
+// on 512 tokens with head_dim 8 (once without and once with its own YaRN scaling), and the
+// inverse frequencies of whatever that resolves to. Nothing here loads a model or allocates by
+// the size of the context, so the fuzzer stays fast.
+//
+// run.c is included whole, its main renamed, to reach the static parse_args (a common libFuzzer
+// idiom). Run it with -close_fd_mask=3: the usage errors it finds are printed, by design.
+#define main run_main
+#include "../run.c"
+#undef main
+
+#include <stdint.h>
+
+#define MAX_ARGS 64
+
+static void check_ranges(const Options *o) {
+    if (!o->model) abort();
+    if (o->n_predict < 0 || !(o->temp >= 0) || !isfinite(o->temp)) abort();
+    if (!(o->top_p > 0 && o->top_p <= 1)) abort();
+    if (o->ctx < 0 || o->threads < 0 || o->batch < 1 || o->ppl_windows < 0 || o->seed < 0) abort();
+    if (o->rope.mode < -1 || o->rope.mode >= ROPE_SCALING_COUNT) abort();
+    if (!(o->rope.factor == 0 || o->rope.factor >= 1) || !isfinite(o->rope.factor)) abort();
+    if (!(o->rope.base >= 0) || !isfinite(o->rope.base)) abort();
+    if (!(o->rope.alpha == 0 || o->rope.alpha >= 1) || !isfinite(o->rope.alpha)) abort();
+}
+
+static void resolve(const Options *o, const RopeParams *trained) {
+    RopeParams p;
+    char err[300];
+    int ctx = o->ctx ? o->ctx : trained->orig_ctx;
+    if (rope_params_resolve(&p, trained, ctx, &o->rope, err, sizeof err)) return;
+    if (p.head_dim != trained->head_dim || !(p.factor >= 1) || !(p.base > 0)) abort();
+    double inv_freq[8], mscale, eff_base;
+    rope_inv_freq(&p, ctx, inv_freq, &mscale, &eff_base);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *buf = malloc(size + 1);
+    if (!buf) return 0;
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    char *argv[MAX_ARGS + 2] = {"run"};
+    int argc = 1;
+    for (size_t i = 0; i <= size && argc <= MAX_ARGS; i += strlen(buf + i) + 1) argv[argc++] = buf + i;
+    argv[argc] = NULL;
+
+    Options o;
+    if (parse_args(argc, argv, &o) == 0) {
+        check_ranges(&o);
+        const RopeParams plain = {.mode = ROPE_SCALING_NONE, .head_dim = 8, .orig_ctx = 512, .base = 10000,
+                                  .factor = 1};
+        RopeParams yarn = plain;
+        yarn.mode = ROPE_SCALING_YARN, yarn.factor = 4, yarn.beta_fast = 32, yarn.beta_slow = 1;
+        resolve(&o, &plain);
+        resolve(&o, &yarn);
+    }
+    free(buf);
+    return 0;
+}

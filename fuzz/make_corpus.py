@@ -1,0 +1,136 @@
+"""make_corpus.py - write the checked-in seed corpus of the fuzz targets (fuzz/corpus/NAME/).
+
+    /usr/bin/python3 fuzz/make_corpus.py          (rewrites fuzz/corpus; commit the result)
+
+A fuzzer mutates its seeds, so the seeds decide which code it reaches quickly. Each target gets a
+few small valid inputs and a few hand-made edge cases:
+  model/      tiny models (vocab 32, dim 8, two layers, grouped-query attention; a few KB each) in
+              every dtype and RoPE mode, made from a random Hugging Face checkpoint
+              (tests/hf_random.py) by export/export.py; two tiny llama2.c legacy files (shared and
+              separate classifier); and broken files: a header alone, a bare magic, "ak42".
+  tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
+              UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range).
+  cli/        command lines, arguments separated by NUL bytes.
+tests/test_hostile.py checks that the valid models load and run and the broken ones are refused.
+"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from hf_random import make_checkpoint  # noqa: E402
+
+TINY = dict(dim=8, hidden_dim=12, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32, max_pos=16)
+
+# name: (make_checkpoint arguments on top of TINY, export dtype)
+MODELS = {
+    "ok-f32-tied": ({}, "f32"),
+    "ok-f16-untied": ({"tied": False}, "f16"),
+    "ok-q8_0": ({}, "q8_0"),
+    "ok-pi": ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "f32"),
+    # trained on 2 positions: the fuzz target's 6th token makes dynamic NTK re-rotate the 5 cached keys
+    "ok-dynamic": ({"max_pos": 2, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "f32"),
+    "ok-yarn": ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}},
+                "f16"),
+    "ok-llama3": ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 4}}, "q8_0"),
+}
+
+
+def legacy(shared, seed):
+    """A tiny llama2.c legacy (version 0) file: 7 int32, then f32 weights in llama2.c's order."""
+    dim, hidden, layers, heads, kv_heads, vocab, seq_len = 8, 12, 2, 2, 1, 32, 4
+    head_dim = dim // heads
+    kv_dim = kv_heads * head_dim
+    sizes = [vocab * dim, layers * dim, layers * dim * dim, layers * kv_dim * dim, layers * kv_dim * dim,
+             layers * dim * dim, layers * dim, layers * hidden * dim, layers * dim * hidden,
+             layers * hidden * dim, dim, seq_len * head_dim // 2, seq_len * head_dim // 2]
+    if not shared:
+        sizes.append(vocab * dim)
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(0, 0.1, sum(sizes)).astype("<f4")
+    header = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab if shared else -vocab, seq_len)
+    return header + weights.tobytes()
+
+
+def tokenizer_seeds():
+    text = {
+        "ascii": b"Once upon a time, there was a little girl named Lily.",
+        "utf8": "h\u00e9llo w\u00f6rld \u65e5\u672c\u8a9e \U0001f642 \u2581x".encode(),
+        "invalid-utf8": b"\xff\xfe abc \xc3 \xe2\x82 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\xaf",
+        "nul-and-control": b"a\x00b\x01\x1b[0m\r\n\t end",
+        "digits-spaces": b"  12345   67\n\n\n  ",
+        "empty": b"",
+    }
+    seeds = {}
+    for k, (name, body) in enumerate(text.items()):
+        seeds[name] = bytes([k & 3]) + body
+    # out-of-range ids, and valid ids right after them (an out-of-range previous id)
+    ids = [-1, 0, 1, 2, 3, 13, 100, 259, 511, 512, 31999, 32000, 13, -(2**31), 2**31 - 1, 5]
+    seeds["ids"] = b"\x01" + struct.pack(f"<{len(ids)}i", *ids)
+    seeds["ids-tok512"] = b"\x00" + struct.pack("<7i", 1, 300, 259, 2, 511, 512, 300)
+    return seeds
+
+
+def cli_seeds():
+    lines = {
+        "generate": ["model.bin", "-i", "Once upon a time", "-n", "16", "-t", "0.8", "-p", "0.9", "-s", "42"],
+        "greedy-short-flags": ["-z", "tok.model", "m.bin", "-t", "0", "-c", "128", "-b", "8", "--threads", "2"],
+        "ppl": ["m.bin", "--ppl", "text.txt", "--ctx-size", "2048", "--ppl-windows", "3"],
+        "rope-ntk": ["m.bin", "--ctx", "4096", "--rope-scaling", "ntk", "--rope-alpha", "8"],
+        "rope-yarn": ["m.bin", "--rope-scaling", "yarn", "--rope-factor", "4", "--rope-base", "500000"],
+        "rope-pi-linear": ["m.bin", "--rope-scaling", "linear", "--rope-scale", "2.5", "--rope-freq-base", "1e4"],
+        "rope-dynamic-llama3": ["m.bin", "--rope-scaling", "dynamic", "-c", "1024", "--rope-scaling", "llama3"],
+        "bad-numbers": ["m.bin", "-n", "12abc", "-t", "nan", "-p", "1.5", "--ctx", "0", "-s", "-1"],
+        "missing-value": ["m.bin", "--top-p"],
+        "help": ["--help"],
+        "unknown": ["m.bin", "--bogus", "1", "-"],
+    }
+    return {name: b"\0".join(a.encode() for a in args) for name, args in lines.items()}
+
+
+def write(directory, name, data):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    corpus = os.path.join(HERE, "corpus")
+    shutil.rmtree(corpus, ignore_errors=True)
+    model_dir = os.path.join(corpus, "model")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (extra, dtype) in MODELS.items():
+            hf = os.path.join(tmp, name)
+            make_checkpoint(hf, **{**TINY, **extra})
+            out = os.path.join(model_dir, name + ".bin")
+            os.makedirs(model_dir, exist_ok=True)
+            proc = subprocess.run([sys.executable, os.path.join(REPO, "export", "export.py"), hf, out,
+                                   "--dtype", dtype], capture_output=True, text=True)
+            if proc.returncode:
+                sys.exit(f"make_corpus: exporting {name} failed:\n{proc.stderr}")
+    write(model_dir, "ok-legacy-shared.bin", legacy(True, 1))
+    write(model_dir, "ok-legacy-untied.bin", legacy(False, 2))
+    with open(os.path.join(model_dir, "ok-f32-tied.bin"), "rb") as f:
+        ours = f.read()
+    write(model_dir, "bad-header-only.bin", ours[:256])
+    write(model_dir, "bad-magic-only.bin", b"LRUN")
+    write(model_dir, "bad-ak42.bin", b"ak42" + ours[4:64])
+    write(model_dir, "bad-legacy-header-only.bin", legacy(True, 1)[:28])
+    for name, data in tokenizer_seeds().items():
+        write(os.path.join(corpus, "tokenizer"), name, data)
+    for name, data in cli_seeds().items():
+        write(os.path.join(corpus, "cli"), name, data)
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(corpus) for f in fs)
+    print(f"wrote {corpus}: {sum(len(fs) for _, _, fs in os.walk(corpus))} files, {total:,} bytes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

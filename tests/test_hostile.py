@@ -1,0 +1,383 @@
+"""Hostile model files given to ./run: whatever the bytes, a clear refusal (exit 1, `error: <file>:
+<what is wrong> (hint: ...)` on stderr, nothing on stdout) or a normal run; never a crash, a hang,
+a read outside the file or an absurd allocation.
+
+  - paths that are not files: a FIFO (no waiting for a writer), devices;
+  - every header field out of its range, one at a time, in our format and in llama2.c's legacy one
+    (the loader's checks are model.c check_shape, read_header_ours/legacy, rope.c rope_params_check);
+  - the largest header the checks allow, describing petabytes: refused by its size, no overflow;
+  - a file one byte too short or too long, in every dtype; the KV cache for a huge --ctx;
+  - weights that are all zero, NaN or infinity: the sampler and the forward pass must cope;
+  - a few hundred random mutations of valid files, each run through ./run;
+  - the fuzzers' checked-in seed corpus (fuzz/corpus/model): the valid seeds load and run, the
+    broken ones are refused.
+`make sanitize` runs this file against an AddressSanitizer + UBSan build, which turns a silent
+out-of-bounds read here into a failure.
+"""
+import math
+import os
+import random
+import struct
+import subprocess
+
+import pytest
+
+from conftest import REPO, SHARED, run_export
+from hf_random import make_checkpoint
+
+LEGACY = SHARED / "data/models/stories260K.bin"
+TOK512 = SHARED / "data/models/tok512.model"
+TEXT = SHARED / "data/text/tinystories_validation_head.txt"
+CORPUS = REPO / "fuzz/corpus/model"
+
+# A tiny model that still has the 512-token vocabulary of tok512, so ./run accepts it.
+TINY = dict(dim=16, hidden_dim=24, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512, max_pos=64)
+
+
+def run(*args, timeout=60):
+    proc = subprocess.run([str(REPO / "run"), *map(str, args)], capture_output=True, timeout=timeout)
+    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+
+
+def refused(path, needles, *extra):
+    """./run path must exit 1 with `error: path: ...` and every needle on stderr, nothing on stdout."""
+    code, out, err = run(path, "-z", TOK512, "-n", "4", *extra)
+    assert code == 1, f"exit {code}, wanted 1; stderr: {err}"
+    assert err.startswith(f"error: {path}: "), err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in stderr: {err}"
+    assert out == ""
+    return err
+
+
+def runs(path, *extra):
+    code, out, err = run(path, "-z", TOK512, *extra)
+    assert code == 0, f"exit {code}; stderr: {err}"
+    return out, err
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, c_tools):
+    """{dtype: path} of the tiny model exported as f32, f16 and q8_0."""
+    base = tmp_path_factory.mktemp("hostile")
+    make_checkpoint(base / "hf", **TINY)
+    out = {}
+    for dtype in ("f32", "f16", "q8_0"):
+        out[dtype] = base / f"tiny-{dtype}.bin"
+        proc = run_export(base / "hf", out[dtype], "--dtype", dtype)
+        assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_not_a_regular_file(tmp_path, c_tools):
+    # A FIFO must be refused at once, not wait in open() for a writer that never comes; devices
+    # (endless /dev/zero, empty /dev/null) are refused before anything is read.
+    fifo = tmp_path / "model.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero", "/dev/null"):
+        refused(path, ["not a regular file"])
+
+
+# --- Our header, field by field (model.h: int32 at 4..60, float64 at 64..120, zeros to 256) ------
+
+I32 = {"version": 4, "dim": 8, "hidden_dim": 12, "n_layers": 16, "n_heads": 20, "n_kv_heads": 24,
+       "head_dim": 28, "vocab_size": 32, "seq_len": 36, "bos_id": 40, "eos_id": 44, "shared_classifier": 48,
+       "dtype": 52, "rope_scaling": 56, "rope_orig_ctx": 60}
+F64 = {"rope_theta": 64, "norm_eps": 72, "rope_factor": 80, "rope_attn_factor": 88, "rope_beta_fast": 96,
+       "rope_beta_slow": 104, "rope_low_freq_factor": 112, "rope_high_freq_factor": 120}
+NAN, INF = float("nan"), float("inf")
+
+# (case id, {field: value}, words the message must contain). TINY: dim 16, 4 heads of 4, 2 kv heads.
+HEADER_CASES = [
+    ("version-0", {"version": 0}, ["format version 0"]),
+    ("dim-0", {"dim": 0}, ["dim must be in [1, 65536]"]),
+    ("dim-negative", {"dim": -16}, ["dim must be in [1, 65536]"]),
+    ("dim-too-large", {"dim": 65537}, ["dim must be in [1, 65536]"]),
+    ("hidden-0", {"hidden_dim": 0}, ["hidden_dim must be in"]),
+    ("hidden-too-large", {"hidden_dim": (1 << 20) + 1}, ["hidden_dim must be in"]),
+    ("layers-0", {"n_layers": 0}, ["n_layers must be in [1, 1024]"]),
+    ("layers-too-many", {"n_layers": 1025}, ["n_layers must be in [1, 1024]"]),
+    ("layers-int-min", {"n_layers": -(2**31)}, ["n_layers must be in [1, 1024]"]),
+    ("heads-0", {"n_heads": 0}, ["n_heads must be in [1, 1024]"]),
+    ("heads-too-many", {"n_heads": 1025}, ["n_heads must be in [1, 1024]"]),
+    ("kv-heads-0", {"n_kv_heads": 0}, ["n_kv_heads must be in [1, n_heads]"]),
+    ("kv-heads-above-heads", {"n_kv_heads": 8}, ["n_kv_heads must be in [1, n_heads]"]),
+    ("kv-heads-not-divisor", {"n_kv_heads": 3}, ["n_heads must be a multiple of n_kv_heads"]),
+    ("head-dim-0", {"head_dim": 0}, ["head_dim must be even"]),
+    ("head-dim-odd", {"head_dim": 5}, ["head_dim must be even"]),
+    ("head-dim-too-large", {"head_dim": 1026}, ["head_dim must be even, in [2, 1024]"]),
+    ("vocab-0", {"vocab_size": 0}, ["vocab_size must be in"]),
+    ("vocab-too-large", {"vocab_size": (1 << 22) + 1}, ["vocab_size must be in"]),
+    ("seq-len-0", {"seq_len": 0}, ["seq_len (trained context) must be in"]),
+    ("seq-len-too-large", {"seq_len": (1 << 24) + 1}, ["seq_len (trained context) must be in"]),
+    ("bos-past-vocab", {"bos_id": 512}, ["bos_id must be -1 or a token id"]),
+    ("bos-negative", {"bos_id": -2}, ["bos_id must be -1 or a token id"]),
+    ("eos-past-vocab", {"eos_id": 512}, ["eos_id must be -1 or a token id"]),
+    ("shared-2", {"shared_classifier": 2}, ["shared_classifier must be 0 or 1"]),
+    ("dtype-3", {"dtype": 3}, ["unknown weight dtype"]),
+    ("dtype-negative", {"dtype": -1}, ["unknown weight dtype"]),
+    ("rope-mode-6", {"rope_scaling": 6}, ["unknown rope_scaling mode"]),
+    ("rope-mode-negative", {"rope_scaling": -1}, ["unknown rope_scaling mode"]),
+    ("orig-ctx-negative", {"rope_orig_ctx": -1}, ["rope_orig_ctx must be in"]),
+    ("orig-ctx-too-large", {"rope_orig_ctx": (1 << 24) + 1}, ["rope_orig_ctx must be in"]),
+    ("eps-0", {"norm_eps": 0.0}, ["norm_eps must be in (0, 1)"]),
+    ("eps-negative", {"norm_eps": -1e-5}, ["norm_eps must be in (0, 1)"]),
+    ("eps-1", {"norm_eps": 1.0}, ["norm_eps must be in (0, 1)"]),
+    ("eps-nan", {"norm_eps": NAN}, ["norm_eps must be in (0, 1)"]),
+    ("eps-inf", {"norm_eps": INF}, ["norm_eps must be in (0, 1)"]),
+    ("eps-underflows-float", {"norm_eps": 1e-50}, ["norm_eps must be in (0, 1)"]),
+    ("theta-0", {"rope_theta": 0.0}, ["base (rope_theta) must be a finite number > 0"]),
+    ("theta-negative", {"rope_theta": -10000.0}, ["base (rope_theta) must be a finite number > 0"]),
+    ("theta-nan", {"rope_theta": NAN}, ["base (rope_theta) must be a finite number > 0"]),
+    ("theta-inf", {"rope_theta": INF}, ["base (rope_theta) must be a finite number > 0"]),
+    ("pi-factor-below-1", {"rope_scaling": 1, "rope_factor": 0.5}, ["factor must be a finite number >= 1"]),
+    ("pi-factor-nan", {"rope_scaling": 1, "rope_factor": NAN}, ["factor must be a finite number >= 1"]),
+    ("pi-factor-inf", {"rope_scaling": 1, "rope_factor": INF}, ["factor must be a finite number >= 1"]),
+    ("dynamic-head-dim-2", {"rope_scaling": 3, "rope_factor": 2.0, "head_dim": 2}, ["head_dim >= 4"]),
+    ("yarn-theta-1", {"rope_scaling": 4, "rope_factor": 2.0, "rope_theta": 1.0}, ["yarn needs base > 1"]),
+    ("yarn-betas-swapped", {"rope_scaling": 4, "rope_factor": 2.0, "rope_beta_fast": 1.0, "rope_beta_slow": 32.0},
+     ["beta_fast > beta_slow > 0"]),
+    ("yarn-beta-nan", {"rope_scaling": 4, "rope_factor": 2.0, "rope_beta_slow": NAN}, ["beta_fast > beta_slow > 0"]),
+    ("yarn-attn-negative", {"rope_scaling": 4, "rope_factor": 2.0, "rope_attn_factor": -1.0},
+     ["yarn attention factor must be >= 0"]),
+    ("llama3-freqs-swapped", {"rope_scaling": 5, "rope_factor": 8.0, "rope_low_freq_factor": 4.0,
+                              "rope_high_freq_factor": 1.0}, ["high_freq_factor > low_freq_factor > 0"]),
+    ("llama3-freq-inf", {"rope_scaling": 5, "rope_factor": 8.0, "rope_low_freq_factor": 1.0,
+                         "rope_high_freq_factor": INF}, ["high_freq_factor > low_freq_factor > 0"]),
+]
+
+
+def with_fields(data, fields):
+    b = bytearray(data)
+    for name, value in fields.items():
+        if name in I32:
+            struct.pack_into("<i", b, I32[name], value)
+        else:
+            struct.pack_into("<d", b, F64[name], value)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("fields, needles", [c[1:] for c in HEADER_CASES], ids=[c[0] for c in HEADER_CASES])
+def test_header_field_out_of_range(tmp_path, tiny, fields, needles):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(with_fields(tiny["f32"].read_bytes(), fields))
+    err = refused(path, needles)
+    assert "(hint: " in err
+
+
+def test_reserved_bytes_must_be_zero(tmp_path, tiny):
+    for offset in (128, 200, 255):
+        data = bytearray(tiny["f32"].read_bytes())
+        data[offset] = 1
+        path = tmp_path / f"reserved{offset}.bin"
+        path.write_bytes(bytes(data))
+        refused(path, ["reserved header bytes 128..255 must be zero"])
+
+
+def described_size(dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, shared_classifier, dtype):
+    """The file size a header implies, from model.h's layout, in Python's unbounded integers."""
+    align = lambda off: -(-off // 64) * 64
+    off = 256
+
+    def matrix(rows, cols):
+        nonlocal off
+        if dtype == 2:  # q8_0: int8 rows padded to 32 columns, then at the next 64 the scales
+            cp = -(-cols // 32) * 32
+            off = align(off) + rows * cp
+            off = align(off) + rows * cp // 32 * 4
+        else:
+            off = align(off) + rows * cols * (4 if dtype == 0 else 2)
+
+    def norm():
+        nonlocal off
+        off = align(off) + dim * 4
+    q, kv = n_heads * head_dim, n_kv_heads * head_dim
+    matrix(vocab_size, dim)
+    for _ in range(n_layers):
+        norm(), matrix(q, dim), matrix(kv, dim), matrix(kv, dim), matrix(dim, q)
+        norm(), matrix(hidden_dim, dim), matrix(dim, hidden_dim), matrix(hidden_dim, dim)
+    norm()
+    if not shared_classifier:
+        matrix(vocab_size, dim)
+    return off
+
+
+@pytest.mark.parametrize("dtype", [0, 1, 2], ids=["f32", "f16", "q8_0"])
+def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
+    # Every field at the top of its range describes 2^48 to 2^51 bytes of tensors: the size
+    # arithmetic must be exact (no wrap-around) and nothing may be mapped or allocated for it.
+    shape = dict(dim=65536, hidden_dim=1 << 20, n_layers=1024, n_heads=1024, n_kv_heads=1024, head_dim=1024,
+                 vocab_size=1 << 22, shared_classifier=0, dtype=dtype)
+    path = tmp_path / "huge.bin"
+    path.write_bytes(with_fields(tiny["f32"].read_bytes(), {**shape, "seq_len": 1 << 24}))
+    size = described_size(**shape)
+    assert size > 2**48
+    refused(path, [f"file is {path.stat().st_size} bytes but its header describes {size} ", "truncated"])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])
+def test_file_size_must_be_exact(tmp_path, tiny, dtype):
+    data = tiny[dtype].read_bytes()
+    short, long = tmp_path / "short.bin", tmp_path / "long.bin"
+    short.write_bytes(data[:-1])
+    long.write_bytes(data + b"\0")
+    refused(short, [f"file is {len(data) - 1} bytes but its header describes {len(data)}", "truncated"])
+    refused(long, [f"file is {len(data) + 1} bytes but its header describes {len(data)}", "extra bytes"])
+    runs(tiny[dtype], "-n", "4")
+
+
+def test_kv_cache_that_does_not_fit_is_refused(tmp_path_factory, c_tools):
+    # 2 layers of 4 kv heads of 32 (kv_dim 128): 2 KiB of keys and values per position, 32 GiB at
+    # --ctx 2^24 with no RoPE scaling, more than this machine (or CI's) has.
+    base = tmp_path_factory.mktemp("kv")
+    make_checkpoint(base / "hf", **{**TINY, "n_kv_heads": 4, "head_dim": 32})
+    assert run_export(base / "hf", base / "m.bin").returncode == 0
+    code, out, err = run(base / "m.bin", "-z", TOK512, "--ctx", str(1 << 24))
+    assert code == 1 and out == "", err
+    assert "--ctx 16777216 needs" in err and "GiB" in err and "hint: a smaller --ctx" in err
+
+
+# --- llama2.c legacy files -----------------------------------------------------------------------
+
+LEGACY_FIELDS = ["dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"]
+LEGACY_CASES = [
+    ("dim-0", {"dim": 0}), ("dim-not-multiple-of-heads", {"dim": 60}), ("head-dim-odd", {"dim": 24}),
+    ("layers-negative", {"n_layers": -5}), ("heads-0", {"n_heads": 0}), ("kv-heads-above-heads", {"n_kv_heads": 16}),
+    ("kv-heads-not-divisor", {"n_kv_heads": 3}), ("vocab-int-min", {"vocab_size": -(2**31)}),
+    ("vocab-below-3", {"vocab_size": 2}), ("seq-len-0", {"seq_len": 0}), ("hidden-huge", {"hidden_dim": 2**31 - 1}),
+]
+
+
+def legacy_with(fields, data=None):
+    data = data if data is not None else LEGACY.read_bytes()
+    header = list(struct.unpack_from("<7i", data))
+    for name, value in fields.items():
+        header[LEGACY_FIELDS.index(name)] = value
+    return struct.pack("<7i", *header) + data[28:]
+
+
+@pytest.mark.parametrize("fields", [c[1] for c in LEGACY_CASES], ids=[c[0] for c in LEGACY_CASES])
+def test_legacy_header_out_of_range(tmp_path, c_tools, fields):
+    path = tmp_path / "legacy.bin"
+    path.write_bytes(legacy_with(fields))
+    refused(path, ["not a model file", "no valid llama2.c legacy header", "export/export.py"])
+
+
+def test_legacy_size_must_be_exact(tmp_path, c_tools):
+    data = LEGACY.read_bytes()
+    long, short = tmp_path / "long.bin", tmp_path / "short.bin"
+    long.write_bytes(data + b"\0" * 4)
+    short.write_bytes(data[:-1])
+    refused(long, [f"header describes {len(data)}", "extra bytes"])
+    refused(short, ["not a model file", f"more than its {len(data) - 1} bytes"])
+
+
+def test_legacy_separate_classifier(tmp_path, c_tools):
+    # A negative vocab_size: the classifier (vocab, dim) follows the RoPE tables. Here it is a copy
+    # of the embedding, so greedy text must equal that of the tied original.
+    data = LEGACY.read_bytes()
+    embedding = data[28:28 + 512 * 64 * 4]
+    path = tmp_path / "untied.bin"
+    path.write_bytes(legacy_with({"vocab_size": -512}, data) + embedding)
+    untied, _ = runs(path, "-n", "40", "-t", "0")
+    tied, _ = runs(LEGACY, "-n", "40", "-t", "0")
+    assert untied == tied
+    path.write_bytes(legacy_with({"vocab_size": -512}, data))  # ... and without it: too short
+    refused(path, ["not a model file", "more than its"])
+
+
+# --- Weights that are not numbers ------------------------------------------------------------------
+
+@pytest.mark.parametrize("fill", [b"\0\0\0\0", b"\xff\xff\xff\xff", b"\0\0\x80\x7f"], ids=["zero", "nan", "inf"])
+def test_degenerate_weights(tmp_path, c_tools, fill):
+    # All-zero weights give equal logits: top-p 0.001 (< 1/512) keeps no token above the cutoff,
+    # and the sampler must then take the likeliest rather than read before its candidate array.
+    # NaN and infinite weights give NaN everywhere: no undefined float->int conversion, no crash.
+    data = LEGACY.read_bytes()
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data[:28] + fill * ((len(data) - 28) // 4))
+    for sampling in (["-t", "1", "-p", "0.001"], ["-t", "1", "-p", "0.9"], ["-t", "0"]):
+        out, _ = runs(path, "-n", "8", "-s", "3", *sampling)
+    text = tmp_path / "text.txt"
+    text.write_bytes(TEXT.read_bytes()[:4000])
+    out, _ = runs(path, "--ppl", text, "--ctx", "64", "--ppl-windows", "2")
+    assert out.startswith("perplexity: ")
+
+
+def test_q8_0_scales_not_numbers(tmp_path, tiny):
+    # q8_0 scales are float32 in the file: NaN and subnormal ones reach the integer kernels.
+    data = bytearray(tiny["q8_0"].read_bytes())
+    rng = random.Random(5)
+    for _ in range(200):
+        off = rng.randrange(256, len(data) - 4) // 4 * 4
+        data[off:off + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x01\0\0\0", b"\0\0\x80\x7f"])
+    path = tmp_path / "scales.bin"
+    path.write_bytes(bytes(data))
+    runs(path, "-n", "8", "-t", "0", "-i", "Once upon a time")
+    runs(path, "-n", "8", "-t", "1", "-b", "1")
+
+
+# --- Random mutations: a small in-suite fuzzer over the real binary --------------------------------
+
+INTERESTING = [0, 1, -1, 2, 3, 7, 64, 255, 256, 511, 512, 65535, 65536, 1 << 20, 1 << 24, 2**31 - 1, -(2**31)]
+
+
+def mutate(data, rng):
+    b = bytearray(data)
+    kind = rng.randrange(5)
+    if kind == 0:  # a header int32 field to an interesting value
+        off = rng.randrange(0, 64 if data[:4] == b"LRUN" else 28, 4)
+        struct.pack_into("<i", b, off, rng.choice(INTERESTING))
+    elif kind == 1:  # a header float64 to a strange number
+        if data[:4] == b"LRUN":
+            struct.pack_into("<d", b, rng.randrange(64, 128, 8), rng.choice([0.0, -1.0, 1e308, 1e-320, NAN, INF, 0.5]))
+    elif kind == 2:  # random bytes anywhere
+        for _ in range(rng.randrange(1, 16)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+    elif kind == 3:  # cut or extend
+        b = b[:rng.randrange(len(b))] if rng.random() < 0.5 else b + bytes(rng.randrange(1, 300))
+    else:  # two fields at once, size kept: dims that still describe a file of the same length
+        for _ in range(2):
+            struct.pack_into("<i", b, rng.randrange(0, 28, 4), rng.choice(INTERESTING))
+    return bytes(b)
+
+
+def test_random_mutations(tmp_path, tiny):
+    rng = random.Random(20240607)
+    seeds = [tiny["f32"].read_bytes(), tiny["f16"].read_bytes(), tiny["q8_0"].read_bytes(), LEGACY.read_bytes()]
+    path = tmp_path / "mutant.bin"
+    outcomes = {0: 0, 1: 0}
+    for i in range(200):
+        path.write_bytes(mutate(seeds[i % len(seeds)], rng))
+        code, out, err = run(path, "-z", TOK512, "-n", "3", "-s", "1", "--ctx", "16", timeout=30)
+        assert code in (0, 1), f"mutant {i}: exit {code} (a signal?); stderr: {err[-2000:]}"
+        if code == 1:
+            assert err.startswith("error: ") and out == "", f"mutant {i}: {err}"
+        outcomes[code] += 1
+    print(f"200 mutants: {outcomes[0]} ran, {outcomes[1]} refused with a message")
+    assert outcomes[1] > 0
+
+
+# --- The fuzzers' seed corpus ---------------------------------------------------------------------
+
+def corpus(prefix):
+    files = sorted(CORPUS.glob(prefix + "*"))
+    assert files, f"no {prefix}* seeds in {CORPUS} (fuzz/make_corpus.py writes them)"
+    return files
+
+
+@pytest.mark.parametrize("seed", corpus("ok-"), ids=lambda p: p.stem)
+def test_corpus_valid_seeds_run(tmp_path, c_tools, seed):
+    # The seeds have a 32-token vocabulary, so they run through tests/dump_logits, not ./run.
+    ids, out = tmp_path / "ids.bin", tmp_path / "logits.bin"
+    ids.write_bytes(struct.pack("<4i", 1, 5, 31, 7))
+    proc = subprocess.run([str(REPO / "tests/dump_logits"), str(seed), str(ids), str(out), "--ctx", "4"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    logits = struct.unpack(f"<{4 * 32}f", out.read_bytes())
+    assert all(math.isfinite(v) for v in logits)
+
+
+@pytest.mark.parametrize("seed", corpus("bad-"), ids=lambda p: p.stem)
+def test_corpus_broken_seeds_refused(c_tools, seed):
+    refused(seed, [])
