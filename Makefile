@@ -11,7 +11,13 @@ CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lstdc++ -lm -fopenmp
 
 CORE = model.o rope.o kernels.o
-TOOLS = tests/test_rope tests/rope_dump tests/dump_logits tests/tok_dump
+TOOLS = tests/test_rope tests/rope_dump tests/dump_logits tests/tok_dump $(KERNEL_TESTS)
+# The kernel test, built for this machine, for plain C (what other machines compile), and on
+# x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
+KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
+ifeq ($(shell uname -m),x86_64)
+KERNEL_TESTS += tests/test_kernels_avx2
+endif
 
 all: run
 
@@ -36,13 +42,105 @@ tests/dump_logits: tests/dump_logits.c $(CORE)
 tests/tok_dump: tests/tok_dump.c tokenizer.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
 
+tests/test_kernels: tests/test_kernels.c kernels.o
+	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
+
+tests/test_kernels_plain: tests/test_kernels.c kernels.c kernels.h
+	$(CC) $(CFLAGS) -DKERNELS_PLAIN -I. -o $@ tests/test_kernels.c kernels.c -lm
+
+tests/test_kernels_avx2: tests/test_kernels.c kernels.c kernels.h
+	$(CC) $(CFLAGS) -march=haswell -I. -o $@ tests/test_kernels.c kernels.c -lm
+
 tools: run $(TOOLS)
 
 test: tools
 	./tests/test_rope
+	for t in $(KERNEL_TESTS); do ./$$t || exit 1; done
 	$(PYTHON) -m pytest -q tests
 
-clean:
-	rm -f run *.o $(TOOLS)
+# `make bench`: tokens/s of ./run on the 110M and TinyLlama-1.1B shapes and stories260K, each weight
+# type, 1 and 2 threads (bench/bench.py; checkpoints cached in ~/.cache/lrun-bench). A subset:
+# make bench BENCH_ARGS="--shape 110m --dtype f32 --runs 3"
+BENCH_TOOLS = bench/bwprobe bench/matmul_bench
+BENCH_ARGS ?=
 
-.PHONY: all tools test clean
+bench/bwprobe: bench/bwprobe.c
+	$(CC) $(CFLAGS) -o $@ $< -lm
+
+bench/matmul_bench: bench/matmul_bench.c kernels.o
+	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
+
+bench: run $(BENCH_TOOLS)
+	$(PYTHON) bench/bench.py $(BENCH_ARGS)
+
+clean:
+	rm -f run *.o $(TOOLS) $(BENCH_TOOLS)
+	rm -rf build/sanitize build/valgrind build/fuzz
+
+# --- Hostile input: sanitizers, valgrind, fuzzing (see fuzz/README.md) ---------------------------
+
+# `make sanitize`: the whole test suite against ./run and the test tools built with AddressSanitizer
+# (with LeakSanitizer) and UBSan. It runs in a copy of the tree, build/sanitize/repo, with a link to
+# ../shared beside it, so the normal build is left alone. UBSan stops at the first report, and a
+# sanitizer's exit status (86) is one no test expects, so any report fails the run.
+SANITIZE = -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow \
+	-fno-sanitize-recover=all
+sanitize:
+	rm -rf build/sanitize
+	mkdir -p build/sanitize/repo
+	git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - | \
+		tar -xf - -C build/sanitize/repo
+	ln -s "$(abspath ../shared)" build/sanitize/shared
+	cd build/sanitize/repo && env -u MAKEFLAGS -u MFLAGS CFLAGS="$(SANITIZE)" CXXFLAGS="$(SANITIZE)" \
+		ASAN_OPTIONS=exitcode=86:detect_leaks=1 UBSAN_OPTIONS=exitcode=86:print_stacktrace=1 \
+		$(MAKE) test
+
+# ./run for valgrind (tests/test_valgrind.py): -O2 -g without -march=native, because valgrind
+# 3.19 cannot decode the AVX-512 instructions -march=native emits on recent x86 CPUs.
+VALGRIND_CFLAGS = -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE
+build/valgrind/%.o: %.c *.h
+	@mkdir -p build/valgrind
+	$(CC) $(VALGRIND_CFLAGS) -c -o $@ $<
+
+build/valgrind/tokenizer.o: tokenizer.cpp tokenizer.h
+	@mkdir -p build/valgrind
+	$(CXX) -O2 -g -std=c++17 -Wall -Wextra -c -o $@ $<
+
+build/valgrind/run: build/valgrind/run.o $(CORE:%=build/valgrind/%) build/valgrind/tokenizer.o
+	$(CC) $(VALGRIND_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# `make fuzz`: each libFuzzer target for FUZZ_SECONDS, from its seed corpus fuzz/corpus/NAME; what
+# it finds goes to build/fuzz. Needs clang and its runtime (Debian: clang libclang-rt-14-dev).
+# The targets are built without OpenMP (one thread: reproducible runs) and without -march=native:
+# clang 14 has no _Float16 on x86 without AVX512-FP16, so __fp16 (the same IEEE half, as a storage
+# type; its conversion is in compiler-rt's builtins) stands in for it, which the AVX-512 intrinsics
+# headers do not accept. The fuzzers therefore run the plain C kernels; `make sanitize` runs the
+# vector ones under AddressSanitizer.
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS = model tokenizer cli
+FUZZ_CC = clang
+FUZZ_CXX = clang++
+FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
+FUZZ_LIBS = -lsentencepiece -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o rope.o kernels.o tokenizer.o)
+
+build/fuzz/%.o: %.c *.h
+	@mkdir -p build/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -c -o $@ $<
+
+build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h
+	@mkdir -p build/fuzz
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -std=c++17 -c -o $@ $<
+
+build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS) run.c *.h
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -DTOKENIZER_DIR='"$(abspath ../shared/data/models)"' \
+		-c -o $@.o $<
+	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -o $@ $@.o $(FUZZ_OBJS) $(FUZZ_LIBS)
+
+.SECONDARY: $(FUZZ_OBJS) $(CORE:%=build/valgrind/%) build/valgrind/run.o build/valgrind/tokenizer.o
+
+fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZ_SECONDS) || exit 1; done
+
+.PHONY: all tools test clean sanitize fuzz bench

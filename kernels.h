@@ -33,8 +33,28 @@ size_t matrix_scale_bytes(DType t, int rows, int cols);
 // out (cols) = row r of m as float (the token embedding lookup).
 void matrix_row(float *out, const Matrix *m, int r);
 
-// out (n, m->rows) = x (n, m->cols) @ m^T.
+// out (n, m->rows) = x (n, m->cols) @ m^T. matmul_ref: the plain definition, in double. matmul:
+// the fast one, a matrix x vector product per token below a few tokens (decode), a blocked matrix
+// x matrix product from there on (prefill); q8_0 quantizes x to 8 bits per block of 32 first.
+// Each output is computed by one thread in a fixed order: results do not depend on the thread
+// count. x and out must not overlap.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n);
 void matmul(float *out, const float *x, const Matrix *m, int n);
+
+// out[i] = x @ m[i]^T for i < count: products of one input (q, k, v; gate and up) in one parallel
+// loop when decoding, so the threads meet once instead of once per product. Same results as count
+// calls of matmul.
+void matmul_many(float *const *out, const float *x, const Matrix *const *m, int count, int n);
+
+// Attention of one query head over `len` cached positions (model.c calls these per query and head).
+// Keys are transposed, kt (hd, stride): coordinate d of position j at kt[d * stride + j], so the
+// scores come out a run of positions at a time; values are row-major, row j at v + j * stride.
+//   attention_scores  att[j] = scale * sum_d q[d] kt[d, j]          for j < len
+//   attention_mix     out[d] = sum_j att[j] v[j, d]                 for d < hd
+void attention_scores(float *att, const float *q, const float *kt, int hd, size_t stride, int len, float scale);
+void attention_mix(float *out, const float *att, const float *v, size_t stride, int len, int hd);
+
+// Which vector instructions matmul was compiled for, e.g. "AVX-512 + VNNI", "AVX2", "plain C".
+const char *matmul_isa(void);
 
 #endif

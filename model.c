@@ -264,7 +264,7 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 int transformer_load(Transformer *t, const char *path, char *err, size_t errlen) {
     memset(t, 0, sizeof(*t));
     char why[400] = "";
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // O_NONBLOCK: opening a FIFO would wait for a writer
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot open model: %s (hint: check the path)", path, strerror(errno));
         return -1;
@@ -458,7 +458,9 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int size,
 // not). e^x = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2)/2, ln 2 split in two parts
 // (Cody-Waite) so r is exact, e^r by its Taylor polynomial to r^6: relative error ~1e-7.
 static inline float exp_nonpositive(float x) {
-    x = x < -87.0f ? -87.0f : x; // e^-87 is near the smallest normal float; below, the result is ~0
+    // e^-87 is near the smallest normal float; below, the result is ~0. Written so that NaN (from a
+    // damaged model's weights) also becomes -87: NaN would make the int conversion of k undefined.
+    x = x > -87.0f ? x : -87.0f;
     const float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f; // round(x * log2(e)), 1.5 * 2^23 trick
     const float r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
     const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
@@ -489,28 +491,6 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-// att[j] = scale * q . k_j for positions j < len, with the keys transposed, kt (hd, ctx): every
-// coordinate d adds q[d] * (row d of kt) to a run of scores, so the work is vectorized over
-// positions and a run of 64 scores stays in registers while all hd coordinates are added.
-static void attention_scores(float *att, const float *q, const float *kt, int hd, int ctx, int len, float scale) {
-    enum { RUN = 64 };
-    int j0 = 0;
-    for (; j0 + RUN <= len; j0 += RUN) {
-        float acc[RUN] = {0};
-        for (int d = 0; d < hd; d++) {
-            const float qd = q[d] * scale, *k = kt + (size_t)d * ctx + j0;
-#pragma omp simd
-            for (int j = 0; j < RUN; j++) acc[j] += qd * k[j];
-        }
-        memcpy(att + j0, acc, sizeof acc);
-    }
-    for (int j = j0; j < len; j++) att[j] = 0;
-    for (int d = 0; d < hd; d++) {
-        const float qd = q[d] * scale, *k = kt + (size_t)d * ctx;
-        for (int j = j0; j < len; j++) att[j] += qd * k[j];
-    }
-}
-
 // Causal self-attention for the block's queries at positions pos .. pos+n-1 over the cached keys
 // and values 0 .. pos+i. Query head h reads key/value head h / (n_heads / n_kv_heads): grouped-
 // query attention (Ainslie et al. 2023), the same as HF's repeat_kv. One (query, head) per task.
@@ -524,20 +504,16 @@ static void attention(Transformer *t, int layer, int n, int pos) {
     const float *values = s->value_cache + (size_t)layer * ctx * kvd; // (ctx, kvd)
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(dynamic)
-    for (int i = 0; i < n; i++) {
-        for (int h = 0; h < p->n_heads; h++) {
+    for (int h = 0; h < p->n_heads; h++) {     // head outer: one head's cached keys and values stay
+        for (int i = 0; i < n; i++) {          // in cache while every query of the block reads them
             const int kvh = h / group, len = pos + i + 1;
             float *att = s->att + (size_t)thread_id() * ctx;
-            attention_scores(att, s->q + (size_t)i * qd + (size_t)h * hd, keys + (size_t)kvh * hd * ctx, hd, ctx,
-                             len, scale);
+            // kernels.c: scores over the transposed keys, vectorized over positions; then the mix
+            attention_scores(att, s->q + (size_t)i * qd + (size_t)h * hd, keys + (size_t)kvh * hd * ctx, hd,
+                             (size_t)ctx, len, scale);
             softmax(att, len);
-            float *out = s->xb + (size_t)i * qd + (size_t)h * hd;
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int j = 0; j < len; j++) {
-                const float *v = values + (size_t)j * kvd + (size_t)kvh * hd, a = att[j];
-#pragma omp simd
-                for (int d = 0; d < hd; d++) out[d] += a * v[d];
-            }
+            attention_mix(s->xb + (size_t)i * qd + (size_t)h * hd, att, values + (size_t)kvh * hd, (size_t)kvd, len,
+                          hd);
         }
     }
 }

@@ -7,6 +7,7 @@
 // This file owns the process: it parses the flags, loads the model and tokenizer, runs the
 // generation loop with its sampler, prints the banner and timings on stderr, and is the only
 // place that decides to exit. Exit status: 0 ok, 1 runtime or file error, 2 usage error.
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <math.h>
@@ -86,7 +87,7 @@ static void usage(FILE *f) {
             "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
             "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens (default: trained)\n"
             "      --threads N          OpenMP threads (default: all cores)\n"
-            "  -b, --batch-size N       prompt tokens per forward pass (default 64)\n"
+            "  -b, --batch-size N       prompt tokens per forward pass (default 512)\n"
             "\n"
             "Perplexity (see README, \"Measuring long context\"):\n"
             "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
@@ -101,7 +102,8 @@ static void usage(FILE *f) {
             "  -h, --help               this text\n");
 }
 
-// Strict numbers: the whole string must parse, no overflow, no NaN, inside the flag's range.
+// Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), no
+// overflow, no NaN, inside the flag's range.
 static int parse_value(const Flag *f, const char *v, Options *o) {
     char *field = (char *)o + f->offset, *end;
     if (f->kind == FLAG_TEXT) {
@@ -110,7 +112,9 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
     }
     errno = 0;
     double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)strtol(v, &end, 10);
-    if (errno || end == v || *end || !isfinite(x) || x < f->lo || x > f->hi || (f->open && x == f->lo)) return -1;
+    if (errno || end == v || *end || isspace((unsigned char)*v) || !isfinite(x) || x < f->lo || x > f->hi ||
+        (f->open && x == f->lo))
+        return -1;
     if (f->kind == FLAG_INT) *(int *)field = (int)x;
     else if (f->kind == FLAG_LONG) *(long *)field = strtol(v, NULL, 10);
     else *(double *)field = x;
@@ -119,7 +123,7 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
 
 // Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){.n_predict = 256, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 64,
+    *o = (Options){.n_predict = 256, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512,
                    .rope = {.mode = -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -206,6 +210,9 @@ static int sample(float *logits, int n, float temp, float top_p, Candidate *cand
     int k = 0;
     for (int i = 0; i < n; i++)
         if (logits[i] / sum >= cutoff) cand[k++] = (Candidate){logits[i] / sum, i};
+    // None left: top_p < 1/n over (near-)equal probabilities, where the nucleus is the likeliest
+    // token alone, or NaN logits from a damaged model. Either way, take the likeliest.
+    if (k == 0) return sample(logits, n, 0, top_p, cand, rng);
     qsort(cand, k, sizeof *cand, by_prob_desc);
     float kept = 0;
     int last = k - 1;
@@ -247,6 +254,12 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     int *ids = tokenizer_encode(tok, prompt, strlen(prompt), 1, &n_prompt);
     if (!ids) {
         fprintf(stderr, "error: the tokenizer could not encode the prompt\n");
+        return 1;
+    }
+    if (n_prompt == 0) { // nothing to start from: an empty prompt and no BOS token
+        fprintf(stderr, "error: the prompt is empty and the tokenizer has no BOS token to start from (hint: give a "
+                "prompt with -i)\n");
+        free(ids);
         return 1;
     }
     if (n_prompt > t->run.ctx) {

@@ -1,0 +1,308 @@
+"""bench.py - tokens per second of ./run on fixed shapes, weight types and thread counts (`make bench`).
+
+    python3 bench/bench.py                                     everything (about an hour)
+    python3 bench/bench.py --shape 110m --dtype f32 --runs 3   a subset, for quick iterations
+    make bench BENCH_ARGS="--shape 110m --dtype f16 --threads 2"
+
+What it measures, per model x weight type x thread count, each the median of --runs runs of ./run:
+  pp   prompt processing: a prompt of exactly 512 tokens (BOS included), tokens/s
+  tg   decode: 128 tokens generated after that prompt, tokens/s
+  tg@4k  decode at position ~4000: a 4000-token prompt with --ctx 4096, then 32 tokens
+  RSS  peak resident memory of the process (getrusage of the child), next to the banner's
+       weights + KV cache, the issue's budget being weights + KV + 10%
+and the read bandwidth (bench/bwprobe, measured again before each cell, since other processes on a
+shared machine change it), from which the decode roofline:
+  roofline tok/s = bandwidth / bytes a decode step must read (every weight matrix once, plus the
+  keys and values of the cache up to the current position), and the fraction of it reached.
+The models: random weights of the 110M shape (dim 768, 12 layers, 12 heads, hidden 2048,
+vocab 32000) and of the TinyLlama-1.1B shape (dim 2048, 22 layers, 32 heads / 4 kv heads, hidden
+5632, vocab 32000), made once by tests/hf_random.py + export/export.py into a cache directory
+outside the repository (--cache, default ~/.cache/lrun-bench), and the real stories260K exported
+from ../shared/data/models/stories260K-hf. The random models read the Llama 2 tokenizer; the
+prompts are TinyStories text cut to the exact token count.
+
+Output: a markdown table on stdout and in --out (default bench/results.md), with the machine, the
+date and the load average before and after. The machine may be shared: every number is a median,
+and the load average says how busy it was. This is a benchmark, not a test: nothing here fails on
+speed.
+"""
+import argparse
+import datetime
+import os
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "data"
+PYTHON = "/usr/bin/python3"  # Debian's: torch, numpy, sentencepiece
+TEXT = SHARED / "text" / "tinystories_validation_head.txt"
+LLAMA_TOKENIZER = SHARED / "models" / "tokenizer.model"
+TIME = "/usr/bin/time"  # GNU time (Debian package "time"), for the peak RSS
+
+SHAPES = {  # name -> how to make it, its tokenizer
+    "stories260k": dict(hf=SHARED / "models" / "stories260K-hf", tokenizer=SHARED / "models" / "tok512.model"),
+    "110m": dict(preset="110m", tokenizer=LLAMA_TOKENIZER),
+    "tinyllama": dict(preset="tinyllama", tokenizer=LLAMA_TOKENIZER),
+}
+DTYPES = ("f32", "f16", "q8_0")
+PROMPT_TOKENS, GEN_TOKENS = 512, 128
+LONG_PROMPT, LONG_CTX, LONG_GEN = 4000, 4096, 32
+CTX = 1024  # context for the pp / tg runs: room for 512 + 128 tokens
+
+# llama.cpp on this machine kind, 2 threads (issue 6): (shape, dtype) -> (pp128, tg64) tokens/s
+LLAMA_CPP = {("110m", "f32"): (420, 22), ("110m", "f16"): (450, 35),
+             ("tinyllama", "f32"): (60, 2.0), ("tinyllama", "f16"): (59, 5.2)}
+
+RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus --env
+
+TIMING = re.compile(r"prompt: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\) \| generation: (\d+) tokens in "
+                    r"([\d.]+) s \(([\d.]+) tok/s\) \| threads (\d+)")
+BANNER = re.compile(r"weights ([\d.]+) MiB \(mmapped\) \| KV cache ([\d.]+) MiB, activations ([\d.]+) MiB")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- Checkpoints -----------------------------------------------------------------------------------
+
+def checkpoint(cache, shape, dtype):
+    """cache/SHAPE-DTYPE.bin, made on first use (HF directory -> export.py --dtype)."""
+    out = cache / f"{shape}-{dtype}.bin"
+    if out.exists():
+        return out
+    spec = SHAPES[shape]
+    hf = spec.get("hf")
+    if hf is None:
+        hf = cache / f"hf-{shape}"
+        if not (hf / "config.json").exists():
+            log(f"bench: writing random weights of the {shape} shape into {hf}")
+            subprocess.run([PYTHON, str(REPO / "tests" / "hf_random.py"), str(hf), "--preset", spec["preset"]],
+                           check=True)
+    log(f"bench: exporting {out.name}")
+    subprocess.run([PYTHON, str(REPO / "export" / "export.py"), str(hf), str(out), "--dtype", dtype], check=True)
+    if spec.get("preset") and all((cache / f"{shape}-{d}.bin").exists() for d in DTYPES):
+        shutil.rmtree(hf)  # every weight type exported: the float32 HF copy is not needed any more
+    return out
+
+
+def read_header(path):
+    """The numbers of model.h's header that the roofline needs."""
+    with open(path, "rb") as f:
+        h = f.read(64)
+    assert h[:4] == b"LRUN", f"{path}: not a model file"
+    (dim, hidden, layers, heads, kv_heads, head_dim, vocab, _seq, _bos, _eos, shared,
+     dtype) = struct.unpack_from("<12i", h, 8)
+    return dict(dim=dim, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                vocab=vocab, shared=shared, dtype=dtype)
+
+
+def matrix_bytes(dtype, rows, cols):
+    """kernels.c matrix_data_bytes + matrix_scale_bytes."""
+    if dtype == 2:  # q8_0: int8 rows padded to 32, one float per 32
+        cp = -(-cols // 32) * 32
+        return rows * cp + rows * cp // 32 * 4
+    return rows * cols * (4 if dtype == 0 else 2)
+
+
+def decode_bytes(h, pos):
+    """Bytes one decode step at position pos reads: every weight matrix once (the embedding only
+    as the classifier when it is shared), the rows of keys and values 0..pos in float32."""
+    D, H, qd, kvd = h["dim"], h["hidden"], h["heads"] * h["head_dim"], h["kv_heads"] * h["head_dim"]
+    t = h["dtype"]
+    layer = (matrix_bytes(t, qd, D) + 2 * matrix_bytes(t, kvd, D) + matrix_bytes(t, D, qd)
+             + 2 * matrix_bytes(t, H, D) + matrix_bytes(t, D, H))
+    weights = h["layers"] * layer + matrix_bytes(t, h["vocab"], D)
+    kv = 2 * h["layers"] * (pos + 1) * kvd * 4
+    return weights, kv
+
+
+# --- Prompts ---------------------------------------------------------------------------------------
+
+def prompt_text(tokenizer, n_tokens):
+    """TinyStories text that the tokenizer turns into exactly n_tokens - 1 tokens (run adds BOS)."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        raise SystemExit(f"error: no sentencepiece module in {sys.executable} (hint: make bench, or {PYTHON})")
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+    ids = sp.encode(TEXT.read_text())
+    want = n_tokens - 1
+    for cut in range(want, want - 50, -1):  # a decoded cut can re-encode differently; find one that does not
+        for extra in range(0, 50):
+            text = sp.decode(ids[:cut]) + " a" * extra
+            got = len(sp.encode(text))
+            if got == want:
+                return text
+            if got > want:
+                break
+    raise SystemExit(f"bench: cannot build a prompt of {n_tokens} tokens with {tokenizer}")
+
+
+# --- Running ./run ---------------------------------------------------------------------------------
+
+def run_once(model, tokenizer, prompt, n_gen, threads, ctx):
+    """One ./run: (prompt tokens, pp tok/s, generated, tg tok/s, peak RSS MiB, banner numbers)."""
+    cmd = [str(REPO / "run"), str(model), "-z", str(tokenizer), "-i", prompt, "-n", str(n_gen), "-t", "0",
+           "--threads", str(threads), "--ctx", str(ctx)]
+    # Peak RSS through /usr/bin/time: the kernel's figure for a child of this process would include
+    # the memory of the Python process it was forked from.
+    proc = subprocess.run([TIME, "-f", "bench-maxrss-kb %M"] + cmd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, env=RUN_ENV)
+    err = proc.stderr
+    m, b, rss = TIMING.search(err), BANNER.search(err), re.search(r"bench-maxrss-kb (\d+)", err)
+    if proc.returncode != 0 or not m or not b or not rss:
+        raise SystemExit(f"bench: {' '.join(cmd[:2])} ... failed (exit {proc.returncode}):\n{err[-2000:]}")
+    return dict(n_prompt=int(m.group(1)), pp=float(m.group(3)), n_gen=int(m.group(4)), tg=float(m.group(6)),
+                rss=int(rss.group(1)) / 1024, weights=float(b.group(1)), kv=float(b.group(2)),
+                act=float(b.group(3)))
+
+
+def median_of(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def measure(model, tokenizer, prompt, n_gen, threads, ctx, runs, expect_prompt):
+    results = []
+    for _ in range(runs):
+        r = run_once(model, tokenizer, prompt, n_gen, threads, ctx)
+        if r["n_prompt"] != expect_prompt:
+            raise SystemExit(f"bench: the prompt is {r['n_prompt']} tokens, not {expect_prompt}")
+        results.append(r)
+    return results
+
+
+def bandwidth():
+    """{threads: GB/s} from bench/bwprobe (a 2 GiB buffer, median of 5 passes)."""
+    out = subprocess.run([str(REPO / "bench" / "bwprobe"), "2048", "5"], capture_output=True, text=True,
+                         check=True).stdout
+    return {int(t): float(g) for t, g in re.findall(r"threads (\d+): ([\d.]+) GB/s", out)}
+
+
+def machine():
+    name = "unknown CPU"
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            name = line.split(":", 1)[1].strip()
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def loadavg():
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --- Main ------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
+    ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000")
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LRUN_BENCH_CACHE",
+                                                                      Path.home() / ".cache" / "lrun-bench")))
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
+    ap.add_argument("--env", nargs="+", default=[], metavar="VAR=VALUE",
+                    help="environment for ./run, e.g. OMP_WAIT_POLICY=passive (recorded in the table)")
+    args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    for assignment in args.env:
+        name, eq, value = assignment.partition("=")
+        if not eq or not name:
+            ap.error(f"--env {assignment!r}: expected VAR=VALUE")
+        RUN_ENV[name] = value
+    if REPO in args.cache.resolve().parents or args.cache.resolve() == REPO:
+        ap.error("--cache must be outside the repository (the checkpoints are gigabytes)")
+    args.cache.mkdir(parents=True, exist_ok=True)
+
+    started, load_before = datetime.datetime.now(), loadavg()
+    bw_seen = {}  # threads -> every probe result
+    log(f"bench: load average {load_before}")
+    prompts = {}
+    rows, versus = [], []
+    for shape in args.shape:
+        tok = SHAPES[shape]["tokenizer"]
+        if tok not in prompts:
+            prompts[tok] = (prompt_text(tok, PROMPT_TOKENS), prompt_text(tok, LONG_PROMPT))
+        prompt, long_prompt = prompts[tok]
+        for dtype in args.dtype:
+            model = checkpoint(args.cache, shape, dtype)
+            header = read_header(model)
+            for threads in args.threads:
+                log(f"bench: {shape} {dtype} threads {threads}")
+                short = measure(model, tok, prompt, GEN_TOKENS, threads, CTX, args.runs, PROMPT_TOKENS)
+                long = None if args.no_long else measure(model, tok, long_prompt, LONG_GEN, threads, LONG_CTX,
+                                                         args.runs, LONG_PROMPT)
+                w, kv = decode_bytes(header, PROMPT_TOKENS + GEN_TOKENS // 2)
+                bw = bandwidth()
+                for t, g in bw.items():
+                    bw_seen.setdefault(t, []).append(g)
+                gbps = bw.get(threads, max(bw.values()))
+                tg = median_of(short, "tg")
+                row = dict(shape=shape, dtype=dtype, threads=threads, pp=median_of(short, "pp"), tg=tg,
+                           n_gen=min(r["n_gen"] for r in short), rss=max(r["rss"] for r in short),
+                           weights=short[0]["weights"], kv=short[0]["kv"], read=(w + kv) * tg / 1e9,
+                           roof=(w + kv) * tg / 1e9 / gbps)
+                if long:
+                    lw, lkv = decode_bytes(header, LONG_PROMPT + LONG_GEN // 2)
+                    row.update(tg4k=median_of(long, "tg"), rss4k=max(r["rss"] for r in long),
+                               kv4k=long[0]["kv"], roof4k=(lw + lkv) * median_of(long, "tg") / 1e9 / gbps)
+                row["gbps"] = gbps
+                rows.append(row)
+                log(f"bench:   pp {row['pp']:.1f} tok/s, tg {tg:.2f} tok/s ({row['roof']:.0%} of roofline)"
+                    + (f", tg@4k {row['tg4k']:.2f} tok/s" if long else ""))
+                ref = LLAMA_CPP.get((shape, dtype))
+                if ref and threads == 2:
+                    versus.append((shape, dtype, row["pp"], ref[0], tg, ref[1]))
+
+    lines = [f"# Benchmark: ./run, {started:%Y-%m-%d %H:%M}", "",
+             f"Machine: {machine()}; Linux {os.uname().release}; commit "
+             + subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip(),
+             f"Environment of ./run: {' '.join(args.env) if args.env else 'as inherited (OpenMP defaults)'}.",
+             f"Load average (1, 5, 15 min): {load_before} before, {loadavg()} after "
+             f"({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
+             "Read bandwidth (bench/bwprobe, 2 GiB, before each row): "
+             + ", ".join(f"{t} thread{'s' if t > 1 else ''} {min(g):.1f} to {max(g):.1f} GB/s (median "
+                         f"{statistics.median(g):.1f})" for t, g in sorted(bw_seen.items())) + ".",
+             f"Medians of {args.runs} runs. pp = {PROMPT_TOKENS}-token prompt, tg = {GEN_TOKENS} tokens decoded "
+             f"after it (--ctx {CTX}), tg@4k = {LONG_GEN} tokens decoded from position {LONG_PROMPT} "
+             f"(--ctx {LONG_CTX}). Roofline = read bandwidth / bytes per decode step (weights + KV cache read).",
+             "", "| model | weights | threads | pp tok/s | tg tok/s | tg GB/s (probe) | tg roofline | tg@4k tok/s "
+             "| tg@4k roofline | peak RSS MiB | weights + KV MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        budget = f"{r['weights']:.0f} + {r['kv']:.0f}"
+        rss = f"{r['rss']:.0f}"
+        tg4k = f"{r['tg4k']:.2f}" if "tg4k" in r else "-"
+        roof4k = f"{r['roof4k']:.0%}" if "roof4k" in r else "-"
+        if "tg4k" in r:
+            budget += f" (4k: {r['weights']:.0f} + {r['kv4k']:.0f})"
+            rss += f" (4k: {r['rss4k']:.0f})"
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | {r['pp']:.1f} | {r['tg']:.2f}"
+                     f"{'' if r['n_gen'] == GEN_TOKENS else ' (' + str(r['n_gen']) + ' tokens)'} | {r['read']:.1f} ({r['gbps']:.1f}) "
+                     f"| {r['roof']:.0%} | {tg4k} | {roof4k} | {rss} | {budget} |")
+    if versus:
+        lines += ["", "Against llama.cpp (issue 6: pp128 / tg64, 2 threads, same shapes, random weights):", "",
+                  "| model | weights | pp tok/s (llama.cpp) | speedup | tg tok/s (llama.cpp) | speedup |",
+                  "|---|---|---|---|---|---|"]
+        for shape, dtype, pp, rpp, tg, rtg in versus:
+            lines.append(f"| {shape} | {dtype} | {pp:.1f} ({rpp}) | {pp / rpp:.2f}x | {tg:.2f} ({rtg}) "
+                         f"| {tg / rtg:.2f}x |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(table)
+    log(f"bench: wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+// test_kernels.c - every fast matrix product against the plain reference (kernels.h).
+//
+// For each weight type (f32, f16, q8_0), each shape (odd ones: 1 column, 172 columns, rows that
+// are no multiple of anything, enough tokens and columns to cross the tile and chunk edges) and
+// each token count (1 = decode's matrix x vector; 4 and more = prefill's blocked matrix x matrix):
+//   1. matmul agrees with matmul_ref within a stated bound (below);
+//   2. matmul of n tokens equals n calls of one token within float rounding (prefill vs decode);
+//   3. the result is bit-identical with 1, 2 and 3 threads;
+// and the two attention loops (attention_scores, attention_mix) against double sums.
+// Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
+//   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
+//   q8_0      |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the activations
+//             are rounded to 8 bits per block (half a step dx / 2 at most each), the weights are
+//             already exactly q * d, so e bounds the whole quantization error.
+// Prints the largest error as a fraction of its bound per weight type (per case with -v, and
+// every failing case), and a one-line verdict.
+// Built three times by the Makefile: native (AVX-512 here), -march=haswell (AVX2 without
+// AVX-512) and -DKERNELS_PLAIN (the plain C every other machine compiles).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels.h"
+
+static unsigned long long rng = 88172645463325252ULL;
+
+static float uniform(void) { // xorshift64, in [-1, 1)
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) / 8388608.0 - 1.0);
+}
+
+typedef struct {
+    Matrix m;
+    void *data;
+    float *scale;
+} TestMatrix;
+
+// A random (rows, cols) matrix stored as dtype; q8_0 quantized as export.py does it.
+static TestMatrix make_matrix(DType t, int rows, int cols) {
+    TestMatrix tm = {{NULL, NULL, rows, cols, t}, NULL, NULL};
+    const int cp = matrix_cols_stored(t, cols);
+    tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
+    if (t == DTYPE_Q8_0) tm.scale = calloc((size_t)rows * cp / Q8_BLOCK, sizeof(float));
+    float row[cp];
+    for (int r = 0; r < rows; r++) {
+        memset(row, 0, sizeof row);
+        for (int c = 0; c < cols; c++) row[c] = uniform() * (1 + (r % 7)); // rows of different sizes
+        if (t == DTYPE_F32) memcpy((float *)tm.data + (size_t)r * cp, row, cols * sizeof(float));
+        if (t == DTYPE_F16)
+            for (int c = 0; c < cols; c++) ((_Float16 *)tm.data)[(size_t)r * cp + c] = (_Float16)row[c];
+        if (t == DTYPE_Q8_0) {
+            for (int b = 0; b < cp / Q8_BLOCK; b++) {
+                float amax = 0;
+                for (int i = 0; i < Q8_BLOCK; i++) amax = fmaxf(amax, fabsf(row[b * Q8_BLOCK + i]));
+                const float d = amax / 127;
+                tm.scale[(size_t)r * cp / Q8_BLOCK + b] = d;
+                for (int i = 0; i < Q8_BLOCK; i++)
+                    ((int8_t *)tm.data)[(size_t)r * cp + b * Q8_BLOCK + i] =
+                        (int8_t)(d > 0 ? rintf(row[b * Q8_BLOCK + i] / d) : 0);
+            }
+        }
+    }
+    tm.m.data = tm.data;
+    tm.m.scale = tm.scale;
+    return tm;
+}
+
+// The bound on |fast - ref| for output (t, r), as described at the top; *rounding = its float part.
+static double error_bound(const Matrix *m, const float *x, int t, int r, double *rounding) {
+    const int cols = m->cols;
+    const float *xt = x + (size_t)t * cols;
+    double s = 0, e = 0;
+    float w[cols];
+    matrix_row(w, m, r);
+    for (int c = 0; c < cols; c++) s += fabs((double)w[c] * xt[c]);
+    if (m->dtype == DTYPE_Q8_0) {
+        for (int b = 0; b * Q8_BLOCK < cols; b++) {
+            double amax = 0, wsum = 0;
+            for (int c = b * Q8_BLOCK; c < cols && c < (b + 1) * Q8_BLOCK; c++) {
+                amax = fmax(amax, fabs(xt[c]));
+                wsum += fabs(w[c]);
+            }
+            e += wsum * (amax / 127) / 2;
+        }
+    }
+    *rounding = 1e-5 * s + 1e-30;
+    return e + *rounding;
+}
+
+static int failures = 0, verbose = 0;
+static double worst_of[DTYPE_COUNT][2]; // per weight type: vs ref, n tokens vs 1 at a time
+static double worst_attention;
+
+static void check_case(DType t, int rows, int cols, int n) {
+    TestMatrix tm = make_matrix(t, rows, cols);
+    const Matrix *m = &tm.m;
+    float *x = malloc(sizeof(float) * n * cols);
+    float *ref = malloc(sizeof(float) * n * rows), *fast = malloc(sizeof(float) * n * rows);
+    float *one = malloc(sizeof(float) * n * rows), *other = malloc(sizeof(float) * n * rows);
+    for (int i = 0; i < n * cols; i++) x[i] = uniform() * (i % 5 == 0 ? 4 : 1); // uneven blocks
+    matmul_ref(ref, x, m, n);
+    matmul(fast, x, m, n);
+    for (int i = 0; i < n; i++) matmul(one + (size_t)i * rows, x + (size_t)i * cols, m, 1);
+
+    double worst = 0, worst_split = 0; // largest |error| / bound
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < rows; r++) {
+            const size_t at = (size_t)i * rows + r;
+            double rounding, bound = error_bound(m, x, i, r, &rounding);
+            worst = fmax(worst, fabs((double)fast[at] - ref[at]) / bound);
+            // prefill vs decode: the same quantized inputs, only the float summation order differs
+            worst_split = fmax(worst_split, fabs((double)fast[at] - one[at]) / rounding);
+        }
+    int same_threads = 1;
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt++) {
+        omp_set_num_threads(nt);
+        matmul(other, x, m, n);
+        same_threads &= memcmp(other, fast, sizeof(float) * n * rows) == 0;
+    }
+    omp_set_num_threads(threads);
+#endif
+    const int ok = worst <= 1 && worst_split <= 1 && same_threads;
+    failures += !ok;
+    worst_of[t][0] = fmax(worst_of[t][0], worst);
+    worst_of[t][1] = fmax(worst_of[t][1], worst_split);
+    if (verbose || !ok)
+        printf("%-4s %5d x %-5d n %-4d  error/bound: vs ref %.3f, n tokens vs 1 at a time %.3f, threads 1-3 %s%s\n",
+           dtype_name(t), rows, cols, n, worst, worst_split, same_threads ? "identical" : "DIFFER",
+           ok ? "" : "  <-- FAIL");
+    free(x);
+    free(ref);
+    free(fast);
+    free(one);
+    free(other);
+    free(tm.data);
+    free(tm.scale);
+}
+
+// attention_scores and attention_mix against double sums, on odd head sizes and lengths. Bound:
+// 1e-5 of sum |terms|, as for the matrix products.
+static void check_attention(int hd, int len) {
+    const size_t stride = (size_t)len + 3; // positions (keys) and the row length (values) of a wider cache
+    float *q = malloc(sizeof(float) * hd), *kt = malloc(sizeof(float) * hd * stride);
+    float *v = malloc(sizeof(float) * stride * (hd + 5)), *att = malloc(sizeof(float) * len);
+    float *out = malloc(sizeof(float) * hd), *p = malloc(sizeof(float) * len);
+    for (int d = 0; d < hd; d++) q[d] = uniform();
+    for (size_t i = 0; i < hd * stride; i++) kt[i] = uniform();
+    for (size_t i = 0; i < stride * (hd + 5); i++) v[i] = uniform();
+    for (int j = 0; j < len; j++) p[j] = (uniform() + 1) / len;
+    const float scale = 0.125f;
+    attention_scores(att, q, kt, hd, stride, len, scale);
+    attention_mix(out, p, v, (size_t)hd + 5, len, hd);
+    double worst = 0;
+    for (int j = 0; j < len; j++) {
+        double ref = 0, s = 0;
+        for (int d = 0; d < hd; d++) {
+            ref += (double)q[d] * scale * kt[d * stride + j];
+            s += fabs((double)q[d] * scale * kt[d * stride + j]);
+        }
+        worst = fmax(worst, fabs(att[j] - ref) / (1e-5 * s + 1e-30));
+    }
+    for (int d = 0; d < hd; d++) {
+        double ref = 0, s = 0;
+        for (int j = 0; j < len; j++) {
+            ref += (double)p[j] * v[(size_t)j * (hd + 5) + d];
+            s += fabs((double)p[j] * v[(size_t)j * (hd + 5) + d]);
+        }
+        worst = fmax(worst, fabs(out[d] - ref) / (1e-5 * s + 1e-30));
+    }
+    const int ok = worst <= 1;
+    failures += !ok;
+    worst_attention = fmax(worst_attention, worst);
+    if (verbose || !ok)
+        printf("attention head_dim %-4d len %-5d error/bound %.3f%s\n", hd, len, worst, ok ? "" : "  <-- FAIL");
+    free(q);
+    free(kt);
+    free(v);
+    free(att);
+    free(out);
+    free(p);
+}
+
+int main(int argc, char **argv) {
+    verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill.
+    static const int cases[][3] = {
+        {1, 1, 1},     {3, 5, 1},     {5, 7, 4},      {33, 172, 1},    {33, 172, 5},    {67, 172, 13},
+        {100, 64, 12}, {31, 300, 25}, {257, 96, 64},  {64, 2048, 1},   {64, 2048, 3},   {45, 1000, 300},
+        {40, 1000, 600}, {17, 5000, 37},
+    };
+    for (DType t = 0; t < DTYPE_COUNT; t++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(t, cases[i][0], cases[i][1], cases[i][2]);
+    static const int heads[] = {1, 5, 8, 16, 64, 72, 128, 200};
+    static const int lens[] = {1, 15, 16, 64, 100, 1000};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) check_attention(heads[i], lens[j]);
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (DType t = 0; t < DTYPE_COUNT; t++)
+        printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",
+               dtype_name(t), n_cases, worst_of[t][0], worst_of[t][1]);
+    printf("attention %d head sizes x %d lengths: largest error / bound %.3f\n", (int)(sizeof heads / sizeof heads[0]),
+           (int)(sizeof lens / sizeof lens[0]), worst_attention);
+    printf("test_kernels (%s): %s (%d failure%s)\n", matmul_isa(), failures ? "FAIL" : "ok", failures,
+           failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
