@@ -467,7 +467,7 @@ int main(int argc, char **argv) {
     Options o;
     int parsed = parse_args(argc, argv, &o);
     if (parsed) {
-        if (parsed < 0) fprintf(stderr, "usage: run MODEL.bin [-i PROMPT] [options]; run --help for all\n");
+        if (parsed < 0) usage(stderr);
         return parsed < 0 ? 2 : 0;
     }
 #ifdef _OPENMP

@@ -10,8 +10,8 @@ and k_proj are permuted from Hugging Face's rotate_half layout back to the inter
 rope.c rotates (see "The two RoPE layouts" below).
 What this is not: a general converter. Anything this program cannot reproduce exactly is refused
 with a message rather than approximated: other architectures, biases, activations other than
-SiLU, partially rotated heads, longrope, already-quantized checkpoints. No tokenizer is converted
-(run.c reads tokenizer.model directly).
+SiLU, partially rotated heads, longrope, already-quantized checkpoints. The tokenizer is not
+converted: run.c reads SentencePiece's tokenizer.model itself, so it is copied beside OUT.
 
 Errors go to stderr as `error: <what>: <why> (hint: <fix>)` with exit status 1, and no output file
 is left behind: everything is written to OUT.tmp-XXXX and renamed over OUT only at the very end.
@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -375,6 +376,23 @@ def describe_rope(c):
     return text
 
 
+def place_tokenizer(hf_dir, out):
+    """./run looks for tokenizer.model beside the model file: copy the checkpoint's there. One that
+    is already there is left alone (with a warning if it differs: ./run -z picks another)."""
+    src = os.path.join(hf_dir, "tokenizer.model")
+    dst = os.path.join(os.path.dirname(os.path.abspath(out)), "tokenizer.model")
+    if not os.path.isfile(src):
+        print(f"note: {hf_dir} has no tokenizer.model; give ./run one with -z", file=sys.stderr)
+    elif not os.path.exists(dst):
+        tmp = dst + ".tmp-export"
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+        print(f"copied {src} to {dst}", file=sys.stderr)
+    elif open(src, "rb").read() != open(dst, "rb").read():
+        print(f"warning: {dst} exists and is not {src}; it was left as it is, so run this model with "
+              f"-z {src}", file=sys.stderr)
+
+
 def export(hf_dir, out, dtype):
     c = read_config(hf_dir)
     ckpt = Checkpoint(hf_dir)
@@ -420,6 +438,7 @@ def export(hf_dir, out, dtype):
           f"heads {c['n_heads']}/{c['n_kv_heads']} kv head_dim {c['head_dim']} vocab {c['vocab_size']} "
           f"seq_len {c['seq_len']}, {'shared' if c['shared_classifier'] else 'separate'} classifier; "
           f"{n_params:,} params, {dtype}, {size:,} bytes; {describe_rope(c)}", file=sys.stderr)
+    place_tokenizer(hf_dir, out)
 
 
 def main(argv=None):

@@ -687,3 +687,25 @@ def test_safetensors_round_trip(tmp_path):
     # bfloat16 = the top 16 bits of a float32: 1.0 is 0x3F80, and rounding is to nearest even
     assert st.bf16_bits(np.float32([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8])).tolist() == [0x3F80, 0x3F80, 0x3F82]
     np.testing.assert_allclose(f.get("bf16"), x, rtol=2**-8)
+
+
+# --- the tokenizer goes beside the model ---------------------------------------------------------
+
+def test_tokenizer_copied_beside_the_model(tmp_path):
+    hf = SHARED / "data" / "models" / "stories260K-hf"
+    out = tmp_path / "m.bin"
+    proc = run_export(hf, out)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "tokenizer.model").read_bytes() == (hf / "tokenizer.model").read_bytes()
+    assert "copied" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "tokenizer.model"]
+
+
+def test_existing_different_tokenizer_is_kept(tmp_path):
+    hf = SHARED / "data" / "models" / "stories260K-hf"
+    other = (SHARED / "data" / "models" / "tokenizer.model").read_bytes()
+    (tmp_path / "tokenizer.model").write_bytes(other)
+    proc = run_export(hf, tmp_path / "m.bin")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "tokenizer.model").read_bytes() == other
+    assert "warning" in proc.stderr and "-z" in proc.stderr
