@@ -73,6 +73,17 @@ bench/matmul_bench: bench/matmul_bench.c kernels.o
 bench: run $(BENCH_TOOLS)
 	$(PYTHON) bench/bench.py $(BENCH_ARGS)
 
+# `make plots`: the RoPE figures in docs/ (scripts/plot_rope.py, frequencies from tests/rope_dump).
+plots: tests/rope_dump
+	$(PYTHON) scripts/plot_rope.py
+
+# `make results`: docs/ppl_results.md and docs/ppl_buckets.png, perplexity of stories260K on the
+# TinyStories text for ctx 512..4096 and every mode (scripts/ppl_results.py; the whole text, a long
+# run; add RESULTS_ARGS="--tokens 65536" for a quick look).
+RESULTS_ARGS ?=
+results: run
+	$(PYTHON) scripts/ppl_results.py --threads 1 $(RESULTS_ARGS)
+
 clean:
 	rm -f run *.o $(TOOLS) $(BENCH_TOOLS)
 	rm -rf build/sanitize build/valgrind build/fuzz
@@ -143,4 +154,4 @@ build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS) run.c *.h
 fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZ_SECONDS) || exit 1; done
 
-.PHONY: all tools test clean sanitize fuzz bench
+.PHONY: all tools test clean sanitize fuzz bench plots results

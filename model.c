@@ -454,21 +454,22 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int size,
     }
 }
 
-// e^x for x <= 0, written without branches so that loops over it vectorize (libm's expf does
-// not). e^x = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2)/2, ln 2 split in two parts
-// (Cody-Waite) so r is exact, e^r by its Taylor polynomial to r^6: relative error ~1e-7.
-static inline float exp_nonpositive(float x) {
-    // e^-87 is near the smallest normal float; below, the result is ~0. Written so that NaN (from a
-    // damaged model's weights) also becomes -87: NaN would make the int conversion of k undefined.
-    x = x > -87.0f ? x : -87.0f;
-    const float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f; // round(x * log2(e)), 1.5 * 2^23 trick
-    const float r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
+// e^x for the x <= 0 of a softmax, written without branches so that loops over it vectorize
+// (libm's expf does not). e^x = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2)/2, ln 2 split
+// in two parts (Cody-Waite) so r is exact, e^r by its Taylor polynomial to r^6: relative error
+// ~1e-7. Below x = -40 it returns 0: such terms weigh less than 4e-18 beside the largest one (1),
+// so even 2^24 of them change a float sum by less than its rounding, and dropping them keeps
+// subnormal numbers, which are slow, out of the attention weights. NaN also gives 0.
+static inline float softmax_exp(float x) {
+    const float xc = x > -40.0f ? x : -40.0f;
+    const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round(x * log2(e)), 1.5 * 2^23 trick
+    const float r = (xc - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
     const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
     union {
         int32_t i;
         float f;
     } two_k = {.i = ((int32_t)k + 127) << 23};
-    return p * two_k.f;
+    return x > -40.0f ? p * two_k.f : 0.0f;
 }
 
 // softmax(x) over n scores in place.
@@ -478,7 +479,7 @@ static void softmax(float *x, int n) {
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < n; i++) {
-        x[i] = exp_nonpositive(x[i] - max);
+        x[i] = softmax_exp(x[i] - max);
         sum += x[i];
     }
     const float inv = 1.0f / sum;
@@ -566,9 +567,8 @@ float *transformer_forward(Transformer *t, const int *tokens, int n, int pos, in
 
         // Attention: x = x + wo(attention(rope(q), rope(k), v))
         rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps); // (n, D)
-        matmul(s->q, s->xb, &lw->wq, n);                      // (n, D) -> (n, qd)
-        matmul(s->k, s->xb, &lw->wk, n);                      // (n, D) -> (n, kvd)
-        matmul(v, s->xb, &lw->wv, n);                         // (n, D) -> (n, kvd)
+        // q (n, qd), k (n, kvd), v (n, kvd) = xb (n, D) @ wq^T, wk^T, wv^T, in one go (kernels.h)
+        matmul_many((float *[]){s->q, s->k, v}, s->xb, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, n);
         if (s->key_raw) memcpy(s->key_raw + block, s->k, (size_t)n * kvd * sizeof(float));
         for (int i = 0; i < n; i++) {
             for (int h = 0; h < p->n_heads; h++) rope_rotate(&t->rope, s->q + (size_t)i * qd + (size_t)h * hd, pos + i);
@@ -581,8 +581,7 @@ float *transformer_forward(Transformer *t, const int *tokens, int n, int pos, in
 
         // MLP: x = x + w2(silu(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
         rmsnorm(s->xb, s->x, lw->rms_ffn, n, D, p->norm_eps);
-        matmul(s->hb, s->xb, &lw->w1, n);                     // (n, D) -> (n, H)
-        matmul(s->hb2, s->xb, &lw->w3, n);                    // (n, D) -> (n, H)
+        matmul_many((float *[]){s->hb, s->hb2}, s->xb, (const Matrix *[]){&lw->w1, &lw->w3}, 2, n); // -> (n, H) x 2
         for (size_t i = 0; i < (size_t)n * H; i++) {
             float g = s->hb[i];
             s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];     // silu(g) = g * sigmoid(g)

@@ -446,7 +446,13 @@ static void banner(const Transformer *t, const char *path) {
             "activations %.2f MiB\n", c->seq_len, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
             (t->state_bytes - kv) / 1048576.0);
     fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
-    if (r->eff_base != r->p.base) fprintf(stderr, " (effective %g)", r->eff_base);
+    if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
+        double inv_freq[r->p.head_dim / 2], mscale, at_ctx;
+        rope_inv_freq(&r->p, t->run.ctx, inv_freq, &mscale, &at_ctx);
+        fprintf(stderr, " (past L it grows with the length, to %g at %d)", at_ctx, t->run.ctx);
+    } else if (r->eff_base != r->p.base) {
+        fprintf(stderr, " (effective %g)", r->eff_base);
+    }
     fprintf(stderr, ", factor %g, trained context L = %d, attention factor %g\n", r->p.factor, r->p.orig_ctx,
             r->mscale);
 }

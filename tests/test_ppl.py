@@ -93,3 +93,12 @@ def test_missing_text(c_tools, setup, tmp_path):
     proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(tmp_path / "none.txt")],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "cannot read" in proc.stderr
+
+
+def test_dynamic_with_factor_1_is_ntk_at_the_window_length(c_tools, setup):
+    # In a window of N tokens dynamic's alpha is s*N/L - (s-1); with s = 1 that is N/L, which is
+    # ntk's default alpha (= the factor ctx/L) when ctx = N: the same base, the same numbers.
+    model, text, _ = setup
+    dynamic = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", 1, "--rope-scaling", "dynamic", "--rope-factor", 1)
+    ntk = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", 1, "--rope-scaling", "ntk")
+    assert dynamic == ntk
