@@ -4,7 +4,7 @@
 // out = x @ W^T is (n, rows). Every output element is computed start to end by one thread in an
 // order that depends only on the shapes, so the result does not depend on the number of threads.
 //
-// Two regimes, two algorithms (see README, "Speed"):
+// Two regimes, two algorithms (bench/README.md says why, with numbers):
 //   decode, n < GEMM_MIN_N tokens: matrix x vector. Each weight is used once per token, so the
 //     time is the time to stream the weights from memory; the kernels read each row start to end
 //     with wide loads, OpenMP splits the rows, and the arithmetic hides under the memory traffic.
@@ -17,10 +17,13 @@
 // What this is not: a BLAS. Only out = x @ W^T with W in the file's layout, and one level of
 // cache blocking (the K dimension, so a chunk of activations stays in L2).
 //
-// Instruction sets: the inner loops are written with AVX-512 intrinsics where the compiler says
-// they exist (__AVX512F__, __AVX512VNNI__, ...); every such block has a plain C version beside it
-// that computes the same thing and is what other machines (aarch64, older x86-64) compile.
-// tests/test_kernels.c checks every path against matmul_ref.
+// Instruction sets: the inner loops are written with AVX-512 intrinsics, and AVX2 ones for the
+// f32 microkernel and the q8_0 dot product, where the compiler says they exist (__AVX512F__,
+// __AVX512VNNI__, __AVX2__, ...); every such block has a plain C version beside it that computes
+// the same thing and is what other machines (aarch64, older x86-64) compile. tests/test_kernels.c
+// checks every path against matmul_ref.
+// Also here: the two inner loops of attention, which have the same concern (keep sums in
+// registers, stream the cache once).
 #include "kernels.h"
 
 #include <stdint.h>
@@ -125,7 +128,6 @@ typedef struct {
     int8_t *q;    // (n, cp) cp = cols rounded up to 32, zero-padded
     float *d;     // (n, cp/32) scales
     int32_t *sum; // (n, cp/32) sum of the 32 q of each block (for the unsigned trick in gemm_q8)
-    size_t bytes_q;
 } QuantizedRows;
 
 static void quantize_row_q8(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
@@ -155,8 +157,7 @@ static void quantize_row_q8(int8_t *q, float *d, int32_t *sum, const float *x, i
 
 static int quantize_rows_q8(QuantizedRows *qr, const float *x, int n, int cols) {
     const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
-    qr->bytes_q = (size_t)n * cp;
-    qr->q = alloc64(qr->bytes_q);
+    qr->q = alloc64((size_t)n * cp);
     qr->d = alloc64((size_t)n * nb * sizeof(float));
     qr->sum = alloc64((size_t)n * nb * sizeof(int32_t));
     if (!qr->q || !qr->d || !qr->sum) return -1;
@@ -185,7 +186,11 @@ static void quantized_rows_free(QuantizedRows *qr) {
 #define AHEAD_F16 2048 // bytes
 #define AHEAD_Q8 1024
 
-static float dot_f32(const float *w, const float *x, int n) {
+// Not inlined: one compiled copy of each, so every caller sums in the same order (a compiler may
+// vectorize an inlined plain C loop differently in each place it lands).
+#define ONE_COPY __attribute__((noinline))
+
+static ONE_COPY float dot_f32(const float *w, const float *x, int n) {
 #ifdef USE_AVX512
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
@@ -210,7 +215,7 @@ static float dot_f32(const float *w, const float *x, int n) {
 }
 
 // f16 weights, f32 arithmetic: each half is widened exactly (vcvtph2ps) before the multiply-add.
-static float dot_f16(const _Float16 *w, const float *x, int n) {
+static ONE_COPY float dot_f16(const _Float16 *w, const float *x, int n) {
 #ifdef USE_AVX512
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
@@ -252,7 +257,7 @@ static inline __m256i dot_i8_block(__m256i w, __m256i x) {
 }
 #endif
 
-static float dot_q8(const int8_t *w, const float *dw, const int8_t *x, const float *dx, int nb) {
+static ONE_COPY float dot_q8(const int8_t *w, const float *dw, const int8_t *x, const float *dx, int nb) {
 #ifdef USE_AVX2
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int b = 0;
@@ -339,21 +344,20 @@ static void matvec(float *const *out, const float *x, const Matrix *const *m, in
 // by one group, not by its whole share. Padding: a partial tile is packed with zero tokens, a
 // partial panel with zero rows; only real outputs are stored.
 
-#ifndef XCHUNK
-#define XCHUNK 524288
-#endif
 enum {
-    GEMM_MIN_N = 4, // from this many tokens on, matrix x matrix
-    NR = 32,        // weight rows per panel: two 16-float vectors
-    MR = 12,        // tokens per tile: MR * 2 = 24 accumulator vectors of the 32 a core has
-    MR_Q8 = 6,      // q8_0 tiles: 12 integer + 12 float accumulators
-    KC_MIN = 256,
+    GEMM_MIN_N = 4,      // from this many tokens on, matrix x matrix
+    NR = 32,             // weight rows per panel: two 16-float vectors
+    MR = 12,             // tokens per tile: MR * 2 = 24 accumulator vectors of the 32 a core has
+    MR_Q8 = 6,           // q8_0 tiles: 12 integer + 12 float accumulators
+    KC_MIN = 256,        // columns per chunk, at least and at most
     KC_MAX = 4096,
+    X_CHUNK = 512 << 10, // bytes of packed activations per chunk: a quarter of a 2 MB L2
+    PANEL_GROUP = 4,     // panels per work item, at most
 };
 
-// Columns per chunk: the packed activations of all n tokens in about 512 KB, a multiple of 32.
+// Columns per chunk: the packed activations of all n tokens in about X_CHUNK bytes, a multiple of 32.
 static int chunk_cols(int n, int cols, size_t elem) {
-    long kc = XCHUNK / ((long)n * (long)elem);
+    long kc = X_CHUNK / ((long)n * (long)elem);
     kc = kc < KC_MIN ? KC_MIN : kc > KC_MAX ? KC_MAX : kc;
     kc = kc / Q8_BLOCK * Q8_BLOCK;
     return kc < cols ? (int)kc : cols;
@@ -377,9 +381,6 @@ static int thread_num(void) {
 
 // Panels per work item: several, so a chunk of packed activations read into L2 serves them all,
 // but items enough for every thread to get a few (the last ones finish close together).
-#ifndef PANEL_GROUP
-#define PANEL_GROUP 4
-#endif
 static int panel_group(int panels) {
     int g = panels / (4 * max_threads());
     return g < 1 ? 1 : g > PANEL_GROUP ? PANEL_GROUP : g;
@@ -389,11 +390,12 @@ static int panel_group(int panels) {
 // values one broadcast each in the microkernel. Tokens past n are zero.
 static void pack_x_f32(float *xp, const float *x, int cols, int n, int t0) {
     for (int t = 0; t < MR; t++) {
-        const float *src = x + (size_t)(t0 + t) * cols;
-        if (t0 + t < n)
+        if (t0 + t < n) {
+            const float *src = x + (size_t)(t0 + t) * cols;
             for (int k = 0; k < cols; k++) xp[(size_t)k * MR + t] = src[k];
-        else
+        } else {
             for (int k = 0; k < cols; k++) xp[(size_t)k * MR + t] = 0;
+        }
     }
 }
 
@@ -473,9 +475,15 @@ static void pack_w_f32(float *wp, const Matrix *m, int r0, int k0, int kc) {
 // out when accumulating: the same float result however the columns were cut into chunks.
 static void kernel_f32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
                        int accumulate) {
-#ifdef USE_AVX512
+#if defined(USE_AVX512)
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
     __m512 c[MR][2];
-    for (int t = 0; t < MR; t++) c[t][0] = c[t][1] = _mm512_setzero_ps();
+    for (int t = 0; t < MR; t++) {
+        const int load = accumulate && t < nt;
+        c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
+        c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
+    }
     for (int k = 0; k < kc; k++) {
         const __m512 w0 = _mm512_load_ps(wp + k * NR), w1 = _mm512_load_ps(wp + k * NR + 16);
         for (int t = 0; t < MR; t++) {
@@ -484,19 +492,43 @@ static void kernel_f32(float *out, size_t ldo, int nt, int nr, const float *xp, 
             c[t][1] = _mm512_fmadd_ps(a, w1, c[t][1]);
         }
     }
-    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
     for (int t = 0; t < nt; t++) {
-        float *o = out + t * ldo;
-        if (accumulate) {
-            c[t][0] = _mm512_add_ps(c[t][0], _mm512_maskz_loadu_ps(m0, o));
-            c[t][1] = _mm512_add_ps(c[t][1], _mm512_maskz_loadu_ps(m1, o + 16));
-        }
-        _mm512_mask_storeu_ps(o, m0, c[t][0]);
-        _mm512_mask_storeu_ps(o + 16, m1, c[t][1]);
+        _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
+        _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
+#elif defined(USE_AVX2)
+    // 16 registers of 8 floats: the tile is done as 2 x 2 blocks of 6 tokens x 16 rows, each with
+    // 12 accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel).
+    for (int t0 = 0; t0 < MR; t0 += 6)
+        for (int j0 = 0; j0 < NR; j0 += 16) {
+            if (t0 >= nt || j0 >= nr) continue;
+            __m256 c[6][2];
+            for (int t = 0; t < 6; t++)
+                for (int h = 0; h < 2; h++) {
+                    float init[8] = {0};
+                    for (int j = 0; accumulate && t0 + t < nt && j < 8 && j0 + 8 * h + j < nr; j++)
+                        init[j] = out[(t0 + t) * ldo + j0 + 8 * h + j];
+                    c[t][h] = _mm256_loadu_ps(init);
+                }
+            for (int k = 0; k < kc; k++) {
+                const __m256 w0 = _mm256_load_ps(wp + k * NR + j0), w1 = _mm256_load_ps(wp + k * NR + j0 + 8);
+                for (int t = 0; t < 6; t++) {
+                    const __m256 a = _mm256_broadcast_ss(xp + k * MR + t0 + t);
+                    c[t][0] = _mm256_fmadd_ps(a, w0, c[t][0]);
+                    c[t][1] = _mm256_fmadd_ps(a, w1, c[t][1]);
+                }
+            }
+            for (int t = 0; t < 6 && t0 + t < nt; t++)
+                for (int h = 0; h < 2; h++) {
+                    float res[8];
+                    _mm256_storeu_ps(res, c[t][h]);
+                    for (int j = 0; j < 8 && j0 + 8 * h + j < nr; j++) out[(t0 + t) * ldo + j0 + 8 * h + j] = res[j];
+                }
+        }
 #else
     float c[MR][NR] = {{0}};
+    for (int t = 0; accumulate && t < nt; t++)
+        for (int j = 0; j < nr; j++) c[t][j] = out[t * ldo + j];
     for (int k = 0; k < kc; k++)
         for (int t = 0; t < MR; t++) {
             const float a = xp[k * MR + t];
@@ -504,7 +536,7 @@ static void kernel_f32(float *out, size_t ldo, int nt, int nr, const float *xp, 
             for (int j = 0; j < NR; j++) c[t][j] += a * wp[k * NR + j];
         }
     for (int t = 0; t < nt; t++)
-        for (int j = 0; j < nr; j++) out[t * ldo + j] = accumulate ? out[t * ldo + j] + c[t][j] : c[t][j];
+        for (int j = 0; j < nr; j++) out[t * ldo + j] = c[t][j];
 #endif
 }
 
@@ -561,7 +593,7 @@ static void pack_x_q8(int8_t *xq, float *xd, int32_t *xs, const QuantizedRows *q
     const int nb = cp / Q8_BLOCK;
     for (int t = 0; t < MR_Q8; t++) {
         const int real = t0 + t < n;
-        const int8_t *src = qx->q + (size_t)(t0 + t) * cp;
+        const int8_t *src = qx->q + (size_t)(real ? t0 + t : 0) * cp; // padding tokens read nothing
         for (int k4 = 0; k4 < cp / 4; k4++)
             for (int i = 0; i < 4; i++) xq[((size_t)k4 * MR_Q8 + t) * 4 + i] = real ? src[k4 * 4 + i] : 0;
         for (int b = 0; b < nb; b++) {
@@ -597,11 +629,10 @@ static void pack_w_q8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, i
 #else
     (void)stage;
 #endif
-    for (int j = 0; j < NR; j++) { // the columns left over (all of them without AVX-512)
-        const int8_t *src = w + (size_t)(r0 + j) * cp + k0;
+    for (int j = 0; j < NR; j++) // the columns left over (all of them without AVX-512)
         for (int k4 = k / 4; k4 < kc / 4; k4++)
-            for (int i = 0; i < 4; i++) wq[(k4 * NR + j) * 4 + i] = j < nr ? (uint8_t)(src[k4 * 4 + i] + 128) : 128;
-    }
+            for (int i = 0; i < 4; i++)
+                wq[(k4 * NR + j) * 4 + i] = j < nr ? (uint8_t)(w[(size_t)(r0 + j) * cp + k0 + k4 * 4 + i] + 128) : 128;
     for (int j = 0; j < NR; j++)
         for (int b = 0; b < kc / Q8_BLOCK; b++)
             wd[b * NR + j] = j < nr ? m->scale[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
@@ -610,8 +641,14 @@ static void pack_w_q8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, i
 static void kernel_q8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                       const uint8_t *wq, const float *wd, int kc, int accumulate) {
 #ifdef USE_AVX512_VNNI
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
     __m512 c[MR_Q8][2];
-    for (int t = 0; t < MR_Q8; t++) c[t][0] = c[t][1] = _mm512_setzero_ps();
+    for (int t = 0; t < MR_Q8; t++) {
+        const int load = accumulate && t < nt;
+        c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
+        c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
+    }
     for (int b = 0; b < kc / Q8_BLOCK; b++) {
         __m512i s[MR_Q8][2];
         for (int t = 0; t < MR_Q8; t++) s[t][0] = s[t][1] = _mm512_set1_epi32(xs[b * MR_Q8 + t]);
@@ -634,19 +671,14 @@ static void kernel_q8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, 
             c[t][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[t][1]), dx), d1, c[t][1]);
         }
     }
-    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
     for (int t = 0; t < nt; t++) {
-        float *o = out + t * ldo;
-        if (accumulate) {
-            c[t][0] = _mm512_add_ps(c[t][0], _mm512_maskz_loadu_ps(m0, o));
-            c[t][1] = _mm512_add_ps(c[t][1], _mm512_maskz_loadu_ps(m1, o + 16));
-        }
-        _mm512_mask_storeu_ps(o, m0, c[t][0]);
-        _mm512_mask_storeu_ps(o + 16, m1, c[t][1]);
+        _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
+        _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
 #else
     float c[MR_Q8][NR] = {{0}};
+    for (int t = 0; accumulate && t < nt; t++)
+        for (int j = 0; j < nr; j++) c[t][j] = out[t * ldo + j];
     for (int b = 0; b < kc / Q8_BLOCK; b++) {
         int32_t s[MR_Q8][NR];
         for (int t = 0; t < MR_Q8; t++)
@@ -659,7 +691,7 @@ static void kernel_q8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, 
             for (int j = 0; j < NR; j++) c[t][j] += (float)s[t][j] * xd[b * MR_Q8 + t] * wd[b * NR + j];
     }
     for (int t = 0; t < nt; t++)
-        for (int j = 0; j < nr; j++) out[t * ldo + j] = accumulate ? out[t * ldo + j] + c[t][j] : c[t][j];
+        for (int j = 0; j < nr; j++) out[t * ldo + j] = c[t][j];
 #endif
 }
 
@@ -818,10 +850,10 @@ void matmul_many(float *const *out, const float *x, const Matrix *const *m, int 
         return;
     }
     if (n >= GEMM_MIN_N) { // prefill: one product after the other, each long enough to share out
-        int failed = 0;
-        for (int i = 0; i < count; i++)
-            if (failed || (m[i]->dtype == DTYPE_Q8_0 ? gemm_q8(out[i], x, m[i], n) : gemm_f32(out[i], x, m[i], n)))
-                failed = 1, matvec(&out[i], x, &m[i], 1, n); // out of memory for packing: no buffers needed
+        for (int i = 0; i < count; i++) {
+            int status = m[i]->dtype == DTYPE_Q8_0 ? gemm_q8(out[i], x, m[i], n) : gemm_f32(out[i], x, m[i], n);
+            if (status) matvec(&out[i], x, &m[i], 1, n); // out of memory for packing: this path needs none
+        }
         return;
     }
     matvec(out, x, m, count, n);

@@ -5,7 +5,9 @@
 // each token count (1 = decode's matrix x vector; 4 and more = prefill's blocked matrix x matrix):
 //   1. matmul agrees with matmul_ref within a stated bound (below);
 //   2. matmul of n tokens equals n calls of one token within float rounding (prefill vs decode);
-//   3. the result is bit-identical with 1, 2 and 3 threads;
+//   3. the result is bit-identical with 1, 2 and 3 threads, and when the first half of the tokens
+//      is multiplied alone (prefill sums do not depend on the block size), and matmul_many
+//      equals matmul;
 // and the two attention loops (attention_scores, attention_mix) against double sums.
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
@@ -118,6 +120,13 @@ static void check_case(DType t, int rows, int cols, int n) {
             // prefill vs decode: the same quantized inputs, only the float summation order differs
             worst_split = fmax(worst_split, fabs((double)fast[at] - one[at]) / rounding);
         }
+    // Prefill of the first half of the tokens gives the same bits as their rows of the whole block:
+    // the column chunks (sized from n) and the tiles do not change any sum.
+    int same_prefix = 1;
+    if (n >= 8) {
+        matmul(other, x, m, n / 2);
+        same_prefix = memcmp(other, fast, sizeof(float) * (n / 2) * rows) == 0;
+    }
     int same_threads = 1;
 #ifdef _OPENMP
     const int threads = omp_get_max_threads();
@@ -128,14 +137,14 @@ static void check_case(DType t, int rows, int cols, int n) {
     }
     omp_set_num_threads(threads);
 #endif
-    const int ok = worst <= 1 && worst_split <= 1 && same_threads;
+    const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix;
     failures += !ok;
     worst_of[t][0] = fmax(worst_of[t][0], worst);
     worst_of[t][1] = fmax(worst_of[t][1], worst_split);
     if (verbose || !ok)
-        printf("%-4s %5d x %-5d n %-4d  error/bound: vs ref %.3f, n tokens vs 1 at a time %.3f, threads 1-3 %s%s\n",
-           dtype_name(t), rows, cols, n, worst, worst_split, same_threads ? "identical" : "DIFFER",
-           ok ? "" : "  <-- FAIL");
+        printf("%-4s %5d x %-5d n %-4d  error/bound: vs ref %.3f, n tokens vs 1 at a time %.3f, threads 1-3 %s, "
+               "first n/2 tokens alone %s%s\n", dtype_name(t), rows, cols, n, worst, worst_split,
+               same_threads ? "identical" : "DIFFER", same_prefix ? "identical" : "DIFFER", ok ? "" : "  <-- FAIL");
     free(x);
     free(ref);
     free(fast);
@@ -189,6 +198,35 @@ static void check_attention(int hd, int len) {
     free(p);
 }
 
+// matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
+static void check_many(DType t, int cols, int n) {
+    static const int rows[3] = {37, 16, 70};
+    TestMatrix tm[3];
+    const Matrix *m[3];
+    float *many[3], *one[3], *x = malloc(sizeof(float) * n * cols);
+    for (int i = 0; i < n * cols; i++) x[i] = uniform();
+    int same = 1;
+    for (int i = 0; i < 3; i++) {
+        tm[i] = make_matrix(t, rows[i], cols);
+        m[i] = &tm[i].m;
+        many[i] = malloc(sizeof(float) * n * rows[i]);
+        one[i] = malloc(sizeof(float) * n * rows[i]);
+        matmul(one[i], x, m[i], n);
+    }
+    matmul_many(many, x, m, 3, n);
+    for (int i = 0; i < 3; i++) {
+        same &= memcmp(many[i], one[i], sizeof(float) * n * rows[i]) == 0;
+        free(many[i]);
+        free(one[i]);
+        free(tm[i].data);
+        free(tm[i].scale);
+    }
+    free(x);
+    failures += !same;
+    if (verbose || !same)
+        printf("matmul_many %-4s cols %d n %d: %s\n", dtype_name(t), cols, n, same ? "identical" : "DIFFERS  <-- FAIL");
+}
+
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill.
@@ -199,6 +237,8 @@ int main(int argc, char **argv) {
     };
     for (DType t = 0; t < DTYPE_COUNT; t++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(t, cases[i][0], cases[i][1], cases[i][2]);
+    for (DType t = 0; t < DTYPE_COUNT; t++)
+        for (int n = 1; n <= 5; n += 2) check_many(t, 100, n);
     static const int heads[] = {1, 5, 8, 16, 64, 72, 128, 200};
     static const int lens[] = {1, 15, 16, 64, 100, 1000};
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
