@@ -289,7 +289,8 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     double t1 = now();
 
     // Decode: sample, print, feed back, until n_predict tokens, an end of text, or a full context.
-    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0;
+    // The first token comes from the prompt's logits, so generation's speed counts forward passes.
+    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0, steps = 0;
     const char *stop = NULL;
     while (generated < o->n_predict) {
         int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
@@ -308,13 +309,14 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         rope_set_length(&t->rope, pos + 1);
         logits = transformer_forward(t, &next, 1, pos, 0);
         pos++;
+        steps++;
     }
     double t2 = now();
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens in %.3f s (%.1f tok/s) "
-            "| threads %d%s%s\n", n_prompt, t1 - t0, n_prompt / (t1 - t0), generated, t2 - t1,
-            generated ? generated / (t2 - t1) : 0.0, t->state.n_threads, stop ? " | stopped: " : "", stop ? stop : "");
+    fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens, %d decode steps in %.3f s "
+            "(%.1f tok/s) | threads %d%s%s\n", n_prompt, t1 - t0, n_prompt / (t1 - t0), generated, steps, t2 - t1,
+            steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, stop ? " | stopped: " : "", stop ? stop : "");
     free(cand);
     free(ids);
     return 0;

@@ -8,12 +8,18 @@ What it measures, per model x weight type x thread count, each the median of --r
   pp   prompt processing: a prompt of exactly 512 tokens (BOS included), tokens/s
   tg   decode: 128 tokens generated after that prompt, tokens/s
   tg@4k  decode at position ~4000: a 4000-token prompt with --ctx 4096, then 32 tokens
+  pp128, tg64  (2 threads) llama.cpp's llama-bench shape: a 128-token prompt, 64 tokens decoded,
+       for the comparison with the issue's llama.cpp numbers
   RSS  peak resident memory of the process (getrusage of the child), next to the banner's
        weights + KV cache, the issue's budget being weights + KV + 10%
 and the read bandwidth (bench/bwprobe, measured again before each cell, since other processes on a
 shared machine change it), from which the decode roofline:
   roofline tok/s = bandwidth / bytes a decode step must read (every weight matrix once, plus the
   keys and values of the cache up to the current position), and the fraction of it reached.
+Decode tokens/s count forward passes (./run prints them as decode steps): the first generated
+token comes from the prompt's logits.
+Then one 4096-token --ppl window (stories260K f32 and 110M q8_0, 2 threads), processed in blocks
+of 512 tokens (the default -b) against one token at a time (-b 1): what batched prefill buys.
 The models: random weights of the 110M shape (dim 768, 12 layers, 12 heads, hidden 2048,
 vocab 32000) and of the TinyLlama-1.1B shape (dim 2048, 22 layers, 32 heads / 4 kv heads, hidden
 5632, vocab 32000), made once by tests/hf_random.py + export/export.py into a cache directory
@@ -61,8 +67,11 @@ LLAMA_CPP = {("110m", "f32"): (420, 22), ("110m", "f16"): (450, 35),
 
 RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus --env
 
-TIMING = re.compile(r"prompt: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\) \| generation: (\d+) tokens in "
-                    r"([\d.]+) s \(([\d.]+) tok/s\) \| threads (\d+)")
+TIMING = re.compile(r"prompt: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\) \| generation: (\d+) tokens, "
+                    r"(\d+) decode steps in ([\d.]+) s \(([\d.]+) tok/s\) \| threads (\d+)")
+PPL_TIMING = re.compile(r"(\d+) windows in ([\d.]+) s \(([\d.]+) tok/s\)")
+WINDOW = 4096  # tokens of the --ppl window timed batched and token by token
+WINDOW_MODELS = (("stories260k", "f32"), ("110m", "q8_0"))
 BANNER = re.compile(r"weights ([\d.]+) MiB \(mmapped\) \| KV cache ([\d.]+) MiB, activations ([\d.]+) MiB")
 
 
@@ -159,7 +168,7 @@ def run_once(model, tokenizer, prompt, n_gen, threads, ctx):
     m, b, rss = TIMING.search(err), BANNER.search(err), re.search(r"bench-maxrss-kb (\d+)", err)
     if proc.returncode != 0 or not m or not b or not rss:
         raise SystemExit(f"bench: {' '.join(cmd[:2])} ... failed (exit {proc.returncode}):\n{err[-2000:]}")
-    return dict(n_prompt=int(m.group(1)), pp=float(m.group(3)), n_gen=int(m.group(4)), tg=float(m.group(6)),
+    return dict(n_prompt=int(m.group(1)), pp=float(m.group(3)), n_gen=int(m.group(4)), tg=float(m.group(7)),
                 rss=int(rss.group(1)) / 1024, weights=float(b.group(1)), kv=float(b.group(2)),
                 act=float(b.group(3)))
 
@@ -176,6 +185,20 @@ def measure(model, tokenizer, prompt, n_gen, threads, ctx, runs, expect_prompt):
             raise SystemExit(f"bench: the prompt is {r['n_prompt']} tokens, not {expect_prompt}")
         results.append(r)
     return results
+
+
+def window_speed(model, tokenizer, batch, threads, runs):
+    """Median tokens/s of ./run --ppl over one WINDOW-token window with -b batch."""
+    cmd = [str(REPO / "run"), str(model), "-z", str(tokenizer), "--ppl", str(TEXT), "--ctx", str(WINDOW),
+           "--ppl-windows", "1", "--rope-scaling", "pi", "-b", str(batch), "--threads", str(threads)]
+    speeds = []
+    for _ in range(runs):
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=RUN_ENV)
+        m = PPL_TIMING.search(proc.stderr)
+        if proc.returncode != 0 or not m:
+            raise SystemExit(f"bench: {' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        speeds.append(float(m.group(3)))
+    return statistics.median(speeds)
 
 
 def bandwidth():
@@ -206,6 +229,7 @@ def main():
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
     ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000")
+    ap.add_argument("--no-window", action="store_true", help="skip the 4096-token window, batched vs one by one")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LRUN_BENCH_CACHE",
                                                                       Path.home() / ".cache" / "lrun-bench")))
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
@@ -226,13 +250,13 @@ def main():
     started, load_before = datetime.datetime.now(), loadavg()
     bw_seen = {}  # threads -> every probe result
     log(f"bench: load average {load_before}")
-    prompts = {}
+    prompts = {}  # tokenizer -> (pp prompt, tg@4k prompt, pp128 prompt)
     rows, versus = [], []
     for shape in args.shape:
         tok = SHAPES[shape]["tokenizer"]
         if tok not in prompts:
-            prompts[tok] = (prompt_text(tok, PROMPT_TOKENS), prompt_text(tok, LONG_PROMPT))
-        prompt, long_prompt = prompts[tok]
+            prompts[tok] = (prompt_text(tok, PROMPT_TOKENS), prompt_text(tok, LONG_PROMPT), prompt_text(tok, 128))
+        prompt, long_prompt, prompt128 = prompts[tok]
         for dtype in args.dtype:
             model = checkpoint(args.cache, shape, dtype)
             header = read_header(model)
@@ -260,8 +284,17 @@ def main():
                 log(f"bench:   pp {row['pp']:.1f} tok/s, tg {tg:.2f} tok/s ({row['roof']:.0%} of roofline)"
                     + (f", tg@4k {row['tg4k']:.2f} tok/s" if long else ""))
                 ref = LLAMA_CPP.get((shape, dtype))
-                if ref and threads == 2:
-                    versus.append((shape, dtype, row["pp"], ref[0], tg, ref[1]))
+                if ref and threads == 2:  # the issue's llama.cpp numbers: pp128 and tg64, 2 threads
+                    llama_bench = measure(model, tok, prompt128, 64, threads, CTX, args.runs, 128)
+                    versus.append((shape, dtype, median_of(llama_bench, "pp"), ref[0], median_of(llama_bench, "tg"),
+                                   ref[1]))
+    windows = []
+    for shape, dtype in () if args.no_window else WINDOW_MODELS:
+        if shape in args.shape:
+            log(f"bench: {shape} {dtype}: one {WINDOW}-token window, -b 512 and -b 1")
+            model, tok = checkpoint(args.cache, shape, dtype), SHAPES[shape]["tokenizer"]
+            windows.append((shape, dtype, window_speed(model, tok, 512, 2, args.runs),
+                            window_speed(model, tok, 1, 2, args.runs)))
 
     lines = [f"# Benchmark: ./run, {started:%Y-%m-%d %H:%M}", "",
              f"Machine: {machine()}; Linux {os.uname().release}; commit "
@@ -291,12 +324,19 @@ def main():
                      f"{'' if r['n_gen'] == GEN_TOKENS else ' (' + str(r['n_gen']) + ' tokens)'} | {r['read']:.1f} ({r['gbps']:.1f}) "
                      f"| {r['roof']:.0%} | {tg4k} | {roof4k} | {rss} | {budget} |")
     if versus:
-        lines += ["", "Against llama.cpp (issue 6: pp128 / tg64, 2 threads, same shapes, random weights):", "",
-                  "| model | weights | pp tok/s (llama.cpp) | speedup | tg tok/s (llama.cpp) | speedup |",
+        lines += ["", "Against llama.cpp (issue 6's numbers: pp128 / tg64, 2 threads, same shapes, random weights), "
+                  "measured the same way here (a 128-token prompt, then 64 tokens):", "",
+                  "| model | weights | pp128 tok/s (llama.cpp) | speedup | tg64 tok/s (llama.cpp) | speedup |",
                   "|---|---|---|---|---|---|"]
         for shape, dtype, pp, rpp, tg, rtg in versus:
             lines.append(f"| {shape} | {dtype} | {pp:.1f} ({rpp}) | {pp / rpp:.2f}x | {tg:.2f} ({rtg}) "
                          f"| {tg / rtg:.2f}x |")
+    if windows:
+        lines += ["", f"One {WINDOW}-token window of `--ppl` (2 threads): blocks of 512 tokens (matrix x matrix) "
+                  "against one token at a time (`-b 1`, matrix x vector):", "",
+                  "| model | weights | -b 512 tok/s | -b 1 tok/s | speedup |", "|---|---|---|---|---|"]
+        for shape, dtype, batched, single in windows:
+            lines.append(f"| {shape} | {dtype} | {batched:.1f} | {single:.1f} | {batched / single:.1f}x |")
     table = "\n".join(lines) + "\n"
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
