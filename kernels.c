@@ -4,7 +4,7 @@
 // out = x @ W^T is (n, rows). Every output element is computed start to end by one thread in an
 // order that depends only on the shapes, so the result does not depend on the number of threads.
 //
-// Two regimes, two algorithms (bench/README.md says why, with numbers):
+// Two regimes, two algorithms (README.md, "Why it is fast", says why, with numbers):
 //   decode, n < GEMM_MIN_N tokens: matrix x vector. Each weight is used once per token, so the
 //     time is the time to stream the weights from memory; the kernels read each row start to end
 //     with wide loads, OpenMP splits the rows, and the arithmetic hides under the memory traffic.
@@ -41,7 +41,7 @@
 #if !defined(KERNELS_PLAIN) && defined(__AVX512F__)
 #define USE_AVX512 1 // 512-bit vectors, masked loads and stores (Skylake-SP, 2017, and later)
 #endif
-#if defined(USE_AVX512) && defined(__AVX512VNNI__)
+#if defined(USE_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define USE_AVX512_VNNI 1 // vpdpbusd: 64 byte products summed into 16 int32 lanes (Cascade Lake, 2019)
 #endif
 #if defined(USE_AVX2) || defined(USE_AVX512)
@@ -258,7 +258,36 @@ static inline __m256i dot_i8_block(__m256i w, __m256i x) {
 #endif
 
 static ONE_COPY float dot_q8(const int8_t *w, const float *dw, const int8_t *x, const float *dx, int nb) {
-#ifdef USE_AVX2
+#ifdef USE_AVX512_VNNI
+    // Two blocks per 64-byte vector: lanes 0-7 hold block b's sums, lanes 8-15 block b+1's, and
+    // the scale vector repeats dw dx of each block over its 8 lanes. AVX-512 has no byte sign
+    // instruction; |x| is vpabsb and w * sign(x) a masked negation.
+    const __m512i first = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2));
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        _mm_prefetch((const char *)(w + b * 32) + AHEAD_Q8, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + b * 32) + AHEAD_Q8 + 64, _MM_HINT_T0);
+        const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(dw + b), _mm_loadu_ps(dx + b)));
+        const __m512i x0 = _mm512_loadu_si512(x + b * 32), x1 = _mm512_loadu_si512(x + b * 32 + 64);
+        const __m512i w0 = _mm512_loadu_si512(w + b * 32), w1 = _mm512_loadu_si512(w + b * 32 + 64);
+        const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x0),
+                                               _mm512_mask_sub_epi8(w0, _mm512_movepi8_mask(x0), _mm512_setzero_si512(), w0));
+        const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x1),
+                                               _mm512_mask_sub_epi8(w1, _mm512_movepi8_mask(x1), _mm512_setzero_si512(), w1));
+        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; b < nb; b++) { // the last blocks, 0 to 3 of them
+        const __m256i xb = _mm256_loadu_si256((const __m256i *)(x + b * 32));
+        const __m256i wb = _mm256_loadu_si256((const __m256i *)(w + b * 32));
+        const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xb), _mm256_sign_epi8(wb, xb));
+        sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(p)) * (dw[b] * dx[b]);
+    }
+    return sum;
+#elif defined(USE_AVX2)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
@@ -363,7 +392,7 @@ static int chunk_cols(int n, int cols, size_t elem) {
     return kc < cols ? (int)kc : cols;
 }
 
-static int max_threads(void) {
+int max_threads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else
@@ -371,7 +400,7 @@ static int max_threads(void) {
 #endif
 }
 
-static int thread_num(void) {
+int thread_num(void) {
 #ifdef _OPENMP
     return omp_get_thread_num();
 #else

@@ -54,6 +54,10 @@ void matmul_many(float *const *out, const float *x, const Matrix *const *m, int 
 void attention_scores(float *att, const float *q, const float *kt, int hd, size_t stride, int len, float scale);
 void attention_mix(float *out, const float *att, const float *v, size_t stride, int len, int hd);
 
+// OpenMP's thread count and this thread's number, or 1 and 0 in a build without OpenMP.
+int max_threads(void);
+int thread_num(void);
+
 // Which vector instructions matmul was compiled for, e.g. "AVX-512 + VNNI", "AVX2", "plain C".
 const char *matmul_isa(void);
 

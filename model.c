@@ -17,25 +17,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reading the file: a cursor walks the tensors in file order. It never hands out a pointer past
@@ -508,7 +489,7 @@ static void attention(Transformer *t, int layer, int n, int pos) {
     for (int h = 0; h < p->n_heads; h++) {     // head outer: one head's cached keys and values stay
         for (int i = 0; i < n; i++) {          // in cache while every query of the block reads them
             const int kvh = h / group, len = pos + i + 1;
-            float *att = s->att + (size_t)thread_id() * ctx;
+            float *att = s->att + (size_t)thread_num() * ctx;
             // kernels.c: scores over the transposed keys, vectorized over positions; then the mix
             attention_scores(att, s->q + (size_t)i * qd + (size_t)h * hd, keys + (size_t)kvh * hd * ctx, hd,
                              (size_t)ctx, len, scale);

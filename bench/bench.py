@@ -41,7 +41,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent

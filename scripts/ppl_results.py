@@ -24,7 +24,6 @@ four rotation frequencies; what that implies is in the README, "Measuring long c
 """
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,14 +37,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
-STYLE = {  # the same colours as scripts/plot_rope.py
-    "none": ("black", "o", "-"),
-    "pi": ("tab:blue", "s", "--"),
-    "ntk": ("tab:orange", "^", "-"),
-    "dynamic": ("tab:green", "v", "-."),
-    "yarn": ("tab:red", "D", ":"),
-    "llama3": ("tab:purple", "x", "--"),
-}
+from passkey import run_env  # noqa: E402  (scripts/ beside this file: OMP_WAIT_POLICY=passive)
+from plot_rope import STYLE  # noqa: E402  (the same colour per mode in every plot)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,15 +62,6 @@ def parse_ppl(stdout):
     if not buckets:
         raise ValueError(f"no bucket rows in ./run's output:\n{stdout}")
     return {"perplexity": float(m[1]), "buckets": buckets}
-
-
-def run_env():
-    """The environment for ./run: ours, with OMP_WAIT_POLICY=passive unless set. OpenMP threads
-    that wait by spinning (GCC's default) collapse when another process holds a core: on a busy
-    two-core machine a 2048-token window took 11.7 s with spinning threads, 0.7 s with passive ones."""
-    env = dict(os.environ)
-    env.setdefault("OMP_WAIT_POLICY", "passive")
-    return env
 
 
 def run_ppl(run, model, tok, text, ctx, mode, windows=None, threads=None):
