@@ -47,6 +47,12 @@
 #if defined(USE_AVX2) || defined(USE_AVX512)
 #include <immintrin.h>
 #endif
+#ifdef USE_AVX512
+// The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
+static inline __mmask16 first_lanes(int k) {
+    return k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1);
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Types and sizes
@@ -202,7 +208,7 @@ static ONE_COPY float dot_f32(const float *w, const float *x, int n) {
     }
     for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
     if (i < n) { // the last n - i < 16 columns, through a mask
-        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 tail = first_lanes(n - i);
         a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + i), _mm512_maskz_loadu_ps(tail, x + i), a1);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
@@ -244,7 +250,7 @@ static ONE_COPY float dot_f16(const _Float16 *w, const float *x, int n) {
 // x86: the integer dot of a block is 32 byte products summed in 8 lanes. The multiply instruction
 // (vpdpbusd, or vpmaddubsw without VNNI) takes one unsigned and one signed operand, so it is fed
 // |qx| and qw * sign(qx): the same products (llama.cpp's ggml_vec_dot_q8_0_q8_0 does this).
-#ifdef USE_AVX2
+#if defined(USE_AVX2) || defined(USE_AVX512_VNNI)
 static inline __m256i dot_i8_block(__m256i w, __m256i x) {
     const __m256i ax = _mm256_sign_epi8(x, x), sw = _mm256_sign_epi8(w, x);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -281,9 +287,8 @@ static ONE_COPY float dot_q8(const int8_t *w, const float *dw, const int8_t *x, 
     }
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
     for (; b < nb; b++) { // the last blocks, 0 to 3 of them
-        const __m256i xb = _mm256_loadu_si256((const __m256i *)(x + b * 32));
-        const __m256i wb = _mm256_loadu_si256((const __m256i *)(w + b * 32));
-        const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xb), _mm256_sign_epi8(wb, xb));
+        const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(w + b * 32)),
+                                       _mm256_loadu_si256((const __m256i *)(x + b * 32)));
         sum += (float)_mm512_reduce_add_epi32(_mm512_zextsi256_si512(p)) * (dw[b] * dx[b]);
     }
     return sum;
@@ -505,8 +510,7 @@ static void pack_w_f32(float *wp, const Matrix *m, int r0, int k0, int kc) {
 static void kernel_f32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
                        int accumulate) {
 #if defined(USE_AVX512)
-    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR][2];
     for (int t = 0; t < MR; t++) {
         const int load = accumulate && t < nt;
@@ -670,8 +674,7 @@ static void pack_w_q8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, i
 static void kernel_q8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                       const uint8_t *wq, const float *wd, int kc, int accumulate) {
 #ifdef USE_AVX512_VNNI
-    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR_Q8][2];
     for (int t = 0; t < MR_Q8; t++) {
         const int load = accumulate && t < nt;
@@ -801,7 +804,7 @@ void attention_scores(float *att, const float *q, const float *kt, int hd, size_
         _mm512_storeu_ps(att + j + 48, a3);
     }
     for (; j < len; j += 16) { // the last < 64, 16 at a time, the very last through a mask
-        const __mmask16 m = len - j >= 16 ? 0xFFFF : (__mmask16)((1u << (len - j)) - 1);
+        const __mmask16 m = first_lanes(len - j);
         __m512 a = _mm512_setzero_ps();
         for (int d = 0; d < hd; d++)
             a = _mm512_fmadd_ps(_mm512_set1_ps(q[d] * scale), _mm512_maskz_loadu_ps(m, kt + (size_t)d * stride + j), a);
@@ -825,10 +828,7 @@ void attention_mix(float *out, const float *att, const float *v, size_t stride, 
         const int width = hd - d0 < 64 ? hd - d0 : 64;
 #ifdef USE_AVX512
         __mmask16 m[4];
-        for (int r = 0; r < 4; r++) {
-            const int w = width - 16 * r;
-            m[r] = w >= 16 ? 0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
-        }
+        for (int r = 0; r < 4; r++) m[r] = first_lanes(width - 16 * r);
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int j = 0; j < len; j++) {
             const __m512 p = _mm512_set1_ps(att[j]);

@@ -289,8 +289,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     double t1 = now();
 
     // Decode: sample, print, feed back, until n_predict tokens, an end of text, or a full context.
-    // The first token comes from the prompt's logits, so generation's speed counts forward passes.
-    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0, steps = 0;
+    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0;
     const char *stop = NULL;
     while (generated < o->n_predict) {
         int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
@@ -309,9 +308,10 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         rope_set_length(&t->rope, pos + 1);
         logits = transformer_forward(t, &next, 1, pos, 0);
         pos++;
-        steps++;
     }
     double t2 = now();
+    // The first token came from the prompt's logits: generation's speed counts forward passes.
+    const int steps = pos - n_prompt;
     printf("\n");
     fflush(stdout);
     fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens, %d decode steps in %.3f s "
