@@ -91,8 +91,8 @@ clean:
 # --- Hostile input: sanitizers, valgrind, fuzzing (see fuzz/README.md) ---------------------------
 
 # `make sanitize`: the whole test suite against ./run and the test tools built with AddressSanitizer
-# (with LeakSanitizer) and UBSan. It runs in a copy of the tree, build/sanitize/repo, with a link to
-# ../shared beside it, so the normal build is left alone. UBSan stops at the first report, and a
+# (with LeakSanitizer) and UBSan. It runs in a copy of the tree, build/sanitize/repo, so the normal
+# build is left alone. UBSan stops at the first report, and a
 # sanitizer's exit status (86) is one no test expects, so any report fails the run.
 SANITIZE = -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow \
 	-fno-sanitize-recover=all
@@ -101,7 +101,6 @@ sanitize:
 	mkdir -p build/sanitize/repo
 	git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - | \
 		tar -xf - -C build/sanitize/repo
-	ln -s "$(abspath ../shared)" build/sanitize/shared
 	cd build/sanitize/repo && env -u MAKEFLAGS -u MFLAGS CFLAGS="$(SANITIZE)" CXXFLAGS="$(SANITIZE)" \
 		ASAN_OPTIONS=exitcode=86:detect_leaks=1 UBSAN_OPTIONS=exitcode=86:print_stacktrace=1 \
 		$(MAKE) test
@@ -145,7 +144,7 @@ build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -std=c++17 -c -o $@ $<
 
 build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS) run.c *.h
-	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -DTOKENIZER_DIR='"$(abspath ../shared/data/models)"' \
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -DDATA_DIR='"$(abspath data)"' \
 		-c -o $@.o $<
 	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -o $@ $@.o $(FUZZ_OBJS) $(FUZZ_LIBS)
 

@@ -8,10 +8,7 @@ What it measures, per model x weight type x thread count, each the median of --r
   pp   prompt processing: a prompt of exactly 512 tokens (BOS included), tokens/s
   tg   decode: 128 tokens generated after that prompt, tokens/s
   tg@4k  decode at position ~4000: a 4000-token prompt with --ctx 4096, then 32 tokens
-  pp128, tg64  (2 threads) llama.cpp's llama-bench shape: a 128-token prompt, 64 tokens decoded,
-       for the comparison with the issue's llama.cpp numbers
-  RSS  peak resident memory of the process (getrusage of the child), next to the banner's
-       weights + KV cache, the issue's budget being weights + KV + 10%
+  RSS  peak resident memory of the process (GNU time), next to the banner's weights + KV cache
 and the read bandwidth (bench/bwprobe, measured again before each cell, since other processes on a
 shared machine change it), from which the decode roofline:
   roofline tok/s = bandwidth / bytes a decode step must read (every weight matrix once, plus the
@@ -24,7 +21,7 @@ The models: random weights of the 110M shape (dim 768, 12 layers, 12 heads, hidd
 vocab 32000) and of the TinyLlama-1.1B shape (dim 2048, 22 layers, 32 heads / 4 kv heads, hidden
 5632, vocab 32000), made once by tests/hf_random.py + export/export.py into a cache directory
 outside the repository (--cache, default ~/.cache/lrun-bench), and the real stories260K exported
-from ../shared/data/models/stories260K-hf. The random models read the Llama 2 tokenizer; the
+from data/stories260K-hf. The random models read the Llama 2 tokenizer; the
 prompts are TinyStories text cut to the exact token count.
 
 Output: a markdown table on stdout and in --out (default bench/results.md), with the machine, the
@@ -44,14 +41,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared" / "data"
+DATA = REPO / "data"
 PYTHON = "/usr/bin/python3"  # Debian's: torch, numpy, sentencepiece
-TEXT = SHARED / "text" / "tinystories_validation_head.txt"
-LLAMA_TOKENIZER = SHARED / "models" / "tokenizer.model"
+TEXT = DATA / "text" / "tinystories_validation_head.txt"
+LLAMA_TOKENIZER = DATA / "llama2" / "tokenizer.model"
 TIME = "/usr/bin/time"  # GNU time (Debian package "time"), for the peak RSS
 
 SHAPES = {  # name -> how to make it, its tokenizer
-    "stories260k": dict(hf=SHARED / "models" / "stories260K-hf", tokenizer=SHARED / "models" / "tok512.model"),
+    "stories260k": dict(hf=DATA / "stories260K-hf", tokenizer=DATA / "stories260K" / "tokenizer.model"),
     "110m": dict(preset="110m", tokenizer=LLAMA_TOKENIZER),
     "tinyllama": dict(preset="tinyllama", tokenizer=LLAMA_TOKENIZER),
 }
@@ -59,10 +56,6 @@ DTYPES = ("f32", "f16", "q8_0")
 PROMPT_TOKENS, GEN_TOKENS = 512, 128
 LONG_PROMPT, LONG_CTX, LONG_GEN = 4000, 4096, 32
 CTX = 1024  # context for the pp / tg runs: room for 512 + 128 tokens
-
-# llama.cpp on this machine kind, 2 threads (issue 6): (shape, dtype) -> (pp128, tg64) tokens/s
-LLAMA_CPP = {("110m", "f32"): (420, 22), ("110m", "f16"): (450, 35),
-             ("tinyllama", "f32"): (60, 2.0), ("tinyllama", "f16"): (59, 5.2)}
 
 RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus --env
 
@@ -249,13 +242,13 @@ def main():
     started, load_before = datetime.datetime.now(), loadavg()
     bw_seen = {}  # threads -> every probe result
     log(f"bench: load average {load_before}")
-    prompts = {}  # tokenizer -> (pp prompt, tg@4k prompt, pp128 prompt)
-    rows, versus = [], []
+    prompts = {}  # tokenizer -> (pp prompt, tg@4k prompt)
+    rows = []
     for shape in args.shape:
         tok = SHAPES[shape]["tokenizer"]
         if tok not in prompts:
-            prompts[tok] = (prompt_text(tok, PROMPT_TOKENS), prompt_text(tok, LONG_PROMPT), prompt_text(tok, 128))
-        prompt, long_prompt, prompt128 = prompts[tok]
+            prompts[tok] = (prompt_text(tok, PROMPT_TOKENS), prompt_text(tok, LONG_PROMPT))
+        prompt, long_prompt = prompts[tok]
         for dtype in args.dtype:
             model = checkpoint(args.cache, shape, dtype)
             header = read_header(model)
@@ -282,11 +275,6 @@ def main():
                 rows.append(row)
                 log(f"bench:   pp {row['pp']:.1f} tok/s, tg {tg:.2f} tok/s ({row['roof']:.0%} of roofline)"
                     + (f", tg@4k {row['tg4k']:.2f} tok/s" if long else ""))
-                ref = LLAMA_CPP.get((shape, dtype))
-                if ref and threads == 2:  # the issue's llama.cpp numbers: pp128 and tg64, 2 threads
-                    llama_bench = measure(model, tok, prompt128, 64, threads, CTX, args.runs, 128)
-                    versus.append((shape, dtype, median_of(llama_bench, "pp"), ref[0], median_of(llama_bench, "tg"),
-                                   ref[1]))
     windows = []
     for shape, dtype in () if args.no_window else WINDOW_MODELS:
         if shape in args.shape:
@@ -322,14 +310,6 @@ def main():
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | {r['pp']:.1f} | {r['tg']:.2f}"
                      f"{'' if r['n_gen'] == GEN_TOKENS else ' (' + str(r['n_gen']) + ' tokens)'} | {r['read']:.1f} ({r['gbps']:.1f}) "
                      f"| {r['roof']:.0%} | {tg4k} | {roof4k} | {rss} | {budget} |")
-    if versus:
-        lines += ["", "Against llama.cpp (issue 6's numbers: pp128 / tg64, 2 threads, same shapes, random weights), "
-                  "measured the same way here (a 128-token prompt, then 64 tokens):", "",
-                  "| model | weights | pp128 tok/s (llama.cpp) | speedup | tg64 tok/s (llama.cpp) | speedup |",
-                  "|---|---|---|---|---|---|"]
-        for shape, dtype, pp, rpp, tg, rtg in versus:
-            lines.append(f"| {shape} | {dtype} | {pp:.1f} ({rpp}) | {pp / rpp:.2f}x | {tg:.2f} ({rtg}) "
-                         f"| {tg / rtg:.2f}x |")
     if windows:
         lines += ["", f"One {WINDOW}-token window of `--ppl` (2 threads): blocks of 512 tokens (matrix x matrix) "
                   "against one token at a time (`-b 1`, matrix x vector):", "",

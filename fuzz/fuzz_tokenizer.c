@@ -7,7 +7,7 @@
 //                           or a previous id outside the vocabulary must give NULL, never a read
 //                           out of bounds.
 // The first byte picks the tokenizer: tok512 (stories260K) or the Llama 2 one (32000 pieces),
-// both from ../shared/data/models (TOKENIZER_DIR, set by the Makefile; LRUN_TOKENIZER_DIR at run
+// both from the repository's data/ folder (DATA_DIR, set by the Makefile; LRUN_DATA_DIR at run
 // time overrides it).
 #include <stdint.h>
 #include <stdio.h>
@@ -16,8 +16,8 @@
 
 #include "../tokenizer.h"
 
-#ifndef TOKENIZER_DIR
-#define TOKENIZER_DIR "../shared/data/models"
+#ifndef DATA_DIR
+#define DATA_DIR "data"
 #endif
 
 static Tokenizer *toks[2];
@@ -35,9 +35,9 @@ static Tokenizer *load(const char *dir, const char *name) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *dir = getenv("LRUN_TOKENIZER_DIR") ? getenv("LRUN_TOKENIZER_DIR") : TOKENIZER_DIR;
-    toks[0] = load(dir, "tok512.model");
-    toks[1] = load(dir, "tokenizer.model");
+    const char *dir = getenv("LRUN_DATA_DIR") ? getenv("LRUN_DATA_DIR") : DATA_DIR;
+    toks[0] = load(dir, "stories260K/tokenizer.model"); // tok512.model
+    toks[1] = load(dir, "llama2/tokenizer.model");
     return 0;
 }
 

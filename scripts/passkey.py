@@ -6,8 +6,8 @@ Usage:
                              [--seed 1] [-n 8] [--threads N] [--out FILE.md]
 
 The test of Mohtashami & Jaggi 2023 (landmark attention, arXiv 2305.16300), in the layout that the
-YaRN authors' eval/passkey.py and llama.cpp's examples/passkey use (see
-../shared/research/rope-scaling.md, section 6.4). One prompt is five lines:
+YaRN authors' eval/passkey.py (jquesnelle/yarn) and llama.cpp's examples/passkey use. One prompt is
+five lines:
 
     There is an important info hidden inside a lot of irrelevant text. Find it and memorize ...
     The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ...

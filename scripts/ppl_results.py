@@ -10,7 +10,7 @@ Runs `./run MODEL --ppl TEXT --ctx N --rope-scaling MODE` for every context N an
   docs/ppl_results.md   overall perplexity (rows: mode, columns: context) and perplexity by position
                         bucket [0, L), [L, 2L), [2L, 4L), ... (L = the trained context)
   docs/ppl_buckets.png  perplexity per position bucket, one line per mode, one panel per context > L.
-Defaults: stories260K (trained at L = 512) on ../shared/data/text/tinystories_validation_head.txt,
+Defaults: stories260K (trained at L = 512) on data/text/tinystories_validation_head.txt,
 all of it (~393k tokens; every context sees nearly the same text). llama3 is there although the
 model is no Llama 3: with L = 512 it keeps pairs 0-1 and divides pairs 2-3 by s, which is YaRN
 without its ramp and its attention factor, a useful control. A full run is 24 ./run calls and
@@ -36,7 +36,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"
+DATA = REPO / "data"
 from passkey import run_env  # noqa: E402  (scripts/ beside this file: OMP_WAIT_POLICY=passive)
 from plot_rope import STYLE  # noqa: E402  (the same colour per mode in every plot)
 
@@ -185,8 +185,8 @@ def parse_list(text, conv, what):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Perplexity per context length and RoPE scaling mode, as a "
                                  "markdown table and a plot.")
-    ap.add_argument("--model", default=str(DATA / "models/stories260K.bin"))
-    ap.add_argument("-z", "--tokenizer", default=str(DATA / "models/tok512.model"))
+    ap.add_argument("--model", default=str(DATA / "stories260K/stories260K.bin"))
+    ap.add_argument("-z", "--tokenizer", default=str(DATA / "stories260K/tokenizer.model"))
     ap.add_argument("--text", default=str(DATA / "text/tinystories_validation_head.txt"))
     ap.add_argument("--ctx", default="512,1024,2048,4096", help="context lengths (the smallest should be L)")
     ap.add_argument("--modes", default="none,pi,ntk,dynamic,yarn,llama3")

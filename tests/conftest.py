@@ -6,7 +6,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
-SHARED = REPO.parent / "shared"  # read-only test data (../shared/data, see its SOURCES.md)
+DATA = REPO / "data"              # the real models, tokenizers and text (data/README.md)
+STORIES_BIN = DATA / "stories260K/stories260K.bin"   # trained stories260K, llama2.c legacy format
+TOK512 = DATA / "stories260K/tokenizer.model"        # its SentencePiece tokenizer (vocab 512)
+STORIES_HF = DATA / "stories260K-hf"                 # the same weights as a Hugging Face directory
+TINY64_HF = DATA / "tiny64x512-hf"                   # trained head_dim-64 model, L = 512
+LLAMA_TOK = DATA / "llama2/tokenizer.model"          # the Llama 2 tokenizer (vocab 32000)
+TEXT = DATA / "text/tinystories_validation_head.txt"  # TinyStories validation text
+HELDOUT = DATA / "text/tinystories_heldout_tail.txt"  # the tenth tiny64x512 never saw
 PYTHON = "/usr/bin/python3"      # Debian's interpreter: the one with python3-torch
 
 

@@ -16,7 +16,7 @@ depends on the current length):
                     logits_growing: values and deeper layers' keys keep their earlier bases.
 
     import reference
-    m = reference.load("../shared/data/models/stories260K-hf")
+    m = reference.load("data/stories260K-hf")
     logits = m.logits(ids, rope={"mode": "pi"}, ctx=2048)        # (n, vocab) numpy float64
     text = m.decode(m.generate([m.bos_id], 200))                  # greedy
 

@@ -5,7 +5,7 @@ m_s of every scaling mode our C program offers, written in numpy float64 straigh
 published formulas, so that tests can check rope.c against something that does not share its
 code. What this is not: fast, or a copy of anyone's implementation (and it never imports rope.c).
 
-Sources of the formulas (see ../shared/research/rope-scaling.md, sections 1-3 and 8):
+Sources of the formulas (test vectors computed from them: docs/rope-test-vectors.md):
   none     RoFormer, Su et al. arXiv 2104.09864 eq. (15): theta_i = b^(-2i/d);
            HF transformers modeling_rope_utils.py `_compute_default_rope_parameters`.
   pi       Position Interpolation, Chen et al. arXiv 2306.15595: f'(x, m) = f(x, m/s), which is

@@ -5,11 +5,9 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, SHARED, run_export
+from conftest import LLAMA_TOK, REPO, STORIES_BIN, STORIES_HF, TOK512, run_export
 
-LEGACY = SHARED / "data/models/stories260K.bin"
-TOK512 = SHARED / "data/models/tok512.model"
-LLAMA_TOK = SHARED / "data/models/tokenizer.model"
+LEGACY = STORIES_BIN
 
 
 def run(*args, timeout=60):
@@ -29,7 +27,7 @@ def expect(status, needles, *args):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, c_tools):
     out = tmp_path_factory.mktemp("err") / "model.bin"
-    assert run_export(SHARED / "data/models/stories260K-hf", out).returncode == 0
+    assert run_export(STORIES_HF, out).returncode == 0
     return out
 
 

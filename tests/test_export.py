@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import PYTHON, REPO, SHARED, run_export
+from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, STORIES_HF, run_export
 
 sys.path.insert(0, str(REPO / "export"))
 import safetensors as st  # noqa: E402  (export/safetensors.py)
@@ -31,8 +31,7 @@ _spec = importlib.util.spec_from_file_location("lrun_export", REPO / "export" / 
 exporter = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(exporter)
 
-STORIES_HF = SHARED / "data/models/stories260K-hf"
-STORIES_LEGACY = SHARED / "data/models/stories260K.bin"
+STORIES_LEGACY = STORIES_BIN
 
 # Small shapes with awkward sizes: dim and hidden_dim not multiples of 32 (q8_0 padding), GQA,
 # and a head_dim that is not dim / n_heads.
@@ -285,7 +284,7 @@ def test_qk_rows_interleaved(tmp_path, capsys, shape):
 
 
 def read_legacy(path):
-    """llama2.c's legacy (v0) file, as ../shared/data/SOURCES.md describes it."""
+    """llama2.c's legacy (v0) file, as data/README.md describes it."""
     buf = open(path, "rb").read()
     dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack_from("<7i", buf, 0)
     kv = dim * n_kv // n_heads
@@ -692,7 +691,7 @@ def test_safetensors_round_trip(tmp_path):
 # --- the tokenizer goes beside the model ---------------------------------------------------------
 
 def test_tokenizer_copied_beside_the_model(tmp_path):
-    hf = SHARED / "data" / "models" / "stories260K-hf"
+    hf = STORIES_HF
     out = tmp_path / "m.bin"
     proc = run_export(hf, out)
     assert proc.returncode == 0, proc.stderr
@@ -702,8 +701,8 @@ def test_tokenizer_copied_beside_the_model(tmp_path):
 
 
 def test_existing_different_tokenizer_is_kept(tmp_path):
-    hf = SHARED / "data" / "models" / "stories260K-hf"
-    other = (SHARED / "data" / "models" / "tokenizer.model").read_bytes()
+    hf = STORIES_HF
+    other = LLAMA_TOK.read_bytes()
     (tmp_path / "tokenizer.model").write_bytes(other)
     proc = run_export(hf, tmp_path / "m.bin")
     assert proc.returncode == 0, proc.stderr

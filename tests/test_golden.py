@@ -3,7 +3,7 @@
 Three independent paths must give the same 200 tokens: ./run on the llama2.c legacy file, ./run on
 export/export.py's conversion of the Hugging Face directory (q/k rows permuted back from
 rotate_half), and the PyTorch reference (tests/reference.py) on the Hugging Face directory itself.
-The text must be the known-good one: its first lines are quoted in ../shared/data/SOURCES.md, and
+The text must be the known-good one: its first lines are quoted in data/README.md, and
 the whole of it is llama2.c's own expected output for this model at temperature 0, 200 steps.
 """
 import subprocess
@@ -11,13 +11,12 @@ import subprocess
 import pytest
 
 import reference
-from conftest import REPO, SHARED, run_export
+from conftest import REPO, STORIES_BIN, STORIES_HF, TOK512, run_export
 
-LEGACY = SHARED / "data/models/stories260K.bin"
-HF_DIR = SHARED / "data/models/stories260K-hf"
-TOK512 = SHARED / "data/models/tok512.model"
+LEGACY = STORIES_BIN
+HF_DIR = STORIES_HF
 
-# SOURCES.md: "followed by more lines".
+# data/README.md quotes how it begins.
 KNOWN_START = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
                "One day, she saw a big, red ball. She wanted to play with it, but it was too high.")
 KNOWN = (KNOWN_START + "\nLily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. "

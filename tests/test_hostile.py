@@ -22,12 +22,10 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, SHARED, run_export
+from conftest import REPO, STORIES_BIN, TEXT, TOK512, run_export
 from hf_random import make_checkpoint
 
-LEGACY = SHARED / "data/models/stories260K.bin"
-TOK512 = SHARED / "data/models/tok512.model"
-TEXT = SHARED / "data/text/tinystories_validation_head.txt"
+LEGACY = STORIES_BIN
 CORPUS = REPO / "fuzz/corpus/model"
 
 # A tiny model that still has the 512-token vocabulary of tok512, so ./run accepts it.

@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import REPO, SHARED, run_export
+from conftest import REPO, STORIES_HF, TEXT, run_export
 from hf_random import make_checkpoint
 
 TOL = 1e-4
-STORIES_HF = SHARED / "data/models/stories260K-hf"
 
 
 def c_logits(model, ids, tmp_path, *flags):
@@ -127,7 +126,7 @@ def test_stories_at_4x_context(c_tools, mode, stories, tmp_path):
     # as one Hugging Face forward pass over the window does.
     model, ref = stories
     ctx = 4 * 512
-    text = (SHARED / "data/text/tinystories_validation_head.txt").read_text()[:20000]
+    text = (TEXT).read_text()[:20000]
     ids = ref.encode(text)[:ctx]
     ours = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", mode)
     compare(f"stories260K-hf, {mode}, ctx {ctx} = 4 x 512", ours, ref.logits(ids, rope={"mode": mode}, ctx=ctx),

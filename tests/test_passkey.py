@@ -12,14 +12,12 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from conftest import PYTHON, REPO, SHARED
+from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, TOK512
 
 sys.path.insert(0, str(REPO / "scripts"))
 import passkey  # noqa: E402
 
-MODEL = SHARED / "data/models/stories260K.bin"
-TOK512 = SHARED / "data/models/tok512.model"
-LLAMA_TOK = SHARED / "data/models/tokenizer.model"
+MODEL = STORIES_BIN
 
 
 @pytest.fixture(scope="module", params=[TOK512, LLAMA_TOK], ids=["tok512", "llama"])

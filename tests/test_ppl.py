@@ -9,11 +9,9 @@ import subprocess
 import pytest
 
 import reference
-from conftest import REPO, SHARED, run_export
+from conftest import HELDOUT, REPO, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
 
-HF_DIR = SHARED / "data/models/stories260K-hf"
-TEXT = SHARED / "data/text/tinystories_validation_head.txt"
-TOK512 = SHARED / "data/models/tok512.model"
+HF_DIR = STORIES_HF
 WINDOW, WINDOWS = 1024, 2
 
 
@@ -102,3 +100,24 @@ def test_dynamic_with_factor_1_is_ntk_at_the_window_length(c_tools, setup):
     dynamic = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", 1, "--rope-scaling", "dynamic", "--rope-factor", 1)
     ntk = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", 1, "--rope-scaling", "ntk")
     assert dynamic == ntk
+
+
+# tiny64x512 (head_dim 64, trained at 512 tokens) on the held-out text, against the reference
+# perplexities data/README.md gives (an independent PyTorch forward, 16384 / N windows of N tokens).
+TINY64_REFERENCE = [(512, "none", 7.754359), (512, "yarn", 7.754359), (2048, "none", 18.733446),
+                    (2048, "yarn", 8.537580)]
+
+
+@pytest.fixture(scope="module")
+def tiny64(tmp_path_factory):
+    model = tmp_path_factory.mktemp("tiny64") / "tiny64x512.bin"
+    assert run_export(TINY64_HF, model).returncode == 0
+    return model
+
+
+@pytest.mark.parametrize("ctx,mode,expected", TINY64_REFERENCE, ids=[f"{m}-{n}" for n, m, _ in TINY64_REFERENCE])
+def test_tiny64_matches_documented_reference(c_tools, tiny64, ctx, mode, expected):
+    total, _ = run_ppl(tiny64, HELDOUT, "--ctx", ctx, "--ppl-windows", 16384 // ctx, "--rope-scaling", mode)
+    rel = abs(total - expected) / expected
+    print(f"tiny64x512 {mode} ctx {ctx}: perplexity {total:.6f}, documented {expected:.6f}, relative {rel:.1e}")
+    assert rel < 1e-4

@@ -1,6 +1,6 @@
-"""Accuracy of the smaller weight types: perplexity of f16 and q8_0 against f32 (issue 6).
+"""Accuracy of the smaller weight types: perplexity of f16 and q8_0 against f32.
 
-The real trained stories260K (../shared/data/models/stories260K-hf) is exported three times with
+The real trained stories260K (data/stories260K-hf) is exported three times with
 export/export.py --dtype f32|f16|q8_0, and ./run --ppl measures each on the same TinyStories text
 (windows of 512 tokens, its trained context). What is allowed:
   f16   within 0.1% of f32: the weights are rounded to 11 significant bits, the arithmetic is f32.
@@ -12,11 +12,9 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, SHARED, run_export
+from conftest import REPO, STORIES_HF, TEXT, TOK512, run_export
 
-HF_DIR = SHARED / "data/models/stories260K-hf"
-TOK512 = SHARED / "data/models/tok512.model"
-TEXT = SHARED / "data/text/tinystories_validation_head.txt"
+HF_DIR = STORIES_HF
 WINDOWS = 40  # 40 x 511 predicted tokens
 TOLERANCE = {"f16": 0.001, "q8_0": 0.01}
 

@@ -1,6 +1,6 @@
 // test_rope.c - unit tests of rope.c: the properties that make RoPE a relative position code.
 //
-// What this checks (numbers from ../shared/research/rope-scaling.md section 8.3):
+// What this checks (numbers from docs/rope-test-vectors.md section 3):
 //   * layout: interleaved pairs, d = 8, x = [1..8] at positions 1 and 3 (the printed vectors);
 //   * tables: every cos/sin entry is the float32 of mscale * cos(m * theta_i) with the angle formed
 //     in double (an fp32 angle is off by ~1e-3 rad at m = 1e5);
@@ -55,7 +55,7 @@ static void init_or_die(Rope *r, const RopeParams *p, int max_pos) {
     }
 }
 
-// Section 8.3's vectors: q_j = cos(j), k_j = sin(j+1).
+// docs/rope-test-vectors.md section 3's vectors: q_j = cos(j), k_j = sin(j+1).
 static void fill_qk(float *q, float *k, double *qd, double *kd, int d) {
     for (int j = 0; j < d; j++) {
         qd[j] = cos(j);
@@ -171,7 +171,7 @@ static void test_resolve(void) {
                ok);
 }
 
-// Section 8.3 "Layout": d = 8, b = 1e4, x = [1..8], interleaved, positions 1 and 3.
+// docs/rope-test-vectors.md section 3 "Layout": d = 8, b = 1e4, x = [1..8], interleaved, positions 1 and 3.
 static void test_layout(void) {
     static const double want1[8] = {-1.1426397, 1.9220756, 2.5856788, 4.2795169,
                                     4.9397510,  6.0496992, 6.9919965, 8.0069960};
@@ -195,7 +195,7 @@ static void test_layout(void) {
         for (int j = 0; j < 8; j++)
             diff = fmax(diff, fabs(x[j] - want[t][j]));
         char what[96];
-        snprintf(what, sizeof(what), "layout d=8 x=[1..8] interleaved pos=%d vs section 8.3", pos[t]);
+        snprintf(what, sizeof(what), "layout d=8 x=[1..8] interleaved pos=%d vs docs/rope-test-vectors.md s3", pos[t]);
         check(what, diff, 2e-6); // printed to 7 decimals; float32 spacing at 8 is 9.5e-7
     }
     rope_free(&r);
@@ -246,11 +246,11 @@ static void test_composition(RopeScaling mode, const Rope *r) {
     snprintf(what, sizeof(what), "%s composition R(a)R(b) = R(a+b), float tables, a+b <= 1e5", rope_scaling_name(mode));
     check(what, diff, 1e-6);
     snprintf(what, sizeof(what), "%s composition R(45)R(300) = R(345), double", rope_scaling_name(mode));
-    check(what, diff_d, 1e-13); // section 8.3: 1.7e-14
+    check(what, diff_d, 1e-13); // docs/rope-test-vectors.md section 3: 1.7e-14
 }
 
 // <R(n+5) q, R(n) k> at n = 2, 4002, 100000: equal to each other and to the double value.
-// `printed` is section 8.3's value (0 where the document has none; then rope_inv_freq in double).
+// `printed` is docs/rope-test-vectors.md section 3's value (0 where the document has none; then rope_inv_freq in double).
 static void test_relative(RopeScaling mode, const Rope *r, double printed) {
     const int d = r->p.head_dim;
     float q0[64], k0[64];
@@ -285,7 +285,7 @@ static void test_relative(RopeScaling mode, const Rope *r, double printed) {
     check(what, spread, 1e-6);
 }
 
-// |R(12345) q| = m_s |q| (section 8.3: |q| = 5.704293751457; yarn s=4: 6.495076777639).
+// |R(12345) q| = m_s |q| (docs/rope-test-vectors.md section 3: |q| = 5.704293751457; yarn s=4: 6.495076777639).
 static void test_norm(RopeScaling mode, const Rope *r, double printed) {
     const int d = r->p.head_dim;
     float q[64], k[64];
@@ -299,7 +299,7 @@ static void test_norm(RopeScaling mode, const Rope *r, double printed) {
     check(what, fmax(fabs(n1 - printed), fabs(n0 * r->mscale - printed)) / printed, 1e-6);
 }
 
-// Section 8.3 property tests for each mode with fixed frequencies; d = 64, b = 1e4, L = 2048, s = 4.
+// docs/rope-test-vectors.md section 3 property tests for each mode with fixed frequencies; d = 64, b = 1e4, L = 2048, s = 4.
 static void test_fixed_modes(void) {
     struct {
         RopeScaling mode;

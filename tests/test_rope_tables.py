@@ -2,8 +2,7 @@
 against the reference.
 
 Part (a) checks tests/rope_ref.py (numpy float64, written from the transformers / paper formulas)
-against the test vectors of ../shared/research/rope-scaling.md section 8, typed in from the
-document, plus structural identities that hold in exact arithmetic.
+against the test vectors of docs/rope-test-vectors.md, read from that file, plus structural identities that hold in exact arithmetic.
 Part (b) runs tests/rope_dump (rope.c behind a command line) and compares its inverse
 frequencies (within 1e-12 relative), magnitudes and cos/sin tables (float32, within 1e-6
 absolute) with rope_ref, in every mode, for three shapes of model.
@@ -12,7 +11,9 @@ Run: make -C .. tests/rope_dump && /usr/bin/python3 -m pytest -q tests/test_rope
 (add -s to see the max difference of every comparison).
 """
 import math
+import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,61 +21,18 @@ import pytest
 import rope_ref as ref
 
 # ---------------------------------------------------------------------------------------------
-# (a) rope_ref against rope-scaling.md section 8
+# (a) rope_ref against docs/rope-test-vectors.md (sections 1-3 there; 8.x in the test names)
 
-# Section 8.1, d = 64, b = 10000, s = 4, L = 2048: the table as printed in the document
-# (columns: i, default, linear (PI), ntk a=4, dynamic f=4 l=8192, yarn, llama3).
-TABLE_8_1 = """
-|  0 | 1.000000000e+00 | 2.500000000e-01 | 1.000000000e+00 | 1.000000000e+00 | 1.000000000e+00 | 1.000000000e+00 |
-|  1 | 7.498942093e-01 | 1.874735523e-01 | 7.170983281e-01 | 6.903452540e-01 | 7.498942093e-01 | 7.498942093e-01 |
-|  2 | 5.623413252e-01 | 1.405853313e-01 | 5.142300122e-01 | 4.765765697e-01 | 5.623413252e-01 | 5.623413252e-01 |
-|  3 | 4.216965034e-01 | 1.054241259e-01 | 3.687534820e-01 | 3.290023730e-01 | 4.216965034e-01 | 4.216965034e-01 |
-|  4 | 3.162277660e-01 | 7.905694150e-02 | 2.644325054e-01 | 2.271252268e-01 | 3.162277660e-01 | 3.162277660e-01 |
-|  5 | 2.371373706e-01 | 5.928434264e-02 | 1.896241075e-01 | 1.567948223e-01 | 2.371373706e-01 | 2.371373706e-01 |
-|  6 | 1.778279410e-01 | 4.445698525e-02 | 1.359791305e-01 | 1.082425614e-01 | 1.778279410e-01 | 1.778279410e-01 |
-|  7 | 1.333521432e-01 | 3.333803580e-02 | 9.751040712e-02 | 7.472473857e-02 | 1.333521432e-01 | 1.333521432e-01 |
-|  8 | 1.000000000e-01 | 2.500000000e-02 | 6.992454992e-02 | 5.158586863e-02 | 1.000000000e-01 | 1.000000000e-01 |
-|  9 | 7.498942093e-02 | 1.874735523e-02 | 5.014277784e-02 | 3.561205958e-02 | 7.066310819e-02 | 7.498942093e-02 |
-| 10 | 5.623413252e-02 | 1.405853313e-02 | 3.595730216e-02 | 2.458461631e-02 | 4.974557877e-02 | 5.623413252e-02 |
-| 11 | 4.216965034e-02 | 1.054241259e-02 | 2.578492126e-02 | 1.697187319e-02 | 3.487105701e-02 | 4.216965034e-02 |
-| 12 | 3.162277660e-02 | 7.905694150e-03 | 1.849032393e-02 | 1.171645211e-02 | 2.432521277e-02 | 3.162277660e-02 |
-| 13 | 2.371373706e-02 | 5.928434264e-03 | 1.325938037e-02 | 8.088397107e-03 | 1.687323598e-02 | 2.371373706e-02 |
-| 14 | 1.778279410e-02 | 4.445698525e-03 | 9.508279497e-03 | 5.583786555e-03 | 1.162721153e-02 | 1.778279410e-02 |
-| 15 | 1.333521432e-02 | 3.333803580e-03 | 6.818371331e-03 | 3.854740547e-03 | 7.949839307e-03 | 1.333521432e-02 |
-| 16 | 1.000000000e-02 | 2.500000000e-03 | 4.889442682e-03 | 2.661101842e-03 | 5.384615385e-03 | 8.148733086e-03 |
-| 17 | 7.498942093e-03 | 1.874735523e-03 | 3.506211172e-03 | 1.837079027e-03 | 3.605260622e-03 | 4.582369362e-03 |
-| 18 | 5.623413252e-03 | 1.405853313e-03 | 2.514298170e-03 | 1.268218787e-03 | 2.379136376e-03 | 2.576855660e-03 |
-| 19 | 4.216965034e-03 | 1.054241259e-03 | 1.802999014e-03 | 8.755088208e-04 | 1.540814147e-03 | 1.449072427e-03 |
-| 20 | 3.162277660e-03 | 7.905694150e-04 | 1.292927578e-03 | 6.044033593e-04 | 9.730085108e-04 | 8.148733086e-04 |
-| 21 | 2.371373706e-03 | 5.928434264e-04 | 9.271562048e-04 | 4.172469905e-04 | 5.928434264e-04 | 5.928434264e-04 |
-| 22 | 1.778279410e-03 | 4.445698525e-04 | 6.648621644e-04 | 2.880444797e-04 | 4.445698525e-04 | 4.445698525e-04 |
-| 23 | 1.333521432e-03 | 3.333803580e-04 | 4.767715465e-04 | 1.988501395e-04 | 3.333803580e-04 | 3.333803580e-04 |
-| 24 | 1.000000000e-03 | 2.500000000e-04 | 3.418920789e-04 | 1.372752500e-04 | 2.500000000e-04 | 2.500000000e-04 |
-| 25 | 7.498942093e-04 | 1.874735523e-04 | 2.451702382e-04 | 9.476731734e-05 | 1.874735523e-04 | 1.874735523e-04 |
-| 26 | 5.623413252e-04 | 1.405853313e-04 | 1.758111679e-04 | 6.542216776e-05 | 1.405853313e-04 | 1.405853313e-04 |
-| 27 | 4.216965034e-04 | 1.054241259e-04 | 1.260738946e-04 | 4.516388301e-05 | 1.054241259e-04 | 1.054241259e-04 |
-| 28 | 3.162277660e-04 | 7.905694150e-05 | 9.040737900e-05 | 3.117867229e-05 | 7.905694150e-05 | 7.905694150e-05 |
-| 29 | 2.371373706e-04 | 5.928434264e-05 | 6.483098033e-05 | 2.152404844e-05 | 5.928434264e-05 | 5.928434264e-05 |
-| 30 | 1.778279410e-04 | 4.445698525e-05 | 4.649018760e-05 | 1.485902469e-05 | 4.445698525e-05 | 4.445698525e-05 |
-| 31 | 1.333521432e-04 | 3.333803580e-05 | 3.333803580e-05 | 1.025785717e-05 | 3.333803580e-05 | 3.333803580e-05 |
-"""
+# docs/rope-test-vectors.md section 1, d = 64, b = 10000, s = 4, L = 2048: the table of inverse
+# frequencies (columns: i, none, pi, ntk a=4, dynamic f=4 l=8192, yarn, llama3) and the cos/sin lines
+# at position 5000 (yarn already multiplied by m_s), read from the file so they live in one place.
+VECTORS = (Path(__file__).resolve().parent.parent / "docs" / "rope-test-vectors.md").read_text()
+TABLE_8_1 = "\n".join(l for l in VECTORS.splitlines() if re.match(r"^\|\s*\d+ \| ", l))
 COLUMNS_8_1 = [("none", {}), ("pi", {}), ("ntk", {}), ("dynamic", {"length": 8192}), ("yarn", {}), ("llama3", {})]
 
-# Section 8.1, cos/sin at position 5000 (yarn already multiplied by m_s), as printed.
-COS_SIN_8_1 = """
-i=0  default angle=5000.000000000 cos= 0.154668406 sin=-0.987966439
-i=0  linear  angle=1250.000000000 cos= 0.938036543 sin=-0.346536352
-i=0  yarn    angle=5000.000000000 cos= 0.176110000 sin=-1.124927669
-i=10 default angle=281.170662595  cos=-0.001879900 sin=-0.999998233
-i=10 ntk     angle=179.786510785  cos=-0.754614748 sin=-0.656168106
-i=10 yarn    angle=248.727893834  cos=-0.975395994 sin=-0.587434803
-i=20 linear  angle=3.952847075    cos=-0.688589329 sin=-0.725151526
-i=20 yarn    angle=4.865042554    cos= 0.173141564 sin=-1.125388374
-i=31 default angle=0.666760716    cos= 0.785829100 sin= 0.618443713
-i=31 ntk     angle=0.166690179    cos= 0.986139331 sin= 0.165919319
-"""
+COS_SIN_8_1 = VECTORS.split("at position 5000")[1].split("```")[1]
 
-D, B, L, S = 64, 1e4, 2048, 4.0  # the section 8.1 shape (Llama-1-like)
+D, B, L, S = 64, 1e4, 2048, 4.0  # the shape of section 1 (Llama-1-like)
 
 
 def table_8_1():

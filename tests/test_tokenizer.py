@@ -9,11 +9,11 @@ import subprocess
 import pytest
 import sentencepiece
 
-from conftest import REPO, SHARED
+from conftest import LLAMA_TOK, REPO, TOK512
 
 TOKENIZERS = {
-    "tok512": SHARED / "data/models/tok512.model",
-    "llama2": SHARED / "data/models/tokenizer.model",
+    "tok512": TOK512,
+    "llama2": LLAMA_TOK,
 }
 
 TEXTS = [

@@ -18,12 +18,10 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, SHARED, run_export
+from conftest import REPO, STORIES_BIN, STORIES_HF, TEXT, TOK512, run_export
 
-LEGACY = SHARED / "data/models/stories260K.bin"
-HF_DIR = SHARED / "data/models/stories260K-hf"
-TOK512 = SHARED / "data/models/tok512.model"
-TEXT = SHARED / "data/text/tinystories_validation_head.txt"
+LEGACY = STORIES_BIN
+HF_DIR = STORIES_HF
 
 pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None,
                                 reason="valgrind is not installed (./setup.sh installs it)")

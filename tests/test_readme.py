@@ -1,0 +1,31 @@
+"""The README's quick start prints what the README shows.
+
+The first ```sh block of "Quick start" ends with a ./run command; its output block (stdout) and the
+banner block (stderr, without the timing line, whose speeds are the machine's) must be what ./run
+prints, byte for byte. A README that drifts from the program fails here.
+"""
+import re
+import shlex
+import subprocess
+
+from conftest import REPO
+
+
+def quick_start():
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, flags=re.S)
+    command = [line for line in blocks[0][1].splitlines() if line.startswith("./run ")][0]
+    return command, blocks[1][1], blocks[2][1]
+
+
+def test_quick_start_output(c_tools):
+    command, stdout, banner = quick_start()
+    proc = subprocess.run(shlex.split(command), cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == stdout, f"README shows:\n{stdout}\n./run printed:\n{proc.stdout}"
+    shown = [line for line in banner.splitlines() if not line.startswith("prompt:")]
+    printed = [line for line in proc.stderr.splitlines() if not line.startswith("prompt:")]
+    assert printed == shown
+    timing = [line for line in proc.stderr.splitlines() if line.startswith("prompt:")]
+    assert len(timing) == 1 and re.search(r"generation: 57 tokens, 56 decode steps", timing[0])
