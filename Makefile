@@ -10,8 +10,8 @@ CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lstdc++ -lm -fopenmp
 
-CORE = model.o rope.o kernels.o
-TOOLS = tests/test_rope tests/rope_dump tests/dump_logits tests/tok_dump $(KERNEL_TESTS)
+CORE = model.o loader.o rope.o kernels.o
+TOOLS = tests/test_rope tests/test_model tests/rope_dump tests/dump_logits tests/tok_dump $(KERNEL_TESTS)
 # The kernel test, built for this machine, for plain C (what other machines compile), and on
 # x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
 KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
@@ -32,6 +32,9 @@ tokenizer.o: tokenizer.cpp tokenizer.h
 
 tests/test_rope: tests/test_rope.c rope.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
+
+tests/test_model: tests/test_model.c $(CORE)
+	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
 tests/rope_dump: tests/rope_dump.c rope.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
@@ -55,6 +58,7 @@ tools: run $(TOOLS)
 
 test: tools
 	./tests/test_rope
+	./tests/test_model data/stories260K/stories260K.bin
 	for t in $(KERNEL_TESTS); do ./$$t || exit 1; done
 	$(PYTHON) -m pytest -q tests
 
@@ -133,7 +137,7 @@ FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
 FUZZ_LIBS = -lsentencepiece -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
-FUZZ_OBJS = $(addprefix build/fuzz/,model.o rope.o kernels.o tokenizer.o)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o)
 
 build/fuzz/%.o: %.c *.h
 	@mkdir -p build/fuzz

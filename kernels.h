@@ -1,9 +1,12 @@
-// kernels.h - weight matrices and the matrix products of the forward pass.
+// kernels.h - the numerical kernels of the forward pass: matrix products and attention.
 //
-// Every product in a Llama layer is out = x @ W^T with W an nn.Linear weight (out, in). The
-// weights may be stored as f32, f16 or q8_0 (see model.h for the bytes). Each product exists
-// twice: a plain reference (matmul_ref), written to be obviously right, and the fast one
-// (matmul) that the forward pass uses. tests/test_kernels.c checks one against the other.
+// Every product in a Llama layer is out = x @ W^T with W an nn.Linear weight (out, in), stored as
+// f32, f16 or q8_0 (model.h has the bytes). Attention reads a KV cache whose layout is this
+// module's business. Each kernel exists twice: a plain reference (matmul_ref, attention_ref),
+// written to be obviously right, and the fast one the forward pass uses (matmul, attention).
+// tests/test_kernels.c checks one against the other in every build (AVX-512, AVX2, plain C).
+// The Matrix and KVCache structs are fences: the forward pass never sees a weight type or the
+// cache layout.
 #ifndef KERNELS_H
 #define KERNELS_H
 
@@ -33,32 +36,76 @@ size_t matrix_scale_bytes(DType t, int rows, int cols);
 // out (cols) = row r of m as float (the token embedding lookup).
 void matrix_row(float *out, const Matrix *m, int r);
 
-// out (n, m->rows) = x (n, m->cols) @ m^T. matmul_ref: the plain definition, in double. matmul:
-// the fast one, a matrix x vector product per token below a few tokens (decode), a blocked matrix
-// x matrix product from there on (prefill); q8_0 quantizes x to 8 bits per block of 32 first.
-// Each output is computed by one thread in a fixed order: results do not depend on the thread
-// count. x and out must not overlap.
+// ---------------------------------------------------------------------------------------------
+// Scratch memory for the fast kernels (packed weights, quantized activations), set up once per
+// run so that nothing is allocated while the model runs. workspace_bytes gives the size for
+// products of up to max_n tokens with inputs of up to max_cols columns on n_threads threads
+// (0 if it does not fit in size_t); the caller provides that many bytes, 64-byte aligned.
+typedef struct {
+    unsigned char *base;
+    size_t bytes;
+    int max_n, max_cols, n_threads;
+} Workspace;
+
+size_t workspace_bytes(int max_n, int max_cols, int n_threads);
+
+// out (n, m->rows) = x (n, m->cols) @ m^T.
+//   matmul_ref: the definition, one weight at a time, summed in double.
+//   matmul: a matrix x vector product per token below a few tokens (decode), a blocked matrix x
+//     matrix product from there on (prefill); q8_0 quantizes x to 8 bits per block of 32 first.
+//     Each output is computed by one thread in a fixed order: results do not depend on the thread
+//     count. x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
+//     sized for (a caller's bug; nothing is computed then).
 void matmul_ref(float *out, const float *x, const Matrix *m, int n);
-void matmul(float *out, const float *x, const Matrix *m, int n);
+int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n);
 
 // out[i] = x @ m[i]^T for i < count: products of one input (q, k, v; gate and up) in one parallel
 // loop when decoding, so the threads meet once instead of once per product. Same results as count
 // calls of matmul.
-void matmul_many(float *const *out, const float *x, const Matrix *const *m, int count, int n);
+int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *const *m, int count, int n);
 
-// Attention of one query head over `len` cached positions (model.c calls these per query and head).
-// Keys are transposed, kt (hd, stride): coordinate d of position j at kt[d * stride + j], so the
-// scores come out a run of positions at a time; values are row-major, row j at v + j * stride.
-//   attention_scores  att[j] = scale * sum_d q[d] kt[d, j]          for j < len
-//   attention_mix     out[d] = sum_j att[j] v[j, d]                 for d < hd
-void attention_scores(float *att, const float *q, const float *kt, int hd, size_t stride, int len, float scale);
-void attention_mix(float *out, const float *att, const float *v, size_t stride, int len, int hd);
+// ---------------------------------------------------------------------------------------------
+// The KV cache and attention
+
+typedef struct {
+    float *keys;   // (n_layers, kv_dim, ctx) rotated keys, transposed: a coordinate's positions contiguous
+    float *values; // (n_layers, ctx, kv_dim)
+    int n_layers, ctx, n_heads, n_kv_heads, head_dim;
+} KVCache;
+
+// Floats of keys and values for this shape (each), 0 if that does not fit in size_t.
+size_t kv_cache_floats(int n_layers, int ctx, int n_kv_heads, int head_dim);
+
+// Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
+// pos .. pos+n-1 of a layer. Keys must already be rotated.
+void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n);
+// The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference).
+float kv_key(const KVCache *c, int layer, int pos, int i);
+float kv_value(const KVCache *c, int layer, int pos, int i);
+
+// Causal self-attention of the queries q (n, n_heads*head_dim) at positions pos .. pos+n-1 over the
+// cached positions 0 .. pos+i, into out (n, n_heads*head_dim). Query head h reads kv head
+// h / (n_heads / n_kv_heads) (grouped-query attention, Hugging Face's repeat_kv):
+//     score_j = q . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
+// attention_ref: those three steps as three plain loops, in double.
+// attention: the same, fast: scores and the weighted sum vectorized over the transposed cache,
+//   a (query, head) per task on at most scratch_rows threads; scratch is (scratch_rows, ctx) floats.
+void attention_ref(float *out, const float *q, const KVCache *c, int layer, int n, int pos);
+void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
+               int scratch_rows);
+
+// softmax(x) over n scores in place, with the exp attention uses (relative error ~1e-7; e^x is 0 for
+// x < -40, where a term weighs less than 4e-18 beside the largest one).
+void softmax(float *x, int n);
+
+// RMSNorm (Zhang & Sennrich 2019) of n rows of `size`: out = x * rsqrt(mean(x^2) + eps) * w.
+void rmsnorm(float *out, const float *x, const float *w, int n, int size, float eps);
 
 // OpenMP's thread count and this thread's number, or 1 and 0 in a build without OpenMP.
 int max_threads(void);
 int thread_num(void);
 
-// Which vector instructions matmul was compiled for, e.g. "AVX-512 + VNNI", "AVX2", "plain C".
-const char *matmul_isa(void);
+// Which vector instructions the kernels were compiled for, e.g. "avx512-vnni", "avx2", "plain-c".
+const char *kernels_isa(void);
 
 #endif

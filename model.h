@@ -1,9 +1,9 @@
-// model.h - the model file format, the three structs of a Llama model, and the forward pass.
+// model.h - the model file format, the structs of a Llama model, and the forward pass.
 //
-// What this is: the checkpoint reader (our format and llama2.c's legacy one), the weights as
-// pointers into a read-only mmap, the activations and KV cache, and the forward pass.
-// What this is not: the tokenizer, the sampler, the command line (run.c), or anything about
-// positions beyond "rotate this head" (rope.c).
+// What this is: the checkpoint (loader.c reads our format and llama2.c's legacy one; the weights
+// are pointers into a read-only mmap), the activations and KV cache, and the forward pass
+// (model.c). What this is not: the tokenizer, the sampler, the command line (run.c), the
+// arithmetic of products and attention (kernels.c) or of positions (rope.c).
 //
 // ---------------------------------------------------------------------------------------------
 // The model file format, version 1 (written by export/export.py; all values little-endian)
@@ -19,13 +19,14 @@
 //    24  n_kv_heads            key/value heads (< n_heads: grouped-query attention)
 //    28  head_dim              per-head size; dim == n_heads*head_dim is NOT required
 //    32  vocab_size
-//    36  seq_len               trained context (HF max_position_embeddings)
+//    36  seq_len               largest context the checkpoint supports (HF max_position_embeddings)
 //    40  bos_id
 //    44  eos_id
 //    48  shared_classifier     1: the classifier is the token embedding (tied); 0: wcls follows
 //    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0
 //    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
-//    60  rope_orig_ctx         original_max_position_embeddings; 0 = seq_len
+//    60  rope_orig_ctx         the context it was trained at, L (HF original_max_position_embeddings);
+//                            0 = seq_len
 //    64  rope_theta            base b
 //    72  norm_eps              RMSNorm epsilon
 //    80  rope_factor           s (1 when unscaled)
@@ -70,27 +71,29 @@
 #include "kernels.h"
 #include "rope.h"
 
-#define MODEL_MAGIC "LRUN"
-#define MODEL_VERSION 1
+#define MODEL_MAGIC       "LRUN"
+#define MODEL_VERSION     1
 #define MODEL_HEADER_SIZE 256
-#define MODEL_ALIGN 64
+#define MODEL_ALIGN       64
 
 // What the checkpoint was trained with: the file header.
 typedef struct {
-    int dim;               // D
-    int hidden_dim;        // H, the MLP width
+    int dim;        // D
+    int hidden_dim; // H, the MLP width
     int n_layers;
     int n_heads;
     int n_kv_heads;
-    int head_dim;          // hd
-    int vocab_size;        // V
-    int seq_len;           // trained context
+    int head_dim;   // hd
+    int vocab_size; // V
+    int max_pos;    // largest context the checkpoint supports (max_position_embeddings); the
+                    // trained context L is rope.orig_ctx (original_max_position_embeddings
+                    // when the checkpoint has one, else max_pos)
     int bos_id, eos_id;
     int shared_classifier; // 1: logits = x @ token_embedding^T
     DType dtype;
     float norm_eps;
-    RopeParams rope;       // the checkpoint's own RoPE: base and its rope_scaling (mode NONE if none)
-    int legacy;            // 1: loaded from a llama2.c legacy file
+    RopeParams rope; // the checkpoint's own RoPE: base and its rope_scaling (mode NONE if none)
+    int legacy;      // 1: loaded from a llama2.c legacy file
 } Config;
 
 typedef struct {
@@ -114,27 +117,28 @@ typedef struct {
 
 // What the user asked for at run time.
 typedef struct {
-    int ctx;        // KV cache length in tokens
-    int max_batch;  // most tokens one forward call takes (prefill block)
+    int ctx;       // KV cache length in tokens
+    int max_batch; // most tokens one forward call takes (prefill block)
     RopeParams rope;
 } RunConfig;
 
-// Activations for a block of up to B = max_batch tokens, and the KV cache.
+// Activations for a block of up to B = max_batch tokens, the KV cache, and the kernels' scratch.
 typedef struct {
-    float *x;          // (B, D) residual stream
-    float *xb;         // (B, max(D, n_heads*hd)) normalized input, then attention output
-    float *xb2;        // (B, D) output of a sublayer before it joins the residual stream
-    float *q;          // (B, n_heads*hd)
-    float *k;          // (B, kv_dim) keys of the block, before they go into the cache
-    float *hb;         // (B, H)
-    float *hb2;        // (B, H)
-    float *att;        // (n_threads, ctx) attention scores, one row per thread
-    float *logits;     // (B, V)
-    float *key_cache;  // (n_layers, kv_dim, ctx) rotated keys, transposed: positions contiguous
-    float *value_cache;// (n_layers, ctx, kv_dim)
-    float *key_raw;    // (n_layers, ctx, kv_dim) un-rotated keys; dynamic RoPE only, else NULL
-    unsigned rope_version; // Rope.version the key_cache was rotated with
-    int n_threads;
+    float *x;              // (B, D) residual stream
+    float *xb;             // (B, max(D, n_heads*hd)) normalized input, then attention output
+    float *xb2;            // (B, D) output of a sublayer before it joins the residual stream
+    float *q;              // (B, n_heads*hd)
+    float *k;              // (B, kv_dim) keys of the block, before they go into the cache
+    float *v;              // (B, kv_dim) values of the block
+    float *hb;             // (B, H)
+    float *hb2;            // (B, H)
+    float *att;            // (n_threads, ctx) attention scores, one row per thread
+    float *logits;         // (B, V)
+    KVCache kv;            // keys (rotated) and values of every layer and position (kernels.h)
+    float *key_raw;        // (n_layers, ctx, kv_dim) un-rotated keys; dynamic RoPE only, else NULL
+    unsigned rope_version; // Rope.version the cached keys were rotated with
+    Workspace work;        // the kernels' scratch (packed weights, quantized activations)
+    int n_threads;         // threads the scratch was sized for; the kernels never use more
     size_t bytes;          // of the one allocation all the buffers above live in
 } RunState;
 
@@ -144,28 +148,38 @@ typedef struct {
     TransformerWeights weights;
     RunState state;
     Rope rope;
-    void *map;         // the mmapped file
+    void *map; // the mmapped file
     size_t map_size;
-    size_t weight_bytes;   // bytes of tensors in the file
-    size_t state_bytes;    // bytes of activations + KV cache + RoPE tables
+    size_t weight_bytes; // bytes of tensors in the file
+    size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
 } Transformer;
 
-// Read and check the header of the file at path (ours or llama2.c legacy), mmap the weights.
-// Returns 0, or -1 with "what: why (hint: fix)" in err. Nothing is left allocated on failure.
+// Read and check the header of the file at path (ours or llama2.c legacy), mmap the weights
+// (loader.c). Returns 0, or -1 with "what: why (hint: fix)" in err. Nothing is left allocated on
+// failure.
 int transformer_load(Transformer *t, const char *path, char *err, size_t errlen);
 
-// Allocate the run state and RoPE tables for run->ctx tokens. Returns 0 or -1 with a message.
-int transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen);
+// Bytes transformer_prepare will allocate for this run on n_threads threads: activations, KV
+// cache, kernel scratch and RoPE tables. Sets *overflow (and returns 0) if that does not fit in
+// size_t.
+size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads, int *overflow);
 
-// Bytes transformer_prepare would allocate for this context, RoPE tables included; 0 if that
-// does not fit in size_t.
-size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads);
+// Allocate the run state and RoPE tables for run->ctx tokens, sized for the current OpenMP
+// thread count. Returns PREPARE_OK, or another status with a plain message in err.
+typedef enum { PREPARE_OK = 0, PREPARE_BAD_SIZE, PREPARE_NO_MEMORY, PREPARE_BAD_ROPE } PrepareStatus;
+PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen);
 
 void transformer_free(Transformer *t);
 
-// Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 through the network, writing
-// their keys and values into the cache. The caller sets the sequence length for RoPE first
-// (rope_set_length). Returns the logits: (n, V) if all_logits, else (1, V) for the last token.
-float *transformer_forward(Transformer *t, const int *tokens, int n, int pos, int all_logits);
+// Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of seq_len tokens
+// through the network, writing their keys and values into the cache, and point *logits at the
+// result: (n, V) if all_logits, else (1, V) for the last token. seq_len (pos + n <= seq_len <= ctx)
+// is the length of the text these tokens belong to: a prompt or a perplexity window is one
+// sequence, as in one Hugging Face forward pass over it; when generating, seq_len = pos + 1. The
+// forward owns it: dynamic NTK takes its base from it (and re-rotates the cached keys when that
+// changes), the other modes ignore it. Returns 0, or -1 with a message in err (bad arguments: a
+// caller's bug).
+int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int seq_len, int all_logits, float **logits,
+                        char *err, size_t errlen);
 
 #endif

@@ -16,8 +16,10 @@
 // rope_inv_freq(); the rest of this file is bookkeeping: tables of cos/sin per position, and the
 // rotation itself.
 //
-// What this is not: attention. model.c rotates q and k heads with rope_rotate() and never
-// looks at the mode.
+// What this is not: attention. model.c rotates q and k heads with rope_rotate(), tells the
+// sequence length with rope_set_length(), and asks one question about the mode: whether the
+// frequencies depend on that length (rope_is_dynamic), in which case it keeps un-rotated keys and
+// rotates them again whenever `version` moves.
 #include "rope.h"
 
 #include <math.h>
@@ -66,12 +68,18 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     if (p->factor == 0) p->factor = 1;
 
     const char *bad = NULL;
-    if (p->mode < 0 || p->mode >= ROPE_SCALING_COUNT) bad = "unknown scaling mode";
-    else if (p->head_dim < 2 || p->head_dim % 2) bad = "head_dim must be even and at least 2";
-    else if (p->orig_ctx < 1) bad = "trained context must be at least 1";
-    else if (!finite_pos(p->base)) bad = "base (rope_theta) must be a finite number > 0";
-    else if (!(isfinite(p->factor) && p->factor >= 1)) bad = "factor must be a finite number >= 1";
-    else if (!(isfinite(p->alpha) && (p->alpha == 0 || p->alpha >= 1))) bad = "alpha must be >= 1";
+    if (p->mode < 0 || p->mode >= ROPE_SCALING_COUNT)
+        bad = "unknown scaling mode";
+    else if (p->head_dim < 2 || p->head_dim % 2)
+        bad = "head_dim must be even and at least 2";
+    else if (p->orig_ctx < 1)
+        bad = "trained context must be at least 1";
+    else if (!finite_pos(p->base))
+        bad = "base (rope_theta) must be a finite number > 0";
+    else if (!(isfinite(p->factor) && p->factor >= 1))
+        bad = "factor must be a finite number >= 1";
+    else if (!(isfinite(p->alpha) && (p->alpha == 0 || p->alpha >= 1)))
+        bad = "alpha must be >= 1";
     else if ((p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_DYNAMIC) && p->head_dim < 4)
         bad = "ntk and dynamic need head_dim >= 4 (the exponent is d/(d-2))";
     else if (p->mode == ROPE_SCALING_YARN && !(p->base > 1))
@@ -80,9 +88,8 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "yarn attention factor must be >= 0";
     else if (p->mode == ROPE_SCALING_YARN && !(finite_pos(p->beta_slow) && p->beta_fast > p->beta_slow))
         bad = "yarn needs beta_fast > beta_slow > 0";
-    else if (p->mode == ROPE_SCALING_LLAMA3 &&
-             !(finite_pos(p->low_freq_factor) && isfinite(p->high_freq_factor) &&
-               p->high_freq_factor > p->low_freq_factor))
+    else if (p->mode == ROPE_SCALING_LLAMA3 && !(finite_pos(p->low_freq_factor) && isfinite(p->high_freq_factor) &&
+                                                 p->high_freq_factor > p->low_freq_factor))
         bad = "llama3 needs high_freq_factor > low_freq_factor > 0";
     if (bad) {
         snprintf(err, errlen, "RoPE (%s): %s", rope_scaling_name(p->mode), bad);
@@ -91,8 +98,8 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     return 0;
 }
 
-int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o,
-                        char *err, size_t errlen) {
+int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
+                        size_t errlen) {
     *out = *trained;
     if (o->base > 0) out->base = o->base;
     if (o->mode >= 0 && o->mode != (int)trained->mode) {
@@ -104,17 +111,22 @@ int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, con
         out->low_freq_factor = out->high_freq_factor = 0;
     }
     if (out->mode == ROPE_SCALING_NONE && o->factor > 0) {
-        snprintf(err, errlen, "--rope-factor needs a scaling mode (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3)");
+        snprintf(err, errlen, "a scaling factor needs a scaling mode");
         return -1;
     }
     if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) {
-        snprintf(err, errlen, "--rope-alpha is used only by --rope-scaling ntk");
+        snprintf(err, errlen, "alpha is used only by the ntk mode");
         return -1;
     }
     if (out->mode == ROPE_SCALING_NONE)
         out->factor = 1;
     else if (o->factor > 0)
         out->factor = o->factor;
+    else if (out->factor == 0 && out->mode == ROPE_SCALING_DYNAMIC)
+        // dynamic, with no factor from the checkpoint or the user: s = 1, so alpha(l) = l / L, the
+        // YaRN paper's dynamic scaling. It stretches L to whatever length the text has reached
+        // (at l = ctx it is ntk with alpha = ctx / L); s > 1 is a steeper slope (see rope_inv_freq).
+        out->factor = 1;
     else if (out->factor == 0) // a mode the checkpoint does not carry: stretch L to the context
         out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
     out->alpha = o->alpha;
@@ -145,12 +157,14 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
 
     // Dynamic NTK (emozilla, r/LocalLLaMA 14mrgpr; transformers _compute_dynamic_ntk_parameters):
     // the same base change, with alpha following the current length l once it exceeds L:
-    // alpha(l) = s*l/L - (s-1), which is 1 at l = L. For l <= L this is exactly `none`.
-    if (p->mode == ROPE_SCALING_DYNAMIC && length > p->orig_ctx)
-        b *= pow(s * length / L - (s - 1), d / (d - 2.0));
+    // alpha(l) = s*l/L - (s-1), which is 1 at l = L. For l <= L this is exactly `none`. The formula
+    // is a heuristic; s is its slope: alpha reaches s only at l = (2 - 1/s) L, and s = 1 gives
+    // alpha = l / L.
+    if (p->mode == ROPE_SCALING_DYNAMIC && length > p->orig_ctx) b *= pow(s * length / L - (s - 1), d / (d - 2.0));
     *eff_base = b;
 
-    for (int i = 0; i < half; i++) inv_freq[i] = pow(b, -2.0 * i / d); // theta_i = b^(-2i/d)
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = pow(b, -2.0 * i / d); // theta_i = b^(-2i/d)
 
     switch (p->mode) {
     case ROPE_SCALING_NONE:
@@ -160,7 +174,8 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
     case ROPE_SCALING_PI:
         // Position Interpolation (Chen et al. 2023, arXiv 2306.15595): f'(x, m) = f(x, m/s).
         // Dividing every frequency by s is the same thing: m * (theta_i / s) = (m/s) * theta_i.
-        for (int i = 0; i < half; i++) inv_freq[i] /= s;
+        for (int i = 0; i < half; i++)
+            inv_freq[i] /= s;
         break;
     case ROPE_SCALING_YARN: {
         // YaRN (Peng et al. 2023, arXiv 2309.00071, sec. 3.2-3.4, as transformers'
@@ -235,7 +250,7 @@ int rope_init(Rope *r, const RopeParams *p, int max_pos, char *err, size_t errle
     r->sin = malloc((size_t)max_pos * half * sizeof(float));
     if (!r->inv_freq || !r->cos || !r->sin) {
         rope_free(r);
-        snprintf(err, errlen, "RoPE: out of memory for %d positions (hint: a smaller --ctx)", max_pos);
+        snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", max_pos);
         return -1;
     }
     r->length = r->p.orig_ctx; // dynamic: up to L the frequencies are the unscaled ones

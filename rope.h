@@ -1,8 +1,10 @@
 // rope.h - rotary position embedding (RoPE) and the context-extension scalings.
 //
-// Everything positional lives in rope.c. The forward pass in model.c asks only two things:
-// "rotate this head as position m" (rope_rotate) and "have the frequencies changed since I last
-// rotated my cached keys?" (Rope.version). It never looks at the scaling mode.
+// Everything positional lives in rope.c. The forward pass in model.c asks three things: "rotate
+// this head as position m" (rope_rotate); "the sequence is now l tokens long" (rope_set_length,
+// which only dynamic NTK reacts to); and "can the frequencies change with the length?"
+// (rope_is_dynamic), in which case it keeps un-rotated keys and rotates them again whenever
+// Rope.version moves. It never looks at the scaling mode otherwise.
 //
 // Layout: pairs are interleaved, (x0,x1), (x2,x3), ... as in the RoFormer paper and Meta's and
 // llama2.c's code. Hugging Face checkpoints use the rotate_half layout; export/export.py permutes
@@ -57,15 +59,15 @@ int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unk
 // What the user asked on the command line. Unset fields: mode -1, the reals 0.
 typedef struct {
     int mode;      // RopeScaling, or -1 to keep the checkpoint's own
-    double factor; // --rope-factor; 0 = the checkpoint's, else ctx / L when ctx > L, else 1
+    double factor; // --rope-factor; 0 = the checkpoint's, else ctx / L when ctx > L, else 1 (dynamic: 1)
     double base;   // --rope-base; 0 = the checkpoint's rope_theta
     double alpha;  // --rope-alpha (ntk); 0 = factor
 } RopeOverrides;
 
 // The parameters for a run at context ctx: the checkpoint's own (trained), with the user's
 // overrides on top. Returns 0, or -1 with a message in err.
-int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o,
-                        char *err, size_t errlen);
+int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
+                        size_t errlen);
 
 // Fill in the defaults a mode needs (beta_fast 32, ...) and check every field; on error writes a
 // message to err and returns -1.

@@ -30,8 +30,8 @@ typedef struct {
     const char *model;
     const char *tokenizer; // -z; default: tokenizer.model beside the model
     const char *prompt;
-    int n_predict;         // tokens to generate
-    double temp;           // 0 = greedy
+    int n_predict; // tokens to generate
+    double temp;   // 0 = greedy
     double top_p;
     long seed;
     int ctx;               // 0 = the trained context
@@ -52,7 +52,7 @@ typedef struct {
     FlagKind kind;
     size_t offset; // of the field in Options
     double lo, hi;
-    int open;      // 1: the value must be > lo
+    int open; // 1: the value must be > lo
 } Flag;
 
 static const Flag FLAGS[] = {
@@ -74,32 +74,32 @@ static const Flag FLAGS[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: run MODEL.bin [options]\n"
-            "\n"
-            "Generate text from a Llama checkpoint (export/export.py output or a llama2.c legacy .bin).\n"
-            "\n"
-            "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
-            "  -n, --n-predict N        tokens to generate (default 256)\n"
-            "  -t, --temp T             temperature, 0 = greedy (default 1.0)\n"
-            "  -p, --top-p P            nucleus sampling, 0 < P <= 1 (default 0.9)\n"
-            "  -s, --seed N             random seed (default: the time)\n"
-            "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
-            "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens (default: trained)\n"
-            "      --threads N          OpenMP threads (default: all cores)\n"
-            "  -b, --batch-size N       prompt tokens per forward pass (default 512)\n"
-            "\n"
-            "Perplexity (see README, \"Measuring long context\"):\n"
-            "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
-            "      --ppl-windows K      evaluate at most K windows (default: all)\n"
-            "\n"
-            "RoPE scaling, to run past the trained context (see README, \"RoPE\"):\n"
-            "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3\n"
-            "                           (default: the checkpoint's own, else none)\n"
-            "      --rope-factor S      extension factor s >= 1 (default: ctx / trained ctx when larger)\n"
-            "      --rope-base B        RoPE base, overrides the checkpoint's rope_theta\n"
-            "      --rope-alpha A       ntk only: alpha of the base change (default: S)\n"
-            "  -h, --help               this text\n");
+    fprintf(f, "usage: run MODEL.bin [options]\n"
+               "\n"
+               "Generate text from a Llama checkpoint (export/export.py output or a llama2.c legacy .bin).\n"
+               "\n"
+               "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
+               "  -n, --n-predict N        tokens to generate (default 256)\n"
+               "  -t, --temp T             temperature, 0 = greedy (default 1.0)\n"
+               "  -p, --top-p P            nucleus sampling, 0 < P <= 1 (default 0.9)\n"
+               "  -s, --seed N             random seed (default: the time)\n"
+               "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
+               "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens (default: trained)\n"
+               "      --threads N          OpenMP threads (default: all cores)\n"
+               "  -b, --batch-size N       prompt tokens per forward pass (default 512)\n"
+               "\n"
+               "Perplexity (see README, \"Measuring long context\"):\n"
+               "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
+               "      --ppl-windows K      evaluate at most K windows (default: all)\n"
+               "\n"
+               "RoPE scaling, to run past the trained context (see README, \"RoPE\"):\n"
+               "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3\n"
+               "                           (default: the checkpoint's own, else none)\n"
+               "      --rope-factor S      extension factor s >= 1 (default: ctx / trained ctx when larger;\n"
+               "                           dynamic: 1, its alpha grows as length / trained ctx)\n"
+               "      --rope-base B        RoPE base, overrides the checkpoint's rope_theta\n"
+               "      --rope-alpha A       ntk only: alpha of the base change (default: S)\n"
+               "  -h, --help               this text\n");
 }
 
 // Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), no
@@ -115,16 +115,19 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
     if (errno || end == v || *end || isspace((unsigned char)*v) || !isfinite(x) || x < f->lo || x > f->hi ||
         (f->open && x == f->lo))
         return -1;
-    if (f->kind == FLAG_INT) *(int *)field = (int)x;
-    else if (f->kind == FLAG_LONG) *(long *)field = strtol(v, NULL, 10);
-    else *(double *)field = x;
+    if (f->kind == FLAG_INT)
+        *(int *)field = (int)x;
+    else if (f->kind == FLAG_LONG)
+        *(long *)field = strtol(v, NULL, 10);
+    else
+        *(double *)field = x;
     return 0;
 }
 
 // Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){.n_predict = 256, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512,
-                   .rope = {.mode = -1}};
+    *o = (Options){
+        .n_predict = 256, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512, .rope = {.mode = -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -159,8 +162,10 @@ static int parse_args(int argc, char **argv, Options *o) {
     RopeScaling mode;
     if (o->rope_mode) {
         if (rope_scaling_from_name(o->rope_mode, &mode)) {
-            fprintf(stderr, "error: invalid value '%s' for --rope-scaling (none, pi, linear, ntk, dynamic, yarn, "
-                    "llama3)\n", o->rope_mode);
+            fprintf(stderr,
+                    "error: invalid value '%s' for --rope-scaling (none, pi, linear, ntk, dynamic, yarn, "
+                    "llama3)\n",
+                    o->rope_mode);
             return -1;
         }
         o->rope.mode = (int)mode;
@@ -202,8 +207,10 @@ static int sample(float *logits, int n, float temp, float top_p, Candidate *cand
         return best;
     }
     float max = logits[0], sum = 0;
-    for (int i = 1; i < n; i++) max = logits[i] > max ? logits[i] : max;
-    for (int i = 0; i < n; i++) sum += (logits[i] = expf((logits[i] - max) / temp));
+    for (int i = 1; i < n; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (int i = 0; i < n; i++)
+        sum += (logits[i] = expf((logits[i] - max) / temp));
     // Top-p: keep the most likely tokens whose probabilities add up to top_p. Tokens below
     // (1 - top_p) / (n - 1) can never be among them, so drop them before sorting.
     const float cutoff = (1.0f - top_p) / (n > 1 ? n - 1 : 1);
@@ -258,13 +265,15 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     }
     if (n_prompt == 0) { // nothing to start from: an empty prompt and no BOS token
         fprintf(stderr, "error: the prompt is empty and the tokenizer has no BOS token to start from (hint: give a "
-                "prompt with -i)\n");
+                        "prompt with -i)\n");
         free(ids);
         return 1;
     }
     if (n_prompt > t->run.ctx) {
-        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (hint: a larger --ctx "
-                "or a shorter prompt)\n", n_prompt, t->run.ctx);
+        fprintf(stderr,
+                "error: the prompt is %d tokens, longer than the context of %d (hint: a larger --ctx "
+                "or a shorter prompt)\n",
+                n_prompt, t->run.ctx);
         free(ids);
         return 1;
     }
@@ -276,22 +285,24 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     }
     unsigned long long rng = o->seed ? o->seed : 1;
 
-    // Prompt: echo it, then run it through the network in blocks, one RoPE length for all of it
-    // (as one Hugging Face forward pass over the prompt would).
-    for (int i = 0; i < n_prompt; i++) emit(tok, i ? ids[i - 1] : -1, ids[i]);
+    // Prompt: echo it, then run it through the network in blocks, all of them one sequence of
+    // n_prompt tokens (as one Hugging Face forward pass over the prompt would be).
+    for (int i = 0; i < n_prompt; i++)
+        emit(tok, i ? ids[i - 1] : -1, ids[i]);
     double t0 = now();
-    rope_set_length(&t->rope, n_prompt);
     float *logits = NULL;
-    for (int b = 0; b < n_prompt; b += t->run.max_batch) {
+    char err[300];
+    int status = 0;
+    for (int b = 0; b < n_prompt && !status; b += t->run.max_batch) {
         int len = n_prompt - b < t->run.max_batch ? n_prompt - b : t->run.max_batch;
-        logits = transformer_forward(t, ids + b, len, b, 0);
+        status = transformer_forward(t, ids + b, len, b, n_prompt, 0, &logits, err, sizeof err);
     }
     double t1 = now();
 
     // Decode: sample, print, feed back, until n_predict tokens, an end of text, or a full context.
     int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0;
     const char *stop = NULL;
-    while (generated < o->n_predict) {
+    while (!status && generated < o->n_predict) {
         int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
         if (next == c->eos_id || next == c->bos_id) { // a new BOS starts another text: stop too
             stop = "end of text";
@@ -305,18 +316,25 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
             stop = "context full (hint: --ctx)";
             break;
         }
-        rope_set_length(&t->rope, pos + 1);
-        logits = transformer_forward(t, &next, 1, pos, 0);
+        status = transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
         pos++;
     }
     double t2 = now();
+    if (status) {
+        fprintf(stderr, "\nerror: %s\n", err);
+        free(cand);
+        free(ids);
+        return 1;
+    }
     // The first token came from the prompt's logits: generation's speed counts forward passes.
     const int steps = pos - n_prompt;
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens, %d decode steps in %.3f s "
-            "(%.1f tok/s) | threads %d%s%s\n", n_prompt, t1 - t0, n_prompt / (t1 - t0), generated, steps, t2 - t1,
-            steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, stop ? " | stopped: " : "", stop ? stop : "");
+    fprintf(stderr,
+            "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens, %d decode steps in %.3f s "
+            "(%.1f tok/s) | threads %d%s%s\n",
+            n_prompt, t1 - t0, n_prompt / (t1 - t0), generated, steps, t2 - t1, steps ? steps / (t2 - t1) : 0.0,
+            t->state.n_threads, stop ? " | stopped: " : "", stop ? stop : "");
     free(cand);
     free(ids);
     return 0;
@@ -335,7 +353,8 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
 
 static int bucket_of(int pos, int L) {
     int b = 0;
-    for (long edge = L; pos >= edge && b < MAX_BUCKETS - 1; edge *= 2) b++;
+    for (long edge = L; pos >= edge && b < MAX_BUCKETS - 1; edge *= 2)
+        b++;
     return b;
 }
 
@@ -380,8 +399,10 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     int windows = n_tokens / N;
     if (o->ppl_windows && o->ppl_windows < windows) windows = o->ppl_windows;
     if (windows < 1 || N < 2) {
-        fprintf(stderr, "error: %s is %d tokens, less than one window of --ctx %d (hint: a smaller --ctx or a "
-                "longer text)\n", o->ppl, n_tokens, N);
+        fprintf(stderr,
+                "error: %s is %d tokens, less than one window of --ctx %d (hint: a smaller --ctx or a "
+                "longer text)\n",
+                o->ppl, n_tokens, N);
         free(ids);
         return 1;
     }
@@ -393,16 +414,23 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     double t0 = now();
     for (int w = 0; w < windows; w++) {
         const int *win = ids + (size_t)w * N;
-        rope_set_length(&t->rope, N); // one sequence of N tokens, as one HF forward pass over it
-        for (int b = 0; b < N; b += t->run.max_batch) {
+        for (int b = 0; b < N; b += t->run.max_batch) { // one sequence of N tokens, as one HF forward pass
             int n = N - b < t->run.max_batch ? N - b : t->run.max_batch;
-            const float *logits = transformer_forward(t, win + b, n, b, 1);
+            float *logits;
+            char err[300];
+            if (transformer_forward(t, win + b, n, b, N, 1, &logits, err, sizeof err)) {
+                fprintf(stderr, "\nerror: %s\n", err);
+                free(ids);
+                return 1;
+            }
             for (int i = 0; i < n && b + i < N - 1; i++) {
                 const float *row = logits + (size_t)i * V;
                 float max = row[0];
-                for (int v = 1; v < V; v++) max = row[v] > max ? row[v] : max;
+                for (int v = 1; v < V; v++)
+                    max = row[v] > max ? row[v] : max;
                 double sum = 0;
-                for (int v = 0; v < V; v++) sum += exp((double)row[v] - max);
+                for (int v = 0; v < V; v++)
+                    sum += exp((double)row[v] - max);
                 int k = bucket_of(b + i, L);
                 nll[k] += max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
                 count[k]++;
@@ -412,8 +440,8 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         if (!tty) fprintf(stderr, "[%d/%d]%s", w + 1, windows, w + 1 == windows ? "\n" : " ");
     }
     double secs = now() - t0;
-    fprintf(stderr, "%s%d windows in %.2f s (%.1f tok/s) | threads %d\n", tty ? "\r" : "", windows, secs, windows * (double)N / secs,
-            t->state.n_threads);
+    fprintf(stderr, "%s%d windows in %.2f s (%.1f tok/s) | threads %d\n", tty ? "\r" : "", windows, secs,
+            windows * (double)N / secs, t->state.n_threads);
 
     double total = 0;
     long total_count = 0;
@@ -440,13 +468,20 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 static void banner(const Transformer *t, const char *path) {
     const Config *c = &t->config;
     const Rope *r = &t->rope;
-    fprintf(stderr, "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
-            "vocab %d\n", path, c->legacy ? "llama2.c legacy" : "lrun v1", dtype_name(c->dtype), c->dim,
-            c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
+    fprintf(stderr,
+            "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
+            "vocab %d\n",
+            path, c->legacy ? "llama2.c legacy" : "lrun v1", dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
+            c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
     size_t kv = 2 * (size_t)c->n_layers * t->run.ctx * c->n_kv_heads * c->head_dim * sizeof(float);
-    fprintf(stderr, "context: trained %d, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB, "
-            "activations %.2f MiB\n", c->seq_len, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
-            (t->state_bytes - kv) / 1048576.0);
+    char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
+    if (c->max_pos != c->rope.orig_ctx)
+        snprintf(supports, sizeof supports, " (supports %d with its scaling)", c->max_pos);
+    fprintf(stderr,
+            "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB, "
+            "activations %.2f MiB | kernels %s\n",
+            c->rope.orig_ctx, supports, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
+            (t->state_bytes - kv) / 1048576.0, kernels_isa());
     fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
     if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
         double inv_freq[r->p.head_dim / 2], mscale, at_ctx;
@@ -457,6 +492,52 @@ static void banner(const Transformer *t, const char *path) {
     }
     fprintf(stderr, ", factor %g, trained context L = %d, attention factor %g\n", r->p.factor, r->p.orig_ctx,
             r->mscale);
+}
+
+// What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
+static size_t available_memory(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb) return (size_t)kb * 1024;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+}
+
+// The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
+// another error (both reported).
+static int configure(const Transformer *t, const Options *o, RunConfig *run) {
+    const Config *c = &t->config;
+    char err[300];
+    // Default context: the one the model was trained at, L (not the largest its scaling supports).
+    *run = (RunConfig){.ctx = o->ctx ? o->ctx : c->rope.orig_ctx, .max_batch = o->batch};
+    const int mode = o->rope.mode >= 0 ? o->rope.mode : (int)c->rope.mode;
+    if (mode == ROPE_SCALING_NONE && o->rope.factor > 0) {
+        fprintf(stderr,
+                "error: --rope-factor needs a scaling mode (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3)\n");
+        return 2;
+    }
+    if (mode != ROPE_SCALING_NTK && o->rope.alpha > 0) {
+        fprintf(stderr, "error: --rope-alpha is used only by --rope-scaling ntk\n");
+        return 2;
+    }
+    if (rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err)) {
+        fprintf(stderr, "error: %s (hint: see --help for the RoPE flags)\n", err);
+        return 2;
+    }
+    int overflow;
+    size_t bytes = transformer_state_bytes(c, run, max_threads(), &overflow), avail = available_memory();
+    if (overflow || bytes > avail) {
+        fprintf(stderr,
+                "error: --ctx %d needs %.2f GiB for the KV cache and activations, more than the %.2f GiB "
+                "of memory available (hint: a smaller --ctx)\n",
+                run->ctx, overflow ? INFINITY : bytes / 1073741824.0, avail / 1073741824.0);
+        return 1;
+    }
+    return 0;
 }
 
 // tokenizer.model in the model's directory.
@@ -499,25 +580,27 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (tokenizer_vocab_size(tok) != c->vocab_size) {
-        fprintf(stderr, "error: %s has %d tokens but the model's vocabulary is %d (hint: pass the model's own "
-                "tokenizer with -z)\n", tok_path, tokenizer_vocab_size(tok), c->vocab_size);
+        fprintf(stderr,
+                "error: %s has %d tokens but the model's vocabulary is %d (hint: pass the model's own "
+                "tokenizer with -z)\n",
+                tok_path, tokenizer_vocab_size(tok), c->vocab_size);
         tokenizer_free(tok);
         free(tok_default);
         transformer_free(&t);
         return 1;
     }
 
-    RunConfig run = {.ctx = o.ctx ? o.ctx : c->seq_len, .max_batch = o.batch};
-    int status = 1;
-    if (rope_params_resolve(&run.rope, &c->rope, run.ctx, &o.rope, err, sizeof err)) {
-        fprintf(stderr, "error: %s\n", err);
-        status = 2;
-    } else if (transformer_prepare(&t, &run, err, sizeof err)) {
-        fprintf(stderr, "error: %s\n", err);
-    } else {
+    RunConfig run;
+    int status = configure(&t, &o, &run);
+    PrepareStatus prepared = status ? PREPARE_OK : transformer_prepare(&t, &run, err, sizeof err);
+    if (prepared != PREPARE_OK) {
+        fprintf(stderr, "error: %s%s\n", err, prepared == PREPARE_BAD_ROPE ? "" : " (hint: a smaller --ctx)");
+        status = 1;
+    } else if (status == 0) {
         banner(&t, o.model);
         if (run.ctx > run.rope.orig_ctx && run.rope.mode == ROPE_SCALING_NONE)
-            fprintf(stderr, "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "
+            fprintf(stderr,
+                    "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "
                     "scaling: expect the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn)\n",
                     run.ctx, run.rope.orig_ctx, run.rope.orig_ctx);
         status = o.ppl ? perplexity(&t, tok, &o) : generate(&t, tok, &o);

@@ -49,20 +49,30 @@ int main(int argc, char **argv) {
         return 1;
     }
     // Small values every type holds: f16 0x2e66 ~ 0.1, q8_0 bytes 1..100 with scale 1e-3.
-    for (size_t i = 0; i < data; i++) w[i] = t == DTYPE_F16 ? (i % 2 ? 0x2e : 0x66) : (uint8_t)(1 + i % 100);
+    for (size_t i = 0; i < data; i++)
+        w[i] = t == DTYPE_F16 ? (i % 2 ? 0x2e : 0x66) : (uint8_t)(1 + i % 100);
     if (t == DTYPE_F32)
-        for (size_t i = 0; i < data / 4; i++) ((float *)w)[i] = 0.001f * (float)(i % 97);
-    for (size_t i = 0; i < scales / 4; i++) ((float *)(w + data))[i] = 1e-3f;
-    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = (float)(i % 13) - 6;
+        for (size_t i = 0; i < data / 4; i++)
+            ((float *)w)[i] = 0.001f * (float)(i % 97);
+    for (size_t i = 0; i < scales / 4; i++)
+        ((float *)(w + data))[i] = 1e-3f;
+    for (size_t i = 0; i < (size_t)n * cols; i++)
+        x[i] = (float)(i % 13) - 6;
     Matrix m = {w, t == DTYPE_Q8_0 ? (const float *)(w + data) : NULL, rows, cols, t};
 
     // Wall time, and CPU time of the whole process: on a busy machine the wall time includes the
     // time the threads waited for a core; CPU time / threads does not.
     double secs[1000], cpu[1000];
-    matmul(out, x, &m, n); // warm up: page in, start the threads
+    Workspace ws = {NULL, workspace_bytes(n, cols, max_threads()), n, cols, max_threads()};
+    ws.base = aligned_alloc(64, (ws.bytes + 63) / 64 * 64);
+    if (!ws.base) {
+        fprintf(stderr, "error: out of memory\n");
+        return 1;
+    }
+    matmul(&ws, out, x, &m, n); // warm up: page in, start the threads
     for (int r = 0; r < repeats; r++) {
         double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-        matmul(out, x, &m, n);
+        matmul(&ws, out, x, &m, n);
         secs[r] = clock_s(CLOCK_MONOTONIC) - t0;
         cpu[r] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     }
@@ -77,6 +87,7 @@ int main(int argc, char **argv) {
            "CPU time / threads: best %.3f ms (%.1f GFLOP/s)\n",
            dtype_name(t), rows, cols, n, threads, secs[0] * 1e3, flops / secs[0] / 1e9, bytes / secs[0] / 1e9,
            secs[repeats / 2] * 1e3, cpu[0] / threads * 1e3, flops / (cpu[0] / threads) / 1e9);
+    free(ws.base);
     free(w);
     free(x);
     free(out);

@@ -45,14 +45,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     buf[size] = '\0';
     char *argv[MAX_ARGS + 2] = {"run"};
     int argc = 1;
-    for (size_t i = 0; i <= size && argc <= MAX_ARGS; i += strlen(buf + i) + 1) argv[argc++] = buf + i;
+    for (size_t i = 0; i <= size && argc <= MAX_ARGS; i += strlen(buf + i) + 1)
+        argv[argc++] = buf + i;
     argv[argc] = NULL;
 
     Options o;
     if (parse_args(argc, argv, &o) == 0) {
         check_ranges(&o);
-        const RopeParams plain = {.mode = ROPE_SCALING_NONE, .head_dim = 8, .orig_ctx = 512, .base = 10000,
-                                  .factor = 1};
+        const RopeParams plain = {
+            .mode = ROPE_SCALING_NONE, .head_dim = 8, .orig_ctx = 512, .base = 10000, .factor = 1};
         RopeParams yarn = plain;
         yarn.mode = ROPE_SCALING_YARN, yarn.factor = 4, yarn.beta_fast = 32, yarn.beta_slow = 1;
         resolve(&o, &plain);

@@ -48,16 +48,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const Config *c = &t.config;
-    // 8 positions: past the trained context when seq_len < 6, so that dynamic RoPE re-rotates keys.
+    // 8 positions: past the trained context when it is < 6, so that dynamic RoPE re-rotates keys.
     RunConfig run = {.ctx = 8, .max_batch = 5};
     RopeOverrides none = {.mode = -1};
     if (!rope_params_resolve(&run.rope, &c->rope, run.ctx, &none, err, sizeof err) &&
         !transformer_prepare(&t, &run, err, sizeof err)) {
         const int V = c->vocab_size, tokens[6] = {0, V - 1, V / 2, 1 % V, V / 3, 2 % V};
-        rope_set_length(&t.rope, 5);
-        if (!transformer_forward(&t, tokens, 5, 0, 1)) abort(); // (5, V) logits
-        rope_set_length(&t.rope, 6);
-        if (!transformer_forward(&t, tokens + 5, 1, 5, 0)) abort(); // (1, V)
+        float *logits;
+        if (transformer_forward(&t, tokens, 5, 0, 5, 1, &logits, err, sizeof err)) abort();     // (5, V) logits
+        if (transformer_forward(&t, tokens + 5, 1, 5, 6, 0, &logits, err, sizeof err)) abort(); // (1, V)
     }
     transformer_free(&t);
     return 0;

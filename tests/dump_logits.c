@@ -34,11 +34,16 @@ int main(int argc, char **argv) {
         }
         if (!v) return fail("option without a value"), 2;
         i++;
-        if (!strcmp(a, "--ctx")) ctx = (int)strtol(v, NULL, 10);
-        else if (!strcmp(a, "--batch")) batch = (int)strtol(v, NULL, 10);
-        else if (!strcmp(a, "--rope-factor")) ov.factor = strtod(v, NULL);
-        else if (!strcmp(a, "--rope-base")) ov.base = strtod(v, NULL);
-        else if (!strcmp(a, "--rope-alpha")) ov.alpha = strtod(v, NULL);
+        if (!strcmp(a, "--ctx"))
+            ctx = (int)strtol(v, NULL, 10);
+        else if (!strcmp(a, "--batch"))
+            batch = (int)strtol(v, NULL, 10);
+        else if (!strcmp(a, "--rope-factor"))
+            ov.factor = strtod(v, NULL);
+        else if (!strcmp(a, "--rope-base"))
+            ov.base = strtod(v, NULL);
+        else if (!strcmp(a, "--rope-alpha"))
+            ov.alpha = strtod(v, NULL);
         else if (!strcmp(a, "--rope-scaling")) {
             RopeScaling m;
             if (rope_scaling_from_name(v, &m)) return fail("unknown --rope-scaling"), 2;
@@ -47,7 +52,8 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
             omp_set_num_threads((int)strtol(v, NULL, 10));
 #endif
-        } else return fail("unknown option"), 2;
+        } else
+            return fail("unknown option"), 2;
     }
 
     FILE *f = fopen(argv[2], "rb");
@@ -70,12 +76,12 @@ int main(int argc, char **argv) {
 
     float *out = malloc((size_t)n * V * sizeof(float));
     if (!out) return fail("out of memory");
-    if (!growing) rope_set_length(&t.rope, n);
     for (int pos = 0; pos < n;) {
         int len = growing ? 1 : (n - pos < t.run.max_batch ? n - pos : t.run.max_batch);
-        if (growing) rope_set_length(&t.rope, pos + 1);
-        float *logits = transformer_forward(&t, ids + pos, len, pos, 1);
-        if (!logits) return fail("forward failed (token id out of range or past the context)");
+        // growing: each token is the end of a sequence (generation); else all n are one sequence
+        float *logits;
+        if (transformer_forward(&t, ids + pos, len, pos, growing ? pos + 1 : n, 1, &logits, err, sizeof err))
+            return fail(err);
         memcpy(out + (size_t)pos * V, logits, (size_t)len * V * sizeof(float));
         pos += len;
     }

@@ -128,6 +128,8 @@ def resolve_rope(trained, rope=None, ctx=None):
         out["factor"] = 1.0
     elif rope.get("factor"):
         out["factor"] = float(rope["factor"])
+    elif not out["factor"] and out["mode"] == "dynamic":  # alpha(l) = l / L (rope.c rope_params_resolve)
+        out["factor"] = 1.0
     elif not out["factor"]:  # a mode the checkpoint does not carry: stretch L to the context
         out["factor"] = ctx / L if ctx > L else 1.0
     for k in ("orig_ctx", "attn_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):

@@ -8,7 +8,8 @@
 //   3. the result is bit-identical with 1, 2 and 3 threads, and when the first half of the tokens
 //      is multiplied alone (prefill sums do not depend on the block size), and matmul_many
 //      equals matmul;
-// and the two attention loops (attention_scores, attention_mix) against double sums.
+// attention against attention_ref (with a negative control); softmax (with its e^-40 cutoff) and
+// rmsnorm against double.
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
 //   q8_0      |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the activations
@@ -53,14 +54,17 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
     float row[cp];
     for (int r = 0; r < rows; r++) {
         memset(row, 0, sizeof row);
-        for (int c = 0; c < cols; c++) row[c] = uniform() * (1 + (r % 7)); // rows of different sizes
+        for (int c = 0; c < cols; c++)
+            row[c] = uniform() * (1 + (r % 7)); // rows of different sizes
         if (t == DTYPE_F32) memcpy((float *)tm.data + (size_t)r * cp, row, cols * sizeof(float));
         if (t == DTYPE_F16)
-            for (int c = 0; c < cols; c++) ((_Float16 *)tm.data)[(size_t)r * cp + c] = (_Float16)row[c];
+            for (int c = 0; c < cols; c++)
+                ((_Float16 *)tm.data)[(size_t)r * cp + c] = (_Float16)row[c];
         if (t == DTYPE_Q8_0) {
             for (int b = 0; b < cp / Q8_BLOCK; b++) {
                 float amax = 0;
-                for (int i = 0; i < Q8_BLOCK; i++) amax = fmaxf(amax, fabsf(row[b * Q8_BLOCK + i]));
+                for (int i = 0; i < Q8_BLOCK; i++)
+                    amax = fmaxf(amax, fabsf(row[b * Q8_BLOCK + i]));
                 const float d = amax / 127;
                 tm.scale[(size_t)r * cp / Q8_BLOCK + b] = d;
                 for (int i = 0; i < Q8_BLOCK; i++)
@@ -81,7 +85,8 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
     double s = 0, e = 0;
     float w[cols];
     matrix_row(w, m, r);
-    for (int c = 0; c < cols; c++) s += fabs((double)w[c] * xt[c]);
+    for (int c = 0; c < cols; c++)
+        s += fabs((double)w[c] * xt[c]);
     if (m->dtype == DTYPE_Q8_0) {
         for (int b = 0; b * Q8_BLOCK < cols; b++) {
             double amax = 0, wsum = 0;
@@ -97,6 +102,17 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
 }
 
 static int failures = 0, verbose = 0;
+
+// matmul with a workspace of its own, sized for this product on `threads` threads.
+static void mm(float *out, const float *x, const Matrix *m, int n, int threads) {
+    Workspace ws = {NULL, workspace_bytes(n, m->cols, threads), n, m->cols, threads};
+    ws.base = aligned_alloc(64, (ws.bytes + 63) / 64 * 64);
+    if (!ws.base || matmul(&ws, out, x, m, n)) {
+        printf("matmul refused a workspace sized by workspace_bytes  <-- FAIL\n");
+        failures++;
+    }
+    free(ws.base);
+}
 static double worst_of[DTYPE_COUNT][2]; // per weight type: vs ref, n tokens vs 1 at a time
 static double worst_attention;
 
@@ -106,10 +122,12 @@ static void check_case(DType t, int rows, int cols, int n) {
     float *x = malloc(sizeof(float) * n * cols);
     float *ref = malloc(sizeof(float) * n * rows), *fast = malloc(sizeof(float) * n * rows);
     float *one = malloc(sizeof(float) * n * rows), *other = malloc(sizeof(float) * n * rows);
-    for (int i = 0; i < n * cols; i++) x[i] = uniform() * (i % 5 == 0 ? 4 : 1); // uneven blocks
+    for (int i = 0; i < n * cols; i++)
+        x[i] = uniform() * (i % 5 == 0 ? 4 : 1); // uneven blocks
     matmul_ref(ref, x, m, n);
-    matmul(fast, x, m, n);
-    for (int i = 0; i < n; i++) matmul(one + (size_t)i * rows, x + (size_t)i * cols, m, 1);
+    mm(fast, x, m, n, 2);
+    for (int i = 0; i < n; i++)
+        mm(one + (size_t)i * rows, x + (size_t)i * cols, m, 1, 2);
 
     double worst = 0, worst_split = 0; // largest |error| / bound
     for (int i = 0; i < n; i++)
@@ -124,27 +142,23 @@ static void check_case(DType t, int rows, int cols, int n) {
     // the column chunks (sized from n) and the tiles do not change any sum.
     int same_prefix = 1;
     if (n >= 8) {
-        matmul(other, x, m, n / 2);
+        mm(other, x, m, n / 2, 2);
         same_prefix = memcmp(other, fast, sizeof(float) * (n / 2) * rows) == 0;
     }
     int same_threads = 1;
-#ifdef _OPENMP
-    const int threads = omp_get_max_threads();
     for (int nt = 1; nt <= 3; nt++) {
-        omp_set_num_threads(nt);
-        matmul(other, x, m, n);
+        mm(other, x, m, n, nt);
         same_threads &= memcmp(other, fast, sizeof(float) * n * rows) == 0;
     }
-    omp_set_num_threads(threads);
-#endif
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix;
     failures += !ok;
     worst_of[t][0] = fmax(worst_of[t][0], worst);
     worst_of[t][1] = fmax(worst_of[t][1], worst_split);
     if (verbose || !ok)
         printf("%-4s %5d x %-5d n %-4d  error/bound: vs ref %.3f, n tokens vs 1 at a time %.3f, threads 1-3 %s, "
-               "first n/2 tokens alone %s%s\n", dtype_name(t), rows, cols, n, worst, worst_split,
-               same_threads ? "identical" : "DIFFER", same_prefix ? "identical" : "DIFFER", ok ? "" : "  <-- FAIL");
+               "first n/2 tokens alone %s%s\n",
+               dtype_name(t), rows, cols, n, worst, worst_split, same_threads ? "identical" : "DIFFER",
+               same_prefix ? "identical" : "DIFFER", ok ? "" : "  <-- FAIL");
     free(x);
     free(ref);
     free(fast);
@@ -154,48 +168,106 @@ static void check_case(DType t, int rows, int cols, int n) {
     free(tm.scale);
 }
 
-// attention_scores and attention_mix against double sums, on odd head sizes and lengths. Bound:
-// 1e-5 of sum |terms|, as for the matrix products.
-static void check_attention(int hd, int len) {
-    const size_t stride = (size_t)len + 3; // positions (keys) and the row length (values) of a wider cache
-    float *q = malloc(sizeof(float) * hd), *kt = malloc(sizeof(float) * hd * stride);
-    float *v = malloc(sizeof(float) * stride * (hd + 5)), *att = malloc(sizeof(float) * len);
-    float *out = malloc(sizeof(float) * hd), *p = malloc(sizeof(float) * len);
-    for (int d = 0; d < hd; d++) q[d] = uniform();
-    for (size_t i = 0; i < hd * stride; i++) kt[i] = uniform();
-    for (size_t i = 0; i < stride * (hd + 5); i++) v[i] = uniform();
-    for (int j = 0; j < len; j++) p[j] = (uniform() + 1) / len;
-    const float scale = 0.125f;
-    attention_scores(att, q, kt, hd, stride, len, scale);
-    attention_mix(out, p, v, (size_t)hd + 5, len, hd);
+// attention (fast) against attention_ref (double, three plain loops) on a cache filled with random
+// keys and values: grouped-query shapes, odd head sizes, one query (decode) and a block of queries
+// (prefill) ending at the last position. The output is a weighted mean of values in [-1, 1], so
+// the bound is absolute: 1e-5. A changed cached value must change the reference (negative control).
+static void check_attention(int n_heads, int n_kv_heads, int hd, int len, int n) {
+    const int layers = 2, layer = 1, ctx = len + 3, qd = n_heads * hd, kvd = n_kv_heads * hd, pos = len - n;
+    const size_t floats = kv_cache_floats(layers, ctx, n_kv_heads, hd);
+    KVCache c = {malloc(floats * sizeof(float)), malloc(floats * sizeof(float)), layers, ctx, n_heads, n_kv_heads, hd};
+    float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd), *q = malloc(sizeof(float) * n * qd);
+    float *fast = malloc(sizeof(float) * n * qd), *ref = malloc(sizeof(float) * n * qd);
+    float *scratch = malloc(sizeof(float) * 3 * ctx);
+    for (int l = 0; l < layers; l++)
+        for (int j = 0; j < ctx; j++) {
+            for (int i = 0; i < kvd; i++)
+                k[i] = 2 * uniform(), v[i] = uniform();
+            kv_store(&c, l, k, v, j, 1);
+        }
+    for (int i = 0; i < n * qd; i++)
+        q[i] = 2 * uniform();
+    attention(fast, q, &c, layer, n, pos, scratch, 3);
+    attention_ref(ref, q, &c, layer, n, pos);
     double worst = 0;
-    for (int j = 0; j < len; j++) {
-        double ref = 0, s = 0;
-        for (int d = 0; d < hd; d++) {
-            ref += (double)q[d] * scale * kt[d * stride + j];
-            s += fabs((double)q[d] * scale * kt[d * stride + j]);
-        }
-        worst = fmax(worst, fabs(att[j] - ref) / (1e-5 * s + 1e-30));
+    for (int i = 0; i < n * qd; i++)
+        worst = fmax(worst, fabs((double)fast[i] - ref[i]) / 1e-5);
+    // Negative control: coordinate 0 of every cached value of kv head 0 moves by 1, so head 0's
+    // output coordinate 0 must move by 1 (the weights sum to 1) and no longer match.
+    for (int j = 0; j < ctx; j++) {
+        for (int i = 0; i < kvd; i++)
+            k[i] = kv_key(&c, layer, j, i), v[i] = kv_value(&c, layer, j, i);
+        v[0] += 1;
+        kv_store(&c, layer, k, v, j, 1);
     }
-    for (int d = 0; d < hd; d++) {
-        double ref = 0, s = 0;
-        for (int j = 0; j < len; j++) {
-            ref += (double)p[j] * v[(size_t)j * (hd + 5) + d];
-            s += fabs((double)p[j] * v[(size_t)j * (hd + 5) + d]);
-        }
-        worst = fmax(worst, fabs(out[d] - ref) / (1e-5 * s + 1e-30));
-    }
-    const int ok = worst <= 1;
+    attention_ref(ref, q, &c, layer, 1, pos);
+    const int control = fabs((double)fast[0] - ref[0] + 1) < 1e-4;
+    const int ok = worst <= 1 && control;
     failures += !ok;
     worst_attention = fmax(worst_attention, worst);
     if (verbose || !ok)
-        printf("attention head_dim %-4d len %-5d error/bound %.3f%s\n", hd, len, worst, ok ? "" : "  <-- FAIL");
-    free(q);
-    free(kt);
+        printf("attention %d/%d heads, head_dim %-4d len %-5d n %-3d error/bound %.3f, control %s%s\n", n_heads,
+               n_kv_heads, hd, len, n, worst, control ? "moved" : "DID NOT MOVE", ok ? "" : "  <-- FAIL");
+    free(c.keys);
+    free(c.values);
+    free(k);
     free(v);
-    free(att);
-    free(out);
-    free(p);
+    free(q);
+    free(fast);
+    free(ref);
+    free(scratch);
+}
+
+// softmax against double: inputs spread over 60 units, so terms below e^-40 of the largest are
+// cut to 0 as documented; everything else within 1e-6 relative (the exp is ~1e-7) plus what the
+// float subtraction x - max can lose (|x - max| * 2^-23 relative).
+static void check_softmax(void) {
+    double worst = 0;
+    int cut_ok = 1;
+    for (int n = 1; n <= 300; n += 37) {
+        float x[300];
+        double xd[300], max = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++)
+            max = fmax(max, xd[i] = x[i] = 30 * uniform());
+        for (int i = 0; i < n; i++)
+            sum += exp(xd[i] - max);
+        softmax(x, n);
+        for (int i = 0; i < n; i++) {
+            const double want = exp(xd[i] - max) / sum;
+            if (xd[i] - max < -40)
+                cut_ok &= x[i] == 0;
+            else
+                worst = fmax(worst, fabs(x[i] - want) / ((1e-6 + fabs(xd[i] - max) * 0x1p-23) * want + 1e-30));
+        }
+    }
+    const int ok = worst <= 1 && cut_ok;
+    failures += !ok;
+    printf("softmax vs double: largest error / bound %.3f, terms below e^-40 are 0: %s%s\n", worst,
+           cut_ok ? "yes" : "NO", ok ? "" : "  <-- FAIL");
+}
+
+// rmsnorm against double: x * w / sqrt(mean(x^2) + eps), within 1e-6 relative per element.
+static void check_rmsnorm(void) {
+    enum { N = 3, SIZE = 257 };
+    float x[N * SIZE], w[SIZE], out[N * SIZE];
+    for (int i = 0; i < N * SIZE; i++)
+        x[i] = 5 * uniform();
+    for (int i = 0; i < SIZE; i++)
+        w[i] = 1 + uniform();
+    rmsnorm(out, x, w, N, SIZE, 1e-5f);
+    double worst = 0;
+    for (int t = 0; t < N; t++) {
+        double ss = 0;
+        for (int i = 0; i < SIZE; i++)
+            ss += (double)x[t * SIZE + i] * x[t * SIZE + i];
+        const double inv = 1 / sqrt(ss / SIZE + 1e-5);
+        for (int i = 0; i < SIZE; i++) {
+            const double want = (double)x[t * SIZE + i] * inv * w[i];
+            worst = fmax(worst, fabs(out[t * SIZE + i] - want) / (1e-6 * fabs(want) + 1e-30));
+        }
+    }
+    failures += worst > 1;
+    printf("rmsnorm vs double: largest error / bound (1e-6 relative) %.3f%s\n", worst, worst <= 1 ? "" : "  <-- FAIL");
 }
 
 // matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
@@ -204,16 +276,22 @@ static void check_many(DType t, int cols, int n) {
     TestMatrix tm[3];
     const Matrix *m[3];
     float *many[3], *one[3], *x = malloc(sizeof(float) * n * cols);
-    for (int i = 0; i < n * cols; i++) x[i] = uniform();
+    for (int i = 0; i < n * cols; i++)
+        x[i] = uniform();
     int same = 1;
     for (int i = 0; i < 3; i++) {
         tm[i] = make_matrix(t, rows[i], cols);
         m[i] = &tm[i].m;
         many[i] = malloc(sizeof(float) * n * rows[i]);
         one[i] = malloc(sizeof(float) * n * rows[i]);
-        matmul(one[i], x, m[i], n);
+        mm(one[i], x, m[i], n, 2);
     }
-    matmul_many(many, x, m, 3, n);
+    Workspace ws = {NULL, workspace_bytes(n, cols, 2), n, cols, 2};
+    ws.base = aligned_alloc(64, (ws.bytes + 63) / 64 * 64);
+    same &= ws.base && matmul_many(&ws, many, x, m, 3, n) == 0;
+    // A product wider or longer than the workspace was sized for is refused, not computed.
+    same &= matmul(&ws, many[0], x, m[0], n + 1) == -1;
+    free(ws.base);
     for (int i = 0; i < 3; i++) {
         same &= memcmp(many[i], one[i], sizeof(float) * n * rows[i]) == 0;
         free(many[i]);
@@ -231,25 +309,30 @@ int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill.
     static const int cases[][3] = {
-        {1, 1, 1},     {3, 5, 1},     {5, 7, 4},      {33, 172, 1},    {33, 172, 5},    {67, 172, 13},
-        {100, 64, 12}, {31, 300, 25}, {257, 96, 64},  {64, 2048, 1},   {64, 2048, 3},   {45, 1000, 300},
-        {40, 1000, 600}, {17, 5000, 37},
+        {1, 1, 1},     {3, 5, 1},     {5, 7, 4},     {33, 172, 1},  {33, 172, 5},    {67, 172, 13},   {100, 64, 12},
+        {31, 300, 25}, {257, 96, 64}, {64, 2048, 1}, {64, 2048, 3}, {45, 1000, 300}, {40, 1000, 600}, {17, 5000, 37},
     };
     for (DType t = 0; t < DTYPE_COUNT; t++)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(t, cases[i][0], cases[i][1], cases[i][2]);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_case(t, cases[i][0], cases[i][1], cases[i][2]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
-        for (int n = 1; n <= 5; n += 2) check_many(t, 100, n);
-    static const int heads[] = {1, 5, 8, 16, 64, 72, 128, 200};
+        for (int n = 1; n <= 5; n += 2)
+            check_many(t, 100, n);
+    static const int heads[][3] = {{1, 1, 1}, {2, 1, 5}, {8, 4, 8}, {4, 2, 64}, {3, 3, 72}, {2, 1, 128}, {1, 1, 200}};
     static const int lens[] = {1, 15, 16, 64, 100, 1000};
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
-        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) check_attention(heads[i], lens[j]);
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+            for (int n = 1; n <= 5 && n <= lens[j]; n += 4)
+                check_attention(heads[i][0], heads[i][1], heads[i][2], lens[j], n);
+    check_softmax();
+    check_rmsnorm();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
         printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",
                dtype_name(t), n_cases, worst_of[t][0], worst_of[t][1]);
     printf("attention %d head sizes x %d lengths: largest error / bound %.3f\n", (int)(sizeof heads / sizeof heads[0]),
            (int)(sizeof lens / sizeof lens[0]), worst_attention);
-    printf("test_kernels (%s): %s (%d failure%s)\n", matmul_isa(), failures ? "FAIL" : "ok", failures,
+    printf("test_kernels (%s): %s (%d failure%s)\n", kernels_isa(), failures ? "FAIL" : "ok", failures,
            failures == 1 ? "" : "s");
     return failures ? 1 : 0;
 }

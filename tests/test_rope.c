@@ -5,7 +5,7 @@
 //   * tables: every cos/sin entry is the float32 of mscale * cos(m * theta_i) with the angle formed
 //     in double (an fp32 angle is off by ~1e-3 rad at m = 1e5);
 //   * composition: rotating by a then by b equals rotating by a + b (the fixed-frequency modes);
-//   * relative position: <R(m) q, R(n) k> depends only on m - n, up to n = 100000, and equals the
+//   * relative position: <R(m) q, R(n) k> depends only on n - m, up to n = 100000, and equals the
 //     printed double-precision values (22.550544960148 for none, ...);
 //   * norms: |R(m) q| = m_s |q| (m_s = 1 except yarn, 0.1 ln s + 1);
 //   * dynamic NTK: tables follow rope_set_length, `version` moves exactly when the base changes,
@@ -167,8 +167,13 @@ static void test_resolve(void) {
     RopeParams l31 = params(ROPE_SCALING_LLAMA3, 128, 5e5, 8192, 8);
     ok &= rope_params_resolve(&out, &l31, 131072, &keep, err, sizeof(err)) == 0 && out.mode == ROPE_SCALING_LLAMA3 &&
           out.factor == 8 && out.low_freq_factor == 1 && out.high_freq_factor == 4;
-    check_true("rope_params_resolve: factor ctx/L or 1 (none: 1, no --rope-factor), overrides, own factor, alpha: ntk",
-               ok);
+    // dynamic: no factor given -> 1 (alpha = l / L); a given factor is kept; so is a checkpoint's own.
+    RopeOverrides dyn = {.mode = ROPE_SCALING_DYNAMIC}, dyn4 = {.mode = ROPE_SCALING_DYNAMIC, .factor = 4};
+    ok &= rope_params_resolve(&out, &trained, 2048, &dyn, err, sizeof(err)) == 0 && out.factor == 1;
+    ok &= rope_params_resolve(&out, &trained, 2048, &dyn4, err, sizeof(err)) == 0 && out.factor == 4;
+    RopeParams own_dyn = params(ROPE_SCALING_DYNAMIC, 8, 1e4, 512, 2);
+    ok &= rope_params_resolve(&out, &own_dyn, 4096, &keep, err, sizeof(err)) == 0 && out.factor == 2;
+    check_true("rope_params_resolve: factor ctx/L or 1 (none: 1; dynamic: 1), overrides, own factor, alpha: ntk", ok);
 }
 
 // docs/rope-test-vectors.md section 3 "Layout": d = 8, b = 1e4, x = [1..8], interleaved, positions 1 and 3.

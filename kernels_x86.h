@@ -1,0 +1,407 @@
+// kernels_x86.h - the x86 vector versions of kernels.c's microkernels (AVX-512, VNNI, AVX2).
+//
+// Included by kernels.c only, after the plain C microkernels, when the compiler targets these
+// instructions (-march=native on such a machine). Each function here has the signature and the
+// meaning of the plain C one it replaces (dot_f32_x86 <-> dot_f32_plain, ...); the table at the end
+// says which ones this build replaces. tests/test_kernels.c checks every path against the
+// references, in an AVX-512, an AVX2 and a plain C build.
+//
+// What the vector versions add, and why (docs/speed.md has the measurements):
+//   - dot products read one weight row start to end with 64-byte loads into four independent sums,
+//     so the adds never wait for each other and the prefetcher sees one sequential stream;
+//   - software prefetch a kilobyte or two ahead where there is work per byte (f16 widening, q8_0);
+//   - q8_0 dot products are exact integer sums: vpdpbusd (VNNI) adds 64 byte products into 16
+//     int32 lanes; it wants one unsigned operand, so decode feeds it |x| and w * sign(x), and
+//     prefill packs the weights as w + 128 and starts each block's sum at -128 * sum(x);
+//   - the prefill microkernels keep an MR x NR tile of outputs in registers (24 of the 32 AVX-512
+//     registers), so each loaded weight feeds MR fused multiply-adds;
+//   - attention keeps 64 scores (or 64 output coordinates) in registers while the cache streams by.
+#ifndef KERNELS_X86_H
+#define KERNELS_X86_H
+
+#include <immintrin.h>
+
+#ifdef USE_AVX512
+// The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
+static inline __mmask16 first_lanes(int k) { return k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1); }
+
+// One core alone does not keep enough cache misses in flight to stream at the memory's speed when
+// there is work per byte: ask for the weights this far ahead of the loads.
+#define AHEAD_F16 2048 // bytes
+#define AHEAD_Q8  1024
+
+static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+    if (i < n) { // the last n - i < 16 columns, through a mask
+        const __mmask16 tail = first_lanes(n - i);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + i), _mm512_maskz_loadu_ps(tail, x + i), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+// f16 weights, f32 arithmetic: each half is widened exactly (vcvtph2ps) before the multiply-add.
+static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)(w + i) + AHEAD_F16, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + AHEAD_F16 + 64, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
+                             _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 32))),
+                             _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 48))),
+                             _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))), _mm512_loadu_ps(x + i), a0);
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum += (float)w[i] * x[i];
+    return sum;
+}
+#endif // USE_AVX512
+
+// q8_0 . q8_0 over blocks. The integer dot of a block is 32 byte products summed in 8 lanes. The
+// multiply instruction (vpdpbusd, or vpmaddubsw without VNNI) takes one unsigned and one signed
+// operand, so it is fed |qx| and qw * sign(qx): the same products.
+#if defined(USE_AVX2) || defined(USE_AVX512_VNNI)
+static inline __m256i dot_i8_block(__m256i w, __m256i x) {
+    const __m256i ax = _mm256_sign_epi8(x, x), sw = _mm256_sign_epi8(w, x);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sw);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sw);
+#else // pairs of products fit int16: 2 * 127 * 127 < 32767
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1));
+#endif
+}
+
+static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const int8_t *x, const float *dx, int nb) {
+    int b = 0;
+    float sum = 0;
+#ifdef USE_AVX512_VNNI
+    // Two blocks per 64-byte vector: lanes 0-7 hold block b's sums, lanes 8-15 block b+1's, and
+    // the scale vector repeats dw dx of each block over its 8 lanes. AVX-512 has no byte sign
+    // instruction; |x| is vpabsb and w * sign(x) a masked negation.
+    const __m512i first = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2));
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (; b + 4 <= nb; b += 4) {
+        const int8_t *wb = w + b * Q8_BLOCK, *xb = x + b * Q8_BLOCK;
+        _mm_prefetch((const char *)wb + AHEAD_Q8, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + AHEAD_Q8 + 64, _MM_HINT_T0);
+        const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(dw + b), _mm_loadu_ps(dx + b)));
+        const __m512i x0 = _mm512_loadu_si512(xb), x1 = _mm512_loadu_si512(xb + 2 * Q8_BLOCK);
+        const __m512i w0 = _mm512_loadu_si512(wb), w1 = _mm512_loadu_si512(wb + 2 * Q8_BLOCK);
+        const __m512i p0 =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x0),
+                                _mm512_mask_sub_epi8(w0, _mm512_movepi8_mask(x0), _mm512_setzero_si512(), w0));
+        const __m512i p1 =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x1),
+                                _mm512_mask_sub_epi8(w1, _mm512_movepi8_mask(x1), _mm512_setzero_si512(), w1));
+        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
+    }
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#else // AVX2: one block per 32-byte vector, two accumulators
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (; b + 2 <= nb; b += 2) {
+        const int8_t *wb = w + b * Q8_BLOCK, *xb = x + b * Q8_BLOCK;
+        _mm_prefetch((const char *)wb + 1024, _MM_HINT_T0);
+        __m256i p0 = dot_i8_block(_mm256_loadu_si256((const __m256i *)wb), _mm256_loadu_si256((const __m256i *)xb));
+        __m256i p1 = dot_i8_block(_mm256_loadu_si256((const __m256i *)(wb + Q8_BLOCK)),
+                                  _mm256_loadu_si256((const __m256i *)(xb + Q8_BLOCK)));
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dw[b] * dx[b]), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dw[b + 1] * dx[b + 1]), a1);
+    }
+    __m256 a = _mm256_add_ps(a0, a1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    sum = _mm_cvtss_f32(s);
+#endif
+    for (; b < nb; b++) { // the last blocks, one at a time
+        const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(w + b * Q8_BLOCK)),
+                                       _mm256_loadu_si256((const __m256i *)(x + b * Q8_BLOCK)));
+        __m128 h = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        sum += _mm_cvtss_f32(h) * (dw[b] * dx[b]);
+    }
+    return sum;
+}
+#endif // USE_AVX2 || USE_AVX512_VNNI
+
+#ifdef USE_AVX512
+// Transpose a 16 x 16 block of 32-bit values held in 16 vectors, in four rounds of shuffles that
+// exchange ever larger pieces: single values, pairs, 4-value quarters, 8-value halves.
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+}
+
+// How far ahead (in values) packing asks for the rest of each weight row: the rows of a panel are
+// read 64 bytes at a time from 16 rows side by side, which the hardware prefetcher alone does not
+// keep up with.
+#define PACK_AHEAD 128
+
+// pack_w_f32: 16 columns of 16 rows at a time (load rows, transpose, store columns), the rest plain.
+static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cols = (size_t)m->cols;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    int k = 0;
+    for (; k + 16 <= kc; k += 16)
+        for (int j0 = 0; j0 < NR; j0 += 16) {
+            __m512 v[16];
+            for (int j = 0; j < 16; j++) {
+                const size_t at = (size_t)(r0 + j0 + j) * cols + k0 + k;
+                if (j0 + j >= nr) {
+                    v[j] = _mm512_setzero_ps();
+                } else if (m->dtype == DTYPE_F32) {
+                    _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = _mm512_loadu_ps((const float *)m->data + at);
+                } else {
+                    if (k % 32 == 0)
+                        _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const _Float16 *)m->data + at)));
+                }
+            }
+            transpose16(v);
+            for (int j = 0; j < 16; j++)
+                _mm512_store_ps(wp + (size_t)(k + j) * NR + j0, v[j]);
+        }
+    pack_w_f32_from(wp, m, r0, k0, kc, k);
+}
+
+// pack_w_q8: rows copied one after the other into `stage` (NR, kc), so memory is read in long runs
+// the prefetcher follows, then 16 x 16 transposes of 4-byte groups (the float transpose: it only
+// moves bits) from there, and 128 added to each byte (xor 0x80); the rest plain.
+static void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, m->cols);
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    const int8_t *w = (const int8_t *)m->data;
+    for (int j = 0; j < nr; j++)
+        memcpy(stage + (size_t)j * kc, w + (size_t)(r0 + j) * cp + k0, (size_t)kc);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    int k = 0;
+    for (; k + 64 <= kc; k += 64)
+        for (int j0 = 0; j0 < NR; j0 += 16) {
+            __m512 v[16];
+            for (int j = 0; j < 16; j++)
+                v[j] = _mm512_castsi512_ps(
+                    j0 + j < nr ? _mm512_xor_si512(_mm512_loadu_si512(stage + (size_t)(j0 + j) * kc + k), flip)
+                                : flip); // a missing row: 128 + 0
+            transpose16(v);
+            for (int j = 0; j < 16; j++)
+                _mm512_store_ps((float *)(wq + ((size_t)(k / 4 + j) * NR + j0) * 4), v[j]);
+        }
+    pack_w_q8_from(wq, wd, m, r0, k0, kc, k);
+}
+
+// The f32 microkernel: 12 tokens x 32 rows of outputs in 24 registers; per column, 2 weight loads
+// and 12 broadcasts feed 24 fused multiply-adds.
+static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+                           int accumulate) {
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
+    __m512 c[MR][2];
+    for (int t = 0; t < MR; t++) {
+        const int load = accumulate && t < nt;
+        c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
+        c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        const __m512 w0 = _mm512_load_ps(wp + k * NR), w1 = _mm512_load_ps(wp + k * NR + 16);
+        for (int t = 0; t < MR; t++) {
+            const __m512 a = _mm512_set1_ps(xp[k * MR + t]);
+            c[t][0] = _mm512_fmadd_ps(a, w0, c[t][0]);
+            c[t][1] = _mm512_fmadd_ps(a, w1, c[t][1]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
+        _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
+    }
+}
+#elif defined(USE_AVX2)
+// 16 registers of 8 floats: the tile is done as 2 x 2 blocks of 6 tokens x 16 rows, each with 12
+// accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel).
+static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+                           int accumulate) {
+    for (int t0 = 0; t0 < MR; t0 += 6)
+        for (int j0 = 0; j0 < NR; j0 += 16) {
+            if (t0 >= nt || j0 >= nr) continue;
+            __m256 c[6][2];
+            for (int t = 0; t < 6; t++)
+                for (int h = 0; h < 2; h++) {
+                    float init[8] = {0};
+                    for (int j = 0; accumulate && t0 + t < nt && j < 8 && j0 + 8 * h + j < nr; j++)
+                        init[j] = out[(t0 + t) * ldo + j0 + 8 * h + j];
+                    c[t][h] = _mm256_loadu_ps(init);
+                }
+            for (int k = 0; k < kc; k++) {
+                const __m256 w0 = _mm256_load_ps(wp + k * NR + j0), w1 = _mm256_load_ps(wp + k * NR + j0 + 8);
+                for (int t = 0; t < 6; t++) {
+                    const __m256 a = _mm256_broadcast_ss(xp + k * MR + t0 + t);
+                    c[t][0] = _mm256_fmadd_ps(a, w0, c[t][0]);
+                    c[t][1] = _mm256_fmadd_ps(a, w1, c[t][1]);
+                }
+            }
+            for (int t = 0; t < 6 && t0 + t < nt; t++)
+                for (int h = 0; h < 2; h++) {
+                    float res[8];
+                    _mm256_storeu_ps(res, c[t][h]);
+                    for (int j = 0; j < 8 && j0 + 8 * h + j < nr; j++)
+                        out[(t0 + t) * ldo + j0 + 8 * h + j] = res[j];
+                }
+        }
+}
+#endif // USE_AVX512 / USE_AVX2
+
+#ifdef USE_AVX512_VNNI
+// The q8_0 microkernel: a 6-token x 32-row tile; per block of 32 columns the exact integer sums in
+// 12 registers (vpdpbusd of 4 bytes of every row against 4 bytes of one token), then scaled into
+// 12 float accumulators.
+static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
+                          const uint8_t *wq, const float *wd, int kc, int accumulate) {
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
+    __m512 c[MR_Q8][2];
+    for (int t = 0; t < MR_Q8; t++) {
+        const int load = accumulate && t < nt;
+        c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
+        c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
+    }
+    for (int b = 0; b < kc / Q8_BLOCK; b++) {
+        __m512i s[MR_Q8][2];
+        for (int t = 0; t < MR_Q8; t++)
+            s[t][0] = s[t][1] = _mm512_set1_epi32(xs[b * MR_Q8 + t]);
+#pragma GCC unroll 8
+        for (int u = 0; u < Q8_BLOCK / 4; u++) { // the 8 groups of 4 bytes of the block
+            const int k4 = b * (Q8_BLOCK / 4) + u;
+            const __m512i w0 = _mm512_load_si512(wq + k4 * NR * 4), w1 = _mm512_load_si512(wq + k4 * NR * 4 + 64);
+            for (int t = 0; t < MR_Q8; t++) {
+                int32_t four;
+                memcpy(&four, xq + (k4 * MR_Q8 + t) * 4, 4);
+                const __m512i a = _mm512_set1_epi32(four);
+                s[t][0] = _mm512_dpbusd_epi32(s[t][0], w0, a);
+                s[t][1] = _mm512_dpbusd_epi32(s[t][1], w1, a);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(wd + b * NR), d1 = _mm512_load_ps(wd + b * NR + 16);
+        for (int t = 0; t < MR_Q8; t++) {
+            const __m512 dx = _mm512_set1_ps(xd[b * MR_Q8 + t]);
+            c[t][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[t][0]), dx), d0, c[t][0]);
+            c[t][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[t][1]), dx), d1, c[t][1]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
+        _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
+    }
+}
+#endif // USE_AVX512_VNNI
+
+#ifdef USE_AVX512
+// Attention scores over the transposed keys: 64 positions in 4 vectors, every coordinate d adding
+// q[d] * (row d of the keys); the last < 64 positions 16 at a time, the very last through a mask.
+static void attention_scores_x86(float *att, const float *q, const float *kt, int hd, size_t stride, int len,
+                                 float scale) {
+    int j = 0;
+    for (; j + 64 <= len; j += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < hd; d++) {
+            const __m512 qd = _mm512_set1_ps(q[d] * scale);
+            const float *k = kt + (size_t)d * stride + j;
+            a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k), a0);
+            a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 16), a1);
+            a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 32), a2);
+            a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 48), a3);
+        }
+        _mm512_storeu_ps(att + j, a0);
+        _mm512_storeu_ps(att + j + 16, a1);
+        _mm512_storeu_ps(att + j + 32, a2);
+        _mm512_storeu_ps(att + j + 48, a3);
+    }
+    for (; j < len; j += 16) {
+        const __mmask16 m = first_lanes(len - j);
+        __m512 a = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++)
+            a = _mm512_fmadd_ps(_mm512_set1_ps(q[d] * scale), _mm512_maskz_loadu_ps(m, kt + (size_t)d * stride + j), a);
+        _mm512_mask_storeu_ps(att + j, m, a);
+    }
+}
+
+// The weighted sum of values: 64 output coordinates in 4 registers while every position adds
+// att[j] * v_j.
+static void attention_mix_x86(float *out, const float *att, const float *v, size_t stride, int len, int hd) {
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        const int width = hd - d0 < 64 ? hd - d0 : 64;
+        __mmask16 m[4];
+        for (int r = 0; r < 4; r++)
+            m[r] = first_lanes(width - 16 * r);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int j = 0; j < len; j++) {
+            const __m512 p = _mm512_set1_ps(att[j]);
+            const float *vj = v + (size_t)j * stride + d0;
+            a0 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[0], vj), a0);
+            if (m[1]) a1 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[1], vj + 16), a1);
+            if (m[2]) a2 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[2], vj + 32), a2);
+            if (m[3]) a3 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[3], vj + 48), a3);
+        }
+        _mm512_mask_storeu_ps(out + d0, m[0], a0);
+        _mm512_mask_storeu_ps(out + d0 + 16, m[1], a1);
+        _mm512_mask_storeu_ps(out + d0 + 32, m[2], a2);
+        _mm512_mask_storeu_ps(out + d0 + 48, m[3], a3);
+    }
+}
+#endif // USE_AVX512
+
+// ---------------------------------------------------------------------------------------------
+// Which microkernels this build replaces.
+#ifdef USE_AVX512
+#define dot_f32          dot_f32_x86
+#define dot_f16          dot_f16_x86
+#define pack_w_f32       pack_w_f32_x86
+#define pack_w_q8        pack_w_q8_x86
+#define attention_scores attention_scores_x86
+#define attention_mix    attention_mix_x86
+#endif
+#if defined(USE_AVX512) || defined(USE_AVX2)
+#define kernel_f32 kernel_f32_x86
+#endif
+#if defined(USE_AVX512_VNNI) || defined(USE_AVX2)
+#define dot_q8 dot_q8_x86
+#endif
+#ifdef USE_AVX512_VNNI
+#define kernel_q8 kernel_q8_x86
+#endif
+
+#endif // KERNELS_X86_H

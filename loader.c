@@ -1,0 +1,336 @@
+// loader.c - reading a checkpoint: our format (model.h documents it byte by byte) and llama2.c's
+// legacy one, mapped read-only with mmap; the weights are pointers into the mapping.
+//
+// What this is: the header readers (every field checked before anything is trusted), and the
+// walkers that hand out each tensor in file order, checking that the file is exactly as long as
+// its header says. What this is not: the run state or the forward pass (model.c).
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// ---------------------------------------------------------------------------------------------
+// The cursor: it walks the tensors in file order. It never hands out a pointer past the end of the
+// file and never lets a size or an offset overflow (it sets `overflow` instead); the caller then
+// checks that the walk ended exactly at the end of the file.
+
+typedef struct {
+    const uint8_t *base; // the mapped file
+    size_t size;         // its length
+    size_t off;          // where the next tensor starts
+    int overflow;        // a size did not fit in size_t
+} Cursor;
+
+static const void *take(Cursor *c, size_t bytes, size_t align) {
+    size_t off = c->off, pad = (align - off % align) % align;
+    if (c->overflow || off > SIZE_MAX - pad || off + pad > SIZE_MAX - bytes) {
+        c->overflow = 1;
+        c->off = SIZE_MAX;
+        return NULL;
+    }
+    off += pad;
+    c->off = off + bytes;
+    return c->off <= c->size ? c->base + off : NULL;
+}
+
+// a * b * c, or 0 with c->overflow set when the product does not fit in size_t.
+static size_t count3(Cursor *cur, size_t a, size_t b, size_t c) {
+    if ((b && a > SIZE_MAX / b) || (c && a * b > SIZE_MAX / c)) {
+        cur->overflow = 1;
+        return 0;
+    }
+    return a * b * c;
+}
+
+static Matrix take_matrix(Cursor *c, DType t, int rows, int cols, size_t align) {
+    Matrix m = {NULL, NULL, rows, cols, t};
+    size_t data = matrix_data_bytes(t, rows, cols), scale = matrix_scale_bytes(t, rows, cols);
+    if (data == 0 || (t == DTYPE_Q8_0 && scale == 0)) c->overflow = 1; // a matrix here is never empty
+    m.data = take(c, data, align);
+    if (t == DTYPE_Q8_0) m.scale = take(c, scale, align);
+    return m;
+}
+
+static const float *take_f32(Cursor *c, size_t n, size_t align) {
+    return take(c, count3(c, n, sizeof(float), 1), align);
+}
+
+// Our format: per layer, tensor after tensor, each aligned to MODEL_ALIGN (see model.h).
+static void walk_ours(Cursor *c, Transformer *t) {
+    const Config *p = &t->config;
+    const int D = p->dim, qd = p->n_heads * p->head_dim, kvd = p->n_kv_heads * p->head_dim;
+    TransformerWeights *w = &t->weights;
+    c->off = MODEL_HEADER_SIZE;
+    w->token_embedding = take_matrix(c, p->dtype, p->vocab_size, D, MODEL_ALIGN);
+    for (int l = 0; l < p->n_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        lw->rms_att = take_f32(c, D, MODEL_ALIGN);
+        lw->wq = take_matrix(c, p->dtype, qd, D, MODEL_ALIGN);
+        lw->wk = take_matrix(c, p->dtype, kvd, D, MODEL_ALIGN);
+        lw->wv = take_matrix(c, p->dtype, kvd, D, MODEL_ALIGN);
+        lw->wo = take_matrix(c, p->dtype, D, qd, MODEL_ALIGN);
+        lw->rms_ffn = take_f32(c, D, MODEL_ALIGN);
+        lw->w1 = take_matrix(c, p->dtype, p->hidden_dim, D, MODEL_ALIGN);
+        lw->w2 = take_matrix(c, p->dtype, D, p->hidden_dim, MODEL_ALIGN);
+        lw->w3 = take_matrix(c, p->dtype, p->hidden_dim, D, MODEL_ALIGN);
+    }
+    w->rms_final = take_f32(c, D, MODEL_ALIGN);
+    w->wcls = p->shared_classifier ? w->token_embedding : take_matrix(c, p->dtype, p->vocab_size, D, MODEL_ALIGN);
+}
+
+// llama2.c's legacy files store each weight for all layers at once, (layer, rows, cols) in f32,
+// with no padding. These two split such a stack into per-layer views.
+static void take_stacked_matrix(Cursor *c, Transformer *t, size_t field, int rows, int cols) {
+    const float *stack = take_f32(c, count3(c, t->config.n_layers, rows, cols), 1);
+    for (int l = 0; l < t->config.n_layers; l++) {
+        Matrix *m = (Matrix *)((char *)&t->weights.layers[l] + field);
+        *m = (Matrix){stack ? stack + (size_t)l * rows * cols : NULL, NULL, rows, cols, DTYPE_F32};
+    }
+}
+
+static void take_stacked_norm(Cursor *c, Transformer *t, size_t field) {
+    const int D = t->config.dim;
+    const float *stack = take_f32(c, count3(c, t->config.n_layers, D, 1), 1);
+    for (int l = 0; l < t->config.n_layers; l++)
+        *(const float **)((char *)&t->weights.layers[l] + field) = stack ? stack + (size_t)l * D : NULL;
+}
+
+// Legacy order (llama2.c run.c memory_map_weights): embedding, then per weight all layers, then
+// the final norm, then two RoPE tables freq_cis_real/imag (seq_len, head_dim/2) that we skip:
+// rope.c computes its own, for whatever context and scaling the run asks for.
+static void walk_legacy(Cursor *c, Transformer *t) {
+    const Config *p = &t->config;
+    const int D = p->dim, kvd = p->n_kv_heads * p->head_dim, H = p->hidden_dim;
+    TransformerWeights *w = &t->weights;
+    c->off = 7 * sizeof(int32_t);
+    w->token_embedding = take_matrix(c, DTYPE_F32, p->vocab_size, D, 1);
+    take_stacked_norm(c, t, offsetof(LayerWeights, rms_att));
+    take_stacked_matrix(c, t, offsetof(LayerWeights, wq), D, D);
+    take_stacked_matrix(c, t, offsetof(LayerWeights, wk), kvd, D);
+    take_stacked_matrix(c, t, offsetof(LayerWeights, wv), kvd, D);
+    take_stacked_matrix(c, t, offsetof(LayerWeights, wo), D, D);
+    take_stacked_norm(c, t, offsetof(LayerWeights, rms_ffn));
+    take_stacked_matrix(c, t, offsetof(LayerWeights, w1), H, D);
+    take_stacked_matrix(c, t, offsetof(LayerWeights, w2), D, H);
+    take_stacked_matrix(c, t, offsetof(LayerWeights, w3), H, D);
+    w->rms_final = take_f32(c, D, 1);
+    take_f32(c, count3(c, p->max_pos, p->head_dim / 2, 2), 1); // freq_cis_real and freq_cis_imag
+    w->wcls = p->shared_classifier ? w->token_embedding : take_matrix(c, DTYPE_F32, p->vocab_size, D, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Headers
+
+static int32_t get_i32(const uint8_t *h, int off) {
+    int32_t v;
+    memcpy(&v, h + off, sizeof v);
+    return v;
+}
+
+static double get_f64(const uint8_t *h, int off) {
+    double v;
+    memcpy(&v, h + off, sizeof v);
+    return v;
+}
+
+// Range checks shared by both formats. Returns a description of the first bad field, or NULL.
+static const char *check_shape(const Config *p) {
+    if (p->dim < 1 || p->dim > 65536) return "dim must be in [1, 65536]";
+    if (p->hidden_dim < 1 || p->hidden_dim > 1 << 20) return "hidden_dim must be in [1, 2^20]";
+    if (p->n_layers < 1 || p->n_layers > 1024) return "n_layers must be in [1, 1024]";
+    if (p->n_heads < 1 || p->n_heads > 1024) return "n_heads must be in [1, 1024]";
+    if (p->n_kv_heads < 1 || p->n_kv_heads > p->n_heads) return "n_kv_heads must be in [1, n_heads]";
+    if (p->n_heads % p->n_kv_heads) return "n_heads must be a multiple of n_kv_heads";
+    if (p->head_dim < 2 || p->head_dim > 1024 || p->head_dim % 2) return "head_dim must be even, in [2, 1024]";
+    if (p->vocab_size < 1 || p->vocab_size > 1 << 22) return "vocab_size must be in [1, 2^22]";
+    if (p->max_pos < 1 || p->max_pos > 1 << 24) return "seq_len (max_position_embeddings) must be in [1, 2^24]";
+    if (p->bos_id < -1 || p->bos_id >= p->vocab_size) return "bos_id must be -1 or a token id";
+    if (p->eos_id < -1 || p->eos_id >= p->vocab_size) return "eos_id must be -1 or a token id";
+    if (!(isfinite(p->norm_eps) && p->norm_eps > 0 && p->norm_eps < 1)) return "norm_eps must be in (0, 1)";
+    return NULL;
+}
+
+static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char *why, size_t n) {
+    Config *p = &t->config;
+    if (size < MODEL_HEADER_SIZE) {
+        snprintf(why, n,
+                 "file is %zu bytes, shorter than the %d-byte header (hint: the file is truncated; "
+                 "copy or export it again)",
+                 size, MODEL_HEADER_SIZE);
+        return -1;
+    }
+    uint32_t version = (uint32_t)get_i32(h, 4);
+    if (version != MODEL_VERSION) {
+        snprintf(why, n,
+                 "format version %u, this program reads version %d (hint: export the model again "
+                 "with this program's export/export.py)",
+                 version, MODEL_VERSION);
+        return -1;
+    }
+    p->dim = get_i32(h, 8);
+    p->hidden_dim = get_i32(h, 12);
+    p->n_layers = get_i32(h, 16);
+    p->n_heads = get_i32(h, 20);
+    p->n_kv_heads = get_i32(h, 24);
+    p->head_dim = get_i32(h, 28);
+    p->vocab_size = get_i32(h, 32);
+    p->max_pos = get_i32(h, 36);
+    p->bos_id = get_i32(h, 40);
+    p->eos_id = get_i32(h, 44);
+    int shared = get_i32(h, 48), dtype = get_i32(h, 52), mode = get_i32(h, 56), orig = get_i32(h, 60);
+    p->norm_eps = (float)get_f64(h, 72);
+    p->rope = (RopeParams){
+        .mode = (RopeScaling)mode,
+        .head_dim = p->head_dim,
+        .orig_ctx = orig ? orig : p->max_pos, // L, the trained context
+        .base = get_f64(h, 64),
+        .factor = get_f64(h, 80),
+        .attn_factor = get_f64(h, 88),
+        .beta_fast = get_f64(h, 96),
+        .beta_slow = get_f64(h, 104),
+        .low_freq_factor = get_f64(h, 112),
+        .high_freq_factor = get_f64(h, 120),
+    };
+    const char *bad = check_shape(p);
+    if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
+    if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0)";
+    if (!bad && (mode < 0 || mode >= ROPE_SCALING_COUNT)) bad = "unknown rope_scaling mode";
+    if (!bad && (orig < 0 || orig > p->max_pos)) bad = "rope_orig_ctx must be in [0, seq_len]";
+    for (int i = 128; !bad && i < MODEL_HEADER_SIZE; i++)
+        if (h[i]) bad = "reserved header bytes 128..255 must be zero";
+    if (bad) {
+        snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", bad);
+        return -1;
+    }
+    p->shared_classifier = shared;
+    p->dtype = (DType)dtype;
+    char rope_err[200];
+    if (rope_params_check(&p->rope, rope_err, sizeof rope_err)) {
+        snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", rope_err);
+        return -1;
+    }
+    return 0;
+}
+
+// llama2.c legacy ("version 0") header: 7 int32, dim hidden_dim n_layers n_heads n_kv_heads
+// vocab_size seq_len; a negative vocab_size means the classifier is stored separately.
+static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
+    Config *p = &t->config;
+    if (size < 7 * sizeof(int32_t)) return -1;
+    p->dim = get_i32(h, 0);
+    p->hidden_dim = get_i32(h, 4);
+    p->n_layers = get_i32(h, 8);
+    p->n_heads = get_i32(h, 12);
+    p->n_kv_heads = get_i32(h, 16);
+    int vocab = get_i32(h, 20);
+    p->max_pos = get_i32(h, 24);
+    p->shared_classifier = vocab > 0;
+    p->vocab_size = vocab == INT32_MIN ? 0 : abs(vocab);
+    p->head_dim = p->n_heads > 0 ? p->dim / p->n_heads : 0;
+    // What llama2.c hard-codes: base 10000, eps 1e-5, BOS 1, EOS 2, no scaling.
+    p->bos_id = 1;
+    p->eos_id = 2;
+    p->norm_eps = 1e-5f;
+    p->dtype = DTYPE_F32;
+    p->legacy = 1;
+    p->rope = (RopeParams){
+        .mode = ROPE_SCALING_NONE, .head_dim = p->head_dim, .orig_ctx = p->max_pos, .base = 10000, .factor = 1};
+    if (check_shape(p) || p->dim % p->n_heads || p->vocab_size < 3) return -1;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+int transformer_load(Transformer *t, const char *path, char *err, size_t errlen) {
+    memset(t, 0, sizeof(*t));
+    char why[400] = "";
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // O_NONBLOCK: opening a FIFO would wait for a writer
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open model: %s (hint: check the path)", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen,
+                 "%s: not a regular file (hint: pass the .bin file; export/export.py converts "
+                 "a Hugging Face directory)",
+                 path);
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size < 4) {
+        snprintf(err, errlen,
+                 "%s: %zu bytes is too short to be a model (hint: the file is truncated or "
+                 "empty; export it again)",
+                 path, size);
+        close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(err, errlen, "%s: cannot map the file: %s", path, strerror(errno));
+        return -1;
+    }
+    t->map = map;
+    t->map_size = size;
+    const uint8_t *h = map;
+
+    int ours = memcmp(h, MODEL_MAGIC, 4) == 0;
+    if (!ours && memcmp(h, "ak42", 4) == 0) {
+        snprintf(why, sizeof why,
+                 "a llama2.c version 1/2 export, which this program does not read (hint: "
+                 "export with llama2.c's --version 0, or convert the Hugging Face model with export/export.py)");
+        goto fail;
+    }
+    if (ours ? read_header_ours(t, h, size, why, sizeof why) : read_header_legacy(t, h, size)) {
+        if (!ours)
+            snprintf(why, sizeof why,
+                     "not a model file: no \"%s\" magic and no valid llama2.c legacy header "
+                     "(hint: convert a Hugging Face checkpoint with export/export.py)",
+                     MODEL_MAGIC);
+        goto fail;
+    }
+
+    t->weights.layers = calloc((size_t)t->config.n_layers, sizeof(LayerWeights));
+    if (!t->weights.layers) {
+        snprintf(why, sizeof why, "out of memory");
+        goto fail;
+    }
+    Cursor c = {h, size, 0, 0};
+    if (ours)
+        walk_ours(&c, t);
+    else
+        walk_legacy(&c, t);
+    if (c.overflow || c.off != size) {
+        if (!ours && (c.overflow || c.off > size))
+            snprintf(why, sizeof why,
+                     "not a model file: no \"%s\" magic, and as a llama2.c legacy checkpoint "
+                     "it would need more than its %zu bytes (hint: convert the model with export/export.py, "
+                     "or the file is truncated)",
+                     MODEL_MAGIC, size);
+        else if (c.overflow)
+            snprintf(why, sizeof why, "header describes tensors too large to address (hint: the file is damaged)");
+        else
+            snprintf(why, sizeof why, "file is %zu bytes but its header describes %zu (hint: %s)", size, c.off,
+                     c.off > size ? "the file is truncated; copy or export it again"
+                                  : "extra bytes at the end: the file is damaged or the header is wrong");
+        goto fail;
+    }
+    t->weight_bytes = size - (ours ? MODEL_HEADER_SIZE : 7 * sizeof(int32_t));
+    return 0;
+
+fail:
+    snprintf(err, errlen, "%s: %s", path, why);
+    transformer_free(t);
+    return -1;
+}
