@@ -66,7 +66,7 @@ enum {
 // ---------------------------------------------------------------------------------------------
 // Types and sizes
 
-static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0"};
+static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0"};
 
 const char *dtype_name(DType t) { return (t >= 0 && t < DTYPE_COUNT) ? DTYPE_NAMES[t] : "unknown"; }
 
@@ -80,23 +80,28 @@ int dtype_from_name(const char *name, DType *t) {
     return -1;
 }
 
-int matrix_cols_stored(DType t, int cols) {
-    return t == DTYPE_Q8_0 ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols;
-}
+static int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
+
+int matrix_cols_stored(DType t, int cols) { return quantized(t) ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols; }
 
 static size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ? 0 : a * b; }
 
 size_t matrix_data_bytes(DType t, int rows, int cols) {
-    static const size_t elem[DTYPE_COUNT] = {4, 2, 1};
+    static const size_t bits[DTYPE_COUNT] = {32, 16, 8, 4}; // per value
     if (rows <= 0 || cols <= 0 || t < 0 || t >= DTYPE_COUNT) return 0;
-    return mul_or_zero(mul_or_zero((size_t)rows, (size_t)matrix_cols_stored(t, cols)), elem[t]);
+    return mul_or_zero((size_t)rows, (size_t)matrix_cols_stored(t, cols) * bits[t] / 8);
 }
 
 size_t matrix_scale_bytes(DType t, int rows, int cols) {
-    if (t != DTYPE_Q8_0) return 0;
-    if (rows <= 0 || cols <= 0) return 0;
-    return mul_or_zero((size_t)rows, (size_t)matrix_cols_stored(t, cols) / Q8_BLOCK * sizeof(float));
+    if (!quantized(t) || rows <= 0 || cols <= 0) return 0;
+    const size_t scale = t == DTYPE_Q8_0 ? sizeof(float) : sizeof(_Float16);
+    return mul_or_zero((size_t)rows, (size_t)matrix_cols_stored(t, cols) / Q8_BLOCK * scale);
 }
+
+// q4_0 (ggml's Q4_0): per block of 32 values, 16 bytes; byte j holds value j in its low 4 bits and
+// value j + 16 in its high 4 bits, each an unsigned q in [0, 15] meaning (q - 8) * d, with one f16
+// scale d per block, stored apart like q8_0's.
+static int q4_at(const uint8_t *block, int i) { return (i < 16 ? block[i] & 15 : block[i - 16] >> 4) - 8; }
 
 int max_threads(void) {
 #ifdef _OPENMP
@@ -126,7 +131,11 @@ static float weight_at(const Matrix *m, int r, int c) {
     case DTYPE_F16:
         return (float)((const _Float16 *)m->data)[(size_t)r * cp + c];
     case DTYPE_Q8_0:
-        return ((const int8_t *)m->data)[(size_t)r * cp + c] * m->scale[((size_t)r * cp + c) / Q8_BLOCK];
+        return ((const int8_t *)m->data)[(size_t)r * cp + c] * ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
+    case DTYPE_Q4_0: {
+        const size_t b = ((size_t)r * cp + c) / Q8_BLOCK;
+        return q4_at((const uint8_t *)m->data + b * Q8_BLOCK / 2, c % Q8_BLOCK) * (float)((const _Float16 *)m->scale)[b];
+    }
     default:
         return 0;
     }
@@ -371,6 +380,19 @@ static PLAIN ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int
     return sum;
 }
 
+// q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i).
+static PLAIN ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const int8_t *x, const float *dx,
+                                         const int32_t *xsum, int nb) {
+    (void)xsum; // sum(x) per block: the vector version uses it to subtract 8 * sum(x)
+    float sum = 0;
+    for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < Q8_BLOCK; i++) s += q4_at(w + b * Q8_BLOCK / 2, i) * x[b * Q8_BLOCK + i];
+        sum += (float)s * ((float)dw[b] * dx[b]);
+    }
+    return sum;
+}
+
 // q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i).
 static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const int8_t *x, const float *dx, int nb) {
     float sum = 0;
@@ -469,7 +491,24 @@ static void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int 
                 wq[(k4 * NR + j) * 4 + i] = j < nr ? (uint8_t)(w[(size_t)(r0 + j) * cp + k0 + k4 * 4 + i] + 128) : 128;
     for (int j = 0; j < NR; j++)
         for (int b = 0; b < kc / Q8_BLOCK; b++)
-            wd[b * NR + j] = j < nr ? m->scale[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
+            wd[b * NR + j] = j < nr ? ((const float *)m->scale)[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
+}
+
+// q4_0 weights go through the same integer tiles as q8_0, unpacked to q - 8 + 128 = q + 120.
+static void pack_w_q4(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q4_0, m->cols), nb = cp / Q8_BLOCK;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    const uint8_t *w = (const uint8_t *)m->data;
+    const _Float16 *d = (const _Float16 *)m->scale;
+    for (int j = 0; j < NR; j++)
+        for (int k = 0; k < kc; k++) {
+            const size_t col = (size_t)k0 + k, b = (size_t)(r0 + j) * nb + col / Q8_BLOCK;
+            wq[((k / 4) * NR + j) * 4 + k % 4] =
+                j < nr ? (uint8_t)(q4_at(w + b * Q8_BLOCK / 2, (int)(col % Q8_BLOCK)) + 128) : 128;
+        }
+    for (int j = 0; j < NR; j++)
+        for (int b = 0; b < kc / Q8_BLOCK; b++)
+            wd[b * NR + j] = j < nr ? (float)d[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
 }
 
 static PLAIN void pack_w_q8_plain(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
@@ -552,6 +591,9 @@ static PLAIN void attention_mix_plain(float *out, const float *att, const float 
 #ifndef dot_q8
 #define dot_q8 dot_q8_plain
 #endif
+#ifndef dot_q4
+#define dot_q4 dot_q4_plain
+#endif
 #ifndef pack_w_f32
 #define pack_w_f32 pack_w_f32_plain
 #endif
@@ -596,7 +638,7 @@ static int matvec(Carver *ws, float *const *out, const float *x, const Matrix *c
     for (int i = 0; i < count; i++)
         total += m[i]->rows;
     QuantizedRows qx = {0};
-    if (dtype == DTYPE_Q8_0 && quantize_rows_q8(ws, &qx, x, n, cols)) return -1;
+    if (quantized(dtype) && quantize_rows_q8(ws, &qx, x, n, cols)) return -1;
 #pragma omp parallel for schedule(dynamic, 16)
     for (int row = 0; row < total; row++) {
         int i = 0, r = row; // row `row` of the stack is row r of matrix i
@@ -613,9 +655,13 @@ static int matvec(Carver *ws, float *const *out, const float *x, const Matrix *c
             case DTYPE_F16:
                 v = dot_f16((const _Float16 *)mi->data + r * cp, xt, cols);
                 break;
+            case DTYPE_Q8_0:
+                v = dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, qx.q + t * cp,
+                           qx.d + t * nb, (int)nb);
+                break;
             default:
-                v = dot_q8((const int8_t *)mi->data + r * cp, mi->scale + r * nb, qx.q + t * cp, qx.d + t * nb,
-                           (int)nb);
+                v = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb,
+                           qx.q + t * cp, qx.d + t * nb, qx.sum + t * nb, (int)nb);
                 break;
             }
             out[i][(size_t)t * mi->rows + r] = v;
@@ -684,9 +730,9 @@ static int gemm_f32(Carver *ws, int threads, float *out, const float *x, const M
     return 0;
 }
 
-// q8_0 weights: the same loops over integer tiles.
+// q8_0 and q4_0 weights: the same loops over integer tiles.
 static int gemm_q8(Carver *ws, int threads, float *out, const float *x, const Matrix *m, int n) {
-    const int rows = m->rows, cols = m->cols, cp = matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
+    const int rows = m->rows, cols = m->cols, cp = matrix_cols_stored(m->dtype, cols), nb = cp / Q8_BLOCK;
     const int tiles = (n + MR_Q8 - 1) / MR_Q8, panels = (rows + NR - 1) / NR;
     const int kc_max = chunk_cols(tiles * MR_Q8, cp, 1);
     const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
@@ -714,7 +760,8 @@ static int gemm_q8(Carver *ws, int threads, float *out, const float *x, const Ma
                 const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / Q8_BLOCK;
                 for (int p = g * group; p < p_end; p++) {
                     const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                    pack_w_q8(wq, wd, stage, m, r0, k0, kc);
+                    if (m->dtype == DTYPE_Q4_0) pack_w_q4(wq, wd, m, r0, k0, kc);
+                    else pack_w_q8(wq, wd, stage, m, r0, k0, kc);
                     for (int i = 0; i < tiles; i++) {
                         const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
                         kernel_q8(out + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,
@@ -750,7 +797,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     if (n >= GEMM_MIN_N) { // prefill: one product after the other, each long enough to share out
         for (int i = 0; i < count; i++) {
             Carver c = {ws->base, ws->base + ws->bytes};
-            if ((m[i]->dtype == DTYPE_Q8_0 ? gemm_q8 : gemm_f32)(&c, threads, out[i], x, m[i], n)) return -1;
+            if ((quantized(m[i]->dtype) ? gemm_q8 : gemm_f32)(&c, threads, out[i], x, m[i], n)) return -1;
         }
         return 0;
     }

@@ -12,14 +12,14 @@
 
 #include <stddef.h>
 
-typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_COUNT } DType;
+typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTYPE_COUNT } DType;
 
-#define Q8_BLOCK 32 // q8_0: values per scale
+#define Q8_BLOCK 32 // q8_0 and q4_0: values per scale
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
-    const void *data;   // (rows, cols) f32 or f16; q8_0: (rows, cols_padded) int8
-    const float *scale; // q8_0 only: (rows, cols_padded / Q8_BLOCK)
+    const void *data;  // (rows, cols) f32 or f16; q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2)
+    const void *scale; // q8_0: (rows, cols_padded / Q8_BLOCK) float; q4_0: the same in f16; else NULL
     int rows, cols;
     DType dtype;
 } Matrix;
@@ -27,9 +27,9 @@ typedef struct {
 const char *dtype_name(DType t);
 int dtype_from_name(const char *name, DType *t); // 0 ok, -1 unknown
 
-// Columns of a row as stored: q8_0 pads each row to a multiple of Q8_BLOCK.
+// Columns of a row as stored: q8_0 and q4_0 pad each row to a multiple of Q8_BLOCK.
 int matrix_cols_stored(DType t, int cols);
-// Bytes of a matrix's values, and (q8_0) of its scales. 0 if the size overflows size_t.
+// Bytes of a matrix's values, and (q8_0, q4_0) of its scales. 0 if the size overflows size_t.
 size_t matrix_data_bytes(DType t, int rows, int cols);
 size_t matrix_scale_bytes(DType t, int rows, int cols);
 
@@ -52,7 +52,8 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 // out (n, m->rows) = x (n, m->cols) @ m^T.
 //   matmul_ref: the definition, one weight at a time, summed in double.
 //   matmul: a matrix x vector product per token below a few tokens (decode), a blocked matrix x
-//     matrix product from there on (prefill); q8_0 quantizes x to 8 bits per block of 32 first.
+//     matrix product from there on (prefill); q8_0 and q4_0 quantize x to 8 bits per block of 32
+//     first.
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
 //     count. x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
 //     sized for (a caller's bug; nothing is computed then).

@@ -143,6 +143,43 @@ static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const int8_t 
 }
 #endif // USE_AVX2 || USE_AVX512_VNNI
 
+#ifdef USE_AVX512_VNNI
+// q4_0 . q8_0, four blocks per iteration: 64 bytes of nibbles (one cache line) unpacked to two
+// vectors of 4-bit values in the order of x ([low nibbles, high nibbles] per block), then vpdpbusd
+// of those unsigned q against the signed x. Each block's 8 lanes start at -sum(x) of the block, so
+// they sum to sum((q - 8) x): vpdpbusd wants the unsigned operand first, which q is.
+static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const int8_t *x, const float *dx,
+                                 const int32_t *xsum, int nb) {
+    const __m512i first = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2)), low = _mm512_set1_epi8(15);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const __m512i v = _mm512_loadu_si512(w + b * Q8_BLOCK / 2); // blocks b .. b+3, 16 bytes each
+        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        // [lo0 lo1 lo2 lo3], [hi0 hi1 hi2 hi3] (16-byte lanes) -> [lo0 hi0 lo1 hi1], [lo2 hi2 lo3 hi3]
+        const __m512i q01 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
+        const __m512i q23 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
+        const __m512 d = _mm512_castps128_ps512(
+            _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dw + b))), _mm_loadu_ps(dx + b)));
+        const __m512i s = _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(), _mm_loadu_si128((const __m128i *)(xsum + b))));
+        const __m512i p0 = _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(first, s), q01, _mm512_loadu_si512(x + b * Q8_BLOCK));
+        const __m512i p1 =
+            _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(second, s), q23, _mm512_loadu_si512(x + b * Q8_BLOCK + 64));
+        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; b < nb; b++) { // the last blocks, one at a time
+        int32_t s = 0;
+        for (int i = 0; i < Q8_BLOCK / 2; i++)
+            s += ((w[b * 16 + i] & 15) - 8) * x[b * Q8_BLOCK + i] + ((w[b * 16 + i] >> 4) - 8) * x[b * Q8_BLOCK + 16 + i];
+        sum += (float)s * ((float)dw[b] * dx[b]);
+    }
+    return sum;
+}
+#endif
+
 #ifdef USE_AVX512
 // Transpose a 16 x 16 block of 32-bit values held in 16 vectors, in four rounds of shuffles that
 // exchange ever larger pieces: single values, pairs, 4-value quarters, 8-value halves.
@@ -402,6 +439,7 @@ static void attention_mix_x86(float *out, const float *att, const float *v, size
 #endif
 #ifdef USE_AVX512_VNNI
 #define kernel_q8 kernel_q8_x86
+#define dot_q4 dot_q4_x86
 #endif
 
 #endif // KERNELS_X86_H

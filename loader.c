@@ -52,9 +52,10 @@ static size_t count3(Cursor *cur, size_t a, size_t b, size_t c) {
 static Matrix take_matrix(Cursor *c, DType t, int rows, int cols, size_t align) {
     Matrix m = {NULL, NULL, rows, cols, t};
     size_t data = matrix_data_bytes(t, rows, cols), scale = matrix_scale_bytes(t, rows, cols);
-    if (data == 0 || (t == DTYPE_Q8_0 && scale == 0)) c->overflow = 1; // a matrix here is never empty
+    const int quantized = t == DTYPE_Q8_0 || t == DTYPE_Q4_0;
+    if (data == 0 || (quantized && scale == 0)) c->overflow = 1; // a matrix here is never empty
     m.data = take(c, data, align);
-    if (t == DTYPE_Q8_0) m.scale = take(c, scale, align);
+    if (quantized) m.scale = take(c, scale, align);
     return m;
 }
 
@@ -200,7 +201,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     };
     const char *bad = check_shape(p);
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
-    if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0)";
+    if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
     if (!bad && (mode < 0 || mode >= ROPE_SCALING_COUNT)) bad = "unknown rope_scaling mode";
     if (!bad && (orig < 0 || orig > p->max_pos)) bad = "rope_orig_ctx must be in [0, seq_len]";
     for (int i = 128; !bad && i < MODEL_HEADER_SIZE; i++)

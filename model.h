@@ -23,7 +23,7 @@
 //    40  bos_id
 //    44  eos_id
 //    48  shared_classifier     1: the classifier is the token embedding (tied); 0: wcls follows
-//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0
+//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0
 //    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
 //    60  rope_orig_ctx         the context it was trained at, L (HF original_max_position_embeddings);
 //                            0 = seq_len
@@ -59,6 +59,9 @@
 //   q8_0  let cp = cols rounded up to a multiple of 32. rows*cp int8 values q (each row zero-padded
 //         to cp), then, at the next multiple of 64, rows*(cp/32) float32 scales d;
 //         value = q * d of its block of 32 (Q8_0 as in ggml, with the scales stored apart).
+//   q4_0  cp as for q8_0. rows*cp/2 bytes, 16 per block of 32: byte j of a block holds value j in its
+//         low 4 bits and value j+16 in its high 4 bits, an unsigned q in [0, 15]; then, at the next
+//         multiple of 64, rows*(cp/32) f16 scales d; value = (q - 8) * d (ggml's Q4_0, scales apart).
 // The rows of wq and wk are in the interleaved RoPE layout: within each head, row 2i and row 2i+1
 // are the two coordinates of rotation pair i (Meta's layout, not Hugging Face's rotate_half one).
 // ---------------------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def loadavg():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES + ("q4_0",), default=list(DTYPES))
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
     ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000")
@@ -225,6 +225,9 @@ def main():
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LRUN_BENCH_CACHE",
                                                                       Path.home() / ".cache" / "lrun-bench")))
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
+    ap.add_argument("--llama-cpp", metavar="BIN_DIR", help="compare with llama.cpp in one interleaved run "
+                    "(bench/versus.py): its build/bin folder, with llama-bench and llama-batched-bench")
+    ap.add_argument("--gguf", metavar="DIR", help="with --llama-cpp: the GGUF files, SHAPE-DTYPE.gguf")
     ap.add_argument("--env", nargs="+", default=[], metavar="VAR=VALUE",
                     help="environment for ./run, e.g. OMP_WAIT_POLICY=passive (recorded in the table)")
     args = ap.parse_args()
@@ -238,6 +241,13 @@ def main():
     if REPO in args.cache.resolve().parents or args.cache.resolve() == REPO:
         ap.error("--cache must be outside the repository (the checkpoints are gigabytes)")
     args.cache.mkdir(parents=True, exist_ok=True)
+    if args.llama_cpp or args.gguf:
+        if not (args.llama_cpp and args.gguf):
+            ap.error("--llama-cpp and --gguf go together")
+        if args.out == REPO / "bench" / "results.md":
+            args.out = REPO / "bench" / "versus.md"
+        import versus
+        return versus.main(args)
 
     started, load_before = datetime.datetime.now(), loadavg()
     bw_seen = {}  # threads -> every probe result

@@ -1,21 +1,31 @@
-// bwprobe.c - how fast this machine streams memory into the cores: the roofline of decoding.
+// bwprobe.c - how fast this machine streams memory into the cores: the roof of decoding.
 //
 //   bench/bwprobe [MiB] [passes]       prints "threads T: X.X GB/s" for T = 1 and 2 (and all cores)
 //
 // Decoding one token reads every weight matrix once and does two flops per weight, far below what
-// the cores could compute, so tokens/s can be at most  bandwidth / weight bytes per token. This
-// program measures that bandwidth the way the decode kernels consume memory: each thread reads its
-// own contiguous half of a buffer much larger than the caches, start to end, summing it (so the
-// loads cannot be optimized away). It reports the median over the passes, in GB/s = 1e9 bytes/s.
+// the cores could compute, so tokens/s can be at most  bandwidth / bytes read per token. For that
+// bound to be a roof, the probe must read at least as fast as any decoder can: each thread reads
+// its own share of a buffer far larger than the caches with the widest loads the machine has,
+// folding the data with integer xor (no floating-point dependency chain to wait on), in huge
+// pages where the kernel gives them, and tries 1, 2 and 4 streams per thread (several places at
+// once keep more misses in flight on some machines; one sequential stream suits the prefetcher of
+// others). It reports the best stream count's best pass, in GB/s = 1e9 bytes/s: a roof is the
+// most the machine did, not its typical speed.
 // What it is not: a STREAM copy/triad benchmark (those also write), nor a latency probe.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+enum { CHUNK = 4096 }; // bytes read from one stream before the next
 
 static double now(void) {
     struct timespec ts;
@@ -23,77 +33,110 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-// Sum n floats with 8 independent 16-wide accumulators: enough loads in flight to saturate the
-// memory system, written so that -O3 vectorizes it on any target.
-static float sum_floats(const float *p, size_t n) {
-    float acc[128] = {0};
+// xor of `bytes` bytes at p (a multiple of 64, 64-byte aligned), 64 bytes per load.
+static uint64_t fold(const unsigned char *p, size_t bytes) {
+#if defined(__AVX512F__)
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
-    for (; i + 128 <= n; i += 128)
-#pragma omp simd
-        for (int j = 0; j < 128; j++) acc[j] += p[i + j];
-    float s = 0;
-    for (int j = 0; j < 128; j++) s += acc[j];
-    for (; i < n; i++) s += p[i];
-    return s;
+    for (; i + 256 <= bytes; i += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+        a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + i + 64));
+        a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
+        a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
+    }
+    for (; i < bytes; i += 64) a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+    a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    uint64_t lanes[8], x = 0;
+    _mm512_storeu_si512(lanes, a0);
+    for (int j = 0; j < 8; j++) x ^= lanes[j];
+    return x;
+#else
+    uint64_t acc[8] = {0}, x = 0;
+    for (size_t i = 0; i < bytes; i += 64)
+        for (int j = 0; j < 8; j++) {
+            uint64_t v;
+            memcpy(&v, p + i + 8 * j, 8);
+            acc[j] ^= v;
+        }
+    for (int j = 0; j < 8; j++) x ^= acc[j];
+    return x;
+#endif
 }
 
-// Bytes/s reading the buffer once with `threads` threads (median of `passes`).
-static double read_bandwidth(const float *buf, size_t n, int threads, int passes, float *sink) {
-    double rate[64];
-    if (passes > 64) passes = 64;
+// One thread's share [lo, hi) read as `streams` equal parts, CHUNK bytes of each in turn.
+static uint64_t read_share(const unsigned char *buf, size_t lo, size_t hi, int streams) {
+    const size_t part = (hi - lo) / streams / CHUNK * CHUNK;
+    uint64_t x = 0;
+    for (size_t off = 0; off < part; off += CHUNK)
+        for (int s = 0; s < streams; s++) x ^= fold(buf + lo + s * part + off, CHUNK);
+    return x;
+}
+
+// Bytes/s reading the buffer once with `threads` threads, best of `passes`.
+static double read_bandwidth(const unsigned char *buf, size_t bytes, int threads, int streams, int passes,
+                             uint64_t *sink) {
+    double best = 0;
     for (int p = 0; p < passes; p++) {
-        float total = 0;
+        uint64_t x = 0;
+        size_t read = 0;
         double t0 = now();
-#pragma omp parallel num_threads(threads) reduction(+ : total)
+#pragma omp parallel num_threads(threads) reduction(^ : x) reduction(+ : read)
         {
             int id = 0, nt = 1;
 #ifdef _OPENMP
             id = omp_get_thread_num();
             nt = omp_get_num_threads();
 #endif
-            size_t lo = n * id / nt, hi = n * (id + 1) / nt;
-            total += sum_floats(buf + lo, hi - lo);
+            size_t lo = bytes / nt * id / CHUNK * CHUNK, hi = bytes / nt * (id + 1) / CHUNK * CHUNK;
+            x ^= read_share(buf, lo, hi, streams);
+            read += (hi - lo) / streams / CHUNK * CHUNK * streams;
         }
-        rate[p] = n * sizeof(float) / (now() - t0);
-        *sink += total;
+        double rate = read / (now() - t0);
+        best = rate > best ? rate : best;
+        *sink ^= x;
     }
-    qsort(rate, passes, sizeof rate[0], by_value);
-    return rate[passes / 2];
+    return best;
 }
 
 int main(int argc, char **argv) {
-    size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 2048;
+    size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 1024;
     int passes = argc > 2 ? atoi(argv[2]) : 7;
-    if (mib < 64 || passes < 1) {
-        fprintf(stderr, "usage: bwprobe [MiB >= 64] [passes >= 1]\n");
+    if (mib < 64 || mib > (1u << 20) || passes < 1) {
+        fprintf(stderr, "usage: bwprobe [MiB, 64 .. 2^20] [passes >= 1]\n");
         return 2;
     }
-    size_t n = mib * 1048576 / sizeof(float);
-    float *buf = malloc(n * sizeof(float));
-    if (!buf) {
+    size_t bytes = mib * 1048576;
+    unsigned char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
         fprintf(stderr, "error: cannot allocate %zu MiB (hint: a smaller size)\n", mib);
         return 1;
     }
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE); // fewer TLB misses; a hint the kernel may ignore
+#endif
     // Touch every page (and make the values non-trivial) from all threads before timing.
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
+    for (size_t i = 0; i < bytes; i += 8) {
+        uint64_t v = i * 0x9E3779B97F4A7C15ull;
+        memcpy(buf + i, &v, 8);
+    }
     int max_threads = 1;
 #ifdef _OPENMP
     max_threads = omp_get_max_threads();
 #endif
-    float sink = 0;
-    printf("buffer %zu MiB, median of %d passes\n", mib, passes);
+    uint64_t sink = 0;
+    printf("buffer %zu MiB, best of %d passes and of 1, 2, 4 streams per thread\n", mib, passes);
     int counts[3] = {1, 2, max_threads}; // 1 thread, 2 threads, and every core if more
     for (int i = 0; i < 3; i++) {
         if (counts[i] > max_threads || (i == 2 && max_threads <= 2)) continue;
-        printf("threads %d: %.2f GB/s\n", counts[i], read_bandwidth(buf, n, counts[i], passes, &sink) / 1e9);
+        double best = 0, by[3];
+        for (int k = 0; k < 3; k++) {
+            by[k] = read_bandwidth(buf, bytes, counts[i], 1 << k, passes, &sink) / 1e9;
+            best = by[k] > best ? by[k] : best;
+        }
+        printf("threads %d: %.2f GB/s (1, 2, 4 streams: %.1f, %.1f, %.1f)\n", counts[i], best, by[0], by[1], by[2]);
     }
-    fprintf(stderr, "(checksum %g)\n", sink);
-    free(buf);
+    fprintf(stderr, "(checksum %llx)\n", (unsigned long long)sink);
+    munmap(buf, bytes);
     return 0;
 }

@@ -51,6 +51,7 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
     const int cp = matrix_cols_stored(t, cols);
     tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
     if (t == DTYPE_Q8_0) tm.scale = calloc((size_t)rows * cp / Q8_BLOCK, sizeof(float));
+    if (t == DTYPE_Q4_0) tm.scale = calloc((size_t)rows * cp / Q8_BLOCK, sizeof(_Float16));
     float row[cp];
     for (int r = 0; r < rows; r++) {
         memset(row, 0, sizeof row);
@@ -60,6 +61,20 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
         if (t == DTYPE_F16)
             for (int c = 0; c < cols; c++)
                 ((_Float16 *)tm.data)[(size_t)r * cp + c] = (_Float16)row[c];
+        if (t == DTYPE_Q4_0) { // ggml's Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8
+            for (int b = 0; b < cp / Q8_BLOCK; b++) {
+                float max = 0;
+                for (int i = 0; i < Q8_BLOCK; i++)
+                    if (fabsf(row[b * Q8_BLOCK + i]) > fabsf(max)) max = row[b * Q8_BLOCK + i];
+                const _Float16 d = (_Float16)(max / -8);
+                ((_Float16 *)tm.scale)[(size_t)r * cp / Q8_BLOCK + b] = d;
+                uint8_t *block = (uint8_t *)tm.data + ((size_t)r * cp + b * Q8_BLOCK) / 2;
+                for (int i = 0; i < Q8_BLOCK; i++) {
+                    int q = d != 0 ? (int)fminf(15, fmaxf(0, rintf(row[b * Q8_BLOCK + i] / (float)d) + 8)) : 8;
+                    block[i % 16] |= (uint8_t)(i < 16 ? q : q << 4);
+                }
+            }
+        }
         if (t == DTYPE_Q8_0) {
             for (int b = 0; b < cp / Q8_BLOCK; b++) {
                 float amax = 0;
@@ -87,7 +102,7 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
     matrix_row(w, m, r);
     for (int c = 0; c < cols; c++)
         s += fabs((double)w[c] * xt[c]);
-    if (m->dtype == DTYPE_Q8_0) {
+    if (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_Q4_0) { // the activations are quantized to 8 bits
         for (int b = 0; b * Q8_BLOCK < cols; b++) {
             double amax = 0, wsum = 0;
             for (int c = b * Q8_BLOCK; c < cols && c < (b + 1) * Q8_BLOCK; c++) {

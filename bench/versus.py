@@ -1,0 +1,163 @@
+"""versus.py - ./run against llama.cpp on the same weights, in one interleaved run, with the roof.
+
+    make bench BENCH_ARGS="--llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR"
+    python3 bench/bench.py --llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR [--shape 110m] [--dtype q8_0]
+
+What it measures, per model shape x weight type x thread count (1 and 2), each the median of --runs
+rounds; within a round the programs and the bandwidth probe run one after the other, so that the
+machine's drift (20-30% between minutes here) hits all of them alike:
+  tg      decode from an empty context, 64 steps: ./run with an empty prompt and -n 65 against
+          llama-bench -p 0 -n 64
+  pp      a 512-token prompt: ./run's prompt speed against llama-bench -p 512 -n 0
+  tg@4k   decode at depth 4000: ./run with a 4000-token prompt, --ctx 4096, 32 steps, against
+          llama-batched-bench -c 4096 -npp 4000 -ntg 32 -npl 1
+  win4k   a 4096-token window: ./run --ppl over one window of 4096 against llama-bench -p 4096 -n 0
+  probe   bench/bwprobe at the same thread count (best of 3 passes over 1 GiB)
+Decode GB/s = tok/s x the bytes of every weight matrix a step reads (all layers and the classifier,
+not the embedding lookup), the same count for both programs, since both store f32, f16, q8_0 (34
+bytes per 32 weights) and q4_0 (18 bytes per 32) at the same size. "of probe" is that over the
+probe of the same round.
+
+What it needs (nothing of llama.cpp is built or converted here): a llama.cpp build directory with
+llama-bench and llama-batched-bench, and GGUF_DIR holding SHAPE-DTYPE.gguf (110m-f16.gguf, ...)
+converted from the same Hugging Face checkpoints that bench.py exports for ./run (docs/speed.md
+says how). Cells whose files are missing on either side are skipped and listed.
+"""
+import json
+import re
+import statistics
+import subprocess
+from pathlib import Path
+
+import bench
+
+TG, PP, DEEP, DEEP_CTX, DEEP_GEN, WIN = 64, 512, 4000, 4096, 32, 4096
+CELLS = ("tg", "pp", "tg@4k", "win4k")
+DTYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}  # bytes per weights
+
+
+def weight_bytes(h, dtype):
+    """Bytes of the matrices one decode step reads: every layer's, plus the classifier."""
+    D, H = h["dim"], h["hidden"]
+    qd, kvd = h["heads"] * h["head_dim"], h["kv_heads"] * h["head_dim"]
+    per, n = DTYPE_BYTES[dtype]
+    weights = h["layers"] * (2 * qd * D + 2 * kvd * D + 3 * H * D) + h["vocab"] * D
+    return weights * per // n
+
+
+def run(cmd, env=None):
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"versus: {' '.join(map(str, cmd[:3]))} ... failed (exit {proc.returncode}):\n"
+                         f"{proc.stderr[-2000:]}")
+    return proc
+
+
+def ours(model, tok, cell, threads, prompts):
+    base = [str(bench.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads)]
+    if cell == "win4k":
+        err = run(base + ["--ppl", str(bench.TEXT), "--ctx", str(WIN), "--ppl-windows", "1"],
+                  env=bench.RUN_ENV).stderr
+        return float(bench.PPL_TIMING.search(err).group(3))
+    if cell == "tg":
+        args = ["-i", "", "-n", str(TG + 1), "--ctx", "1024"]
+    elif cell == "pp":
+        args = ["-i", prompts[PP], "-n", "1", "--ctx", "1024"]
+    else:
+        args = ["-i", prompts[DEEP], "-n", str(DEEP_GEN + 1), "--ctx", str(DEEP_CTX)]
+    m = bench.TIMING.search(run(base + args, env=bench.RUN_ENV).stderr)
+    return float(m.group(3)) if cell == "pp" else float(m.group(7))
+
+
+def theirs(bindir, gguf, cell, threads):
+    if cell == "tg@4k":
+        out = run([str(bindir / "llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-c", str(DEEP_CTX),
+                   "-npp", str(DEEP), "-ntg", str(DEEP_GEN), "-npl", "1", "--output-format", "jsonl"]).stdout
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        return float(rows[-1]["speed_tg"])
+    p, n = {"tg": (0, TG), "pp": (PP, 0), "win4k": (WIN, 0)}[cell]
+    out = run([str(bindir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-p", str(p), "-n", str(n),
+               "-r", "1", "-o", "jsonl"]).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return float(rows[-1]["avg_ts"])
+
+
+def probe(threads):
+    out = run([str(bench.REPO / "bench" / "bwprobe"), "1024", "3"]).stdout
+    return float(re.search(rf"threads {threads}: ([\d.]+) GB/s", out).group(1))
+
+
+def main(args):
+    bindir, ggufs = Path(args.llama_cpp), Path(args.gguf)
+    for tool in ("llama-bench", "llama-batched-bench"):
+        if not (bindir / tool).exists():
+            raise SystemExit(f"versus: no {tool} in {bindir} (hint: --llama-cpp is llama.cpp's build/bin folder)")
+    rows, skipped = [], []
+    started, load_before = bench.datetime.datetime.now(), bench.loadavg()
+    prompts = {}
+    for shape in args.shape:
+        if shape == "stories260k":
+            continue  # no GGUF of it: llama.cpp's converter wants a larger vocabulary layout
+        tok = bench.SHAPES[shape]["tokenizer"]
+        if not prompts:
+            prompts = {PP: bench.prompt_text(tok, PP), DEEP: bench.prompt_text(tok, DEEP)}
+        for dtype in args.dtype:
+            gguf = ggufs / f"{shape}-{dtype}.gguf"
+            model = args.cache / f"{shape}-{dtype}.bin"
+            if dtype in bench.DTYPES:
+                model = bench.checkpoint(args.cache, shape, dtype)
+            if not gguf.exists() or not model.exists():
+                skipped.append(f"{shape} {dtype} ({'no ' + gguf.name if not gguf.exists() else 'no ' + model.name})")
+                continue
+            h = bench.read_header(model)
+            wbytes = weight_bytes(h, dtype)
+            for threads in args.threads:
+                got = {c: ([], []) for c in CELLS}
+                probes = []
+                for r in range(args.runs):
+                    bench.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
+                    probes.append(probe(threads))
+                    for cell in CELLS:
+                        if cell == "tg@4k" and args.no_long or cell == "win4k" and args.no_window:
+                            continue
+                        got[cell][0].append(ours(model, tok, cell, threads, prompts))
+                        got[cell][1].append(theirs(bindir, gguf, cell, threads))
+                bw = statistics.median(probes)
+                row = dict(shape=shape, dtype=dtype, threads=threads, probe=bw, probes=probes)
+                for cell, (a, b) in got.items():
+                    if a:
+                        row[cell] = (statistics.median(a), statistics.median(b))
+                row["gbps"] = tuple(v * wbytes / 1e9 for v in row["tg"])
+                rows.append(row)
+                bench.log(f"versus:   tg ours {row['tg'][0]:.2f} llama.cpp {row['tg'][1]:.2f} tok/s, "
+                          f"{row['gbps'][0] / bw:.0%} / {row['gbps'][1] / bw:.0%} of the probe ({bw:.1f} GB/s)")
+    lines = [f"# ./run against llama.cpp, {started:%Y-%m-%d %H:%M}", "",
+             f"Machine: {bench.machine()}; Linux {bench.os.uname().release}; commit "
+             + subprocess.run(["git", "-C", str(bench.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() + f"; llama.cpp: {bindir}",
+             f"Load average (1, 5, 15 min): {load_before} before, {bench.loadavg()} after "
+             f"({(bench.datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
+             f"Medians of {args.runs} interleaved rounds. tg = {TG} decode steps from an empty context; pp = a {PP}-token "
+             f"prompt; tg@4k = {DEEP_GEN} steps after {DEEP} tokens (--ctx {DEEP_CTX}); win4k = one {WIN}-token window. "
+             "Cells: ours / llama.cpp tok/s (ratio). GB/s: decode (tg) x bytes of the weight matrices per step, "
+             "and its fraction of the probe (bench/bwprobe, same round, same threads).", "",
+             "| model | weights | threads | tg | pp | tg@4k | win4k | probe GB/s | tg GB/s ours (of probe) "
+             "| tg GB/s llama.cpp (of probe) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = []
+        for cell in CELLS:
+            if cell in r:
+                a, b = r[cell]
+                cells.append(f"{a:.1f} / {b:.1f} ({a / b:.2f}x)")
+            else:
+                cells.append("-")
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | " + " | ".join(cells)
+                     + f" | {r['probe']:.1f} ({min(r['probes']):.1f}-{max(r['probes']):.1f}) "
+                     f"| {r['gbps'][0]:.1f} ({r['gbps'][0] / r['probe']:.0%}) "
+                     f"| {r['gbps'][1]:.1f} ({r['gbps'][1] / r['probe']:.0%}) |")
+    if skipped:
+        lines += ["", "Skipped (a file missing): " + ", ".join(skipped) + "."]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    args.out.write_text(table)
+    bench.log(f"versus: wrote {args.out}")
