@@ -22,8 +22,9 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, STORIES_BIN, TEXT, TOK512, run_export
-from hf_random import make_checkpoint
+from conftest import REPO, STORIES_BIN, TEXT, TOK512, TOOLS, run_export
+from lrun.hf_random import make_checkpoint
+from lrun.modelfile import LEGACY_FIELDS, LEGACY_HEADER, file_size, set_field
 
 LEGACY = STORIES_BIN
 CORPUS = REPO / "fuzz/corpus/model"
@@ -78,11 +79,6 @@ def test_not_a_regular_file(tmp_path, c_tools):
 
 # --- Our header, field by field (model.h: int32 at 4..60, float64 at 64..120, zeros to 256) ------
 
-I32 = {"version": 4, "dim": 8, "hidden_dim": 12, "n_layers": 16, "n_heads": 20, "n_kv_heads": 24,
-       "head_dim": 28, "vocab_size": 32, "seq_len": 36, "bos_id": 40, "eos_id": 44, "shared_classifier": 48,
-       "dtype": 52, "rope_scaling": 56, "rope_orig_ctx": 60}
-F64 = {"rope_theta": 64, "norm_eps": 72, "rope_factor": 80, "rope_attn_factor": 88, "rope_beta_fast": 96,
-       "rope_beta_slow": 104, "rope_low_freq_factor": 112, "rope_high_freq_factor": 120}
 NAN, INF = float("nan"), float("inf")
 
 # (case id, {field: value}, words the message must contain). TINY: dim 16, 4 heads of 4, 2 kv heads.
@@ -148,10 +144,7 @@ HEADER_CASES = [
 def with_fields(data, fields):
     b = bytearray(data)
     for name, value in fields.items():
-        if name in I32:
-            struct.pack_into("<i", b, I32[name], value)
-        else:
-            struct.pack_into("<d", b, F64[name], value)
+        set_field(b, name, value)
     return bytes(b)
 
 
@@ -172,34 +165,6 @@ def test_reserved_bytes_must_be_zero(tmp_path, tiny):
         refused(path, ["reserved header bytes 128..255 must be zero"])
 
 
-def described_size(dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, shared_classifier, dtype):
-    """The file size a header implies, from model.h's layout, in Python's unbounded integers."""
-    align = lambda off: -(-off // 64) * 64
-    off = 256
-
-    def matrix(rows, cols):
-        nonlocal off
-        if dtype == 2:  # q8_0: int8 rows padded to 32 columns, then at the next 64 the scales
-            cp = -(-cols // 32) * 32
-            off = align(off) + rows * cp
-            off = align(off) + rows * cp // 32 * 4
-        else:
-            off = align(off) + rows * cols * (4 if dtype == 0 else 2)
-
-    def norm():
-        nonlocal off
-        off = align(off) + dim * 4
-    q, kv = n_heads * head_dim, n_kv_heads * head_dim
-    matrix(vocab_size, dim)
-    for _ in range(n_layers):
-        norm(), matrix(q, dim), matrix(kv, dim), matrix(kv, dim), matrix(dim, q)
-        norm(), matrix(hidden_dim, dim), matrix(dim, hidden_dim), matrix(hidden_dim, dim)
-    norm()
-    if not shared_classifier:
-        matrix(vocab_size, dim)
-    return off
-
-
 @pytest.mark.parametrize("dtype", [0, 1, 2], ids=["f32", "f16", "q8_0"])
 def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
     # Every field at the top of its range describes 2^48 to 2^51 bytes of tensors: the size
@@ -208,7 +173,7 @@ def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
                  vocab_size=1 << 22, shared_classifier=0, dtype=dtype)
     path = tmp_path / "huge.bin"
     path.write_bytes(with_fields(tiny["f32"].read_bytes(), {**shape, "seq_len": 1 << 24}))
-    size = described_size(**shape)
+    size = file_size(shape)  # lrun/modelfile.py, in Python's unbounded integers
     assert size > 2**48
     refused(path, [f"file is {path.stat().st_size} bytes but its header describes {size} ", "truncated"])
 
@@ -237,7 +202,6 @@ def test_kv_cache_that_does_not_fit_is_refused(tmp_path_factory, c_tools):
 
 # --- llama2.c legacy files -----------------------------------------------------------------------
 
-LEGACY_FIELDS = ["dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"]
 LEGACY_CASES = [
     ("dim-0", {"dim": 0}), ("dim-not-multiple-of-heads", {"dim": 60}), ("head-dim-odd", {"dim": 24}),
     ("layers-negative", {"n_layers": -5}), ("heads-0", {"n_heads": 0}), ("kv-heads-above-heads", {"n_kv_heads": 16}),
@@ -248,10 +212,10 @@ LEGACY_CASES = [
 
 def legacy_with(fields, data=None):
     data = data if data is not None else LEGACY.read_bytes()
-    header = list(struct.unpack_from("<7i", data))
+    header = list(LEGACY_HEADER.unpack_from(data))
     for name, value in fields.items():
         header[LEGACY_FIELDS.index(name)] = value
-    return struct.pack("<7i", *header) + data[28:]
+    return LEGACY_HEADER.pack(*header) + data[LEGACY_HEADER.size:]
 
 
 @pytest.mark.parametrize("fields", [c[1] for c in LEGACY_CASES], ids=[c[0] for c in LEGACY_CASES])
@@ -366,10 +330,10 @@ def corpus(prefix):
 
 @pytest.mark.parametrize("seed", corpus("ok-"), ids=lambda p: p.stem)
 def test_corpus_valid_seeds_run(tmp_path, c_tools, seed):
-    # The seeds have a 32-token vocabulary, so they run through tests/dump_logits, not ./run.
+    # The seeds have a 32-token vocabulary, so they run through tests/tools/dump_logits, not ./run.
     ids, out = tmp_path / "ids.bin", tmp_path / "logits.bin"
     ids.write_bytes(struct.pack("<4i", 1, 5, 31, 7))
-    proc = subprocess.run([str(REPO / "tests/dump_logits"), str(seed), str(ids), str(out), "--ctx", "4"],
+    proc = subprocess.run([str(TOOLS / "dump_logits"), str(seed), str(ids), str(out), "--ctx", "4"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     logits = struct.unpack(f"<{4 * 32}f", out.read_bytes())

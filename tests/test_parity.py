@@ -1,7 +1,7 @@
 """Numerical parity of the C forward pass with the PyTorch reference (tests/reference.py).
 
 Each Hugging Face checkpoint (random ones made here, and the real stories260K-hf) is exported by
-export/export.py and run by model.c through tests/dump_logits; the reference runs the Hugging Face
+export/export.py and run by model.c through tests/tools/dump_logits; the reference runs the Hugging Face
 directory itself in float64, in the rotate_half layout, so the q/k permutation of the exporter is
 under test too. Passing means  max |logit difference| < 1e-4 * max |logit|  over every position.
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import REPO, STORIES_HF, TEXT, run_export
-from hf_random import make_checkpoint
+from conftest import STORIES_HF, TEXT, TOOLS, run_export
+from lrun.hf_random import make_checkpoint
 
 TOL = 1e-4
 
@@ -24,7 +24,7 @@ TOL = 1e-4
 def c_logits(model, ids, tmp_path, *flags):
     ids_file, out_file = tmp_path / "ids.bin", tmp_path / "logits.bin"
     np.asarray(ids, dtype="<i4").tofile(ids_file)
-    proc = subprocess.run([str(REPO / "tests/dump_logits"), str(model), str(ids_file), str(out_file),
+    proc = subprocess.run([str(TOOLS / "dump_logits"), str(model), str(ids_file), str(out_file),
                            *map(str, flags)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return np.fromfile(out_file, dtype="<f4").reshape(len(ids), -1).astype(np.float64)
