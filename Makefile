@@ -11,7 +11,7 @@ CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lstdc++ -lm -fopenmp
 
 CORE = model.o loader.o rope.o kernels.o
-TOOLS = tests/test_rope tests/test_model tests/rope_dump tests/dump_logits tests/tok_dump $(KERNEL_TESTS)
+TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump $(KERNEL_TESTS)
 # The kernel test, built for this machine, for plain C (what other machines compile), and on
 # x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
 KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
@@ -36,22 +36,22 @@ tests/test_rope: tests/test_rope.c rope.o
 tests/test_model: tests/test_model.c $(CORE)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
-tests/rope_dump: tests/rope_dump.c rope.o
+tests/tools/rope_dump: tests/tools/rope_dump.c rope.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-tests/dump_logits: tests/dump_logits.c $(CORE)
+tests/tools/dump_logits: tests/tools/dump_logits.c $(CORE)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
-tests/tok_dump: tests/tok_dump.c tokenizer.o
+tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
 
 tests/test_kernels: tests/test_kernels.c kernels.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-tests/test_kernels_plain: tests/test_kernels.c kernels.c kernels.h
+tests/test_kernels_plain: tests/test_kernels.c kernels.c kernels.h kernels_x86.h
 	$(CC) $(CFLAGS) -DKERNELS_PLAIN -I. -o $@ tests/test_kernels.c kernels.c -lm
 
-tests/test_kernels_avx2: tests/test_kernels.c kernels.c kernels.h
+tests/test_kernels_avx2: tests/test_kernels.c kernels.c kernels.h kernels_x86.h
 	$(CC) $(CFLAGS) -march=haswell -I. -o $@ tests/test_kernels.c kernels.c -lm
 
 tools: run $(TOOLS)
@@ -77,8 +77,8 @@ bench/matmul_bench: bench/matmul_bench.c kernels.o
 bench: run $(BENCH_TOOLS)
 	$(PYTHON) bench/bench.py $(BENCH_ARGS)
 
-# `make plots`: the RoPE figures in docs/ (scripts/plot_rope.py, frequencies from tests/rope_dump).
-plots: tests/rope_dump
+# `make plots`: the RoPE figures in docs/ (scripts/plot_rope.py, frequencies from tests/tools/rope_dump).
+plots: tests/tools/rope_dump
 	$(PYTHON) scripts/plot_rope.py
 
 # `make results`: docs/ppl_results.md and docs/ppl_buckets.png, perplexity of stories260K on the

@@ -19,7 +19,7 @@ Then one 4096-token --ppl window (stories260K f32 and 110M q8_0, 2 threads), pro
 of 512 tokens (the default -b) against one token at a time (-b 1): what batched prefill buys.
 The models: random weights of the 110M shape (dim 768, 12 layers, 12 heads, hidden 2048,
 vocab 32000) and of the TinyLlama-1.1B shape (dim 2048, 22 layers, 32 heads / 4 kv heads, hidden
-5632, vocab 32000), made once by tests/hf_random.py + export/export.py into a cache directory
+5632, vocab 32000), made once by lrun/hf_random.py + export/export.py into a cache directory
 outside the repository (--cache, default ~/.cache/lrun-bench), and the real stories260K exported
 from data/stories260K-hf. The random models read the Llama 2 tokenizer; the
 prompts are TinyStories text cut to the exact token count.
@@ -35,10 +35,12 @@ import os
 import re
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun import modelfile  # noqa: E402  (the header and the bytes of a matrix)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
@@ -84,7 +86,7 @@ def checkpoint(cache, shape, dtype):
         hf = cache / f"hf-{shape}"
         if not (hf / "config.json").exists():
             log(f"bench: writing random weights of the {shape} shape into {hf}")
-            subprocess.run([PYTHON, str(REPO / "tests" / "hf_random.py"), str(hf), "--preset", spec["preset"]],
+            subprocess.run([PYTHON, "-m", "lrun.hf_random", str(hf), "--preset", spec["preset"]], cwd=REPO,
                            check=True)
     log(f"bench: exporting {out.name}")
     subprocess.run([PYTHON, str(REPO / "export" / "export.py"), str(hf), str(out), "--dtype", dtype], check=True)
@@ -94,33 +96,21 @@ def checkpoint(cache, shape, dtype):
 
 
 def read_header(path):
-    """The numbers of model.h's header that the roofline needs."""
+    """model.h's header of a model file, as a dict (lrun/modelfile.py)."""
     with open(path, "rb") as f:
-        h = f.read(64)
-    assert h[:4] == b"LRUN", f"{path}: not a model file"
-    (dim, hidden, layers, heads, kv_heads, head_dim, vocab, _seq, _bos, _eos, shared,
-     dtype) = struct.unpack_from("<12i", h, 8)
-    return dict(dim=dim, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                vocab=vocab, shared=shared, dtype=dtype)
-
-
-def matrix_bytes(dtype, rows, cols):
-    """kernels.c matrix_data_bytes + matrix_scale_bytes."""
-    if dtype == 2:  # q8_0: int8 rows padded to 32, one float per 32
-        cp = -(-cols // 32) * 32
-        return rows * cp + rows * cp // 32 * 4
-    return rows * cols * (4 if dtype == 0 else 2)
+        h = modelfile.read_header(f.read(modelfile.HEADER_SIZE))
+    assert h["magic"] == modelfile.MAGIC, f"{path}: not a model file"
+    return h
 
 
 def decode_bytes(h, pos):
     """Bytes one decode step at position pos reads: every weight matrix once (the embedding only
     as the classifier when it is shared), the rows of keys and values 0..pos in float32."""
-    D, H, qd, kvd = h["dim"], h["hidden"], h["heads"] * h["head_dim"], h["kv_heads"] * h["head_dim"]
-    t = h["dtype"]
-    layer = (matrix_bytes(t, qd, D) + 2 * matrix_bytes(t, kvd, D) + matrix_bytes(t, D, qd)
-             + 2 * matrix_bytes(t, H, D) + matrix_bytes(t, D, H))
-    weights = h["layers"] * layer + matrix_bytes(t, h["vocab"], D)
-    kv = 2 * h["layers"] * (pos + 1) * kvd * 4
+    weights = sum(modelfile.matrix_bytes(*shape, h["dtype"]) for name, shape, kind in modelfile.tensors(h)
+                  if kind == "matrix" and name != "token_embedding")
+    if h["shared_classifier"]:
+        weights += modelfile.matrix_bytes(h["vocab_size"], h["dim"], h["dtype"])
+    kv = 2 * h["n_layers"] * (pos + 1) * h["n_kv_heads"] * h["head_dim"] * 4
     return weights, kv
 
 

@@ -38,15 +38,15 @@ DTYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}
 
 def weight_bytes(h, dtype):
     """Bytes of the matrices one decode step reads: every layer's, plus the classifier."""
-    D, H = h["dim"], h["hidden"]
-    qd, kvd = h["heads"] * h["head_dim"], h["kv_heads"] * h["head_dim"]
+    D, H = h["dim"], h["hidden_dim"]
+    qd, kvd = h["n_heads"] * h["head_dim"], h["n_kv_heads"] * h["head_dim"]
     per, n = DTYPE_BYTES[dtype]
-    weights = h["layers"] * (2 * qd * D + 2 * kvd * D + 3 * H * D) + h["vocab"] * D
+    weights = h["n_layers"] * (2 * qd * D + 2 * kvd * D + 3 * H * D) + h["vocab_size"] * D
     return weights * per // n
 
 
 def run(cmd, env=None):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
     if proc.returncode != 0:
         raise SystemExit(f"versus: {' '.join(map(str, cmd[:3]))} ... failed (exit {proc.returncode}):\n"
                          f"{proc.stderr[-2000:]}")

@@ -1,11 +1,12 @@
 """export.py - convert a Hugging Face Llama (or Mistral) checkpoint into our model file.
 
-Usage: python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0]
+Usage: python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0|q4_0]
 
 What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
 safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
 implies, and a writer of the format documented at the top of model.h (version 1): a 256-byte
-header, then the tensors in a fixed order, each 64-byte aligned. Along the way the rows of q_proj
+header, then the tensors in a fixed order, each 64-byte aligned (the layout is lrun/modelfile.py,
+the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
 and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
 rope.c rotates (see "The two RoPE layouts" below).
 What this is not: a general converter. Anything this program cannot reproduce exactly is refused
@@ -21,32 +22,15 @@ import json
 import math
 import os
 import shutil
-import struct
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
-from safetensors import FLOAT_DTYPES, Checkpoint, CheckpointError
-
-# --- The file header (model.h, "The model file format, version 1") ------------------------------
-
-MAGIC, VERSION, HEADER_SIZE, ALIGN, Q8_BLOCK = b"LRUN", 1, 256, 64, 32
-DTYPES = {"f32": 0, "f16": 1, "q8_0": 2}  # DType in model.h
-
-# Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
-# then zeros up to 256. '<' = little-endian, no padding between fields.
-HEADER_FIELDS = [
-    ("magic", "4s"), ("version", "i"), ("dim", "i"), ("hidden_dim", "i"), ("n_layers", "i"),
-    ("n_heads", "i"), ("n_kv_heads", "i"), ("head_dim", "i"), ("vocab_size", "i"),
-    ("seq_len", "i"), ("bos_id", "i"), ("eos_id", "i"), ("shared_classifier", "i"),
-    ("dtype", "i"), ("rope_scaling", "i"), ("rope_orig_ctx", "i"),
-    ("rope_theta", "d"), ("norm_eps", "d"), ("rope_factor", "d"), ("rope_attn_factor", "d"),
-    ("rope_beta_fast", "d"), ("rope_beta_slow", "d"), ("rope_low_freq_factor", "d"),
-    ("rope_high_freq_factor", "d"),
-]
-HEADER = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
-assert HEADER.size == 128  # the reserved zeros fill the rest of the 256 bytes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError  # noqa: E402
+from lrun.modelfile import ALIGN, DTYPES, MAGIC, Q8_BLOCK, VERSION, pack_header, tensors  # noqa: E402
 
 # RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2).
 ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 3, "yarn": 4, "llama3": 5}
@@ -244,29 +228,25 @@ def check_limits(c, where):
 
 
 # --- Which Hugging Face tensor goes where ------------------------------------------------------
-# (our name, HF name, shape, kind); kind "norm" is written as f32, "matrix" in the chosen dtype,
-# "q" and "k" are matrices whose rows are permuted first. The order is the file's order (model.h).
+# (our name, HF name, shape, kind) in the file's order (lrun/modelfile.py); kind "norm" is written
+# as f32, "matrix" in the chosen dtype, "q" and "k" are matrices whose rows are permuted first.
+
+HF_NAMES = {"token_embedding": "model.embed_tokens.weight", "rms_final": "model.norm.weight",
+            "wcls": "lm_head.weight", "rms_att": "input_layernorm.weight", "wq": "self_attn.q_proj.weight",
+            "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight",
+            "rms_ffn": "post_attention_layernorm.weight", "w1": "mlp.gate_proj.weight",
+            "w2": "mlp.down_proj.weight", "w3": "mlp.up_proj.weight"}
+
 
 def tensor_plan(c):
-    D, F, V, hd = c["dim"], c["hidden_dim"], c["vocab_size"], c["head_dim"]
-    q_rows, kv_rows = c["n_heads"] * hd, c["n_kv_heads"] * hd
-    plan = [("token_embedding", "model.embed_tokens.weight", (V, D), "matrix")]
-    for l in range(c["n_layers"]):
-        hf = f"model.layers.{l}."
-        plan += [
-            (f"layers.{l}.rms_att", hf + "input_layernorm.weight", (D,), "norm"),
-            (f"layers.{l}.wq", hf + "self_attn.q_proj.weight", (q_rows, D), "q"),
-            (f"layers.{l}.wk", hf + "self_attn.k_proj.weight", (kv_rows, D), "k"),
-            (f"layers.{l}.wv", hf + "self_attn.v_proj.weight", (kv_rows, D), "matrix"),
-            (f"layers.{l}.wo", hf + "self_attn.o_proj.weight", (D, q_rows), "matrix"),
-            (f"layers.{l}.rms_ffn", hf + "post_attention_layernorm.weight", (D,), "norm"),
-            (f"layers.{l}.w1", hf + "mlp.gate_proj.weight", (F, D), "matrix"),
-            (f"layers.{l}.w2", hf + "mlp.down_proj.weight", (D, F), "matrix"),
-            (f"layers.{l}.w3", hf + "mlp.up_proj.weight", (F, D), "matrix"),
-        ]
-    plan.append(("rms_final", "model.norm.weight", (D,), "norm"))
-    if not c["shared_classifier"]:
-        plan.append(("wcls", "lm_head.weight", (V, D), "matrix"))
+    plan = []
+    for ours, shape, kind in tensors(c):
+        if ours.startswith("layers."):  # layers.L.NAME -> model.layers.L.<HF name of NAME>
+            _, l, name = ours.split(".")
+            hf, kind = f"model.layers.{l}.{HF_NAMES[name]}", {"wq": "q", "wk": "k"}.get(name, kind)
+        else:
+            hf = HF_NAMES[ours]
+        plan.append((ours, hf, shape, kind))
     return plan
 
 
@@ -347,6 +327,24 @@ def quantize_q8_0(w):
     return q, d.astype(np.float32)
 
 
+def quantize_q4_0(w):
+    """(rows, cols) float32 -> packed 4-bit values uint8 (rows, cp/2) and f16 scales (rows, cp/32).
+    Per block of 32 (ggml's Q4_0): m = the value of largest magnitude, d = m / -8, q = min(15,
+    floor(x / d + 8.5)) in [0, 15], so x ~ (q - 8) * d; byte j of a block holds q_j in its low 4 bits
+    and q_(j+16) in its high 4 bits."""
+    rows, cols = w.shape
+    cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
+    x = np.zeros((rows, cp), np.float32)
+    x[:, :cols] = w
+    blocks = x.reshape(rows, cp // Q8_BLOCK, Q8_BLOCK)
+    at = np.abs(blocks).argmax(axis=2)[:, :, None]
+    d = (np.take_along_axis(blocks, at, axis=2)[:, :, 0] / np.float32(-8)).astype(np.float32)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    q = np.minimum(15, np.floor(blocks * inv[:, :, None] + np.float32(8.5))).astype(np.uint8)
+    packed = q[:, :, :16] | (q[:, :, 16:] << 4)  # (rows, cp/32, 16)
+    return packed.reshape(rows, cp // 2), d
+
+
 def write_tensor(f, w, kind, dtype, name):
     """One tensor at the next 64-byte boundary: norms as f32, matrices in `dtype` (model.h)."""
     pad_to_alignment(f)
@@ -359,11 +357,21 @@ def write_tensor(f, w, kind, dtype, name):
             raise CheckpointError(f"tensor {name}", "has values beyond the f16 range (65504)",
                                   "export with --dtype f32 or q8_0")
         f.write(h.data)
-    else:  # q8_0: all int8 rows, then at the next 64-byte boundary all the scales
+    elif dtype == "q8_0":  # all int8 rows, then at the next 64-byte boundary all the scales
         q, d = quantize_q8_0(w)
         f.write(q.data)
         pad_to_alignment(f)
         f.write(np.ascontiguousarray(d, dtype="<f4").data)
+    else:  # q4_0: all packed rows, then at the next 64-byte boundary all the f16 scales
+        q, d = quantize_q4_0(w)
+        f.write(np.ascontiguousarray(q).data)
+        pad_to_alignment(f)
+        with np.errstate(over="ignore"):
+            h = np.ascontiguousarray(d, dtype="<f2")
+        if not np.isfinite(h).all():
+            raise CheckpointError(f"tensor {name}", "has a q4_0 block scale beyond the f16 range",
+                                  "export with --dtype f32 or q8_0")
+        f.write(h.data)
 
 
 def describe_rope(c):
@@ -408,8 +416,7 @@ def export(hf_dir, out, dtype):
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out) + ".tmp-", dir=out_dir)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(HEADER.pack(*(c[name] for name, _ in HEADER_FIELDS)))
-            f.write(b"\0" * (HEADER_SIZE - HEADER.size))  # reserved
+            f.write(pack_header(c))  # 128 bytes of fields, 128 reserved zeros
             n_params = 0
             for k, (ours, hf, shape, kind) in enumerate(plan):
                 w = ckpt.get(hf)  # float32, whatever the stored dtype; one tensor in memory at a time

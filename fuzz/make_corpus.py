@@ -6,26 +6,31 @@ A fuzzer mutates its seeds, so the seeds decide which code it reaches quickly. E
 few small valid inputs and a few hand-made edge cases:
   model/      tiny models (vocab 32, dim 8, two layers, grouped-query attention; a few KB each) in
               every dtype and RoPE mode, made from a random Hugging Face checkpoint
-              (tests/hf_random.py) by export/export.py; two tiny llama2.c legacy files (shared and
+              (lrun/hf_random.py) by export/export.py; two tiny llama2.c legacy files (shared and
               separate classifier); and broken files: a header alone, a bare magic, "ak42".
   tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
               UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range).
   cli/        command lines, arguments separated by NUL bytes.
 tests/test_hostile.py checks that the valid models load and run and the broken ones are refused.
+What this is not: a fuzzer (fuzz/fuzz_*.c are, run by fuzz/run.sh) or a test.
 """
+import math
 import os
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun.hf_random import make_checkpoint  # noqa: E402
+from lrun.modelfile import HEADER_SIZE, LEGACY_HEADER, MAGIC, legacy_tensors  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests"))
-from hf_random import make_checkpoint  # noqa: E402
 
 TINY = dict(dim=8, hidden_dim=12, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32, max_pos=16)
 
@@ -46,18 +51,10 @@ MODELS = {
 
 def legacy(shared, seed):
     """A tiny llama2.c legacy (version 0) file: 7 int32, then f32 weights in llama2.c's order."""
-    dim, hidden, layers, heads, kv_heads, vocab, seq_len = 8, 12, 2, 2, 1, 32, 4
-    head_dim = dim // heads
-    kv_dim = kv_heads * head_dim
-    sizes = [vocab * dim, layers * dim, layers * dim * dim, layers * kv_dim * dim, layers * kv_dim * dim,
-             layers * dim * dim, layers * dim, layers * hidden * dim, layers * dim * hidden,
-             layers * hidden * dim, dim, seq_len * head_dim // 2, seq_len * head_dim // 2]
-    if not shared:
-        sizes.append(vocab * dim)
-    rng = np.random.default_rng(seed)
-    weights = rng.normal(0, 0.1, sum(sizes)).astype("<f4")
-    header = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab if shared else -vocab, seq_len)
-    return header + weights.tobytes()
+    header = (8, 12, 2, 2, 1, 32 if shared else -32, 4)  # dim hidden layers heads kv_heads vocab seq_len
+    n = sum(math.prod(shape) for _, shape in legacy_tensors(*header))
+    weights = np.random.default_rng(seed).normal(0, 0.1, n).astype("<f4")
+    return LEGACY_HEADER.pack(*header) + weights.tobytes()
 
 
 def tokenizer_seeds():
@@ -120,10 +117,10 @@ def main():
     write(model_dir, "ok-legacy-untied.bin", legacy(False, 2))
     with open(os.path.join(model_dir, "ok-f32-tied.bin"), "rb") as f:
         ours = f.read()
-    write(model_dir, "bad-header-only.bin", ours[:256])
-    write(model_dir, "bad-magic-only.bin", b"LRUN")
+    write(model_dir, "bad-header-only.bin", ours[:HEADER_SIZE])
+    write(model_dir, "bad-magic-only.bin", MAGIC)
     write(model_dir, "bad-ak42.bin", b"ak42" + ours[4:64])
-    write(model_dir, "bad-legacy-header-only.bin", legacy(True, 1)[:28])
+    write(model_dir, "bad-legacy-header-only.bin", legacy(True, 1)[:LEGACY_HEADER.size])
     for name, data in tokenizer_seeds().items():
         write(os.path.join(corpus, "tokenizer"), name, data)
     for name, data in cli_seeds().items():

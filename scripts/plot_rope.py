@@ -1,6 +1,6 @@
 """plot_rope.py - draw the two RoPE figures of the README.
 
-Usage: python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/rope_dump]
+Usage: python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/tools/rope_dump]
 
   docs/rope_decay.png        RoPE's long-term decay (RoFormer, Su et al. 2021, arXiv 2104.09864,
                              section 3.4.3 and figure 2): the relative upper bound of the attention
@@ -9,8 +9,8 @@ Usage: python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/rope_dum
                              mode, against the trained context L and the target context L' = s*L.
 
 What this is: a picture of the numbers rope.c computes. The inverse frequencies come from the C
-code itself, through tests/rope_dump (build it with `make tests/rope_dump`), and every one is
-checked against tests/rope_ref.py, the independent numpy implementation, before it is drawn.
+code itself, through tests/tools/rope_dump (build it with `make tests/tools/rope_dump`), and every
+one is checked against lrun/rope_ref.py, the independent numpy implementation, before it is drawn.
 What this is not: a measurement of any model; see scripts/ppl_results.py for that.
 
 The decay bound. Split a head into d/2 pairs and write pair k of q and k as complex numbers q_k,
@@ -36,9 +36,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun import rope_ref  # noqa: E402  (the independent numpy formulas)
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-import rope_ref  # noqa: E402  (tests/rope_ref.py: the independent numpy formulas)
 
 MODES = ("none", "pi", "ntk", "dynamic", "yarn", "llama3")
 STYLE = {  # mode -> (colour, marker, line style); none is the black baseline
@@ -55,7 +56,7 @@ STYLE = {  # mode -> (colour, marker, line style); none is the black baseline
 # The frequencies, from the C program
 
 def c_inv_freq(rope_dump, mode, d, base, L, s, length=0):
-    """theta_i (d/2 floats) as rope.c's rope_inv_freq computes them, read from tests/rope_dump's
+    """theta_i (d/2 floats) as rope.c's rope_inv_freq computes them, read from rope_dump's
     `inv_freq v_0 ... v_{d/2-1}` line. length: the current sequence length (dynamic only)."""
     cmd = [str(rope_dump), "--mode", mode, "--head-dim", str(d), "--base", repr(float(base)),
            "--orig-ctx", str(L), "--factor", repr(float(s)), "--positions", "0"]
@@ -67,16 +68,16 @@ def c_inv_freq(rope_dump, mode, d, base, L, s, length=0):
     for line in proc.stdout.splitlines():
         if line.startswith("inv_freq "):
             return np.array([float(v) for v in line.split()[1:]])
-    sys.exit(f"error: {rope_dump} printed no inv_freq line (hint: rebuild it with `make tests/rope_dump`)")
+    sys.exit(f"error: {rope_dump} printed no inv_freq line (hint: rebuild it with `make tests/tools/rope_dump`)")
 
 
 def inv_freq(rope_dump, mode, d, base, L, s, length=0):
-    """The C numbers, after checking them against tests/rope_ref.py (relative 1e-12)."""
+    """The C numbers, after checking them against lrun/rope_ref.py (relative 1e-12)."""
     c = c_inv_freq(rope_dump, mode, d, base, L, s, length)
     ref, _ = rope_ref.inv_freq(mode, d, base, L, s, length=length or None)
     err = np.max(np.abs(c - ref) / ref)
     if not err < 1e-12:
-        sys.exit(f"error: rope.c and tests/rope_ref.py disagree for {mode} (d {d}, b {base}, L {L}, s {s}): "
+        sys.exit(f"error: rope.c and lrun/rope_ref.py disagree for {mode} (d {d}, b {base}, L {L}, s {s}): "
                  f"max relative difference {err:.3g}")
     return c
 
@@ -181,12 +182,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", default=str(REPO / "docs"), help="where the PNGs go (default: docs/)")
-    ap.add_argument("--rope-dump", default=str(REPO / "tests" / "rope_dump"),
-                    help="the rope_dump tool (default: tests/rope_dump; build it with `make tests/rope_dump`)")
+    ap.add_argument("--rope-dump", default=str(REPO / "tests" / "tools" / "rope_dump"),
+                    help="the rope_dump tool (default: tests/tools/rope_dump; build it with "
+                         "`make tests/tools/rope_dump`)")
     a = ap.parse_args()
     rope_dump = Path(a.rope_dump)
     if not rope_dump.exists():
-        sys.exit(f"error: {rope_dump}: not found (hint: `make tests/rope_dump` first)")
+        sys.exit(f"error: {rope_dump}: not found (hint: `make tests/tools/rope_dump` first)")
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot_decay(rope_dump, out / "rope_decay.png")

@@ -1,11 +1,17 @@
-"""Shared pytest fixtures: paths, and building the C test tools once per session."""
+"""Shared pytest fixtures: paths, and building the C test tools once per session.
+
+It also puts the repository root on sys.path, so every test imports the shared Python from lrun/.
+What this is not: a place for test helpers of one suite; they live in that suite's file.
+"""
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 REPO = Path(__file__).resolve().parent.parent
-TESTS = REPO / "tests"
+TOOLS = REPO / "tests/tools"      # the C helper binaries: rope_dump, dump_logits, tok_dump
 DATA = REPO / "data"              # the real models, tokenizers and text (data/README.md)
 STORIES_BIN = DATA / "stories260K/stories260K.bin"   # trained stories260K, llama2.c legacy format
 TOK512 = DATA / "stories260K/tokenizer.model"        # its SentencePiece tokenizer (vocab 512)
@@ -19,10 +25,10 @@ PYTHON = "/usr/bin/python3"      # Debian's interpreter: the one with python3-to
 
 @pytest.fixture(scope="session")
 def rope_tools():
-    """Build tests/rope_dump and tests/test_rope once (`make -C REPO tests/rope_dump tests/test_rope`)
-    and return {name: path}. Only the RoPE tools are built, so these tests do not wait for (or
-    fail because of) the rest of the program."""
-    targets = ["tests/rope_dump", "tests/test_rope"]
+    """Build tests/tools/rope_dump and tests/test_rope once (`make -C REPO tests/tools/rope_dump
+    tests/test_rope`) and return {name: path}. Only the RoPE tools are built, so these tests do
+    not wait for (or fail because of) the rest of the program."""
+    targets = ["tests/tools/rope_dump", "tests/test_rope"]
     proc = subprocess.run(["make", "-C", str(REPO)] + targets, capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"make {' '.join(targets)} failed:\n{proc.stdout}\n{proc.stderr}")

@@ -2,7 +2,7 @@
 
 What this is: the forward-pass semantics of transformers' LlamaForCausalLM (modeling_llama.py),
 written out plainly for one sequence, reading a Hugging Face directory (config.json + weights via
-export/safetensors.py), with every RoPE scaling mode of our C program taken from tests/rope_ref.py.
+lrun/hf_checkpoint.py), with every RoPE scaling mode of our C program taken from lrun/rope_ref.py.
 It runs in float64 by default, so a difference against the float32 C program is the C program's
 error alone. Tests use it for logits parity, golden greedy text and perplexity.
 What this is not: transformers (not installed here, and none of its code is used), fast, or batched.
@@ -39,14 +39,14 @@ import math
 import os
 import sys
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "export"))
-import rope_ref  # noqa: E402  (tests/rope_ref.py: inverse frequencies of every mode)
-from safetensors import Checkpoint  # noqa: E402  (export/safetensors.py, our own reader)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun import rope_ref  # noqa: E402  (inverse frequencies of every mode, independent of rope.c)
+from lrun.hf_checkpoint import Checkpoint  # noqa: E402  (our own reader of HF weights)
 
 # HF's rope_type names -> ours (rope.h). HF has no static "ntk".
 HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}

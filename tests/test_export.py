@@ -1,31 +1,32 @@
 """test_export.py - export/export.py alone: Hugging Face checkpoint in, model.h file out.
 
-The model file is read back here by a reader written from model.h's comment (not from export.py),
-so these tests check the exporter against the specification:
+The model file is read back here through lrun/modelfile.py, the layout the exporter writes with.
+That layout is checked against model.h's own table here (the header) and against the C loader
+elsewhere (it loads every exported file; test_hostile.py compares its file sizes with the loader's
+in every dtype). So these tests check the exporter against the specification:
   - the header, field by field, for tied/untied, MHA/GQA, head_dim != dim/n_heads, every RoPE
     scaling spelling; the file ends exactly where the documented layout says; padding is zero;
   - the q/k row permutation, element by element from its index formula, on random weights and on
     the real stories260K (whose legacy llama2.c file already holds interleaved rows);
   - every input dtype and file layout gives the same bytes; f16 and q8_0 within their precision;
   - each refusal exits 1 with a message naming the key or tensor, and leaves no file behind.
-The C side (loading these files) is tested elsewhere.
+What this is not: a test of the C side (loading these files), which is tested elsewhere.
 
 Run: /usr/bin/python3 -m pytest -q tests/test_export.py
 """
 import importlib.util
 import json
 import os
+import re
 import struct
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, STORIES_HF, run_export
-
-sys.path.insert(0, str(REPO / "export"))
-import safetensors as st  # noqa: E402  (export/safetensors.py)
-from hf_random import make_checkpoint  # noqa: E402
+from lrun import hf_checkpoint as st
+from lrun import modelfile
+from lrun.hf_random import make_checkpoint
 
 _spec = importlib.util.spec_from_file_location("lrun_export", REPO / "export" / "export.py")
 exporter = importlib.util.module_from_spec(_spec)
@@ -42,91 +43,48 @@ ODD_HEAD_DIM = dict(dim=48, hidden_dim=64, n_layers=1, n_heads=4, n_kv_heads=2, 
                     vocab_size=50, max_pos=32, tied=False)
 
 
-# --- A reader of our model file, from model.h ------------------------------------------------------
+# --- Reading our model file back -------------------------------------------------------------------
 
-INT_FIELDS = ["version", "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "head_dim",
-              "vocab_size", "seq_len", "bos_id", "eos_id", "shared_classifier", "dtype",
-              "rope_scaling", "rope_orig_ctx"]  # int32 at offsets 4, 8, ..., 60
-REAL_FIELDS = ["rope_theta", "norm_eps", "rope_factor", "rope_attn_factor", "rope_beta_fast",
-               "rope_beta_slow", "rope_low_freq_factor", "rope_high_freq_factor"]  # float64 at 64..120
-
-
-def read_header(buf):
-    h = {"magic": bytes(buf[0:4])}
-    for k, name in enumerate(INT_FIELDS):
-        (h[name],) = struct.unpack_from("<i", buf, 4 + 4 * k)
-    for k, name in enumerate(REAL_FIELDS):
-        (h[name],) = struct.unpack_from("<d", buf, 64 + 8 * k)
-    h["reserved"] = bytes(buf[128:256])
-    return h
-
-
-def tensor_list(h):
-    """[(name, shape, is_matrix)] in file order (model.h)."""
-    D, F, V = h["dim"], h["hidden_dim"], h["vocab_size"]
-    q, kv = h["n_heads"] * h["head_dim"], h["n_kv_heads"] * h["head_dim"]
-    t = [("token_embedding", (V, D), True)]
-    for l in range(h["n_layers"]):
-        t += [(f"{l}.rms_att", (D,), False), (f"{l}.wq", (q, D), True), (f"{l}.wk", (kv, D), True),
-              (f"{l}.wv", (kv, D), True), (f"{l}.wo", (D, q), True), (f"{l}.rms_ffn", (D,), False),
-              (f"{l}.w1", (F, D), True), (f"{l}.w2", (D, F), True), (f"{l}.w3", (F, D), True)]
-    t.append(("rms_final", (D,), False))
-    if not h["shared_classifier"]:
-        t.append(("wcls", (V, D), True))
-    return t
-
-
-def align64(n):
-    return (n + 63) // 64 * 64
-
-
-def layout_size(h):
-    """Bytes of the file by the documented layout (the end of the last tensor)."""
-    pos = 256
-    for _, shape, is_matrix in tensor_list(h):
-        pos = align64(pos)
-        if not is_matrix or h["dtype"] == 0:
-            pos += 4 * int(np.prod(shape))
-        elif h["dtype"] == 1:
-            pos += 2 * shape[0] * shape[1]
-        else:
-            cp = (shape[1] + 31) // 32 * 32
-            pos = align64(pos + shape[0] * cp) + 4 * shape[0] * (cp // 32)
-    return pos
+def test_header_layout_is_model_h():
+    """lrun/modelfile.py's header is model.h's table: the same fields at the same offsets, int32
+    below 64 and float64 from 64 (magic: 4 bytes), reserved zeros from 128 to 256."""
+    text = (REPO / "model.h").read_text()
+    table = text[text.index("// Header, 256 bytes"):text.index("// Tensors follow")]
+    rows = [(int(off), name) for off, name in re.findall(r"^//\s+(\d+)\s+(\w+)", table, re.M)]
+    assert rows == [(modelfile.OFFSET[name], name) for name, _ in modelfile.HEADER_FIELDS] + [(128, "reserved")]
+    assert [code for _, code in modelfile.HEADER_FIELDS] == ["4s"] + ["i"] * 15 + ["d"] * 8
+    assert modelfile.HEADER.size == 128 and modelfile.HEADER_SIZE == 256
 
 
 def read_model(path):
     """(header, {name: float32 array}, {name: (q int8 (rows, cp), d (rows, cp/32))} for q8_0).
     Checks that every gap is zero and that the file ends where the last tensor ends."""
     buf = memoryview(open(path, "rb").read())
-    h = read_header(buf)
+    h = modelfile.read_header(buf)
     tensors, q8 = {}, {}
-    pos = 256
-
-    def take(dtype, count):
-        nonlocal pos
-        a = np.frombuffer(buf, dtype=dtype, count=count, offset=pos)
-        pos += a.nbytes
-        return a
-
-    def align():
-        nonlocal pos
-        assert not any(buf[pos:align64(pos)]), f"non-zero padding at {pos}"
-        pos = align64(pos)
-
-    for name, shape, is_matrix in tensor_list(h):
-        align()
-        n = int(np.prod(shape))
-        if not is_matrix or h["dtype"] == 0:
-            tensors[name] = take("<f4", n).reshape(shape)
+    pos = modelfile.HEADER_SIZE
+    for name, shape, kind, pieces in modelfile.layout(h):
+        for start, size in pieces:
+            assert not any(buf[pos:start]), f"non-zero padding at {pos}"
+            pos = start + size
+        start, size = pieces[0]
+        if kind == "norm" or h["dtype"] == 0:
+            tensors[name] = np.frombuffer(buf, "<f4", size // 4, start).reshape(shape)
         elif h["dtype"] == 1:
-            tensors[name] = take("<f2", n).astype(np.float32).reshape(shape)
+            tensors[name] = np.frombuffer(buf, "<f2", size // 2, start).astype(np.float32).reshape(shape)
+        elif h["dtype"] == 3:  # q4_0: low nibbles are values 0..15 of a block, high ones 16..31
+            rows, cols = shape
+            cp = size * 2 // rows
+            packed = np.frombuffer(buf, "u1", size, start).reshape(rows, cp // 32, 16)
+            q = np.concatenate([packed & 15, packed >> 4], axis=2).astype(np.int8) - 8  # (rows, cp/32, 32)
+            d = np.frombuffer(buf, "<f2", rows * cp // 32, pieces[1][0]).astype(np.float32).reshape(rows, cp // 32)
+            q8[name] = (q.reshape(rows, cp), d)
+            tensors[name] = (q * d[:, :, None]).reshape(rows, cp)[:, :cols]
         else:
             rows, cols = shape
-            cp = (cols + 31) // 32 * 32
-            q = take("i1", rows * cp).reshape(rows, cp)
-            align()
-            d = take("<f4", rows * cp // 32).reshape(rows, cp // 32)
+            cp = size // rows
+            q = np.frombuffer(buf, "i1", size, start).reshape(rows, cp)
+            d = np.frombuffer(buf, "<f4", rows * cp // 32, pieces[1][0]).reshape(rows, cp // 32)
             q8[name] = (q, d)
             tensors[name] = (q.reshape(rows, cp // 32, 32) * d[:, :, None]).reshape(rows, cp)[:, :cols]
     assert pos == len(buf), f"file is {len(buf)} bytes, the layout ends at {pos}"
@@ -245,12 +203,12 @@ def test_mistral_accepted(tmp_path, capsys):
 
 # --- Layout ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0"])
 def test_file_size_matches_layout(tmp_path, capsys, gqa_dir, dtype):
     out = tmp_path / "m.bin"
     h, _, _ = export_ok(capsys, gqa_dir, out, "--dtype", dtype)  # read_model checks padding and the end
-    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 2}[dtype]
-    assert out.stat().st_size == layout_size(h)
+    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}[dtype]
+    assert out.stat().st_size == modelfile.file_size(h)
 
 
 # --- The q/k permutation -----------------------------------------------------------------------------
@@ -267,7 +225,7 @@ def test_qk_rows_interleaved(tmp_path, capsys, shape):
         p = f"model.layers.{l}."
         for ours, name, n_heads in (("wq", "self_attn.q_proj.weight", h["n_heads"]),
                                     ("wk", "self_attn.k_proj.weight", h["n_kv_heads"])):
-            out, src = t[f"{l}.{ours}"], hf[p + name]
+            out, src = t[f"layers.{l}.{ours}"], hf[p + name]
             assert out.shape == src.shape == (n_heads * hd, h["dim"])
             for head in range(n_heads):
                 for i in range(hd // 2):
@@ -277,7 +235,7 @@ def test_qk_rows_interleaved(tmp_path, capsys, shape):
                            ("w1", "mlp.gate_proj.weight"), ("w2", "mlp.down_proj.weight"),
                            ("w3", "mlp.up_proj.weight"), ("rms_att", "input_layernorm.weight"),
                            ("rms_ffn", "post_attention_layernorm.weight")):
-            np.testing.assert_array_equal(t[f"{l}.{ours}"], hf[p + name])
+            np.testing.assert_array_equal(t[f"layers.{l}.{ours}"], hf[p + name])
     np.testing.assert_array_equal(t["token_embedding"], hf["model.embed_tokens.weight"])
     np.testing.assert_array_equal(t["rms_final"], hf["model.norm.weight"])
     np.testing.assert_array_equal(t["wcls"], hf["lm_head.weight"])
@@ -286,22 +244,14 @@ def test_qk_rows_interleaved(tmp_path, capsys, shape):
 def read_legacy(path):
     """llama2.c's legacy (v0) file, as data/README.md describes it."""
     buf = open(path, "rb").read()
-    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack_from("<7i", buf, 0)
-    kv = dim * n_kv // n_heads
-    hd = dim // n_heads
-    pos, w = 28, {}
-    for name, shape in [("token_embedding", (abs(vocab), dim)), ("rms_att", (n_layers, dim)),
-                        ("wq", (n_layers, dim, dim)), ("wk", (n_layers, kv, dim)), ("wv", (n_layers, kv, dim)),
-                        ("wo", (n_layers, dim, dim)), ("rms_ffn", (n_layers, dim)),
-                        ("w1", (n_layers, hidden, dim)), ("w2", (n_layers, dim, hidden)),
-                        ("w3", (n_layers, hidden, dim)), ("rms_final", (dim,)),
-                        ("freq_cis", (2, seq_len, hd // 2))]:
+    config = dict(zip(modelfile.LEGACY_FIELDS, modelfile.LEGACY_HEADER.unpack_from(buf)))
+    pos, w = modelfile.LEGACY_HEADER.size, {}
+    for name, shape in modelfile.legacy_tensors(**config):
         n = int(np.prod(shape))
         w[name] = np.frombuffer(buf, "<f4", n, pos).reshape(shape)
         pos += 4 * n
-    assert vocab > 0 and pos == len(buf)  # shared classifier: the file ends after freq_cis
-    return dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
-                vocab_size=vocab, seq_len=seq_len), w
+    assert config["vocab_size"] > 0 and pos == len(buf)  # shared classifier: the file ends after freq_cis
+    return config, w
 
 
 def test_stories260K_matches_legacy(tmp_path, capsys):
@@ -315,7 +265,7 @@ def test_stories260K_matches_legacy(tmp_path, capsys):
     np.testing.assert_array_equal(t["rms_final"], w["rms_final"])
     for l in range(h["n_layers"]):
         for name in ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3"):
-            np.testing.assert_array_equal(t[f"{l}.{name}"], w[name][l], err_msg=f"layer {l} {name}")
+            np.testing.assert_array_equal(t[f"layers.{l}.{name}"], w[name][l], err_msg=f"layer {l} {name}")
     # and the permutation really did something: HF's k_proj rows differ from the legacy ones
     assert not np.array_equal(hf_weights(STORIES_HF)["model.layers.0.self_attn.k_proj.weight"], w["wk"][0])
 
@@ -368,6 +318,36 @@ def test_q8_0_output(tmp_path, capsys, gqa_dir):
         np.testing.assert_allclose(d, amax / 127, rtol=1e-6, err_msg=name)
         err = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks).max(axis=2)
         assert (err <= amax / 254 * (1 + 1e-5)).all(), f"{name}: max error {err.max()}"
+
+
+def test_q4_0_output(tmp_path, capsys, gqa_dir):
+    """ggml's Q4_0 per block of 32: d = (the value of largest magnitude) / -8 in f16, so that value
+    is q = -8 exactly; every value within half a step |d| / 2 (plus the f16 rounding of d) of f32,
+    but those near -big, which round to q = 7 instead of 8;
+    padding q = 0 (nibble 8); norms f32."""
+    _, t32, _ = export_ok(capsys, gqa_dir, tmp_path / "a.bin")
+    _, tq, q4 = export_ok(capsys, gqa_dir, tmp_path / "q.bin", "--dtype", "q4_0")
+    for name, x in t32.items():
+        if x.ndim == 1:
+            np.testing.assert_array_equal(tq[name], x, err_msg=name)
+            continue
+        q, d = q4[name]
+        rows, cols = x.shape
+        cp = q.shape[1]
+        assert cp == (cols + 31) // 32 * 32 and not q[:, cols:].any(), f"{name}: padding not zero"
+        assert q.min() >= -8 and q.max() <= 7
+        xp = np.zeros((rows, cp), np.float32)
+        xp[:, :cols] = x
+        blocks = xp.reshape(rows, cp // 32, 32)
+        big = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=2)[:, :, None], axis=2)[:, :, 0]
+        np.testing.assert_allclose(d, big / -8, rtol=1e-3, err_msg=name)  # f16: 11 significant bits
+        err = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks).max(axis=2)
+        # Half a step, except near -big, which would need q = +8 and gets 7: up to a whole step.
+        assert (err <= np.abs(d) + 8 * np.abs(big) * 2**-11 + 1e-7).all(), f"{name}: max error {err.max()}"
+        inside = np.abs(blocks - big[:, :, None] * -1) > np.abs(d)[:, :, None] / 2  # not near -big
+        err_in = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks)[inside]
+        assert (err_in <= (np.abs(d)[:, :, None] / 2 + 8 * np.abs(big)[:, :, None] * 2**-11 + 1e-7)
+                .repeat(32, axis=2)[inside]).all(), name
 
 
 def test_q8_0_zero_block(tmp_path, capsys):

@@ -1,29 +1,31 @@
-"""Hostile model files given to ./run: whatever the bytes, a clear refusal (exit 1, `error: <file>:
-<what is wrong> (hint: ...)` on stderr, nothing on stdout) or a normal run; never a crash, a hang,
-a read outside the file or an absurd allocation.
+"""Damaged and adversarial model files given to ./run: whatever the bytes, a clear refusal (exit 1,
+`error: <file>: <what is wrong> (hint: ...)` on stderr, nothing on stdout) or a normal run; never a
+crash, a hang, a read outside the file or an absurd allocation.
 
-  - paths that are not files: a FIFO (no waiting for a writer), devices;
+  - not a model file at all: empty, a few bytes, garbage, text, another format's magic;
   - every header field out of its range, one at a time, in our format and in llama2.c's legacy one
     (the loader's checks are model.c check_shape, read_header_ours/legacy, rope.c rope_params_check);
   - the largest header the checks allow, describing petabytes: refused by its size, no overflow;
-  - a file one byte too short or too long, in every dtype; the KV cache for a huge --ctx;
+  - a file cut anywhere or too long, in every dtype;
   - weights that are all zero, NaN or infinity: the sampler and the forward pass must cope;
   - a few hundred random mutations of valid files, each run through ./run;
   - the fuzzers' checked-in seed corpus (fuzz/corpus/model): the valid seeds load and run, the
     broken ones are refused.
 `make sanitize` runs this file against an AddressSanitizer + UBSan build, which turns a silent
 out-of-bounds read here into a failure.
+What this is not: the user's mistakes (a bad flag, a path that is no file, the wrong tokenizer, a
+--ctx too large for memory); tests/test_errors.py has those.
 """
 import math
-import os
 import random
 import struct
 import subprocess
 
 import pytest
 
-from conftest import REPO, STORIES_BIN, TEXT, TOK512, run_export
-from hf_random import make_checkpoint
+from conftest import REPO, STORIES_BIN, TEXT, TOK512, TOOLS, run_export
+from lrun.hf_random import make_checkpoint
+from lrun.modelfile import LEGACY_FIELDS, LEGACY_HEADER, file_size, set_field
 
 LEGACY = STORIES_BIN
 CORPUS = REPO / "fuzz/corpus/model"
@@ -56,38 +58,55 @@ def runs(path, *extra):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, c_tools):
-    """{dtype: path} of the tiny model exported as f32, f16 and q8_0."""
+    """{dtype: path} of the tiny model exported as f32, f16, q8_0 and q4_0."""
     base = tmp_path_factory.mktemp("hostile")
     make_checkpoint(base / "hf", **TINY)
     out = {}
-    for dtype in ("f32", "f16", "q8_0"):
+    for dtype in ("f32", "f16", "q8_0", "q4_0"):
         out[dtype] = base / f"tiny-{dtype}.bin"
         proc = run_export(base / "hf", out[dtype], "--dtype", dtype)
         assert proc.returncode == 0, proc.stderr
     return out
 
 
-def test_not_a_regular_file(tmp_path, c_tools):
-    # A FIFO must be refused at once, not wait in open() for a writer that never comes; devices
-    # (endless /dev/zero, empty /dev/null) are refused before anything is read.
-    fifo = tmp_path / "model.fifo"
-    os.mkfifo(fifo)
-    for path in (fifo, "/dev/zero", "/dev/null"):
-        refused(path, ["not a regular file"])
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+# --- Not a model file at all ------------------------------------------------------------------------
+
+def test_empty_and_tiny(tmp_path, c_tools):
+    refused(write(tmp_path, "empty.bin", b""), ["too short"])
+    refused(write(tmp_path, "three.bin", b"abc"), ["too short"])
+
+
+def test_garbage(tmp_path, c_tools):
+    garbage = bytes((i * 131 + 7) % 251 for i in range(100000))
+    refused(write(tmp_path, "garbage.bin", garbage), ["not a model file", "export/export.py"])
+
+
+def test_text_file(tmp_path, c_tools):
+    refused(write(tmp_path, "t.bin", b"Once upon a time\n" * 100), ["not a model file"])
+
+
+def test_wrong_magic(tmp_path, tiny):
+    data = bytearray(tiny["f32"].read_bytes())
+    data[0:4] = b"GGUF"
+    refused(write(tmp_path, "gguf.bin", bytes(data)), ["not a model file"])
+    data[0:4] = b"ak42"
+    refused(write(tmp_path, "ak42.bin", bytes(data)), ["llama2.c version 1/2"])
 
 
 # --- Our header, field by field (model.h: int32 at 4..60, float64 at 64..120, zeros to 256) ------
 
-I32 = {"version": 4, "dim": 8, "hidden_dim": 12, "n_layers": 16, "n_heads": 20, "n_kv_heads": 24,
-       "head_dim": 28, "vocab_size": 32, "seq_len": 36, "bos_id": 40, "eos_id": 44, "shared_classifier": 48,
-       "dtype": 52, "rope_scaling": 56, "rope_orig_ctx": 60}
-F64 = {"rope_theta": 64, "norm_eps": 72, "rope_factor": 80, "rope_attn_factor": 88, "rope_beta_fast": 96,
-       "rope_beta_slow": 104, "rope_low_freq_factor": 112, "rope_high_freq_factor": 120}
 NAN, INF = float("nan"), float("inf")
 
 # (case id, {field: value}, words the message must contain). TINY: dim 16, 4 heads of 4, 2 kv heads.
 HEADER_CASES = [
     ("version-0", {"version": 0}, ["format version 0"]),
+    ("version-7", {"version": 7}, ["version 7", "export"]),
     ("dim-0", {"dim": 0}, ["dim must be in [1, 65536]"]),
     ("dim-negative", {"dim": -16}, ["dim must be in [1, 65536]"]),
     ("dim-too-large", {"dim": 65537}, ["dim must be in [1, 65536]"]),
@@ -100,7 +119,7 @@ HEADER_CASES = [
     ("heads-too-many", {"n_heads": 1025}, ["n_heads must be in [1, 1024]"]),
     ("kv-heads-0", {"n_kv_heads": 0}, ["n_kv_heads must be in [1, n_heads]"]),
     ("kv-heads-above-heads", {"n_kv_heads": 8}, ["n_kv_heads must be in [1, n_heads]"]),
-    ("kv-heads-not-divisor", {"n_kv_heads": 3}, ["n_heads must be a multiple of n_kv_heads"]),
+    ("kv-heads-not-divisor", {"n_kv_heads": 3}, ["bad header", "n_heads must be a multiple of n_kv_heads"]),
     ("head-dim-0", {"head_dim": 0}, ["head_dim must be even"]),
     ("head-dim-odd", {"head_dim": 5}, ["head_dim must be even"]),
     ("head-dim-too-large", {"head_dim": 1026}, ["head_dim must be even, in [2, 1024]"]),
@@ -112,7 +131,7 @@ HEADER_CASES = [
     ("bos-negative", {"bos_id": -2}, ["bos_id must be -1 or a token id"]),
     ("eos-past-vocab", {"eos_id": 512}, ["eos_id must be -1 or a token id"]),
     ("shared-2", {"shared_classifier": 2}, ["shared_classifier must be 0 or 1"]),
-    ("dtype-3", {"dtype": 3}, ["unknown weight dtype"]),
+    ("dtype-4", {"dtype": 4}, ["unknown weight dtype"]),
     ("dtype-negative", {"dtype": -1}, ["unknown weight dtype"]),
     ("rope-mode-6", {"rope_scaling": 6}, ["unknown rope_scaling mode"]),
     ("rope-mode-negative", {"rope_scaling": -1}, ["unknown rope_scaling mode"]),
@@ -148,10 +167,7 @@ HEADER_CASES = [
 def with_fields(data, fields):
     b = bytearray(data)
     for name, value in fields.items():
-        if name in I32:
-            struct.pack_into("<i", b, I32[name], value)
-        else:
-            struct.pack_into("<d", b, F64[name], value)
+        set_field(b, name, value)
     return bytes(b)
 
 
@@ -172,48 +188,20 @@ def test_reserved_bytes_must_be_zero(tmp_path, tiny):
         refused(path, ["reserved header bytes 128..255 must be zero"])
 
 
-def described_size(dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, shared_classifier, dtype):
-    """The file size a header implies, from model.h's layout, in Python's unbounded integers."""
-    align = lambda off: -(-off // 64) * 64
-    off = 256
-
-    def matrix(rows, cols):
-        nonlocal off
-        if dtype == 2:  # q8_0: int8 rows padded to 32 columns, then at the next 64 the scales
-            cp = -(-cols // 32) * 32
-            off = align(off) + rows * cp
-            off = align(off) + rows * cp // 32 * 4
-        else:
-            off = align(off) + rows * cols * (4 if dtype == 0 else 2)
-
-    def norm():
-        nonlocal off
-        off = align(off) + dim * 4
-    q, kv = n_heads * head_dim, n_kv_heads * head_dim
-    matrix(vocab_size, dim)
-    for _ in range(n_layers):
-        norm(), matrix(q, dim), matrix(kv, dim), matrix(kv, dim), matrix(dim, q)
-        norm(), matrix(hidden_dim, dim), matrix(dim, hidden_dim), matrix(hidden_dim, dim)
-    norm()
-    if not shared_classifier:
-        matrix(vocab_size, dim)
-    return off
-
-
-@pytest.mark.parametrize("dtype", [0, 1, 2], ids=["f32", "f16", "q8_0"])
+@pytest.mark.parametrize("dtype", [0, 1, 2, 3], ids=["f32", "f16", "q8_0", "q4_0"])
 def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
-    # Every field at the top of its range describes 2^48 to 2^51 bytes of tensors: the size
+    # Every field at the top of its range describes 2^47 to 2^51 bytes of tensors: the size
     # arithmetic must be exact (no wrap-around) and nothing may be mapped or allocated for it.
     shape = dict(dim=65536, hidden_dim=1 << 20, n_layers=1024, n_heads=1024, n_kv_heads=1024, head_dim=1024,
                  vocab_size=1 << 22, shared_classifier=0, dtype=dtype)
     path = tmp_path / "huge.bin"
     path.write_bytes(with_fields(tiny["f32"].read_bytes(), {**shape, "seq_len": 1 << 24}))
-    size = described_size(**shape)
-    assert size > 2**48
+    size = file_size(shape)  # lrun/modelfile.py, in Python's unbounded integers
+    assert size > 2**47
     refused(path, [f"file is {path.stat().st_size} bytes but its header describes {size} ", "truncated"])
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0"])
 def test_file_size_must_be_exact(tmp_path, tiny, dtype):
     data = tiny[dtype].read_bytes()
     short, long = tmp_path / "short.bin", tmp_path / "long.bin"
@@ -221,23 +209,14 @@ def test_file_size_must_be_exact(tmp_path, tiny, dtype):
     long.write_bytes(data + b"\0")
     refused(short, [f"file is {len(data) - 1} bytes but its header describes {len(data)}", "truncated"])
     refused(long, [f"file is {len(data) + 1} bytes but its header describes {len(data)}", "extra bytes"])
+    for cut in (100, 256, len(data) // 2):  # inside the header, the header alone, half the tensors
+        refused(write(tmp_path, f"cut{cut}.bin", data[:cut]), ["truncated"])
+    refused(write(tmp_path, "long64.bin", data + bytes(64)), ["extra bytes"])  # one more aligned block
     runs(tiny[dtype], "-n", "4")
-
-
-def test_kv_cache_that_does_not_fit_is_refused(tmp_path_factory, c_tools):
-    # 2 layers of 4 kv heads of 32 (kv_dim 128): 2 KiB of keys and values per position, 32 GiB at
-    # --ctx 2^24 with no RoPE scaling, more than this machine (or CI's) has.
-    base = tmp_path_factory.mktemp("kv")
-    make_checkpoint(base / "hf", **{**TINY, "n_kv_heads": 4, "head_dim": 32})
-    assert run_export(base / "hf", base / "m.bin").returncode == 0
-    code, out, err = run(base / "m.bin", "-z", TOK512, "--ctx", str(1 << 24))
-    assert code == 1 and out == "", err
-    assert "--ctx 16777216 needs" in err and "GiB" in err and "hint: a smaller --ctx" in err
 
 
 # --- llama2.c legacy files -----------------------------------------------------------------------
 
-LEGACY_FIELDS = ["dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"]
 LEGACY_CASES = [
     ("dim-0", {"dim": 0}), ("dim-not-multiple-of-heads", {"dim": 60}), ("head-dim-odd", {"dim": 24}),
     ("layers-negative", {"n_layers": -5}), ("heads-0", {"n_heads": 0}), ("kv-heads-above-heads", {"n_kv_heads": 16}),
@@ -248,10 +227,10 @@ LEGACY_CASES = [
 
 def legacy_with(fields, data=None):
     data = data if data is not None else LEGACY.read_bytes()
-    header = list(struct.unpack_from("<7i", data))
+    header = list(LEGACY_HEADER.unpack_from(data))
     for name, value in fields.items():
         header[LEGACY_FIELDS.index(name)] = value
-    return struct.pack("<7i", *header) + data[28:]
+    return LEGACY_HEADER.pack(*header) + data[LEGACY_HEADER.size:]
 
 
 @pytest.mark.parametrize("fields", [c[1] for c in LEGACY_CASES], ids=[c[0] for c in LEGACY_CASES])
@@ -263,11 +242,12 @@ def test_legacy_header_out_of_range(tmp_path, c_tools, fields):
 
 def test_legacy_size_must_be_exact(tmp_path, c_tools):
     data = LEGACY.read_bytes()
-    long, short = tmp_path / "long.bin", tmp_path / "short.bin"
+    long = tmp_path / "long.bin"
     long.write_bytes(data + b"\0" * 4)
-    short.write_bytes(data[:-1])
     refused(long, [f"header describes {len(data)}", "extra bytes"])
-    refused(short, ["not a model file", f"more than its {len(data) - 1} bytes"])
+    for cut in (1, 4):
+        short = write(tmp_path, f"short{cut}.bin", data[:-cut])
+        refused(short, ["not a model file", f"more than its {len(data) - cut} bytes"])
 
 
 def test_legacy_separate_classifier(tmp_path, c_tools):
@@ -366,10 +346,10 @@ def corpus(prefix):
 
 @pytest.mark.parametrize("seed", corpus("ok-"), ids=lambda p: p.stem)
 def test_corpus_valid_seeds_run(tmp_path, c_tools, seed):
-    # The seeds have a 32-token vocabulary, so they run through tests/dump_logits, not ./run.
+    # The seeds have a 32-token vocabulary, so they run through tests/tools/dump_logits, not ./run.
     ids, out = tmp_path / "ids.bin", tmp_path / "logits.bin"
     ids.write_bytes(struct.pack("<4i", 1, 5, 31, 7))
-    proc = subprocess.run([str(REPO / "tests/dump_logits"), str(seed), str(ids), str(out), "--ctx", "4"],
+    proc = subprocess.run([str(TOOLS / "dump_logits"), str(seed), str(ids), str(out), "--ctx", "4"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     logits = struct.unpack(f"<{4 * 32}f", out.read_bytes())

@@ -1,13 +1,13 @@
 """test_rope_tables.py - RoPE frequency tables: the reference against the research note, and rope.c
 against the reference.
 
-Part (a) checks tests/rope_ref.py (numpy float64, written from the transformers / paper formulas)
+Part (a) checks lrun/rope_ref.py (numpy float64, written from the transformers / paper formulas)
 against the test vectors of docs/rope-test-vectors.md, read from that file, plus structural identities that hold in exact arithmetic.
-Part (b) runs tests/rope_dump (rope.c behind a command line) and compares its inverse
+Part (b) runs tests/tools/rope_dump (rope.c behind a command line) and compares its inverse
 frequencies (within 1e-12 relative), magnitudes and cos/sin tables (float32, within 1e-6
 absolute) with rope_ref, in every mode, for three shapes of model.
 
-Run: make -C .. tests/rope_dump && /usr/bin/python3 -m pytest -q tests/test_rope_tables.py
+Run: make tests/tools/rope_dump && /usr/bin/python3 -m pytest -q tests/test_rope_tables.py
 (add -s to see the max difference of every comparison).
 """
 import math
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import rope_ref as ref
+from lrun import rope_ref as ref
 
 # ---------------------------------------------------------------------------------------------
 # (a) rope_ref against docs/rope-test-vectors.md (sections 1-3 there; 8.x in the test names)
@@ -165,7 +165,7 @@ def test_ref_layout_8_3():
 
 
 # ---------------------------------------------------------------------------------------------
-# (b) rope.c (through tests/rope_dump) against rope_ref
+# (b) rope.c (through tests/tools/rope_dump) against rope_ref
 
 POSITIONS = [0, 1, 511, 2047, 5000, 100000]
 

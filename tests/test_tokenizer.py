@@ -1,4 +1,4 @@
-"""The C tokenizer wrapper (tokenizer.cpp through tests/tok_dump) against Python's SentencePiece.
+"""The C tokenizer wrapper (tokenizer.cpp through tests/tools/tok_dump) against Python's SentencePiece.
 
 Both sides are the same library, so what this checks is our wrapper: BOS handling, passing
 arbitrary bytes through, and above all the piece-by-piece streaming decoder (leading-space
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import sentencepiece
 
-from conftest import LLAMA_TOK, REPO, TOK512
+from conftest import LLAMA_TOK, TOK512, TOOLS
 
 TOKENIZERS = {
     "tok512": TOK512,
@@ -36,7 +36,7 @@ TEXTS = [
 
 
 def tok_dump(tokenizer, mode, data):
-    proc = subprocess.run([str(REPO / "tests/tok_dump"), str(tokenizer), mode], input=data, capture_output=True)
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(tokenizer), mode], input=data, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout
 
@@ -84,6 +84,6 @@ def test_vocab_and_special_ids(c_tools):
 def test_invalid_utf8_and_bad_ids_do_not_crash(c_tools):
     out = tok_dump(TOKENIZERS["tok512"], "encode", b"\xff\xfe broken \xc3 utf8 \xed\xa0\x80")
     assert out.split()[0] == b"1"
-    proc = subprocess.run([str(REPO / "tests/tok_dump"), str(TOKENIZERS["tok512"]), "decode"],
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["tok512"]), "decode"],
                           input=b"1 99999", capture_output=True)
     assert proc.returncode == 1 and b"not a token id" in proc.stderr

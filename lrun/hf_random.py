@@ -13,8 +13,9 @@ seed gives the same numbers in every dtype and file layout. With exact=True they
 to values that F32, F16 and BF16 all represent exactly (bfloat16 precision, no f16 subnormals),
 so every dtype exports to the same float32 bits.
 
-    python3 tests/hf_random.py OUT_DIR --preset 110m [--dtype F16] [--fmt sharded]
-    python3 tests/hf_random.py OUT_DIR --dim 288 --hidden-dim 768 --layers 6 --heads 6 --vocab 32000
+From the repository root:
+    python3 -m lrun.hf_random OUT_DIR --preset 110m [--dtype F16] [--fmt sharded]
+    python3 -m lrun.hf_random OUT_DIR --dim 288 --hidden-dim 768 --layers 6 --heads 6 --vocab 32000
 """
 import argparse
 import functools
@@ -27,8 +28,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "export"))
-from safetensors import Raw, save_file  # noqa: E402  (our own reader/writer, export/safetensors.py)
+from lrun.hf_checkpoint import Raw, save_file
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 TORCH_DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}

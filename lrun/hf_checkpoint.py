@@ -1,10 +1,11 @@
-"""safetensors.py - a small, strict reader (and writer) of Hugging Face checkpoint files.
+"""hf_checkpoint.py - a small, strict reader (and writer) of Hugging Face checkpoint files.
 
 What this is: enough of the safetensors format to read Llama weights as float32 numpy arrays, one
 tensor at a time, plus the checkpoint-directory logic around it (sharded *.index.json files and the
-older pytorch_model*.bin pickles). The writer exists for tests/hf_random.py.
-What this is not: the `safetensors` package from PyPI (not installed here, and none of its code is
-used); no zero-copy torch tensors, no writing of metadata-heavy files, no GPU anything.
+older pytorch_model*.bin pickles). The writer exists for lrun/hf_random.py.
+What this is not: the `safetensors` package from PyPI (not installed here, none of its code is
+used, and this module's name does not shadow it); no zero-copy torch tensors, no writing of
+metadata-heavy files, no GPU anything.
 
 The file format (from the safetensors README, "Format"):
     8 bytes    N, an unsigned little-endian 64-bit integer: the size of the header
@@ -129,7 +130,7 @@ class SafetensorsFile:
         return _decode(raw, t.dtype, t.shape)
 
 
-# --- The writer (used by tests/hf_random.py) ---------------------------------------------------
+# --- The writer (used by lrun/hf_random.py) ----------------------------------------------------
 
 # A tensor given by its dtype name, shape and data: an array whose raw bytes are written as they
 # are (e.g. bfloat16 bits in a uint16 array), or a function returning one, called when its turn

@@ -1,13 +1,13 @@
 // rope_dump.c - print what rope.c computes for one set of RoPE parameters, for the Python tests.
 //
 // What this is: a thin command-line wrapper around rope.h. tests/test_rope_tables.py runs it and
-// compares every number with tests/rope_ref.py, an independent float64 implementation.
+// compares every number with lrun/rope_ref.py, an independent float64 implementation.
 // What this is not: a test by itself (it checks nothing but its arguments).
 //
 // Usage:
-//   tests/rope_dump --mode NAME --head-dim D --base B --orig-ctx L --factor S
-//                   [--alpha A] [--length l] [--attn-factor F] [--beta-fast X] [--beta-slow Y]
-//                   [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...
+//   tests/tools/rope_dump --mode NAME --head-dim D --base B --orig-ctx L --factor S
+//                         [--alpha A] [--length l] [--attn-factor F] [--beta-fast X] [--beta-slow Y]
+//                         [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...
 //
 // Output (stdout), one record per line, fields separated by single spaces, reals as %.17g:
 //   params MODE head_dim orig_ctx base factor alpha attn_factor beta_fast beta_slow lf hf

@@ -3,7 +3,10 @@
 What this is: the inverse-frequency table theta_i (i = 0 .. d/2-1) and the attention magnitude
 m_s of every scaling mode our C program offers, written in numpy float64 straight from the
 published formulas, so that tests can check rope.c against something that does not share its
-code. What this is not: fast, or a copy of anyone's implementation (and it never imports rope.c).
+code. tests/test_rope_tables.py and scripts/plot_rope.py check rope.c against it and
+tests/reference.py takes its frequencies from it; it sits in lrun/ so scripts import nothing
+from tests/.
+What this is not: fast, or a copy of anyone's implementation (and it never imports rope.c).
 
 Sources of the formulas (test vectors computed from them: docs/rope-test-vectors.md):
   none     RoFormer, Su et al. arXiv 2104.09864 eq. (15): theta_i = b^(-2i/d);

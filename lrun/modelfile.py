@@ -1,0 +1,130 @@
+"""modelfile.py - the layout of our model file (model.h, "The model file format, version 1"), once.
+
+What this is: the 256-byte header field by field (name, offset, struct code), the order and shapes
+of the tensors, the bytes of a matrix in each weight type and where every tensor starts, and the
+same for llama2.c's legacy file, which model.c also reads. export/export.py writes files with it;
+the tests read them back and damage them with it; bench/bench.py and fuzz/make_corpus.py size and
+build files with it.
+What this is not: the specification (model.h is; tests/test_export.py checks this header against
+its table, and the C loader reads every file the exporter writes), a loader of weights, or a
+checker of values (model.c checks them).
+"""
+import math
+import struct
+
+MAGIC, VERSION, HEADER_SIZE, ALIGN, Q8_BLOCK = b"LRUN", 1, 256, 64, 32
+DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}  # DType in model.h
+
+# Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
+# then zeros up to 256. '<' = little-endian, no padding between fields.
+HEADER_FIELDS = [
+    ("magic", "4s"), ("version", "i"), ("dim", "i"), ("hidden_dim", "i"), ("n_layers", "i"),
+    ("n_heads", "i"), ("n_kv_heads", "i"), ("head_dim", "i"), ("vocab_size", "i"),
+    ("seq_len", "i"), ("bos_id", "i"), ("eos_id", "i"), ("shared_classifier", "i"),
+    ("dtype", "i"), ("rope_scaling", "i"), ("rope_orig_ctx", "i"),
+    ("rope_theta", "d"), ("norm_eps", "d"), ("rope_factor", "d"), ("rope_attn_factor", "d"),
+    ("rope_beta_fast", "d"), ("rope_beta_slow", "d"), ("rope_low_freq_factor", "d"),
+    ("rope_high_freq_factor", "d"),
+]
+HEADER = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
+assert HEADER.size == 128  # the reserved zeros fill the rest of the 256 bytes
+CODE = dict(HEADER_FIELDS)
+OFFSET = {name: struct.calcsize("<" + "".join(code for _, code in HEADER_FIELDS[:k]))
+          for k, (name, _) in enumerate(HEADER_FIELDS)}
+
+
+def pack_header(h):
+    """The 256 header bytes of a dict with every field of HEADER_FIELDS."""
+    return HEADER.pack(*(h[name] for name, _ in HEADER_FIELDS)) + bytes(HEADER_SIZE - HEADER.size)
+
+
+def read_header(buf):
+    """{field: value} of the first 256 bytes, plus "reserved": bytes 128..255."""
+    h = dict(zip(CODE, HEADER.unpack_from(buf)))
+    h["reserved"] = bytes(buf[HEADER.size:HEADER_SIZE])
+    return h
+
+
+def set_field(buf, name, value):
+    """Write one header field into a bytearray holding a model file."""
+    struct.pack_into("<" + CODE[name], buf, OFFSET[name], value)
+
+
+# --- The tensors ------------------------------------------------------------------------------------
+
+LAYER_TENSORS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3")
+
+
+def tensors(h):
+    """[(name, shape, kind)] in file order; kind "norm" (always f32) or "matrix" (h["dtype"])."""
+    D, F, V = h["dim"], h["hidden_dim"], h["vocab_size"]
+    q, kv = h["n_heads"] * h["head_dim"], h["n_kv_heads"] * h["head_dim"]
+    shapes = {"rms_att": (D,), "wq": (q, D), "wk": (kv, D), "wv": (kv, D), "wo": (D, q),
+              "rms_ffn": (D,), "w1": (F, D), "w2": (D, F), "w3": (F, D)}
+    t = [("token_embedding", (V, D), "matrix")]
+    for l in range(h["n_layers"]):
+        t += [(f"layers.{l}.{name}", shapes[name], "norm" if name.startswith("rms") else "matrix")
+              for name in LAYER_TENSORS]
+    t.append(("rms_final", (D,), "norm"))
+    if not h["shared_classifier"]:
+        t.append(("wcls", (V, D), "matrix"))
+    return t
+
+
+def matrix_parts(rows, cols, dtype):
+    """Bytes of the pieces of a (rows, cols) matrix, each starting at a multiple of ALIGN: f32 and
+    f16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
+    q4_0 the 4-bit values (16 bytes per block of 32) and the f16 scales."""
+    cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
+    if dtype == DTYPES["q8_0"]:
+        return [rows * cp, rows * cp // Q8_BLOCK * 4]
+    if dtype == DTYPES["q4_0"]:
+        return [rows * cp // 2, rows * cp // Q8_BLOCK * 2]
+    return [rows * cols * (4 if dtype == DTYPES["f32"] else 2)]
+
+
+def matrix_bytes(rows, cols, dtype):
+    """Bytes of a matrix without padding (kernels.c matrix_data_bytes + matrix_scale_bytes)."""
+    return sum(matrix_parts(rows, cols, dtype))
+
+
+def layout(h):
+    """[(name, shape, kind, [(offset, bytes) of each piece])] in file order, for the header h.
+    Python integers: exact for any header, however large the file it describes."""
+    out, end = [], HEADER_SIZE
+    for name, shape, kind in tensors(h):
+        parts = [4 * math.prod(shape)] if kind == "norm" else matrix_parts(*shape, h["dtype"])
+        pieces = []
+        for n in parts:
+            start = -(-end // ALIGN) * ALIGN
+            pieces.append((start, n))
+            end = start + n
+        out.append((name, shape, kind, pieces))
+    return out
+
+
+def file_size(h):
+    """Bytes of the file the header h describes: it ends where its last tensor ends."""
+    offset, n = layout(h)[-1][3][-1]
+    return offset + n
+
+
+# --- llama2.c's legacy file (model.c reads it too; data/stories260K/stories260K.bin is one) ---------
+# Seven int32, then float32 tensors back to back, each one stacked over the layers. A negative
+# vocab_size means the classifier is not the embedding: it follows, after the RoPE tables.
+
+LEGACY_FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
+LEGACY_HEADER = struct.Struct("<7i")
+
+
+def legacy_tensors(dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len):
+    """[(name, shape)] of a legacy file's float32 tensors, in file order."""
+    kv, half = dim * n_kv_heads // n_heads, dim // n_heads // 2
+    t = [("token_embedding", (abs(vocab_size), dim)), ("rms_att", (n_layers, dim)),
+         ("wq", (n_layers, dim, dim)), ("wk", (n_layers, kv, dim)), ("wv", (n_layers, kv, dim)),
+         ("wo", (n_layers, dim, dim)), ("rms_ffn", (n_layers, dim)), ("w1", (n_layers, hidden_dim, dim)),
+         ("w2", (n_layers, dim, hidden_dim)), ("w3", (n_layers, hidden_dim, dim)), ("rms_final", (dim,)),
+         ("freq_cis_real", (seq_len, half)), ("freq_cis_imag", (seq_len, half))]
+    if vocab_size < 0:
+        t.append(("wcls", (-vocab_size, dim)))
+    return t
