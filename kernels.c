@@ -627,10 +627,14 @@ const char *kernels_isa(void) {
 
 // ---------------------------------------------------------------------------------------------
 // Decode: matrix x vector. out[i] (n, m[i]->rows) = x (n, cols) @ m[i]^T for the `count` matrices,
-// which share cols and dtype: their rows are handed out together, 16 at a time, in one parallel
-// loop; a row is never split, so the sum order does not depend on the thread count.
+// which share cols and dtype: their rows are shared out together in one parallel loop, each thread
+// one contiguous run of rows (schedule static), which it streams start to end. Handing out 16 rows
+// at a time instead (schedule dynamic) made two threads 1.3x to 1.8x slower on an AMD EPYC, where
+// the threads' interleaved pieces defeat the hardware prefetcher. A row is never split, so the sum
+// order does not depend on the thread count.
 
-static int matvec(Carver *ws, float *const *out, const float *x, const Matrix *const *m, int count, int n) {
+static int matvec(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
+                  int n) {
     const int cols = m[0]->cols;
     const DType dtype = m[0]->dtype;
     const size_t cp = (size_t)matrix_cols_stored(dtype, cols), nb = cp / Q8_BLOCK;
@@ -639,7 +643,7 @@ static int matvec(Carver *ws, float *const *out, const float *x, const Matrix *c
         total += m[i]->rows;
     QuantizedRows qx = {0};
     if (quantized(dtype) && quantize_rows_q8(ws, &qx, x, n, cols)) return -1;
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (int row = 0; row < total; row++) {
         int i = 0, r = row; // row `row` of the stack is row r of matrix i
         while (r >= m[i]->rows)
@@ -802,7 +806,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         return 0;
     }
     Carver c = {ws->base, ws->base + ws->bytes};
-    return matvec(&c, out, x, m, count, n);
+    return matvec(&c, threads, out, x, m, count, n);
 }
 
 // ---------------------------------------------------------------------------------------------
