@@ -54,7 +54,7 @@ SHAPES = {  # name -> how to make it, its tokenizer
     "110m": dict(preset="110m", tokenizer=LLAMA_TOKENIZER),
     "tinyllama": dict(preset="tinyllama", tokenizer=LLAMA_TOKENIZER),
 }
-DTYPES = ("f32", "f16", "q8_0")
+DTYPES = ("f32", "f16", "q8_0", "q4_0")
 PROMPT_TOKENS, GEN_TOKENS = 512, 128
 LONG_PROMPT, LONG_CTX, LONG_GEN = 4000, 4096, 32
 CTX = 1024  # context for the pp / tg runs: room for 512 + 128 tokens
@@ -207,7 +207,7 @@ def loadavg():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    ap.add_argument("--dtype", nargs="+", choices=DTYPES + ("q4_0",), default=list(DTYPES))
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
     ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000")

@@ -103,17 +103,17 @@ def main(args):
             prompts = {PP: bench.prompt_text(tok, PP), DEEP: bench.prompt_text(tok, DEEP)}
         for dtype in args.dtype:
             gguf = ggufs / f"{shape}-{dtype}.gguf"
-            model = args.cache / f"{shape}-{dtype}.bin"
-            if dtype in bench.DTYPES:
-                model = bench.checkpoint(args.cache, shape, dtype)
-            if not gguf.exists() or not model.exists():
-                skipped.append(f"{shape} {dtype} ({'no ' + gguf.name if not gguf.exists() else 'no ' + model.name})")
+            model = bench.checkpoint(args.cache, shape, dtype)
+            if not gguf.exists():
+                skipped.append(f"{shape} {dtype} (no {gguf.name})")
                 continue
             h = bench.read_header(model)
             wbytes = weight_bytes(h, dtype)
             for threads in args.threads:
                 got = {c: ([], []) for c in CELLS}
                 probes = []
+                ours(model, tok, "tg", threads, prompts)  # warm up: both files in the page cache
+                theirs(bindir, gguf, "tg", threads)
                 for r in range(args.runs):
                     bench.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
                     probes.append(probe(threads))
