@@ -131,10 +131,12 @@ static float weight_at(const Matrix *m, int r, int c) {
     case DTYPE_F16:
         return (float)((const _Float16 *)m->data)[(size_t)r * cp + c];
     case DTYPE_Q8_0:
-        return ((const int8_t *)m->data)[(size_t)r * cp + c] * ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
+        return ((const int8_t *)m->data)[(size_t)r * cp + c] *
+               ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
     case DTYPE_Q4_0: {
         const size_t b = ((size_t)r * cp + c) / Q8_BLOCK;
-        return q4_at((const uint8_t *)m->data + b * Q8_BLOCK / 2, c % Q8_BLOCK) * (float)((const _Float16 *)m->scale)[b];
+        return q4_at((const uint8_t *)m->data + b * Q8_BLOCK / 2, c % Q8_BLOCK) *
+               (float)((const _Float16 *)m->scale)[b];
     }
     default:
         return 0;
@@ -387,14 +389,18 @@ static PLAIN ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, c
     float sum = 0;
     for (int b = 0; b < nb; b++) {
         int32_t s = 0;
-        for (int i = 0; i < Q8_BLOCK; i++) s += q4_at(w + b * Q8_BLOCK / 2, i) * x[b * Q8_BLOCK + i];
+        for (int i = 0; i < Q8_BLOCK; i++)
+            s += q4_at(w + b * Q8_BLOCK / 2, i) * x[b * Q8_BLOCK + i];
         sum += (float)s * ((float)dw[b] * dx[b]);
     }
     return sum;
 }
 
-// q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i).
-static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const int8_t *x, const float *dx, int nb) {
+// q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i). xsum, the sum of
+// each block of x, is for the vector version's unsigned trick.
+static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const int8_t *x, const float *dx,
+                                         const int32_t *xsum, int nb) {
+    (void)xsum;
     float sum = 0;
     for (int b = 0; b < nb; b++) {
         int32_t s = 0;
@@ -661,11 +667,11 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
                 break;
             case DTYPE_Q8_0:
                 v = dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, qx.q + t * cp,
-                           qx.d + t * nb, (int)nb);
+                           qx.d + t * nb, qx.sum + t * nb, (int)nb);
                 break;
             default:
-                v = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb,
-                           qx.q + t * cp, qx.d + t * nb, qx.sum + t * nb, (int)nb);
+                v = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, qx.q + t * cp,
+                           qx.d + t * nb, qx.sum + t * nb, (int)nb);
                 break;
             }
             out[i][(size_t)t * mi->rows + r] = v;
@@ -764,8 +770,10 @@ static int gemm_q8(Carver *ws, int threads, float *out, const float *x, const Ma
                 const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / Q8_BLOCK;
                 for (int p = g * group; p < p_end; p++) {
                     const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                    if (m->dtype == DTYPE_Q4_0) pack_w_q4(wq, wd, m, r0, k0, kc);
-                    else pack_w_q8(wq, wd, stage, m, r0, k0, kc);
+                    if (m->dtype == DTYPE_Q4_0)
+                        pack_w_q4(wq, wd, m, r0, k0, kc);
+                    else
+                        pack_w_q8(wq, wd, stage, m, r0, k0, kc);
                     for (int i = 0; i < tiles; i++) {
                         const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
                         kernel_q8(out + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,

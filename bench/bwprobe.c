@@ -44,11 +44,13 @@ static uint64_t fold(const unsigned char *p, size_t bytes) {
         a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
         a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
     }
-    for (; i < bytes; i += 64) a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+    for (; i < bytes; i += 64)
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
     a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
     uint64_t lanes[8], x = 0;
     _mm512_storeu_si512(lanes, a0);
-    for (int j = 0; j < 8; j++) x ^= lanes[j];
+    for (int j = 0; j < 8; j++)
+        x ^= lanes[j];
     return x;
 #else
     uint64_t acc[8] = {0}, x = 0;
@@ -58,7 +60,8 @@ static uint64_t fold(const unsigned char *p, size_t bytes) {
             memcpy(&v, p + i + 8 * j, 8);
             acc[j] ^= v;
         }
-    for (int j = 0; j < 8; j++) x ^= acc[j];
+    for (int j = 0; j < 8; j++)
+        x ^= acc[j];
     return x;
 #endif
 }
@@ -68,7 +71,8 @@ static uint64_t read_share(const unsigned char *buf, size_t lo, size_t hi, int s
     const size_t part = (hi - lo) / streams / CHUNK * CHUNK;
     uint64_t x = 0;
     for (size_t off = 0; off < part; off += CHUNK)
-        for (int s = 0; s < streams; s++) x ^= fold(buf + lo + s * part + off, CHUNK);
+        for (int s = 0; s < streams; s++)
+            x ^= fold(buf + lo + s * part + off, CHUNK);
     return x;
 }
 

@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: encode failed\n");
             status = 1;
         } else {
-            for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+            for (int i = 0; i < n; i++)
+                printf(i ? " %d" : "%d", ids[i]);
             printf("\n");
         }
         free(ids);
