@@ -641,6 +641,7 @@ const char *kernels_isa(void) {
 
 static int matvec(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
                   int n) {
+    (void)threads; // unused without OpenMP
     const int cols = m[0]->cols;
     const DType dtype = m[0]->dtype;
     const size_t cp = (size_t)matrix_cols_stored(dtype, cols), nb = cp / Q8_BLOCK;
@@ -825,6 +826,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
 
 void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
                int scratch_rows) {
+    (void)scratch_rows; // unused without OpenMP
     const int hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
     const int group = c->n_heads / c->n_kv_heads;
     const float *keys = layer_keys(c, layer), *values = layer_values(c, layer);
