@@ -203,7 +203,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
     if (!bad && (mode < 0 || mode >= ROPE_SCALING_COUNT)) bad = "unknown rope_scaling mode";
-    if (!bad && (orig < 0 || orig > p->max_pos)) bad = "rope_orig_ctx must be in [0, seq_len]";
+    if (!bad && (orig < 0 || orig > 1 << 24)) bad = "rope_orig_ctx must be in [0, 2^24]";
     for (int i = 128; !bad && i < MODEL_HEADER_SIZE; i++)
         if (h[i]) bad = "reserved header bytes 128..255 must be zero";
     if (bad) {

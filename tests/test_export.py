@@ -19,11 +19,12 @@ import json
 import os
 import re
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, STORIES_HF, run_export
+from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, STORIES_HF, TOK512, run_export
 from lrun import hf_checkpoint as st
 from lrun import modelfile
 from lrun.hf_random import make_checkpoint
@@ -688,3 +689,19 @@ def test_existing_different_tokenizer_is_kept(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "tokenizer.model").read_bytes() == other
     assert "warning" in proc.stderr and "-z" in proc.stderr
+
+
+# --- Context names: the trained context L against the largest one the scaling supports -----------
+
+def test_trained_context_and_supported_context(tmp_path, capsys, c_tools):
+    """A Llama-3.1-style config (max_position_embeddings 64, original_max_position_embeddings 16,
+    llama3 scaling): the trained context L is 16, the default --ctx is L, and the banner says both."""
+    make_checkpoint(tmp_path / "hf", dim=16, hidden_dim=24, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=512,
+                    max_pos=64, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    proc = subprocess.run([str(REPO / "run"), str(tmp_path / "m.bin"), "-z", str(TOK512), "-n", "2", "-t", "0"],
+                          capture_output=True, text=True, errors="replace", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "context: trained 16 (supports 64 with its scaling), requested 16 |" in proc.stderr
+    assert "trained context L = 16" in proc.stderr
