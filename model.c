@@ -29,6 +29,13 @@ static size_t mul_checked(size_t n, size_t m, int *overflow) {
     return n * m;
 }
 
+// The widest input of any product: dim (q, k, v, gate, up, classifier), n_heads * head_dim (wo) or
+// hidden_dim (down).
+static int widest_input(const Config *p) {
+    const int qd = p->n_heads * p->head_dim, w = p->dim > qd ? p->dim : qd;
+    return p->hidden_dim > w ? p->hidden_dim : w;
+}
+
 // Lays the buffers out one after the other (each 64-byte aligned) from base, or only counts
 // them when base is NULL. Returns the number of bytes; sets *overflow if that does not fit.
 static size_t state_layout(RunState *s, unsigned char *base, const Config *p, const RunConfig *run, int n_threads,
@@ -38,8 +45,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
     const size_t kv = kv_cache_floats(p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
     const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
-    const int widest = (int)(D > qd ? (H > D ? H : D) : (H > qd ? H : qd)); // the widest input of a product
-    const size_t work = workspace_bytes(run->max_batch, widest, n_threads);
+    const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
     if (kv == 0 || work == 0) *overflow = 1;
     struct {
         void *p;
@@ -109,11 +115,10 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     state_layout(s, base, p, &t->run, s->n_threads, &overflow);
     s->bytes = bytes;
     s->kv = (KVCache){s->kv.keys, s->kv.values, p->n_layers, run->ctx, p->n_heads, p->n_kv_heads, p->head_dim};
-    const int D = p->dim, qd = p->n_heads * p->head_dim, H = p->hidden_dim;
-    s->work.bytes = workspace_bytes(t->run.max_batch, D > qd ? (H > D ? H : D) : (H > qd ? H : qd), s->n_threads);
     s->work.max_n = t->run.max_batch;
-    s->work.max_cols = D > qd ? (H > D ? H : D) : (H > qd ? H : qd);
+    s->work.max_cols = widest_input(p);
     s->work.n_threads = s->n_threads;
+    s->work.bytes = workspace_bytes(s->work.max_n, s->work.max_cols, s->n_threads);
     t->state_bytes = transformer_state_bytes(p, &t->run, s->n_threads, &overflow);
     char rope_err[300];
     if (rope_init(&t->rope, &run->rope, run->ctx, rope_err, sizeof rope_err)) {

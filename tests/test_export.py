@@ -299,25 +299,31 @@ def test_f16_output(tmp_path, capsys, gqa_dir):
         np.testing.assert_array_equal(t16[name], expect, err_msg=name)
 
 
-def test_q8_0_output(tmp_path, capsys, gqa_dir):
-    """Each block of 32 within max|x|/254 (half a quantization step) of f32; zero padding; norms f32."""
+def quantized_blocks(tmp_path, capsys, gqa_dir, dtype):
+    """Export gqa_dir as f32 and as dtype; check that the norms are the f32 ones and the padding of
+    every matrix is q = 0; yield (name, q (rows, cp/32, 32), d (rows, cp/32), f32 blocks likewise)."""
     _, t32, _ = export_ok(capsys, gqa_dir, tmp_path / "a.bin")
-    _, tq, q8 = export_ok(capsys, gqa_dir, tmp_path / "q.bin", "--dtype", "q8_0")
+    _, tq, quantized = export_ok(capsys, gqa_dir, tmp_path / "q.bin", "--dtype", dtype)
     for name, x in t32.items():
         if x.ndim == 1:
             np.testing.assert_array_equal(tq[name], x, err_msg=name)
             continue
-        q, d = q8[name]
+        q, d = quantized[name]
         rows, cols = x.shape
         cp = q.shape[1]
         assert cp == (cols + 31) // 32 * 32 and not q[:, cols:].any(), f"{name}: padding not zero"
-        assert q.min() >= -127
         xp = np.zeros((rows, cp), np.float32)
         xp[:, :cols] = x
-        blocks = xp.reshape(rows, cp // 32, 32)
+        yield name, q.reshape(rows, cp // 32, 32), d, xp.reshape(rows, cp // 32, 32)
+
+
+def test_q8_0_output(tmp_path, capsys, gqa_dir):
+    """Each block of 32 within max|x|/254 (half a quantization step) of f32; zero padding; norms f32."""
+    for name, q, d, blocks in quantized_blocks(tmp_path, capsys, gqa_dir, "q8_0"):
+        assert q.min() >= -127
         amax = np.abs(blocks).max(axis=2)
         np.testing.assert_allclose(d, amax / 127, rtol=1e-6, err_msg=name)
-        err = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks).max(axis=2)
+        err = np.abs(q * d[:, :, None] - blocks).max(axis=2)
         assert (err <= amax / 254 * (1 + 1e-5)).all(), f"{name}: max error {err.max()}"
 
 
@@ -326,27 +332,15 @@ def test_q4_0_output(tmp_path, capsys, gqa_dir):
     is q = -8 exactly; every value within half a step |d| / 2 (plus the f16 rounding of d) of f32,
     but those near -big, which round to q = 7 instead of 8;
     padding q = 0 (nibble 8); norms f32."""
-    _, t32, _ = export_ok(capsys, gqa_dir, tmp_path / "a.bin")
-    _, tq, q4 = export_ok(capsys, gqa_dir, tmp_path / "q.bin", "--dtype", "q4_0")
-    for name, x in t32.items():
-        if x.ndim == 1:
-            np.testing.assert_array_equal(tq[name], x, err_msg=name)
-            continue
-        q, d = q4[name]
-        rows, cols = x.shape
-        cp = q.shape[1]
-        assert cp == (cols + 31) // 32 * 32 and not q[:, cols:].any(), f"{name}: padding not zero"
+    for name, q, d, blocks in quantized_blocks(tmp_path, capsys, gqa_dir, "q4_0"):
         assert q.min() >= -8 and q.max() <= 7
-        xp = np.zeros((rows, cp), np.float32)
-        xp[:, :cols] = x
-        blocks = xp.reshape(rows, cp // 32, 32)
         big = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=2)[:, :, None], axis=2)[:, :, 0]
         np.testing.assert_allclose(d, big / -8, rtol=1e-3, err_msg=name)  # f16: 11 significant bits
-        err = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks).max(axis=2)
+        err = np.abs(q * d[:, :, None] - blocks).max(axis=2)
         # Half a step, except near -big, which would need q = +8 and gets 7: up to a whole step.
         assert (err <= np.abs(d) + 8 * np.abs(big) * 2**-11 + 1e-7).all(), f"{name}: max error {err.max()}"
         inside = np.abs(blocks - big[:, :, None] * -1) > np.abs(d)[:, :, None] / 2  # not near -big
-        err_in = np.abs(q.reshape(rows, cp // 32, 32) * d[:, :, None] - blocks)[inside]
+        err_in = np.abs(q * d[:, :, None] - blocks)[inside]
         assert (err_in <= (np.abs(d)[:, :, None] / 2 + 8 * np.abs(big)[:, :, None] * 2**-11 + 1e-7)
                 .repeat(32, axis=2)[inside]).all(), name
 
