@@ -38,7 +38,7 @@
 #if !defined(KERNELS_PLAIN) && defined(__AVX2__) && defined(__FMA__)
 #define USE_AVX2 1 // 256-bit integer and float vectors (Haswell, 2013, and later)
 #endif
-#if !defined(KERNELS_PLAIN) && defined(__AVX512F__)
+#if defined(USE_AVX2) && defined(__AVX512F__)
 #define USE_AVX512 1 // 512-bit vectors, masked loads and stores (Skylake-SP, 2017, and later)
 #endif
 #if defined(USE_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -585,7 +585,7 @@ static PLAIN void attention_mix_plain(float *out, const float *att, const float 
 
 // ---------------------------------------------------------------------------------------------
 // The vector versions, where this build has them (kernels_x86.h), else the plain ones above.
-#if defined(USE_AVX2) || defined(USE_AVX512)
+#ifdef USE_AVX2
 #include "kernels_x86.h"
 #endif
 #ifndef dot_f32

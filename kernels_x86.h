@@ -21,6 +21,28 @@
 
 #include <immintrin.h>
 
+// How far ahead (in values) packing asks for the rest of each weight row: the rows of a panel are
+// read 32 or 64 bytes at a time from 16 rows side by side, which the hardware prefetcher alone
+// does not keep up with.
+#define PACK_AHEAD 128
+
+#ifdef USE_AVX2
+// The sum of the 8 lanes of a vector.
+static inline float hsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// 8 halves widened to floats (exact).
+static inline __m256 half8(const _Float16 *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
+
+// The lane mask (all bits set) of the first k of 8 lanes, for vmaskmov loads and stores at ragged ends.
+static inline __m256i first_lanes8(int k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 #ifdef USE_AVX512
 // The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
 static inline __mmask16 first_lanes(int k) { return k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1); }
@@ -80,7 +102,54 @@ static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
         sum += (float)w[i] * x[i];
     return sum;
 }
-#endif // USE_AVX512
+#elif defined(USE_AVX2)
+// The same with 32-byte vectors of 8 floats: 32 columns per step into four independent sums.
+// Prefetch distances measured on an AMD EPYC (Zen 3, AVX2, 2 cores), see docs/speed.md.
+#ifndef AHEAD_F32
+#define AHEAD_F32 0 // bytes; 0: none
+#endif
+#ifndef AHEAD_F16
+#define AHEAD_F16 1024
+#endif
+
+static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        if (AHEAD_F32)
+            for (int c = 0; c < 128; c += 64) _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum += w[i] * x[i];
+    return sum;
+}
+
+// f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
+static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        if (AHEAD_F16) _mm_prefetch((const char *)(w + i) + AHEAD_F16, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(half8(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(half8(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(half8(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(half8(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(half8(w + i), _mm256_loadu_ps(x + i), a0);
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum += (float)w[i] * x[i];
+    return sum;
+}
+#endif // USE_AVX512 / USE_AVX2
 
 // q8_0 . q8_0 over blocks. The integer dot of a block is 32 byte products summed in 8 lanes. The
 // multiply instruction (vpdpbusd, or vpmaddubsw without VNNI) takes one unsigned and one signed
@@ -137,11 +206,7 @@ static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const int8_t 
         a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dw[b] * dx[b]), a0);
         a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dw[b + 1] * dx[b + 1]), a1);
     }
-    __m256 a = _mm256_add_ps(a0, a1);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    sum = _mm_cvtss_f32(s);
+    sum = hsum8(_mm256_add_ps(a0, a1));
 #endif
     for (; b < nb; b++) { // the last blocks, one at a time
         const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(w + b * Q8_BLOCK)),
@@ -194,6 +259,44 @@ static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const int
     }
     return sum;
 }
+#elif defined(USE_AVX2)
+// q4_0 . q8_0 without VNNI, two blocks per 32-byte load of nibbles: low and high nibbles masked
+// out, then regrouped per block as [16 low, 16 high] (the order of x). vpmaddubsw multiplies the
+// unsigned q in [0, 15] by the signed x and adds pairs into 16 bits (at most 2 * 15 * 127: no
+// saturation), vpmaddwd adds those pairs into 8 int32 lanes, and 8 * sum(x) of the block is taken
+// off lane 0, so the lanes add up to sum((q - 8) x).
+#ifndef AHEAD_Q4
+#define AHEAD_Q4 1024
+#endif
+static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const int8_t *x, const float *dx,
+                                 const int32_t *xsum, int nb) {
+    const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *wb = w + b * Q8_BLOCK / 2;
+        if (AHEAD_Q4) _mm_prefetch((const char *)wb + AHEAD_Q4, _MM_HINT_T0);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)wb); // blocks b and b+1, 16 bytes each
+        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        const __m256i q0 = _mm256_permute2x128_si256(lo, hi, 0x20), q1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+        __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(x + b * Q8_BLOCK))), ones);
+        __m256i p1 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(x + (b + 1) * Q8_BLOCK))), ones);
+        p0 = _mm256_sub_epi32(p0, _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * xsum[b])));
+        p1 = _mm256_sub_epi32(p1, _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * xsum[b + 1])));
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps((float)dw[b] * dx[b]), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps((float)dw[b + 1] * dx[b + 1]), a1);
+    }
+    float sum = hsum8(_mm256_add_ps(a0, a1));
+    for (; b < nb; b++) { // the last block
+        int32_t s = 0;
+        for (int i = 0; i < Q8_BLOCK / 2; i++)
+            s += ((w[b * 16 + i] & 15) - 8) * x[b * Q8_BLOCK + i] +
+                 ((w[b * 16 + i] >> 4) - 8) * x[b * Q8_BLOCK + 16 + i];
+        sum += (float)s * ((float)dw[b] * dx[b]);
+    }
+    return sum;
+}
 #endif
 
 #ifdef USE_AVX512
@@ -222,10 +325,6 @@ static inline void transpose16(__m512 r[16]) {
     }
 }
 
-// How far ahead (in values) packing asks for the rest of each weight row: the rows of a panel are
-// read 64 bytes at a time from 16 rows side by side, which the hardware prefetcher alone does not
-// keep up with.
-#define PACK_AHEAD 128
 
 // pack_w_f32: 16 columns of 16 rows at a time (load rows, transpose, store columns), the rest plain.
 static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
@@ -305,6 +404,57 @@ static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *
     }
 }
 #elif defined(USE_AVX2)
+// Transpose an 8 x 8 block of floats held in 8 vectors: pairs, then 4-value quarters within each
+// 128-bit half, then the halves.
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     // r_i[0] r_i+1[0] r_i[1] r_i+1[1] | the same for 4, 5
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); // ... for 2, 3 | 6, 7
+    }
+    for (int i = 0; i < 8; i += 4) { // rows i .. i+3 of columns (0|4), (1|5), (2|6), (3|7)
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);     // column j, rows 0 .. 7
+        t[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31); // column j + 4
+    }
+    for (int j = 0; j < 8; j++)
+        r[j] = t[j];
+}
+
+// pack_w_f32: 8 columns of 8 rows at a time (load rows, widening halves, transpose, store columns).
+static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cols = (size_t)m->cols;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    int k = 0;
+    for (; k + 8 <= kc; k += 8)
+        for (int j0 = 0; j0 < NR; j0 += 8) {
+            __m256 v[8];
+            for (int j = 0; j < 8; j++) {
+                const size_t at = (size_t)(r0 + j0 + j) * cols + k0 + k;
+                if (j0 + j >= nr) {
+                    v[j] = _mm256_setzero_ps();
+                } else if (m->dtype == DTYPE_F32) {
+                    if (k % 16 == 0)
+                        _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = _mm256_loadu_ps((const float *)m->data + at);
+                } else {
+                    if (k % 32 == 0)
+                        _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = half8((const _Float16 *)m->data + at);
+                }
+            }
+            transpose8(v);
+            for (int j = 0; j < 8; j++)
+                _mm256_store_ps(wp + (size_t)(k + j) * NR + j0, v[j]);
+        }
+    pack_w_f32_from(wp, m, r0, k0, kc, k);
+}
+
 // 16 registers of 8 floats: the tile is done as 2 x 2 blocks of 6 tokens x 16 rows, each with 12
 // accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel).
 static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
@@ -380,7 +530,48 @@ static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *
         _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
 }
-#endif // USE_AVX512_VNNI
+#elif defined(USE_AVX2)
+// The q8_0 microkernel without VNNI, 8 rows at a time: one vector holds 4 bytes of each of 8 rows,
+// and per group of 4 columns the 6 tokens of the tile each add their 4 bytes' products to 8 int32
+// lanes. vpmaddubsw wants one unsigned operand and adds pairs of products into 16 bits, so the
+// packed w + 128 is turned back into w (xor 0x80) and fed as |w| against x with w's sign: the same
+// products, pairs at most 2 * 128 * 127 < 32767; vpmaddwd then adds the pairs into int32. Per block
+// of 32 columns the exact sums are scaled into 6 float accumulators.
+static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
+                          const uint8_t *wq, const float *wd, int kc, int accumulate) {
+    (void)xs; // -128 sum(x), the start values of biased weights: not needed with w itself
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const __m256i mask = first_lanes8(nr - r0);
+        __m256 c[MR_Q8];
+        for (int t = 0; t < MR_Q8; t++)
+            c[t] = accumulate && t < nt ? _mm256_maskload_ps(out + t * ldo + r0, mask) : _mm256_setzero_ps();
+        for (int b = 0; b < kc / Q8_BLOCK; b++) {
+            __m256i s[MR_Q8];
+            for (int t = 0; t < MR_Q8; t++)
+                s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int u = 0; u < Q8_BLOCK / 4; u++) { // the 8 groups of 4 bytes of the block
+                const int k4 = b * (Q8_BLOCK / 4) + u;
+                const __m256i w = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + (k4 * NR + r0) * 4)), flip);
+                const __m256i aw = _mm256_abs_epi8(w);
+                for (int t = 0; t < MR_Q8; t++) {
+                    int32_t four;
+                    memcpy(&four, xq + (k4 * MR_Q8 + t) * 4, 4);
+                    const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(four), w);
+                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+                }
+            }
+            const __m256 d = _mm256_load_ps(wd + b * NR + r0);
+            for (int t = 0; t < MR_Q8; t++)
+                c[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[t]), _mm256_set1_ps(xd[b * MR_Q8 + t])), d,
+                                       c[t]);
+        }
+        for (int t = 0; t < nt; t++)
+            _mm256_maskstore_ps(out + t * ldo + r0, mask, c[t]);
+    }
+}
+#endif // USE_AVX512_VNNI / USE_AVX2
 
 #ifdef USE_AVX512
 // Attention scores over the transposed keys: 64 positions in 4 vectors, every coordinate d adding
@@ -435,27 +626,75 @@ static void attention_mix_x86(float *out, const float *att, const float *v, size
         _mm512_mask_storeu_ps(out + d0 + 48, m[3], a3);
     }
 }
-#endif // USE_AVX512
+#elif defined(USE_AVX2)
+// Attention scores over the transposed keys: 64 positions in 8 vectors while every coordinate d
+// adds q[d] * (row d of the keys); the last < 64 positions 8 at a time, the very last through a mask.
+static void attention_scores_x86(float *att, const float *q, const float *kt, int hd, size_t stride, int len,
+                                 float scale) {
+    int j = 0;
+    for (; j + 64 <= len; j += 64) {
+        __m256 a[8];
+        for (int r = 0; r < 8; r++)
+            a[r] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            const __m256 qd = _mm256_set1_ps(q[d] * scale);
+            const float *k = kt + (size_t)d * stride + j;
+            for (int r = 0; r < 8; r++)
+                a[r] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k + 8 * r), a[r]);
+        }
+        for (int r = 0; r < 8; r++)
+            _mm256_storeu_ps(att + j + 8 * r, a[r]);
+    }
+    for (; j < len; j += 8) {
+        const __m256i m = first_lanes8(len - j);
+        __m256 a = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(q[d] * scale), _mm256_maskload_ps(kt + (size_t)d * stride + j, m), a);
+        _mm256_maskstore_ps(att + j, m, a);
+    }
+}
+
+// The weighted sum of values: 64 output coordinates in 8 registers while every position adds
+// att[j] * v_j; a ragged last vector of coordinates through a mask.
+static void attention_mix_x86(float *out, const float *att, const float *v, size_t stride, int len, int hd) {
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        const int width = hd - d0 < 64 ? hd - d0 : 64;
+        __m256i m[8];
+        __m256 a[8];
+        for (int r = 0; r < 8; r++) {
+            m[r] = first_lanes8(width - 8 * r);
+            a[r] = _mm256_setzero_ps();
+        }
+        for (int j = 0; j < len; j++) {
+            const __m256 p = _mm256_set1_ps(att[j]);
+            const float *vj = v + (size_t)j * stride + d0;
+            for (int r = 0; r < 8; r++)
+                if (8 * r + 8 <= width)
+                    a[r] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * r), a[r]);
+                else if (8 * r < width)
+                    a[r] = _mm256_fmadd_ps(p, _mm256_maskload_ps(vj + 8 * r, m[r]), a[r]);
+        }
+        for (int r = 0; r < 8 && 8 * r < width; r++)
+            _mm256_maskstore_ps(out + d0 + 8 * r, m[r], a[r]);
+    }
+}
+#endif // USE_AVX512 / USE_AVX2
 
 // ---------------------------------------------------------------------------------------------
-// Which microkernels this build replaces.
-#ifdef USE_AVX512
+// Which microkernels this build replaces: all of them, each with its AVX-512 version where one is
+// written above and the AVX2 one otherwise; the q8_0 packing only with AVX-512 (plain C is as fast
+// with 32-byte vectors).
 #define dot_f32          dot_f32_x86
 #define dot_f16          dot_f16_x86
+#define dot_q8           dot_q8_x86
+#define dot_q4           dot_q4_x86
 #define pack_w_f32       pack_w_f32_x86
-#define pack_w_q8        pack_w_q8_x86
+#define kernel_f32       kernel_f32_x86
+#define kernel_q8        kernel_q8_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
-#endif
-#if defined(USE_AVX512) || defined(USE_AVX2)
-#define kernel_f32 kernel_f32_x86
-#endif
-#if defined(USE_AVX512_VNNI) || defined(USE_AVX2)
-#define dot_q8 dot_q8_x86
-#endif
-#ifdef USE_AVX512_VNNI
-#define kernel_q8 kernel_q8_x86
-#define dot_q4    dot_q4_x86
+#ifdef USE_AVX512
+#define pack_w_q8 pack_w_q8_x86
 #endif
 
 #endif // KERNELS_X86_H

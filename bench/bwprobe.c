@@ -21,7 +21,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -50,6 +50,23 @@ static uint64_t fold(const unsigned char *p, size_t bytes) {
     uint64_t lanes[8], x = 0;
     _mm512_storeu_si512(lanes, a0);
     for (int j = 0; j < 8; j++)
+        x ^= lanes[j];
+    return x;
+#elif defined(__AVX2__) // the same with two 32-byte loads per 64 bytes, eight independent folds
+    __m256i a[8];
+    for (int j = 0; j < 8; j++)
+        a[j] = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 256 <= bytes; i += 256)
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm256_xor_si256(a[j], _mm256_load_si256((const __m256i *)(p + i + 32 * j)));
+    for (; i < bytes; i += 32)
+        a[0] = _mm256_xor_si256(a[0], _mm256_load_si256((const __m256i *)(p + i)));
+    for (int j = 1; j < 8; j++)
+        a[0] = _mm256_xor_si256(a[0], a[j]);
+    uint64_t lanes[4], x = 0;
+    _mm256_storeu_si256((__m256i *)lanes, a[0]);
+    for (int j = 0; j < 4; j++)
         x ^= lanes[j];
     return x;
 #else

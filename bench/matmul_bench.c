@@ -32,7 +32,7 @@ static int by_value(const void *a, const void *b) {
 int main(int argc, char **argv) {
     DType t;
     if (argc < 5 || dtype_from_name(argv[4], &t)) {
-        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|q8_0 [repeats]\n");
+        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|q8_0|q4_0 [repeats]\n");
         return 2;
     }
     const int rows = atoi(argv[1]), cols = atoi(argv[2]), n = atoi(argv[3]);
@@ -54,11 +54,13 @@ int main(int argc, char **argv) {
     if (t == DTYPE_F32)
         for (size_t i = 0; i < data / 4; i++)
             ((float *)w)[i] = 0.001f * (float)(i % 97);
-    for (size_t i = 0; i < scales / 4; i++)
+    for (size_t i = 0; t == DTYPE_Q8_0 && i < scales / 4; i++)
         ((float *)(w + data))[i] = 1e-3f;
+    for (size_t i = 0; t == DTYPE_Q4_0 && i < scales / 2; i++)
+        ((_Float16 *)(w + data))[i] = (_Float16)1e-3f;
     for (size_t i = 0; i < (size_t)n * cols; i++)
         x[i] = (float)(i % 13) - 6;
-    Matrix m = {w, t == DTYPE_Q8_0 ? (const float *)(w + data) : NULL, rows, cols, t};
+    Matrix m = {w, scales ? w + data : NULL, rows, cols, t};
 
     // Wall time, and CPU time of the whole process: on a busy machine the wall time includes the
     // time the threads waited for a core; CPU time / threads does not.
