@@ -284,7 +284,17 @@ typedef struct {
     int8_t *q;    // (n, cp) cp = cols rounded up to Q8_BLOCK, zero-padded
     float *d;     // (n, cp/Q8_BLOCK) scales
     int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
+    // Decode against q4_0 weights only (else NULL), for the vector dot product:
+    int8_t *pairs; // (n, cp) q rearranged per pair of blocks b, b+1 as [b 0-15, b+1 0-15, b 16-31, b+1 16-31]
+    float *c8;     // (n, cp/Q8_BLOCK) 8 * d * sum of each block: what the -8 of q4_0 takes off
 } QuantizedRows;
+
+// One token's row of a QuantizedRows, as the decode dot products read it.
+typedef struct {
+    const int8_t *q, *pairs;
+    const float *d, *c8;
+    const int32_t *sum;
+} QuantizedRow;
 
 static void quantize_row_q8(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
     const int cp = matrix_cols_stored(DTYPE_Q8_0, cols);
@@ -327,15 +337,34 @@ static void *carve(Carver *c, size_t bytes) {
     return p;
 }
 
-static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n, int cols) {
+// with_pairs: also fill pairs and c8 (decode against q4_0 weights).
+static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n, int cols, int with_pairs) {
     const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
     qr->q = carve(c, (size_t)n * cp);
     qr->d = carve(c, (size_t)n * nb * sizeof(float));
     qr->sum = carve(c, (size_t)n * nb * sizeof(int32_t));
-    if (!qr->q || !qr->d || !qr->sum) return -1;
+    qr->pairs = with_pairs ? carve(c, (size_t)n * cp) : NULL;
+    qr->c8 = with_pairs ? carve(c, (size_t)n * nb * sizeof(float)) : NULL;
+    if (!qr->q || !qr->d || !qr->sum || (with_pairs && (!qr->pairs || !qr->c8))) return -1;
 #pragma omp parallel for schedule(static) if (n > 1)
     for (int t = 0; t < n; t++)
         quantize_row_q8(qr->q + t * cp, qr->d + t * nb, qr->sum + t * nb, x + (size_t)t * cols, cols);
+    for (size_t t = 0; with_pairs && t < (size_t)n; t++) {
+        const int8_t *q = qr->q + t * cp;
+        int8_t *p = qr->pairs + t * cp;
+        for (size_t b = 0; b + 1 < nb; b += 2) { // blocks b and b+1
+            const int8_t *q0 = q + b * Q8_BLOCK, *q1 = q0 + Q8_BLOCK;
+            int8_t *o = p + b * Q8_BLOCK;
+            memcpy(o, q0, 16);
+            memcpy(o + 16, q1, 16);
+            memcpy(o + 32, q0 + 16, 16);
+            memcpy(o + 48, q1 + 16, 16);
+        }
+        if (nb % 2) // a last block without a partner stays as it is
+            memcpy(p + (nb - 1) * Q8_BLOCK, q + (nb - 1) * Q8_BLOCK, Q8_BLOCK);
+        for (size_t b = 0; b < nb; b++)
+            qr->c8[t * nb + b] = 8 * qr->d[t * nb + b] * (float)qr->sum[t * nb + b];
+    }
     return 0;
 }
 
@@ -353,9 +382,9 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads) {
     if (max_n < 1 || max_n > 1 << 16 || max_cols < 1 || max_cols > 1 << 20 || n_threads < 1 || n_threads > 1 << 12)
         return 0;
     const size_t n = (size_t)max_n, cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, max_cols), nb = cp / Q8_BLOCK;
-    const size_t kc = cp < KC_MAX ? cp : KC_MAX, th = (size_t)n_threads, pad = 64 * 8;
+    const size_t kc = cp < KC_MAX ? cp : KC_MAX, th = (size_t)n_threads, pad = 64 * 12;
     const size_t tiles = (n + MR - 1) / MR, tiles_q8 = (n + MR_Q8 - 1) / MR_Q8;
-    const size_t quantized = n * cp + 2 * n * nb * 4;
+    const size_t quantized = 2 * n * cp + 3 * n * nb * 4;
     const size_t f32 = tiles * MR * cp * 4 + th * kc * NR * 4;
     const size_t q8 = quantized + tiles_q8 * MR_Q8 * (cp + 2 * nb * 4) + th * (2 * kc * NR + kc / Q8_BLOCK * NR * 4);
     return (f32 > q8 ? f32 : q8) + pad;
@@ -382,31 +411,27 @@ static PLAIN ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int
     return sum;
 }
 
-// q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i).
-static PLAIN ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const int8_t *x, const float *dx,
-                                         const int32_t *xsum, int nb) {
-    (void)xsum; // sum(x) per block: the vector version uses it to subtract 8 * sum(x)
+// q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i). The
+// vector versions read x's other fields (sum, pairs, c8); this one only q and d.
+static PLAIN ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb) {
     float sum = 0;
     for (int b = 0; b < nb; b++) {
         int32_t s = 0;
         for (int i = 0; i < Q8_BLOCK; i++)
-            s += q4_at(w + b * Q8_BLOCK / 2, i) * x[b * Q8_BLOCK + i];
-        sum += (float)s * ((float)dw[b] * dx[b]);
+            s += q4_at(w + b * Q8_BLOCK / 2, i) * x->q[b * Q8_BLOCK + i];
+        sum += (float)s * ((float)dw[b] * x->d[b]);
     }
     return sum;
 }
 
-// q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i). xsum, the sum of
-// each block of x, is for the vector version's unsigned trick.
-static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const int8_t *x, const float *dx,
-                                         const int32_t *xsum, int nb) {
-    (void)xsum;
+// q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i).
+static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb) {
     float sum = 0;
     for (int b = 0; b < nb; b++) {
         int32_t s = 0;
         for (int i = 0; i < Q8_BLOCK; i++)
-            s += w[b * Q8_BLOCK + i] * x[b * Q8_BLOCK + i];
-        sum += (float)s * (dw[b] * dx[b]);
+            s += w[b * Q8_BLOCK + i] * x->q[b * Q8_BLOCK + i];
+        sum += (float)s * (dw[b] * x->d[b]);
     }
     return sum;
 }
@@ -649,7 +674,7 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
     for (int i = 0; i < count; i++)
         total += m[i]->rows;
     QuantizedRows qx = {0};
-    if (quantized(dtype) && quantize_rows_q8(ws, &qx, x, n, cols)) return -1;
+    if (quantized(dtype) && quantize_rows_q8(ws, &qx, x, n, cols, dtype == DTYPE_Q4_0)) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int row = 0; row < total; row++) {
         int i = 0, r = row; // row `row` of the stack is row r of matrix i
@@ -667,12 +692,17 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
                 v = dot_f16((const _Float16 *)mi->data + r * cp, xt, cols);
                 break;
             case DTYPE_Q8_0:
-                v = dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, qx.q + t * cp,
-                           qx.d + t * nb, qx.sum + t * nb, (int)nb);
+            case DTYPE_Q4_0: {
+                const QuantizedRow xr = {qx.q + t * cp, qx.pairs ? qx.pairs + t * cp : NULL, qx.d + t * nb,
+                                         qx.c8 ? qx.c8 + t * nb : NULL, qx.sum + t * nb};
+                v = dtype == DTYPE_Q8_0
+                        ? dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, &xr, (int)nb)
+                        : dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, &xr,
+                                 (int)nb);
                 break;
+            }
             default:
-                v = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, qx.q + t * cp,
-                           qx.d + t * nb, qx.sum + t * nb, (int)nb);
+                v = 0;
                 break;
             }
             out[i][(size_t)t * mi->rows + r] = v;
@@ -750,7 +780,7 @@ static int gemm_q8(Carver *ws, int threads, float *out, const float *x, const Ma
     const size_t tile_q = (size_t)cp * MR_Q8, tile_b = (size_t)nb * MR_Q8; // per tile: bytes, blocks
     const size_t wq_bytes = (size_t)kc_max * NR, wd_floats = (size_t)kc_max / Q8_BLOCK * NR;
     QuantizedRows qx;
-    if (quantize_rows_q8(ws, &qx, x, n, cols)) return -1;
+    if (quantize_rows_q8(ws, &qx, x, n, cols, 0)) return -1;
     int8_t *xq = carve(ws, tiles * tile_q);                                 // (tiles, cp/4, MR_Q8, 4)
     float *xd = carve(ws, tiles * tile_b * sizeof(float));                  // (tiles, cp/32, MR_Q8)
     int32_t *xs = carve(ws, tiles * tile_b * sizeof(int32_t));              // (tiles, cp/32, MR_Q8)

@@ -54,8 +54,12 @@ static inline __mmask16 first_lanes(int k) { return k >= 16 ? 0xFFFF : k <= 0 ? 
 #ifndef AHEAD_F32
 #define AHEAD_F32 0 // bytes; 0: none
 #endif
+#ifndef AHEAD_F16
 #define AHEAD_F16 8192
-#define AHEAD_Q8  4096
+#endif
+#ifndef AHEAD_Q8
+#define AHEAD_Q8 4096
+#endif
 #ifndef AHEAD_Q4
 #define AHEAD_Q4 8192
 #endif
@@ -110,6 +114,9 @@ static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
 #endif
 #ifndef AHEAD_F16
 #define AHEAD_F16 1024
+#endif
+#ifndef AHEAD_Q8
+#define AHEAD_Q8 2048
 #endif
 
 static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
@@ -166,8 +173,9 @@ static inline __m256i dot_i8_block(__m256i w, __m256i x) {
 #endif
 }
 
-static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const int8_t *x, const float *dx,
-                                 const int32_t *xsum, int nb) {
+static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const QuantizedRow *xr, int nb) {
+    const int8_t *x = xr->q;
+    const float *dx = xr->d;
     int b = 0;
     float sum = 0;
 #ifdef USE_AVX512_VNNI
@@ -187,26 +195,29 @@ static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const int8_t 
         const __m512i x0 = _mm512_loadu_si512(xb), x1 = _mm512_loadu_si512(xb + 2 * Q8_BLOCK);
         const __m512i w0 = _mm512_loadu_si512(wb), w1 = _mm512_loadu_si512(wb + 2 * Q8_BLOCK);
         const __m512i s = _mm512_castsi128_si512(
-            _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(xsum + b)), 4)));
+            _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(xr->sum + b)), 4)));
         const __m512i p0 = _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(first, s), _mm512_xor_si512(w0, flip), x0);
         const __m512i p1 = _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(second, s), _mm512_xor_si512(w1, flip), x1);
         a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
         a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
     }
     sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#else // AVX2: one block per 32-byte vector, two accumulators
-    (void)xsum;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    for (; b + 2 <= nb; b += 2) {
+#else // AVX2: eight blocks per step, one per 32-byte vector, their eight dw * dx in one vector
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (; b + 8 <= nb; b += 8) {
         const int8_t *wb = w + b * Q8_BLOCK, *xb = x + b * Q8_BLOCK;
-        _mm_prefetch((const char *)wb + 1024, _MM_HINT_T0);
-        __m256i p0 = dot_i8_block(_mm256_loadu_si256((const __m256i *)wb), _mm256_loadu_si256((const __m256i *)xb));
-        __m256i p1 = dot_i8_block(_mm256_loadu_si256((const __m256i *)(wb + Q8_BLOCK)),
-                                  _mm256_loadu_si256((const __m256i *)(xb + Q8_BLOCK)));
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dw[b] * dx[b]), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dw[b + 1] * dx[b + 1]), a1);
+        if (AHEAD_Q8)
+            for (int c = 0; c < 8 * Q8_BLOCK; c += 64) _mm_prefetch((const char *)wb + AHEAD_Q8 + c, _MM_HINT_T0);
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw + b), _mm256_loadu_ps(dx + b));
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(wb + i * Q8_BLOCK)),
+                                           _mm256_loadu_si256((const __m256i *)(xb + i * Q8_BLOCK)));
+            acc[i % 4] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(i)), acc[i % 4]);
+        }
     }
-    sum = hsum8(_mm256_add_ps(a0, a1));
+    sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 #endif
     for (; b < nb; b++) { // the last blocks, one at a time
         const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(w + b * Q8_BLOCK)),
@@ -225,8 +236,10 @@ static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const int8_t 
 // vectors of 4-bit values in the order of x ([low nibbles, high nibbles] per block), then vpdpbusd
 // of those unsigned q against the signed x. Each block's 8 lanes start at -sum(x) of the block, so
 // they sum to sum((q - 8) x): vpdpbusd wants the unsigned operand first, which q is.
-static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const int8_t *x, const float *dx,
-                                 const int32_t *xsum, int nb) {
+static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int nb) {
+    const int8_t *x = xr->q;
+    const float *dx = xr->d;
+    const int32_t *xsum = xr->sum;
     const __m512i first = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2)), low = _mm512_set1_epi8(15);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
@@ -260,40 +273,50 @@ static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const int
     return sum;
 }
 #elif defined(USE_AVX2)
-// q4_0 . q8_0 without VNNI, two blocks per 32-byte load of nibbles: low and high nibbles masked
-// out, then regrouped per block as [16 low, 16 high] (the order of x). vpmaddubsw multiplies the
-// unsigned q in [0, 15] by the signed x and adds pairs into 16 bits (at most 2 * 15 * 127: no
-// saturation), vpmaddwd adds those pairs into 8 int32 lanes, and 8 * sum(x) of the block is taken
-// off lane 0, so the lanes add up to sum((q - 8) x).
+// q4_0 . q8_0 without VNNI, eight blocks per step. One 32-byte load holds the nibbles of two blocks
+// b, b+1; masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's pairs
+// layout (QuantizedRows) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by
+// the signed x and adds pairs into 16 bits; lo's and hi's sums are added there too (at most
+// 4 * 15 * 127: no saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and
+// 4-7 block b+1's, each scaled by its dw * dx. The -8 of every weight comes off at the end as
+// sum_b dw_b * (8 dx_b sum(x_b)), the c8 of QuantizedRows: two vector operations per eight blocks
+// instead of a correction per block.
 #ifndef AHEAD_Q4
 #define AHEAD_Q4 1024
 #endif
-static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const int8_t *x, const float *dx,
-                                 const int32_t *xsum, int nb) {
+static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int nb) {
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 corr = _mm256_setzero_ps();
     int b = 0;
-    for (; b + 2 <= nb; b += 2) {
+    for (; b + 8 <= nb; b += 8) {
         const uint8_t *wb = w + b * Q8_BLOCK / 2;
-        if (AHEAD_Q4) _mm_prefetch((const char *)wb + AHEAD_Q4, _MM_HINT_T0);
-        const __m256i v = _mm256_loadu_si256((const __m256i *)wb); // blocks b and b+1, 16 bytes each
-        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        const __m256i q0 = _mm256_permute2x128_si256(lo, hi, 0x20), q1 = _mm256_permute2x128_si256(lo, hi, 0x31);
-        __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(x + b * Q8_BLOCK))), ones);
-        __m256i p1 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(x + (b + 1) * Q8_BLOCK))), ones);
-        p0 = _mm256_sub_epi32(p0, _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * xsum[b])));
-        p1 = _mm256_sub_epi32(p1, _mm256_castsi128_si256(_mm_cvtsi32_si128(8 * xsum[b + 1])));
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps((float)dw[b] * dx[b]), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps((float)dw[b + 1] * dx[b + 1]), a1);
+        if (AHEAD_Q4) {
+            _mm_prefetch((const char *)wb + AHEAD_Q4, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb + AHEAD_Q4 + 64, _MM_HINT_T0);
+        }
+        const __m256 dwb = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b)));
+        const __m256 d = _mm256_mul_ps(dwb, _mm256_loadu_ps(xr->d + b));
+        corr = _mm256_fmadd_ps(dwb, _mm256_loadu_ps(xr->c8 + b), corr);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + p * Q8_BLOCK));
+            const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            const int8_t *xp = xr->pairs + (b + 2 * p) * Q8_BLOCK;
+            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xp)),
+                                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xp + 32))));
+            const __m256 dp = _mm256_permutevar8x32_ps(
+                d, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
+            acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), dp, acc[p]);
+        }
     }
-    float sum = hsum8(_mm256_add_ps(a0, a1));
-    for (; b < nb; b++) { // the last block
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum8(corr);
+    for (; b < nb; b++) { // the last blocks, one at a time, from x in its own order
         int32_t s = 0;
         for (int i = 0; i < Q8_BLOCK / 2; i++)
-            s += ((w[b * 16 + i] & 15) - 8) * x[b * Q8_BLOCK + i] +
-                 ((w[b * 16 + i] >> 4) - 8) * x[b * Q8_BLOCK + 16 + i];
-        sum += (float)s * ((float)dw[b] * dx[b]);
+            s += ((w[b * 16 + i] & 15) - 8) * xr->q[b * Q8_BLOCK + i] +
+                 ((w[b * 16 + i] >> 4) - 8) * xr->q[b * Q8_BLOCK + 16 + i];
+        sum += (float)s * ((float)dw[b] * xr->d[b]);
     }
     return sum;
 }
@@ -456,36 +479,39 @@ static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
 }
 
 // 16 registers of 8 floats: the tile is done as 2 x 2 blocks of 6 tokens x 16 rows, each with 12
-// accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel).
+// accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel). Every loop
+// over the accumulators has a constant count and the ragged edges go through lane masks, so the
+// compiler keeps the 12 in registers (a loop bounded by nt made it store them after every
+// multiply-add: half the speed).
 static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
                            int accumulate) {
-    for (int t0 = 0; t0 < MR; t0 += 6)
-        for (int j0 = 0; j0 < NR; j0 += 16) {
-            if (t0 >= nt || j0 >= nr) continue;
+    for (int j0 = 0; j0 < nr; j0 += 16) {
+        const __m256i m0 = first_lanes8(nr - j0), m1 = first_lanes8(nr - j0 - 8);
+        for (int t0 = 0; t0 < nt; t0 += 6) {
             __m256 c[6][2];
-            for (int t = 0; t < 6; t++)
-                for (int h = 0; h < 2; h++) {
-                    float init[8] = {0};
-                    for (int j = 0; accumulate && t0 + t < nt && j < 8 && j0 + 8 * h + j < nr; j++)
-                        init[j] = out[(t0 + t) * ldo + j0 + 8 * h + j];
-                    c[t][h] = _mm256_loadu_ps(init);
-                }
+#pragma GCC unroll 6
+            for (int t = 0; t < 6; t++) {
+                const int load = accumulate && t0 + t < nt;
+                c[t][0] = load ? _mm256_maskload_ps(out + (t0 + t) * ldo + j0, m0) : _mm256_setzero_ps();
+                c[t][1] = load ? _mm256_maskload_ps(out + (t0 + t) * ldo + j0 + 8, m1) : _mm256_setzero_ps();
+            }
             for (int k = 0; k < kc; k++) {
                 const __m256 w0 = _mm256_load_ps(wp + k * NR + j0), w1 = _mm256_load_ps(wp + k * NR + j0 + 8);
+#pragma GCC unroll 6
                 for (int t = 0; t < 6; t++) {
                     const __m256 a = _mm256_broadcast_ss(xp + k * MR + t0 + t);
                     c[t][0] = _mm256_fmadd_ps(a, w0, c[t][0]);
                     c[t][1] = _mm256_fmadd_ps(a, w1, c[t][1]);
                 }
             }
-            for (int t = 0; t < 6 && t0 + t < nt; t++)
-                for (int h = 0; h < 2; h++) {
-                    float res[8];
-                    _mm256_storeu_ps(res, c[t][h]);
-                    for (int j = 0; j < 8 && j0 + 8 * h + j < nr; j++)
-                        out[(t0 + t) * ldo + j0 + 8 * h + j] = res[j];
+#pragma GCC unroll 6
+            for (int t = 0; t < 6; t++)
+                if (t0 + t < nt) {
+                    _mm256_maskstore_ps(out + (t0 + t) * ldo + j0, m0, c[t][0]);
+                    _mm256_maskstore_ps(out + (t0 + t) * ldo + j0 + 8, m1, c[t][1]);
                 }
         }
+    }
 }
 #endif // USE_AVX512 / USE_AVX2
 
@@ -544,31 +570,37 @@ static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *
     for (int r0 = 0; r0 < nr; r0 += 8) {
         const __m256i mask = first_lanes8(nr - r0);
         __m256 c[MR_Q8];
+#pragma GCC unroll 6
         for (int t = 0; t < MR_Q8; t++)
             c[t] = accumulate && t < nt ? _mm256_maskload_ps(out + t * ldo + r0, mask) : _mm256_setzero_ps();
         for (int b = 0; b < kc / Q8_BLOCK; b++) {
             __m256i s[MR_Q8];
+#pragma GCC unroll 6
             for (int t = 0; t < MR_Q8; t++)
                 s[t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+            const uint8_t *wb = wq + (size_t)b * Q8_BLOCK * NR + r0 * 4;
+            const int8_t *xb = xq + (size_t)b * Q8_BLOCK * MR_Q8;
+#pragma GCC unroll 1
             for (int u = 0; u < Q8_BLOCK / 4; u++) { // the 8 groups of 4 bytes of the block
-                const int k4 = b * (Q8_BLOCK / 4) + u;
-                const __m256i w = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + (k4 * NR + r0) * 4)), flip);
+                const __m256i w = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wb + u * NR * 4)), flip);
                 const __m256i aw = _mm256_abs_epi8(w);
+#pragma GCC unroll 6
                 for (int t = 0; t < MR_Q8; t++) {
                     int32_t four;
-                    memcpy(&four, xq + (k4 * MR_Q8 + t) * 4, 4);
+                    memcpy(&four, xb + (u * MR_Q8 + t) * 4, 4);
                     const __m256i sx = _mm256_sign_epi8(_mm256_set1_epi32(four), w);
                     s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
                 }
             }
             const __m256 d = _mm256_load_ps(wd + b * NR + r0);
+#pragma GCC unroll 6
             for (int t = 0; t < MR_Q8; t++)
                 c[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[t]), _mm256_set1_ps(xd[b * MR_Q8 + t])), d,
                                        c[t]);
         }
-        for (int t = 0; t < nt; t++)
-            _mm256_maskstore_ps(out + t * ldo + r0, mask, c[t]);
+#pragma GCC unroll 6
+        for (int t = 0; t < MR_Q8; t++)
+            if (t < nt) _mm256_maskstore_ps(out + t * ldo + r0, mask, c[t]);
     }
 }
 #endif // USE_AVX512_VNNI / USE_AVX2
