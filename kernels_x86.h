@@ -1,20 +1,24 @@
 // kernels_x86.h - the x86 vector versions of kernels.c's microkernels (AVX-512, VNNI, AVX2).
 //
-// Included by kernels.c only, after the plain C microkernels, when the compiler targets these
-// instructions (-march=native on such a machine). Each function here has the signature and the
-// meaning of the plain C one it replaces (dot_f32_x86 <-> dot_f32_plain, ...); the table at the end
-// says which ones this build replaces. tests/test_kernels.c checks every path against the
-// references, in an AVX-512, an AVX2 and a plain C build.
+// Included by kernels.c only, after the plain C microkernels, when the compiler targets AVX2 or
+// more (-march=native on such a machine). Each function here has the signature and the meaning of
+// the plain C one it replaces (dot_f32_x86 <-> dot_f32_plain, ...); the table at the end says which
+// ones a build replaces. Most have two versions side by side: 512-bit (AVX-512, with VNNI for the
+// integer ones) and 256-bit (AVX2, for machines without AVX-512, such as AMD's Zen 3).
+// tests/test_kernels.c checks every path against the references, in a native, an AVX2 and a plain
+// C build.
 //
 // What the vector versions add, and why (docs/speed.md has the measurements):
-//   - dot products read one weight row start to end with 64-byte loads into four independent sums,
-//     so the adds never wait for each other and the prefetcher sees one sequential stream;
-//   - software prefetch a kilobyte or two ahead where there is work per byte (f16 widening, q8_0);
-//   - q8_0 dot products are exact integer sums: vpdpbusd (VNNI) adds 64 byte products into 16
-//     int32 lanes; it wants one unsigned operand, so decode feeds it |x| and w * sign(x), and
-//     prefill packs the weights as w + 128 and starts each block's sum at -128 * sum(x);
-//   - the prefill microkernels keep an MR x NR tile of outputs in registers (24 of the 32 AVX-512
-//     registers), so each loaded weight feeds MR fused multiply-adds;
+//   - dot products read one weight row start to end with wide loads into several independent
+//     sums, so the adds never wait for each other and the prefetcher sees one sequential stream;
+//   - software prefetch a kilobyte or more ahead where there is work per byte (f16 widening, q8_0,
+//     q4_0);
+//   - q8_0 and q4_0 dot products are exact integer sums of byte products. The multiply instructions
+//     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
+//     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already;
+//   - scales handled eight or sixteen blocks at a time, as one vector, not one block at a time;
+//   - the prefill microkernels keep a tile of outputs in registers (24 of the 32 AVX-512 registers,
+//     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
 //   - attention keeps 64 scores (or 64 output coordinates) in registers while the cache streams by.
 #ifndef KERNELS_X86_H
 #define KERNELS_X86_H
@@ -161,7 +165,6 @@ static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
 // q8_0 . q8_0 over blocks. The integer dot of a block is 32 byte products summed in 8 lanes. The
 // multiply instruction (vpdpbusd, or vpmaddubsw without VNNI) takes one unsigned and one signed
 // operand, so it is fed |qx| and qw * sign(qx): the same products.
-#if defined(USE_AVX2) || defined(USE_AVX512_VNNI)
 static inline __m256i dot_i8_block(__m256i w, __m256i x) {
     const __m256i ax = _mm256_sign_epi8(x, x), sw = _mm256_sign_epi8(w, x);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -229,7 +232,6 @@ static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const Quantiz
     }
     return sum;
 }
-#endif // USE_AVX2 || USE_AVX512_VNNI
 
 #ifdef USE_AVX512_VNNI
 // q4_0 . q8_0, four blocks per iteration: 64 bytes of nibbles (one cache line) unpacked to two

@@ -1,6 +1,6 @@
 // test_kernels.c - every fast matrix product against the plain reference (kernels.h).
 //
-// For each weight type (f32, f16, q8_0), each shape (odd ones: 1 column, 172 columns, rows that
+// For each weight type (f32, f16, q8_0, q4_0), each shape (odd ones: 1 column, 172 columns, rows that
 // are no multiple of anything, enough tokens and columns to cross the tile and chunk edges) and
 // each token count (1 = decode's matrix x vector; 4 and more = prefill's blocked matrix x matrix):
 //   1. matmul agrees with matmul_ref within a stated bound (below);
@@ -17,8 +17,9 @@
 //             already exactly q * d, so e bounds the whole quantization error.
 // Prints the largest error as a fraction of its bound per weight type (per case with -v, and
 // every failing case), and a one-line verdict.
-// Built three times by the Makefile: native (AVX-512 here), -march=haswell (AVX2 without
-// AVX-512) and -DKERNELS_PLAIN (the plain C every other machine compiles).
+// Built three times by the Makefile: native (this machine's best: AVX-512 with VNNI on some x86
+// machines, AVX2 on others), -march=haswell (AVX2 without AVX-512) and -DKERNELS_PLAIN (the plain C
+// every other machine compiles).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
