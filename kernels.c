@@ -296,6 +296,12 @@ typedef struct {
     const int32_t *sum;
 } QuantizedRow;
 
+// Token t's row of qx (rows of cp values, nb blocks).
+static QuantizedRow row_of(const QuantizedRows *qx, int t, size_t cp, size_t nb) {
+    return (QuantizedRow){qx->q + t * cp, qx->pairs ? qx->pairs + t * cp : NULL, qx->d + t * nb,
+                          qx->c8 ? qx->c8 + t * nb : NULL, qx->sum + t * nb};
+}
+
 static void quantize_row_q8(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
     const int cp = matrix_cols_stored(DTYPE_Q8_0, cols);
     for (int b = 0; b < cp / Q8_BLOCK; b++) {
@@ -691,19 +697,16 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
             case DTYPE_F16:
                 v = dot_f16((const _Float16 *)mi->data + r * cp, xt, cols);
                 break;
-            case DTYPE_Q8_0:
-            case DTYPE_Q4_0: {
-                const QuantizedRow xr = {qx.q + t * cp, qx.pairs ? qx.pairs + t * cp : NULL, qx.d + t * nb,
-                                         qx.c8 ? qx.c8 + t * nb : NULL, qx.sum + t * nb};
-                v = dtype == DTYPE_Q8_0
-                        ? dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, &xr, (int)nb)
-                        : dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, &xr,
-                                 (int)nb);
+            case DTYPE_Q8_0: {
+                const QuantizedRow xr = row_of(&qx, t, cp, nb);
+                v = dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, &xr, (int)nb);
                 break;
             }
-            default:
-                v = 0;
+            default: {
+                const QuantizedRow xr = row_of(&qx, t, cp, nb);
+                v = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, &xr, (int)nb);
                 break;
+            }
             }
             out[i][(size_t)t * mi->rows + r] = v;
         }

@@ -264,15 +264,9 @@ static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const Qua
         a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
         a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
     }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-    for (; b < nb; b++) { // the last blocks, one at a time
-        int32_t s = 0;
-        for (int i = 0; i < Q8_BLOCK / 2; i++)
-            s += ((w[b * 16 + i] & 15) - 8) * x[b * Q8_BLOCK + i] +
-                 ((w[b * 16 + i] >> 4) - 8) * x[b * Q8_BLOCK + 16 + i];
-        sum += (float)s * ((float)dw[b] * dx[b]);
-    }
-    return sum;
+    // The last blocks, one at a time.
+    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b);
 }
 #elif defined(USE_AVX2)
 // q4_0 . q8_0 without VNNI, eight blocks per step. One 32-byte load holds the nibbles of two blocks
@@ -312,15 +306,10 @@ static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const Qua
             acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), dp, acc[p]);
         }
     }
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum8(corr);
-    for (; b < nb; b++) { // the last blocks, one at a time, from x in its own order
-        int32_t s = 0;
-        for (int i = 0; i < Q8_BLOCK / 2; i++)
-            s += ((w[b * 16 + i] & 15) - 8) * xr->q[b * Q8_BLOCK + i] +
-                 ((w[b * 16 + i] >> 4) - 8) * xr->q[b * Q8_BLOCK + 16 + i];
-        sum += (float)s * ((float)dw[b] * xr->d[b]);
-    }
-    return sum;
+    // The last blocks, one at a time, from x in its own order.
+    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
+    return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum8(corr) +
+           dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b);
 }
 #endif
 
