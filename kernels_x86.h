@@ -45,6 +45,19 @@ static inline __m256 half8(const _Float16 *h) { return _mm256_cvtph_ps(_mm_loadu
 static inline __m256i first_lanes8(int k) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
+
+// The first k of 8 floats at p (the rest 0), and stored back: plain moves when all 8 are real.
+// AMD's Zen cores run a masked store (vmaskmovps) as a slow microcoded sequence, so the prefill
+// tiles, which load and store their outputs once per call, keep it for the ragged edges.
+static inline __m256 load_first8(const float *p, int k) {
+    return k >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes8(k));
+}
+static inline void store_first8(float *p, int k, __m256 v) {
+    if (k >= 8)
+        _mm256_storeu_ps(p, v);
+    else
+        _mm256_maskstore_ps(p, first_lanes8(k), v);
+}
 #endif
 
 #ifdef USE_AVX512
@@ -395,7 +408,7 @@ static void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *
 
 // The f32 microkernel: 12 tokens x 32 rows of outputs in 24 registers; per column, 2 weight loads
 // and 12 broadcasts feed 24 fused multiply-adds.
-static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
                            int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR][2];
@@ -474,17 +487,16 @@ static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
 // over the accumulators has a constant count and the ragged edges go through lane masks, so the
 // compiler keeps the 12 in registers (a loop bounded by nt made it store them after every
 // multiply-add: half the speed).
-static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
                            int accumulate) {
     for (int j0 = 0; j0 < nr; j0 += 16) {
-        const __m256i m0 = first_lanes8(nr - j0), m1 = first_lanes8(nr - j0 - 8);
         for (int t0 = 0; t0 < nt; t0 += 6) {
             __m256 c[6][2];
 #pragma GCC unroll 6
             for (int t = 0; t < 6; t++) {
                 const int load = accumulate && t0 + t < nt;
-                c[t][0] = load ? _mm256_maskload_ps(out + (t0 + t) * ldo + j0, m0) : _mm256_setzero_ps();
-                c[t][1] = load ? _mm256_maskload_ps(out + (t0 + t) * ldo + j0 + 8, m1) : _mm256_setzero_ps();
+                c[t][0] = load ? load_first8(out + (t0 + t) * ldo + j0, nr - j0) : _mm256_setzero_ps();
+                c[t][1] = load ? load_first8(out + (t0 + t) * ldo + j0 + 8, nr - j0 - 8) : _mm256_setzero_ps();
             }
             for (int k = 0; k < kc; k++) {
                 const __m256 w0 = _mm256_load_ps(wp + k * NR + j0), w1 = _mm256_load_ps(wp + k * NR + j0 + 8);
@@ -498,8 +510,8 @@ static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *
 #pragma GCC unroll 6
             for (int t = 0; t < 6; t++)
                 if (t0 + t < nt) {
-                    _mm256_maskstore_ps(out + (t0 + t) * ldo + j0, m0, c[t][0]);
-                    _mm256_maskstore_ps(out + (t0 + t) * ldo + j0 + 8, m1, c[t][1]);
+                    store_first8(out + (t0 + t) * ldo + j0, nr - j0, c[t][0]);
+                    store_first8(out + (t0 + t) * ldo + j0 + 8, nr - j0 - 8, c[t][1]);
                 }
         }
     }
@@ -510,7 +522,7 @@ static void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *
 // The q8_0 microkernel: a 6-token x 32-row tile; per block of 32 columns the exact integer sums in
 // 12 registers (vpdpbusd of 4 bytes of every row against 4 bytes of one token), then scaled into
 // 12 float accumulators.
-static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
+static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                           const uint8_t *wq, const float *wd, int kc, int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR_Q8][2];
@@ -554,16 +566,15 @@ static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *
 // packed w + 128 is turned back into w (xor 0x80) and fed as |w| against x with w's sign: the same
 // products, pairs at most 2 * 128 * 127 < 32767; vpmaddwd then adds the pairs into int32. Per block
 // of 32 columns the exact sums are scaled into 6 float accumulators.
-static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
+static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                           const uint8_t *wq, const float *wd, int kc, int accumulate) {
     (void)xs; // -128 sum(x), the start values of biased weights: not needed with w itself
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int r0 = 0; r0 < nr; r0 += 8) {
-        const __m256i mask = first_lanes8(nr - r0);
         __m256 c[MR_Q8];
 #pragma GCC unroll 6
         for (int t = 0; t < MR_Q8; t++)
-            c[t] = accumulate && t < nt ? _mm256_maskload_ps(out + t * ldo + r0, mask) : _mm256_setzero_ps();
+            c[t] = accumulate && t < nt ? load_first8(out + t * ldo + r0, nr - r0) : _mm256_setzero_ps();
         for (int b = 0; b < kc / Q8_BLOCK; b++) {
             __m256i s[MR_Q8];
 #pragma GCC unroll 6
@@ -591,7 +602,7 @@ static void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *
         }
 #pragma GCC unroll 6
         for (int t = 0; t < MR_Q8; t++)
-            if (t < nt) _mm256_maskstore_ps(out + t * ldo + r0, mask, c[t]);
+            if (t < nt) store_first8(out + t * ldo + r0, nr - r0, c[t]);
     }
 }
 #endif // USE_AVX512_VNNI / USE_AVX2
