@@ -302,28 +302,32 @@ static QuantizedRow row_of(const QuantizedRows *qx, int t, size_t cp, size_t nb)
                           qx->c8 ? qx->c8 + t * nb : NULL, qx->sum + t * nb};
 }
 
-static void quantize_row_q8(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
-    const int cp = matrix_cols_stored(DTYPE_Q8_0, cols);
-    for (int b = 0; b < cp / Q8_BLOCK; b++) {
+// One block of len <= Q8_BLOCK values of x (the rest of the block is zero padding).
+static void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len) {
+    float amax = 0;
+    for (int i = 0; i < len; i++) {
+        float a = x[i] < 0 ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    // A block below the smallest normal float counts as zero (127 / amax would be inf there).
+    const float scale = amax / 127, inv = amax >= 0x1p-126f ? 127 / amax : 0;
+    int32_t s = 0;
+    for (int i = 0; i < Q8_BLOCK; i++) {
+        float v = i < len ? x[i] * inv : 0;
+        // NaN (from a damaged model) becomes -127: converting it to int would be undefined.
+        v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f;
+        int qi = (int)(v < 0 ? v - 0.5f : v + 0.5f); // round half away from zero, like roundf
+        q[i] = (int8_t)qi;
+        s += qi;
+    }
+    *d = scale;
+    *sum = s;
+}
+
+static PLAIN void quantize_row_q8_plain(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+    for (int b = 0; b * Q8_BLOCK < cols; b++) {
         const int c0 = b * Q8_BLOCK, len = cols - c0 < Q8_BLOCK ? cols - c0 : Q8_BLOCK;
-        float amax = 0;
-        for (int i = 0; i < len; i++) {
-            float a = x[c0 + i] < 0 ? -x[c0 + i] : x[c0 + i];
-            amax = a > amax ? a : amax;
-        }
-        // A block below the smallest normal float counts as zero (127 / amax would be inf there).
-        const float scale = amax / 127, inv = amax >= 0x1p-126f ? 127 / amax : 0;
-        int32_t s = 0;
-        for (int i = 0; i < Q8_BLOCK; i++) {
-            float v = i < len ? x[c0 + i] * inv : 0;
-            // NaN (from a damaged model) becomes -127: converting it to int would be undefined.
-            v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f;
-            int qi = (int)(v < 0 ? v - 0.5f : v + 0.5f); // round half away from zero, like roundf
-            q[c0 + i] = (int8_t)qi;
-            s += qi;
-        }
-        d[b] = scale;
-        sum[b] = s;
+        quantize_block_q8(q + c0, d + b, sum + b, x + c0, len);
     }
 }
 
@@ -341,37 +345,6 @@ static void *carve(Carver *c, size_t bytes) {
     if (!p || bytes > (size_t)(c->end - p)) return NULL;
     c->next = p + bytes;
     return p;
-}
-
-// with_pairs: also fill pairs and c8 (decode against q4_0 weights).
-static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n, int cols, int with_pairs) {
-    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
-    qr->q = carve(c, (size_t)n * cp);
-    qr->d = carve(c, (size_t)n * nb * sizeof(float));
-    qr->sum = carve(c, (size_t)n * nb * sizeof(int32_t));
-    qr->pairs = with_pairs ? carve(c, (size_t)n * cp) : NULL;
-    qr->c8 = with_pairs ? carve(c, (size_t)n * nb * sizeof(float)) : NULL;
-    if (!qr->q || !qr->d || !qr->sum || (with_pairs && (!qr->pairs || !qr->c8))) return -1;
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; t++)
-        quantize_row_q8(qr->q + t * cp, qr->d + t * nb, qr->sum + t * nb, x + (size_t)t * cols, cols);
-    for (size_t t = 0; with_pairs && t < (size_t)n; t++) {
-        const int8_t *q = qr->q + t * cp;
-        int8_t *p = qr->pairs + t * cp;
-        for (size_t b = 0; b + 1 < nb; b += 2) { // blocks b and b+1
-            const int8_t *q0 = q + b * Q8_BLOCK, *q1 = q0 + Q8_BLOCK;
-            int8_t *o = p + b * Q8_BLOCK;
-            memcpy(o, q0, 16);
-            memcpy(o + 16, q1, 16);
-            memcpy(o + 32, q0 + 16, 16);
-            memcpy(o + 48, q1 + 16, 16);
-        }
-        if (nb % 2) // a last block without a partner stays as it is
-            memcpy(p + (nb - 1) * Q8_BLOCK, q + (nb - 1) * Q8_BLOCK, Q8_BLOCK);
-        for (size_t b = 0; b < nb; b++)
-            qr->c8[t * nb + b] = 8 * qr->d[t * nb + b] * (float)qr->sum[t * nb + b];
-    }
-    return 0;
 }
 
 // Columns per chunk: the packed activations of all n tokens in about X_CHUNK bytes, a multiple of 32.
@@ -531,18 +504,26 @@ static void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int 
             wd[b * NR + j] = j < nr ? ((const float *)m->scale)[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
 }
 
-// q4_0 weights go through the same integer tiles as q8_0, unpacked to q - 8 + 128 = q + 120.
-static void pack_w_q4(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc) {
+// q4_0 weights go through the same integer tiles as q8_0, unpacked to q - 8 + 128 = q + 120: each
+// row's nibbles into stage (NR, kc) in column order (loops the compiler vectorizes), then moved
+// into wq's layout 4 bytes at a time.
+static void pack_w_q4(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
     const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q4_0, m->cols), nb = cp / Q8_BLOCK;
     const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    const uint8_t *w = (const uint8_t *)m->data;
     const _Float16 *d = (const _Float16 *)m->scale;
-    for (int j = 0; j < NR; j++)
-        for (int k = 0; k < kc; k++) {
-            const size_t col = (size_t)k0 + k, b = (size_t)(r0 + j) * nb + col / Q8_BLOCK;
-            wq[((k / 4) * NR + j) * 4 + k % 4] =
-                j < nr ? (uint8_t)(q4_at(w + b * Q8_BLOCK / 2, (int)(col % Q8_BLOCK)) + 128) : 128;
-        }
+    for (int j = 0; j < NR; j++) {
+        uint8_t *row = stage + (size_t)j * kc;
+        const uint8_t *src = j < nr ? (const uint8_t *)m->data + ((size_t)(r0 + j) * cp + k0) / 2 : NULL;
+        for (int b = 0; b < kc / Q8_BLOCK; b++)
+            for (int i = 0; i < Q8_BLOCK / 2; i++) { // byte i: value i low, value i + 16 high
+                const uint8_t two = src ? src[b * Q8_BLOCK / 2 + i] : 0x88; // padding rows: q = 8, w = 0
+                row[b * Q8_BLOCK + i] = (uint8_t)((two & 15) + 120);
+                row[b * Q8_BLOCK + Q8_BLOCK / 2 + i] = (uint8_t)((two >> 4) + 120);
+            }
+    }
+    for (int k4 = 0; k4 < kc / 4; k4++)
+        for (int j = 0; j < NR; j++)
+            memcpy(wq + ((size_t)k4 * NR + j) * 4, stage + (size_t)j * kc + k4 * 4, 4);
     for (int j = 0; j < NR; j++)
         for (int b = 0; b < kc / Q8_BLOCK; b++)
             wd[b * NR + j] = j < nr ? (float)d[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
@@ -649,6 +630,43 @@ static PLAIN void attention_mix_plain(float *out, const float *att, const float 
 #ifndef attention_mix
 #define attention_mix attention_mix_plain
 #endif
+#ifndef quantize_row_q8
+#define quantize_row_q8 quantize_row_q8_plain
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// q8_0 activations, for both products: the rows of x quantized into the workspace.
+
+// with_pairs: also fill pairs and c8 (decode against q4_0 weights).
+static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n, int cols, int with_pairs) {
+    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
+    qr->q = carve(c, (size_t)n * cp);
+    qr->d = carve(c, (size_t)n * nb * sizeof(float));
+    qr->sum = carve(c, (size_t)n * nb * sizeof(int32_t));
+    qr->pairs = with_pairs ? carve(c, (size_t)n * cp) : NULL;
+    qr->c8 = with_pairs ? carve(c, (size_t)n * nb * sizeof(float)) : NULL;
+    if (!qr->q || !qr->d || !qr->sum || (with_pairs && (!qr->pairs || !qr->c8))) return -1;
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int t = 0; t < n; t++)
+        quantize_row_q8(qr->q + t * cp, qr->d + t * nb, qr->sum + t * nb, x + (size_t)t * cols, cols);
+    for (size_t t = 0; with_pairs && t < (size_t)n; t++) {
+        const int8_t *q = qr->q + t * cp;
+        int8_t *p = qr->pairs + t * cp;
+        for (size_t b = 0; b + 1 < nb; b += 2) { // blocks b and b+1
+            const int8_t *q0 = q + b * Q8_BLOCK, *q1 = q0 + Q8_BLOCK;
+            int8_t *o = p + b * Q8_BLOCK;
+            memcpy(o, q0, 16);
+            memcpy(o + 16, q1, 16);
+            memcpy(o + 32, q0 + 16, 16);
+            memcpy(o + 48, q1 + 16, 16);
+        }
+        if (nb % 2) // a last block without a partner stays as it is
+            memcpy(p + (nb - 1) * Q8_BLOCK, q + (nb - 1) * Q8_BLOCK, Q8_BLOCK);
+        for (size_t b = 0; b < nb; b++)
+            qr->c8[t * nb + b] = 8 * qr->d[t * nb + b] * (float)qr->sum[t * nb + b];
+    }
+    return 0;
+}
 
 const char *kernels_isa(void) {
 #if defined(USE_AVX512_VNNI)
@@ -715,10 +733,11 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prefill: blocked matrix x matrix.
+// Prefill: blocked matrix x matrix, for the `count` matrices that read the same x (q, k and v;
+// gate and up): x is quantized and packed once for all of them.
 //
 //   pack x into tiles of MR tokens                        xp (tiles, cols, MR), once, shared
-//   for each group of a few panels of NR weight rows, handed to whichever thread is free
+//   for each matrix, for each group of a few panels of NR weight rows, to whichever thread is free
 //     for each chunk of KC columns k0 ..                  (that chunk of xp stays in L2)
 //       for each panel of the group
 //         pack W[panel rows, k0 : k0+KC]                  wp (KC, NR): NR rows side by side
@@ -727,9 +746,9 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
 //
 // A group of panels is one thread's work from start to end, so every output is summed in the same
 // order whatever the number of threads. Groups go to whichever thread is free (schedule dynamic)
-// and nothing waits between them: on a busy machine a thread that lost its core delays the others
-// by one group, not by its whole share. Padding: a partial tile is packed with zero tokens, a
-// partial panel with zero rows; only real outputs are stored.
+// and nothing waits between them, nor between matrices (nowait): on a busy machine a thread that
+// lost its core delays the others by one group, not by its whole share. Padding: a partial tile is
+// packed with zero tokens, a partial panel with zero rows; only real outputs are stored.
 
 // Panels per work item: several, so a chunk of packed activations read into L2 serves them all,
 // but items enough for every thread to get a few (the last ones finish close together).
@@ -739,11 +758,10 @@ static int panel_group(int panels, int threads) {
 }
 
 // f32 and f16 weights.
-static int gemm_f32(Carver *ws, int threads, float *out, const float *x, const Matrix *m, int n) {
-    const int rows = m->rows, cols = m->cols;
-    const int tiles = (n + MR - 1) / MR, panels = (rows + NR - 1) / NR;
+static int gemm_f32(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
+                    int n) {
+    const int cols = m[0]->cols, tiles = (n + MR - 1) / MR;
     const int kc_max = chunk_cols(tiles * MR, cols, sizeof(float));
-    const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
     const size_t wp_floats = (size_t)kc_max * NR;
     float *xp = carve(ws, (size_t)tiles * cols * MR * sizeof(float));       // (tiles, cols, MR)
     float *wp_all = carve(ws, (size_t)threads * wp_floats * sizeof(float)); // per thread (kc, NR)
@@ -754,18 +772,22 @@ static int gemm_f32(Carver *ws, int threads, float *out, const float *x, const M
 #pragma omp for schedule(dynamic)
         for (int i = 0; i < tiles; i++)
             pack_x_f32(xp + (size_t)i * cols * MR, x, cols, n, i * MR);
-#pragma omp for schedule(dynamic)
-        for (int g = 0; g < groups; g++) {
-            const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
-            for (int k0 = 0; k0 < cols; k0 += kc_max) {
-                const int kc = cols - k0 < kc_max ? cols - k0 : kc_max;
-                for (int p = g * group; p < p_end; p++) {
-                    const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                    pack_w_f32(wp, m, r0, k0, kc);
-                    for (int i = 0; i < tiles; i++) {
-                        const int nt = n - i * MR < MR ? n - i * MR : MR;
-                        kernel_f32(out + (size_t)i * MR * rows + r0, (size_t)rows, nt, nr,
-                                   xp + ((size_t)i * cols + k0) * MR, wp, kc, k0 > 0);
+        for (int mi = 0; mi < count; mi++) {
+            const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
+            const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
+#pragma omp for schedule(dynamic) nowait
+            for (int g = 0; g < groups; g++) {
+                const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
+                for (int k0 = 0; k0 < cols; k0 += kc_max) {
+                    const int kc = cols - k0 < kc_max ? cols - k0 : kc_max;
+                    for (int p = g * group; p < p_end; p++) {
+                        const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
+                        pack_w_f32(wp, m[mi], r0, k0, kc);
+                        for (int i = 0; i < tiles; i++) {
+                            const int nt = n - i * MR < MR ? n - i * MR : MR;
+                            kernel_f32(out[mi] + (size_t)i * MR * rows + r0, (size_t)rows, nt, nr,
+                                       xp + ((size_t)i * cols + k0) * MR, wp, kc, k0 > 0);
+                        }
                     }
                 }
             }
@@ -775,11 +797,11 @@ static int gemm_f32(Carver *ws, int threads, float *out, const float *x, const M
 }
 
 // q8_0 and q4_0 weights: the same loops over integer tiles.
-static int gemm_q8(Carver *ws, int threads, float *out, const float *x, const Matrix *m, int n) {
-    const int rows = m->rows, cols = m->cols, cp = matrix_cols_stored(m->dtype, cols), nb = cp / Q8_BLOCK;
-    const int tiles = (n + MR_Q8 - 1) / MR_Q8, panels = (rows + NR - 1) / NR;
+static int gemm_q8(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
+                   int n) {
+    const int cols = m[0]->cols, cp = matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
+    const int tiles = (n + MR_Q8 - 1) / MR_Q8;
     const int kc_max = chunk_cols(tiles * MR_Q8, cp, 1);
-    const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
     const size_t tile_q = (size_t)cp * MR_Q8, tile_b = (size_t)nb * MR_Q8; // per tile: bytes, blocks
     const size_t wq_bytes = (size_t)kc_max * NR, wd_floats = (size_t)kc_max / Q8_BLOCK * NR;
     QuantizedRows qx;
@@ -797,22 +819,26 @@ static int gemm_q8(Carver *ws, int threads, float *out, const float *x, const Ma
 #pragma omp for schedule(dynamic)
         for (int i = 0; i < tiles; i++)
             pack_x_q8(xq + i * tile_q, xd + i * tile_b, xs + i * tile_b, &qx, cp, n, i * MR_Q8);
-#pragma omp for schedule(dynamic)
-        for (int g = 0; g < groups; g++) {
-            const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
-            for (int k0 = 0; k0 < cp; k0 += kc_max) {
-                const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / Q8_BLOCK;
-                for (int p = g * group; p < p_end; p++) {
-                    const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                    if (m->dtype == DTYPE_Q4_0)
-                        pack_w_q4(wq, wd, m, r0, k0, kc);
-                    else
-                        pack_w_q8(wq, wd, stage, m, r0, k0, kc);
-                    for (int i = 0; i < tiles; i++) {
-                        const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
-                        kernel_q8(out + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,
-                                  xq + i * tile_q + (size_t)k0 * MR_Q8, xd + i * tile_b + (size_t)b0 * MR_Q8,
-                                  xs + i * tile_b + (size_t)b0 * MR_Q8, wq, wd, kc, k0 > 0);
+        for (int mi = 0; mi < count; mi++) {
+            const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
+            const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
+#pragma omp for schedule(dynamic) nowait
+            for (int g = 0; g < groups; g++) {
+                const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
+                for (int k0 = 0; k0 < cp; k0 += kc_max) {
+                    const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / Q8_BLOCK;
+                    for (int p = g * group; p < p_end; p++) {
+                        const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
+                        if (m[mi]->dtype == DTYPE_Q4_0)
+                            pack_w_q4(wq, wd, stage, m[mi], r0, k0, kc);
+                        else
+                            pack_w_q8(wq, wd, stage, m[mi], r0, k0, kc);
+                        for (int i = 0; i < tiles; i++) {
+                            const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
+                            kernel_q8(out[mi] + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,
+                                      xq + i * tile_q + (size_t)k0 * MR_Q8, xd + i * tile_b + (size_t)b0 * MR_Q8,
+                                      xs + i * tile_b + (size_t)b0 * MR_Q8, wq, wd, kc, k0 > 0);
+                        }
                     }
                 }
             }
@@ -840,14 +866,8 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         return 0;
     }
     const int threads = ws->n_threads;
-    if (n >= GEMM_MIN_N) { // prefill: one product after the other, each long enough to share out
-        for (int i = 0; i < count; i++) {
-            Carver c = {ws->base, ws->base + ws->bytes};
-            if ((quantized(m[i]->dtype) ? gemm_q8 : gemm_f32)(&c, threads, out[i], x, m[i], n)) return -1;
-        }
-        return 0;
-    }
     Carver c = {ws->base, ws->base + ws->bytes};
+    if (n >= GEMM_MIN_N) return (quantized(m[0]->dtype) ? gemm_q8 : gemm_f32)(&c, threads, out, x, m, count, n);
     return matvec(&c, threads, out, x, m, count, n);
 }
 

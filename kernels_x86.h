@@ -714,6 +714,49 @@ static void attention_mix_x86(float *out, const float *att, const float *v, size
 }
 #endif // USE_AVX512 / USE_AVX2
 
+// q8_0 quantization of one row of activations (every x86 build: AVX2 is enough), a block of 32
+// floats in four vectors: max |x|, then q = x * (127 / max), clamped to [-127, 127], rounded half
+// away from zero as x + (+-0.5) truncated, packed to bytes. Each operation is the plain C one
+// (quantize_block_q8) on 8 lanes at once (max as a > b ? a : b, so a NaN x becomes -127 here too),
+// so the bytes, scales and sums are the same bit for bit. A last partial block goes through the
+// plain C.
+static inline float hmax8(__m256 a) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+static void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); // undo the lane order of the packs
+    int b = 0;
+    for (; (b + 1) * Q8_BLOCK <= cols; b++) {
+        const float *xb = x + b * Q8_BLOCK;
+        __m256 v[4], amax = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(xb + 8 * j);
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), amax);
+        }
+        const float m = hmax8(amax), inv = m >= 0x1p-126f ? 127 / m : 0;
+        __m256i r[4], s = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[j], _mm256_set1_ps(inv)), lo), hi);
+            t = _mm256_add_ps(t, _mm256_or_ps(half, _mm256_and_ps(sign, t))); // -0.0 gives -0.5: still 0
+            r[j] = _mm256_cvttps_epi32(t);
+            s = _mm256_add_epi32(s, r[j]);
+        }
+        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        _mm256_storeu_si256((__m256i *)(q + b * Q8_BLOCK), _mm256_permutevar8x32_epi32(bytes, order));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        d[b] = m / 127;
+        sum[b] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1)));
+    }
+    if (b * Q8_BLOCK < cols)
+        quantize_block_q8(q + b * Q8_BLOCK, d + b, sum + b, x + b * Q8_BLOCK, cols - b * Q8_BLOCK);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Which microkernels this build replaces: all of them, each with its AVX-512 version where one is
 // written above and the AVX2 one otherwise; the q8_0 packing only with AVX-512 (plain C is as fast
@@ -727,6 +770,7 @@ static void attention_mix_x86(float *out, const float *att, const float *v, size
 #define kernel_q8        kernel_q8_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
+#define quantize_row_q8  quantize_row_q8_x86
 #ifdef USE_AVX512
 #define pack_w_q8 pack_w_q8_x86
 #endif

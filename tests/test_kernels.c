@@ -286,6 +286,65 @@ static void check_rmsnorm(void) {
     printf("rmsnorm vs double: largest error / bound (1e-6 relative) %.3f%s\n", worst, worst <= 1 ? "" : "  <-- FAIL");
 }
 
+// q8_0 activations bit for bit: with one-hot q8_0 weights (row r is 1 at column r, scale 1),
+// out[t, r] = q * d exactly, the activation x[t, r] quantized and read back, in decode (1 token) and
+// prefill (5 tokens). The expected q and d are computed here as kernels.c defines them: per block,
+// d = max|x| / 127 (0 below the smallest normal float), q = x * (127 / max|x|) clamped to
+// [-127, 127] and rounded half away from zero, NaN giving -127. Inputs: exact halves (the ties a
+// round-half-to-even quantizer gets wrong; the count printed is the negative control: each of them
+// would fail), zeros of both signs, a block below 2^-126, a NaN, and ordinary values.
+static float expected_q8(const float *block, int len, int i) {
+    float amax = 0;
+    for (int k = 0; k < len; k++)
+        amax = fabsf(block[k]) > amax ? fabsf(block[k]) : amax;
+    const float d = amax / 127, inv = amax >= 0x1p-126f ? 127 / amax : 0, v = block[i] * inv;
+    const float c = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f;
+    return (float)(int)(c < 0 ? c - 0.5f : c + 0.5f) * d;
+}
+
+static void check_quantize_q8(void) {
+    static const int widths[] = {1, 31, 32, 33, 100, 257};
+    int ok = 1, ties = 0, checked = 0;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const int cols = widths[w], cp = matrix_cols_stored(DTYPE_Q8_0, cols);
+        int8_t *q = calloc((size_t)cols * cp, 1);
+        float *d = malloc(sizeof(float) * cols * cp / Q8_BLOCK), x[5 * 257], out[5 * 257];
+        for (int r = 0; r < cols; r++)
+            q[(size_t)r * cp + r] = 1;
+        for (int i = 0; i < cols * cp / Q8_BLOCK; i++)
+            d[i] = 1;
+        const Matrix m = {q, d, cols, cols, DTYPE_Q8_0};
+        for (int n = 1; n <= 5; n += 4) {
+            for (int t = 0; t < n; t++)
+                for (int c = 0; c < cols; c++) {
+                    const int b = c / Q8_BLOCK, kind = (t + b) % 5;
+                    float v = 100 * uniform();
+                    if (kind == 0) v = c % Q8_BLOCK == 0 ? 127 : (float)((int)v) + 0.5f; // max 127: ties
+                    if (kind == 1) v = c % 3 == 0 ? -0.0f : c % 3 == 1 ? 0.0f : v;
+                    if (kind == 2) v *= 1e-41f; // the block counts as zero
+                    if (kind == 3 && c % Q8_BLOCK == 5) v = NAN;
+                    x[t * cols + c] = v;
+                }
+            mm(out, x, &m, n, 2);
+            for (int t = 0; t < n; t++)
+                for (int c = 0; c < cols; c++) {
+                    const int b0 = c / Q8_BLOCK * Q8_BLOCK, len = cols - b0 < Q8_BLOCK ? cols - b0 : Q8_BLOCK;
+                    const float *block = x + t * cols + b0, want = expected_q8(block, len, c - b0);
+                    const float even = rintf(block[c - b0]); // what half-to-even would give (inv = 1 there)
+                    ties += fabsf(block[c - b0] - truncf(block[c - b0])) == 0.5f && even != want;
+                    ok &= out[t * cols + c] == want;
+                    checked++;
+                }
+        }
+        free(q);
+        free(d);
+    }
+    failures += !ok || ties == 0;
+    printf("q8_0 activations vs their definition: %d values, bit for bit: %s (%d ties that half-to-even would "
+           "round wrongly)%s\n",
+           checked, ok ? "yes" : "NO", ties, ok && ties ? "" : "  <-- FAIL");
+}
+
 // matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
 static void check_many(DType t, int cols, int n) {
     static const int rows[3] = {37, 16, 70};
@@ -342,6 +401,7 @@ int main(int argc, char **argv) {
                 check_attention(heads[i][0], heads[i][1], heads[i][2], lens[j], n);
     check_softmax();
     check_rmsnorm();
+    check_quantize_q8();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
         printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",
