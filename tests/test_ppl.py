@@ -70,6 +70,20 @@ def test_one_and_two_threads_agree(c_tools, setup):
     assert one[1] == two[1]
 
 
+def test_progress_and_wording(c_tools, setup):
+    """Off a terminal, a line per window; one window is "1 window", not "1 windows"."""
+    model, text, _ = setup
+    for windows in (1, 2):
+        proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(text), "--ctx", "512",
+                               "--ppl-windows", str(windows)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert [l for l in lines if l.startswith("window ")] == [f"window {w}/{windows}" for w in range(1, windows + 1)]
+        noun = "window" if windows == 1 else "windows"
+        assert re.search(rf"^perplexity: \d+ tokens, {windows} {noun} of 512$", proc.stderr, re.M), proc.stderr
+        assert re.search(rf"^{windows} {noun} in ", proc.stderr, re.M), proc.stderr
+
+
 def test_block_size_does_not_change_the_result(c_tools, setup):
     model, text, _ = setup
     blocked = run_ppl(model, text, "--ctx", 512, "--ppl-windows", 2, "-b", 64)

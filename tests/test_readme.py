@@ -2,7 +2,8 @@
 
 The first ```sh block of "Quick start" ends with a ./run command; its output block (stdout) and the
 banner block (stderr, without the timing line, whose speeds are the machine's) must be what ./run
-prints, byte for byte. A README that drifts from the program fails here.
+prints, byte for byte. A README that drifts from the program fails here. Also: the timing line's
+wording ("1 token", not "1 tokens").
 """
 import re
 import shlex
@@ -33,3 +34,12 @@ def test_quick_start_output(c_tools):
     assert any("activations * | kernels *" in line for line in fixed(banner))
     timing = [line for line in proc.stderr.splitlines() if line.startswith("prompt:")]
     assert len(timing) == 1 and re.search(r"generation: 57 tokens, 56 decode steps", timing[0])
+
+
+def test_singular_counts(c_tools):
+    """The timing line counts one token as "1 token": here the prompt is BOS alone and one token is
+    generated, with no decode step after it."""
+    proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "-n", "1", "-t", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^prompt: 1 token in .* generation: 1 token, 0 decode steps in ", proc.stderr, re.M), proc.stderr
