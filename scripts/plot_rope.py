@@ -1,6 +1,6 @@
 """plot_rope.py - draw the two RoPE figures of the README.
 
-Usage: python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/tools/rope_dump]
+Usage: /usr/bin/python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/tools/rope_dump]
 
   docs/rope_decay.png        RoPE's long-term decay (RoFormer, Su et al. 2021, arXiv 2104.09864,
                              section 3.4.3 and figure 2): the relative upper bound of the attention
