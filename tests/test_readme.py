@@ -43,3 +43,17 @@ def test_singular_counts(c_tools):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^prompt: 1 token in .* generation: 1 token, 0 decode steps in ", proc.stderr, re.M), proc.stderr
+
+
+def test_long_prompt_example(c_tools):
+    """"Seeing it in generated text": the commands, run by bash from the repository root, print the
+    lines the README shows, one per mode; the modes must differ (the point of the example)."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("### Seeing it in generated text\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, flags=re.S)
+    assert blocks[0][0] == "sh" and blocks[1][0] == ""
+    proc = subprocess.run(["bash", "-c", blocks[0][1]], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == blocks[1][1], f"README shows:\n{blocks[1][1]}\nthe commands printed:\n{proc.stdout}"
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6 and len({l.split(None, 1)[1] for l in lines}) == 6
