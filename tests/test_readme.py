@@ -57,3 +57,8 @@ def test_long_prompt_example(c_tools):
     assert proc.stdout == blocks[1][1], f"README shows:\n{blocks[1][1]}\nthe commands printed:\n{proc.stdout}"
     lines = proc.stdout.splitlines()
     assert len(lines) == 6 and len({l.split(None, 1)[1] for l in lines}) == 6
+    # "The first 3000 bytes of the TinyStories text are 1499 tokens", past L = 512.
+    prompt = (REPO / "data/text/tinystories_validation_head.txt").read_bytes()[:3000].decode()
+    proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "--ctx", "2048", "-n", "0",
+                           "-i", prompt.rstrip("\n")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "prompt: 1499 tokens" in proc.stderr, proc.stderr

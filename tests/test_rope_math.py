@@ -209,3 +209,12 @@ def test_longest_wavelengths():
     for line in rows:
         b, d, longest = [float(c.strip().replace(",", "")) for c in line.strip("|").split("|")[:3]]
         assert abs(longest - 2 * np.pi * b ** ((d - 2) / d)) < 0.5, line
+
+
+def test_common_mistakes_name_real_tests():
+    """Every `suite.py::test_name` in the README's "Common mistakes" table is a test that exists."""
+    section = README.split("### Common mistakes")[1].split("\n### ")[0]
+    named = re.findall(r"`(test_\w+\.py)::(test_\w+)`", section)
+    assert len(named) >= 7
+    for suite, name in named:
+        assert re.search(rf"^def {name}\(", (REPO / "tests" / suite).read_text(), re.M), f"{suite}::{name}"
