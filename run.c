@@ -428,8 +428,8 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         free(ids);
         return 1;
     }
-    fprintf(stderr, "perplexity: %d token%s, %d window%s of %d\n", n_tokens, plural(n_tokens), windows,
-            plural(windows), N);
+    fprintf(stderr, "perplexity: %d token%s, %d window%s of %d\n", n_tokens, plural(n_tokens), windows, plural(windows),
+            N);
 
     double nll[MAX_BUCKETS] = {0};
     long count[MAX_BUCKETS] = {0};

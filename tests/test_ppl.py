@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import reference
-from conftest import HELDOUT, REPO, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
+from conftest import HELDOUT, PYTHON, REPO, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
 
 HF_DIR = STORIES_HF
 WINDOW, WINDOWS = 1024, 2
@@ -103,7 +103,7 @@ def test_results_doc_shows_the_current_banner(c_tools):
 def test_quick_results_leave_docs_alone(c_tools):
     """scripts/ppl_results.py on a subset writes to build/ppl-quick/ and says so; docs/ keeps the full run."""
     before = (REPO / "docs" / "ppl_results.md").read_bytes()
-    proc = subprocess.run(["/usr/bin/python3", str(REPO / "scripts" / "ppl_results.py"), "--ctx", "512,1024", "--modes",
+    proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--ctx", "512,1024", "--modes",
                            "none", "--ppl-windows", "1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     quick = REPO / "build" / "ppl-quick"

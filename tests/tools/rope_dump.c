@@ -31,7 +31,7 @@
 #include "rope.h"
 
 #define MAX_POSITIONS 64
-#define MAX_ROTATE 1024
+#define MAX_ROTATE    1024
 
 static void usage(const char *why) {
     fprintf(stderr,
