@@ -287,7 +287,9 @@ void rope_set_length(Rope *r, int length) {
 // The rotation
 
 // Rotate one head to position pos: pair i = (x[2i], x[2i+1]) turns by pos * theta_i. This is
-// the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied without building it.
+// the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied without building it, and
+// the vector form x * [c0 c0 c1 c1 ...] + (-x1, x0, -x3, x2, ...) * [s0 s0 s1 s1 ...] written
+// pair by pair (README, "The vector form, and a worked example"; tests/test_rope_math.py).
 void rope_rotate(const Rope *r, float *x, int pos) {
     const int half = r->p.head_dim / 2;
     const float *c = r->cos + (size_t)pos * half;
