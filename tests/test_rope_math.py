@@ -8,7 +8,9 @@ independent numpy computation written here, each with a control that must fail:
   * the complex view: <R_m q, R_n k> = Re sum_i q_i conj(k_i) e^{i (m-n) theta_i} = q^T R((n-m) theta) k;
     the opposite sign, or rotating only the query, gives another number;
   * a rotation block written with the rows (sin, cos), (sin, cos) is singular and does not keep norms;
-  * the table of the two NTK-aware formulas, read from the README, and which one --rope-alpha uses.
+  * the table of the two NTK-aware formulas, read from the README, and which one --rope-alpha uses;
+  * long-term decay: the levels the README quotes for RoFormer's bound, and for the score itself;
+  * docs/rope-math.md's longest wavelengths; every test the "Common mistakes" table names exists.
 What this is not: the tables of every scaling mode (tests/test_rope_tables.py does those).
 
 Run: make tests/tools/rope_dump && /usr/bin/python3 -m pytest -q tests/test_rope_math.py
@@ -218,3 +220,23 @@ def test_common_mistakes_name_real_tests():
     assert len(named) >= 7
     for suite, name in named:
         assert re.search(rf"^def {name}\(", (REPO / "tests" / suite).read_text(), re.M), f"{suite}::{name}"
+
+
+def test_score_itself(rope_tools):
+    """The README's numbers for the score, not the bound: random q, k have rms sqrt(d) at every distance
+    (4000 random pairs, within 5%); q = k with equal pair lengths gives mean_i cos(r theta_i)."""
+    d, exe = 128, rope_tools["rope_dump"]
+    theta = rope_dump(exe, "--mode", "none", "--head-dim", d, "--base", 1e4, "--orig-ctx", 512, "--factor", 1,
+                      "--positions", 0)["inv_freq"]
+    rng = np.random.default_rng(19)
+    q, k = rng.standard_normal((4000, d)), rng.standard_normal((4000, d))
+    zq, zk = q[:, 0::2] + 1j * q[:, 1::2], k[:, 0::2] + 1j * k[:, 1::2]
+    for r in (0, 10, 1000, 50000):
+        rms = np.sqrt(np.mean(np.real(np.sum(zq * np.conj(zk) * np.exp(1j * r * theta), axis=1)) ** 2))
+        assert abs(rms / np.sqrt(d) - 1) < 0.05, (r, rms)
+    r = np.arange(0, 100001, dtype=np.float64)
+    same = np.concatenate([np.cos(np.outer(c, theta)).mean(axis=1) for c in np.array_split(r, 40)])
+    assert same[0] == 1 and abs(same[100] - 0.48) < 0.005
+    assert abs(same[1000:].min() + 0.28) < 0.005 and abs(same[1000:].max() - 0.32) < 0.005
+    theta8 = 1e4 ** (-np.arange(0, 8, 2) / 8)
+    assert np.cos(np.outer(r[1000:], theta8)).mean(axis=1).max() > 0.99
