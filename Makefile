@@ -63,7 +63,8 @@ test: tools
 	$(PYTHON) -m pytest -q tests
 
 # `make bench`: tokens/s of ./run on the 110M and TinyLlama-1.1B shapes and stories260K, each weight
-# type, 1 and 2 threads (bench/bench.py; checkpoints cached in ~/.cache/lrun-bench). A subset:
+# type, 1 and 2 threads (bench/bench.py; checkpoints cached in ~/.cache/lrun-bench), into
+# bench/results.md. A subset goes to build/bench-subset.md instead:
 # make bench BENCH_ARGS="--shape 110m --dtype f32 --runs 3"
 BENCH_TOOLS = bench/bwprobe bench/matmul_bench
 BENCH_ARGS ?=
@@ -83,7 +84,7 @@ plots: tests/tools/rope_dump
 
 # `make results`: docs/ppl_results.md and docs/ppl_buckets.png, perplexity of stories260K on the
 # TinyStories text for ctx 512..4096 and every mode (scripts/ppl_results.py; the whole text, a long
-# run; add RESULTS_ARGS="--tokens 65536" for a quick look).
+# run). A quick look, RESULTS_ARGS="--tokens 65536 --threads 2", writes build/ppl-quick/ instead.
 RESULTS_ARGS ?=
 results: run
 	$(PYTHON) scripts/ppl_results.py --threads 1 $(RESULTS_ARGS)

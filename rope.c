@@ -7,8 +7,10 @@
 //     x'_2i+1 = x_2i * sin(m theta_i) + x_2i+1 * cos(m theta_i)
 //
 // with theta_i = b^(-2i/d) for pair i = 0 .. d/2-1, head size d and base b (rope_theta, 10000
-// in Llama 1/2). A rotation by m then scored against a rotation by n depends only on n - m,
-// which is why the attention score q_m . k_n sees relative positions only.
+// in Llama 1/2). A query rotated by m scored against a key rotated by n depends only on the distance
+// r = m - n: (R_m q) . (R_n k) = q^T R_{n-m} k = Re sum_i q_i conj(k_i) e^{i r theta_i}, with pair i
+// read as the complex number x_2i + i x_2i+1 (README, "RoPE, from the math to the code"). Only q
+// and k are rotated, never v.
 //
 // A model trained on L tokens has only ever seen angles m * theta_i with m < L. Every
 // context-extension method below changes theta_i (and sometimes the attention magnitude) so
@@ -285,7 +287,9 @@ void rope_set_length(Rope *r, int length) {
 // The rotation
 
 // Rotate one head to position pos: pair i = (x[2i], x[2i+1]) turns by pos * theta_i. This is
-// the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied without building it.
+// the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied without building it, and
+// the vector form x * [c0 c0 c1 c1 ...] + (-x1, x0, -x3, x2, ...) * [s0 s0 s1 s1 ...] written
+// pair by pair (README, "The vector form, and a worked example"; tests/test_rope_math.py).
 void rope_rotate(const Rope *r, float *x, int pos) {
     const int half = r->p.head_dim / 2;
     const float *c = r->cos + (size_t)pos * half;

@@ -41,10 +41,12 @@ typedef struct {
     int ppl_windows;       // 0 = all windows
     const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     RopeOverrides rope;
+    const char *gen_flag; // the first generation-only flag given (-i -n -t -p -s), which --ppl refuses
 } Options;
 
-// The flags: names, what kind of value, where it goes, and its allowed range [lo, hi]
-// (lo excluded when open). Every flag takes a value.
+// The flags: names, what kind of value, where it goes, its allowed range [lo, hi] (lo excluded
+// when open), and whether only generation uses it. Every flag takes a value. usage() shows the
+// same ranges; tests/test_errors.py checks the two agree.
 typedef enum { FLAG_TEXT, FLAG_INT, FLAG_LONG, FLAG_REAL } FlagKind;
 
 typedef struct {
@@ -52,53 +54,58 @@ typedef struct {
     FlagKind kind;
     size_t offset; // of the field in Options
     double lo, hi;
-    int open; // 1: the value must be > lo
+    int open;       // 1: the value must be > lo
+    int generation; // 1: used only when generating text (refused with --ppl)
 } Flag;
 
 static const Flag FLAGS[] = {
-    {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0},
-    {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0},
-    {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0},
-    {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0},
-    {{"-p", "--top-p"}, FLAG_REAL, offsetof(Options, top_p), 0, 1, 1},
-    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0},
-    {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0},
-    {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0},
-    {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0},
-    {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0},
-    {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, 1 << 30, 0},
-    {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0},
-    {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0},
-    {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1},
-    {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0},
+    {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0, 1},
+    {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0, 0},
+    {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0, 1},
+    {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0, 1},
+    {{"-p", "--top-p"}, FLAG_REAL, offsetof(Options, top_p), 0, 1, 1, 1},
+    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0, 1},
+    {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0, 0},
+    {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0, 0},
+    {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0, 0},
+    {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0, 0},
+    {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, 1 << 30, 0, 0},
+    {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0, 0},
+    {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
+    {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
+    {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: run MODEL.bin [options]\n"
                "\n"
                "Generate text from a Llama checkpoint (export/export.py output or a llama2.c legacy .bin).\n"
+               "Allowed values in [brackets].\n"
                "\n"
                "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
-               "  -n, --n-predict N        tokens to generate (default 256)\n"
-               "  -t, --temp T             temperature, 0 = greedy (default 1.0)\n"
-               "  -p, --top-p P            nucleus sampling, 0 < P <= 1 (default 0.9)\n"
-               "  -s, --seed N             random seed (default: the time)\n"
+               "  -n, --n-predict N        tokens to generate [0, 1073741824] (default 256)\n"
+               "  -t, --temp T             temperature, 0 = greedy [0, 1e6] (default 1.0)\n"
+               "  -p, --top-p P            nucleus sampling (0, 1] (default 0.9)\n"
+               "  -s, --seed N             random seed [0, 9000000000000000000] (default: time)\n"
                "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
-               "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens (default: trained)\n"
-               "      --threads N          OpenMP threads (default: all cores)\n"
-               "  -b, --batch-size N       prompt tokens per forward pass (default 512)\n"
+               "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens [1, 16777216]\n"
+               "                           (default: the trained context)\n"
+               "      --threads N          OpenMP threads [1, 1024] (default: all cores)\n"
+               "  -b, --batch-size N       prompt tokens per forward pass [1, 4096] (default 512)\n"
                "\n"
-               "Perplexity (see README, \"Measuring long context\"):\n"
+               "Perplexity, instead of generating (see README, \"Measuring long context\"):\n"
                "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
-               "      --ppl-windows K      evaluate at most K windows (default: all)\n"
+               "      --ppl-windows K      with --ppl: at most K windows [1, 1073741824] (default: all)\n"
                "\n"
-               "RoPE scaling, to run past the trained context (see README, \"RoPE\"):\n"
+               "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
                "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3\n"
                "                           (default: the checkpoint's own, else none)\n"
-               "      --rope-factor S      extension factor s >= 1 (default: ctx / trained ctx when larger;\n"
-               "                           dynamic: 1, its alpha grows as length / trained ctx)\n"
-               "      --rope-base B        RoPE base, overrides the checkpoint's rope_theta\n"
-               "      --rope-alpha A       ntk only: alpha of the base change (default: S)\n"
+               "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
+               "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
+               "                           as length / trained ctx)\n"
+               "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
+               "                           (alias --rope-freq-base)\n"
+               "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
                "  -h, --help               this text\n");
 }
 
@@ -111,14 +118,15 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
         return 0;
     }
     errno = 0;
-    double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)strtol(v, &end, 10);
+    long n = 0; // integers are compared as integers: 9e18 + 1 is 9e18 as a double
+    double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)(n = strtol(v, &end, 10));
     if (errno || end == v || *end || isspace((unsigned char)*v) || !isfinite(x) || x < f->lo || x > f->hi ||
-        (f->open && x == f->lo))
+        (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
         return -1;
     if (f->kind == FLAG_INT)
-        *(int *)field = (int)x;
+        *(int *)field = (int)n;
     else if (f->kind == FLAG_LONG)
-        *(long *)field = strtol(v, NULL, 10);
+        *(long *)field = n;
     else
         *(double *)field = x;
     return 0;
@@ -158,6 +166,17 @@ static int parse_args(int argc, char **argv, Options *o) {
             fprintf(stderr, "error: invalid value '%s' for %s (see --help for the allowed range)\n", argv[i], a);
             return -1;
         }
+        if (f->generation && !o->gen_flag) o->gen_flag = a;
+    }
+    // Flags that would do nothing are refused rather than ignored.
+    if (o->ppl_windows && !o->ppl) {
+        fprintf(stderr, "error: --ppl-windows limits a perplexity run and needs --ppl FILE\n");
+        return -1;
+    }
+    if (o->ppl && o->gen_flag) {
+        fprintf(stderr, "error: %s is for generating text, and --ppl does not generate (hint: drop %s or --ppl)\n",
+                o->gen_flag, o->gen_flag);
+        return -1;
     }
     RopeScaling mode;
     if (o->rope_mode) {
@@ -240,6 +259,8 @@ static int sample(float *logits, int n, float temp, float top_p, Candidate *cand
 
 // ---------------------------------------------------------------------------------------------
 // Generation
+
+static const char *plural(long n) { return n == 1 ? "" : "s"; }
 
 static double now(void) {
     struct timespec ts;
@@ -331,10 +352,11 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     printf("\n");
     fflush(stdout);
     fprintf(stderr,
-            "\nprompt: %d tokens in %.3f s (%.1f tok/s) | generation: %d tokens, %d decode steps in %.3f s "
+            "\nprompt: %d token%s in %.3f s (%.1f tok/s) | generation: %d token%s, %d decode step%s in %.3f s "
             "(%.1f tok/s) | threads %d%s%s\n",
-            n_prompt, t1 - t0, n_prompt / (t1 - t0), generated, steps, t2 - t1, steps ? steps / (t2 - t1) : 0.0,
-            t->state.n_threads, stop ? " | stopped: " : "", stop ? stop : "");
+            n_prompt, plural(n_prompt), t1 - t0, n_prompt / (t1 - t0), generated, plural(generated), steps,
+            plural(steps), t2 - t1, steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, stop ? " | stopped: " : "",
+            stop ? stop : "");
     free(cand);
     free(ids);
     return 0;
@@ -406,7 +428,8 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         free(ids);
         return 1;
     }
-    fprintf(stderr, "perplexity: %d tokens, %d window%s of %d\n", n_tokens, windows, windows > 1 ? "s" : "", N);
+    fprintf(stderr, "perplexity: %d token%s, %d window%s of %d\n", n_tokens, plural(n_tokens), windows, plural(windows),
+            N);
 
     double nll[MAX_BUCKETS] = {0};
     long count[MAX_BUCKETS] = {0};
@@ -437,11 +460,11 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
             }
             if (tty) fprintf(stderr, "\r[%d/%d] %3d%%", w + 1, windows, (int)(100.0 * (b + n) / N));
         }
-        if (!tty) fprintf(stderr, "[%d/%d]%s", w + 1, windows, w + 1 == windows ? "\n" : " ");
+        if (!tty) fprintf(stderr, "window %d/%d\n", w + 1, windows);
     }
     double secs = now() - t0;
-    fprintf(stderr, "%s%d windows in %.2f s (%.1f tok/s) | threads %d\n", tty ? "\r" : "", windows, secs,
-            windows * (double)N / secs, t->state.n_threads);
+    fprintf(stderr, "%s%d window%s in %.2f s (%.1f tok/s) | threads %d\n", tty ? "\r" : "", windows, plural(windows),
+            secs, windows * (double)N / secs, t->state.n_threads);
 
     double total = 0;
     long total_count = 0;
@@ -601,8 +624,16 @@ int main(int argc, char **argv) {
         if (run.ctx > run.rope.orig_ctx && run.rope.mode == ROPE_SCALING_NONE)
             fprintf(stderr,
                     "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "
-                    "scaling: expect the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn)\n",
+                    "scaling: expect the text to fall apart past %d (hint: --rope-scaling "
+                    "pi|ntk|dynamic|yarn|llama3)\n",
                     run.ctx, run.rope.orig_ctx, run.rope.orig_ctx);
+        if (run.rope.mode == ROPE_SCALING_PI && run.rope.factor * run.rope.orig_ctx < run.ctx)
+            fprintf(stderr,
+                    "warning: --rope-factor %g maps only %g positions onto the %d trained ones, fewer than --ctx "
+                    "%d: positions past %g are extrapolated (hint: --rope-factor %g, or leave it out: the "
+                    "default is ctx / L)\n",
+                    run.rope.factor, run.rope.factor * run.rope.orig_ctx, run.rope.orig_ctx, run.ctx,
+                    run.rope.factor * run.rope.orig_ctx, (double)run.ctx / run.rope.orig_ctx);
         status = o.ppl ? perplexity(&t, tok, &o) : generate(&t, tok, &o);
     }
     tokenizer_free(tok);

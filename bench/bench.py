@@ -1,7 +1,7 @@
 """bench.py - tokens per second of ./run on fixed shapes, weight types and thread counts (`make bench`).
 
-    python3 bench/bench.py                                     everything (about an hour)
-    python3 bench/bench.py --shape 110m --dtype f32 --runs 3   a subset, for quick iterations
+    /usr/bin/python3 bench/bench.py                                     everything (about an hour)
+    /usr/bin/python3 bench/bench.py --shape 110m --dtype f32 --runs 3   a subset (to build/bench-subset.md)
     make bench BENCH_ARGS="--shape 110m --dtype f16 --threads 2"
 
 What it measures, per model x weight type x thread count, each the median of --runs runs of ./run:
@@ -24,10 +24,11 @@ outside the repository (--cache, default ~/.cache/lrun-bench), and the real stor
 from data/stories260K-hf. The random models read the Llama 2 tokenizer; the
 prompts are TinyStories text cut to the exact token count.
 
-Output: a markdown table on stdout and in --out (default bench/results.md), with the machine, the
-date and the load average before and after. The machine may be shared: every number is a median,
-and the load average says how busy it was. This is a benchmark, not a test: nothing here fails on
-speed.
+Output: a markdown table on stdout and in --out (default bench/results.md for a full run,
+build/bench-subset.md for a subset, so a quick run never replaces the committed table), with the
+machine, the date and the load average before and after. The machine may be shared: every number
+is a median, and the load average says how busy it was. This is a benchmark, not a test: nothing
+here fails on speed.
 """
 import argparse
 import datetime
@@ -214,7 +215,8 @@ def main():
     ap.add_argument("--no-window", action="store_true", help="skip the 4096-token window, batched vs one by one")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LRUN_BENCH_CACHE",
                                                                       Path.home() / ".cache" / "lrun-bench")))
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
+    ap.add_argument("--out", type=Path, help="the table's file (default: bench/results.md, or bench/versus.md "
+                    "with --llama-cpp, for a full run; build/bench-subset.md for a subset)")
     ap.add_argument("--llama-cpp", metavar="BIN_DIR", help="compare with llama.cpp in one interleaved run "
                     "(bench/versus.py): its build/bin folder, with llama-bench and llama-batched-bench")
     ap.add_argument("--gguf", metavar="DIR", help="with --llama-cpp: the GGUF files, SHAPE-DTYPE.gguf")
@@ -234,8 +236,16 @@ def main():
     if args.llama_cpp or args.gguf:
         if not (args.llama_cpp and args.gguf):
             ap.error("--llama-cpp and --gguf go together")
-        if args.out == REPO / "bench" / "results.md":
-            args.out = REPO / "bench" / "versus.md"
+    # The committed tables hold full runs: a subset writes elsewhere unless --out says otherwise.
+    committed = REPO / "bench" / ("versus.md" if args.llama_cpp else "results.md")
+    full = (args.shape == list(SHAPES) and args.dtype == list(DTYPES) and args.threads == [1, 2] and args.runs == 5
+            and not args.no_long and not args.no_window and not args.env)
+    if args.out is None:
+        args.out = committed if full else REPO / "build" / f"{committed.stem}-subset.md"
+        if not full:
+            log(f"bench: a subset, so the table goes to {args.out}, not {committed.relative_to(REPO)} "
+                f"(pass --out {committed.relative_to(REPO)} to replace that)")
+    if args.llama_cpp:
         import versus
         return versus.main(args)
 

@@ -1,7 +1,7 @@
 """versus.py - ./run against llama.cpp on the same weights, in one interleaved run, with the roof.
 
     make bench BENCH_ARGS="--llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR"
-    python3 bench/bench.py --llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR [--shape 110m] [--dtype q8_0]
+    /usr/bin/python3 bench/bench.py --llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR [--shape 110m] [--dtype q8_0]
 
 What it measures, per model shape x weight type x thread count (1 and 2), each the median of --runs
 rounds; within a round the programs and the bandwidth probe run one after the other, so that the

@@ -1,6 +1,6 @@
 """export.py - convert a Hugging Face Llama (or Mistral) checkpoint into our model file.
 
-Usage: python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0|q4_0]
+Usage: /usr/bin/python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0|q4_0]
 
 What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
 safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
@@ -456,6 +456,11 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32",
                     help="type of the weight matrices (norms are always f32); default f32")
     args = ap.parse_args(argv)
+    if Path(args.hf_dir).is_file():  # a model file already: llama2.c's .bin, or one of ours
+        print(f"error: {args.hf_dir} is a file, and HF_DIR must be a Hugging Face model directory (hint: a "
+              "llama2.c .bin or a file this exporter wrote needs no export: ./run reads it directly, "
+              f"./run {args.hf_dir} -z TOKENIZER.model)", file=sys.stderr)
+        return 1
     try:
         export(args.hf_dir, args.out, args.dtype)
         return 0

@@ -14,8 +14,8 @@ to values that F32, F16 and BF16 all represent exactly (bfloat16 precision, no f
 so every dtype exports to the same float32 bits.
 
 From the repository root:
-    python3 -m lrun.hf_random OUT_DIR --preset 110m [--dtype F16] [--fmt sharded]
-    python3 -m lrun.hf_random OUT_DIR --dim 288 --hidden-dim 768 --layers 6 --heads 6 --vocab 32000
+    /usr/bin/python3 -m lrun.hf_random OUT_DIR --preset 110m [--dtype F16] [--fmt sharded]
+    /usr/bin/python3 -m lrun.hf_random OUT_DIR --dim 288 --hidden-dim 768 --layers 6 --heads 6 --vocab 32000
 """
 import argparse
 import functools

@@ -1,9 +1,9 @@
 """passkey.py - passkey retrieval: can the model find one number hidden in a long text?
 
 Usage:
-  python3 scripts/passkey.py MODEL.bin [-z TOKENIZER.model] [--lengths 512,1024,2048]
-                             [--modes none,pi,ntk,dynamic,yarn] [--trials 5] [--depths 0,0.5,1 | random]
-                             [--seed 1] [-n 8] [--threads N] [--out FILE.md]
+  /usr/bin/python3 scripts/passkey.py MODEL.bin [-z TOKENIZER.model] [--lengths 512,1024,2048]
+                                      [--modes none,pi,ntk,dynamic,yarn] [--trials 5] [--depths 0,0.5,1 | random]
+                                      [--seed 1] [-n 8] [--threads N] [--out FILE.md]
 
 The test of Mohtashami & Jaggi 2023 (landmark attention, arXiv 2305.16300), in the layout that the
 YaRN authors' eval/passkey.py (jquesnelle/yarn) and llama.cpp's examples/passkey use. One prompt is

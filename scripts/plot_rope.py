@@ -1,6 +1,6 @@
 """plot_rope.py - draw the two RoPE figures of the README.
 
-Usage: python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/tools/rope_dump]
+Usage: /usr/bin/python3 scripts/plot_rope.py [--out-dir docs] [--rope-dump tests/tools/rope_dump]
 
   docs/rope_decay.png        RoPE's long-term decay (RoFormer, Su et al. 2021, arXiv 2104.09864,
                              section 3.4.3 and figure 2): the relative upper bound of the attention
@@ -99,7 +99,7 @@ def plot_decay(rope_dump, path, base=10000.0):
     r = np.arange(0, 1001, dtype=np.float64)
     theta = inv_freq(rope_dump, "none", 128, base, 2048, 1)
     ax1.plot(r, decay_bound(theta, r), color="tab:blue", lw=1)
-    ax1.set_title("RoPE long-term decay, d = 128, b = 10000\n(RoFormer, Su et al. 2021, fig. 2)")
+    ax1.set_title("RoPE long-term decay of the score's upper bound, d = 128, b = 10000\n(RoFormer, Su et al. 2021, fig. 2)")
     ax1.set_xlabel("relative distance m - n (tokens)")
     ax1.set_ylabel(r"relative upper bound $\frac{1}{d/2}\sum_{j=1}^{d/2}|S_j|$")
     ax1.set_xlim(0, 1000)
@@ -166,7 +166,7 @@ def plot_wavelength_panel(ax, rope_dump, d, base, L, s, title):
 def plot_wavelengths(rope_dump, path):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [2.2, 1]})
     plot_wavelength_panel(ax1, rope_dump, 64, 1e4, 2048, 4,
-                          "d = 64, b = 10000, L = 2048, s = 4 (Llama-1-like head)")
+                          "d = 64, b = 10000, L = 2048, s = 4 (TinyLlama 1.1B's head and context)")
     plot_wavelength_panel(ax2, rope_dump, 8, 1e4, 512, 4, "stories260K: d = 8, L = 512, s = 4\n(only four pairs)")
     ax1.set_ylim(3, 2e6)
     ax2.set_ylim(3, 2e6)

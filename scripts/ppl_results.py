@@ -1,9 +1,9 @@
 """ppl_results.py - perplexity past the trained context, for every RoPE scaling mode: the results table.
 
 Usage:
-  python3 scripts/ppl_results.py [--model M.bin] [-z TOK.model] [--text FILE] [--ctx 512,1024,2048,4096]
-                                 [--modes none,pi,ntk,dynamic,yarn,llama3] [--ppl-windows K | --tokens N]
-                                 [--threads N] [--out-dir docs] [--json FILE] [--from-json FILE]
+  /usr/bin/python3 scripts/ppl_results.py [--model M.bin] [-z TOK.model] [--text FILE] [--ctx 512,1024,2048,4096]
+                                          [--modes none,pi,ntk,dynamic,yarn,llama3] [--ppl-windows K | --tokens N]
+                                          [--threads N] [--out-dir docs] [--json FILE] [--from-json FILE]
 
 Runs `./run MODEL --ppl TEXT --ctx N --rope-scaling MODE` for every context N and mode, reads the
 `perplexity:` line and the per-bucket table from its stdout, and writes
@@ -16,7 +16,8 @@ model is no Llama 3: with L = 512 it keeps pairs 0-1 and divides pairs 2-3 by s,
 without its ramp and its attention factor, a useful control. A full run is 24 ./run calls and
 takes a long while on two busy cores (see the README); for a quick look, --ppl-windows K evaluates
 K windows per run, and --tokens N the first N tokens at every context (N / ctx windows), which keeps
-the text the same across the columns. --json saves the parsed numbers and --from-json redraws the
+the text the same across the columns. A run that is not the full default one writes to
+build/ppl-quick/ unless --out-dir says otherwise: docs/ holds the full run. --json saves the parsed numbers and --from-json redraws the
 table and the plot from them without running anything.
 
 What this is not: a benchmark of the modes in general. A 260K-parameter model with head_dim 8 has
@@ -81,8 +82,6 @@ def run_ppl(run, model, tok, text, ctx, mode, windows=None, threads=None, L=None
     res["seconds"] = round(secs, 2)
     rope = re.search(r"^rope: (.*)$", proc.stderr, re.M)  # the banner: effective base, factor, magnitude
     res["rope"] = rope[1] if rope else ""
-    hd = re.search(r"head_dim (\d+)", proc.stderr)
-    res["head_dim"] = int(hd[1]) if hd else None
     w = re.search(r"(\d+) windows? of (\d+)", proc.stderr)
     res["windows"] = int(w[1]) if w else None
     # Every window of ctx tokens makes ctx - 1 predictions, and every one falls in some bucket.
@@ -129,17 +128,7 @@ def markdown(res, ctxs, modes, meta):
     top = str(max(ctxs))
     out += ["", f"## RoPE as `./run` reported it at --ctx {top}", ""]
     for m in modes:
-        line = f"- `{m}`: {res[top][m]['rope']}"
-        b, f = re.search(r"base (\S+),", line), re.search(r"factor (\S+),", line)
-        d = res[top][m].get("head_dim")
-        if m == "dynamic" and b and f and d:
-            # The banner is printed before the window's length is known; a window is one sequence
-            # of length ctx, so its base is b * (s*ctx/L - (s-1))^(d/(d-2)) (rope.c, rope_inv_freq).
-            L, s = meta["L"], float(f[1])
-            alpha = s * int(top) / L - (s - 1)
-            line += (f" (every window is one sequence of {top} tokens, so its base is "
-                     f"b * {alpha:g}^({d}/{d - 2}) = {float(b[1]) * alpha ** (d / (d - 2)):.6g})")
-        out.append(line)
+        out.append(f"- `{m}`: {res[top][m]['rope']}")
     return "\n".join(out) + "\n"
 
 
@@ -197,13 +186,19 @@ def main(argv=None):
     g.add_argument("--tokens", type=int, help="the first N tokens at every context: N // ctx windows")
     ap.add_argument("--threads", type=int, help="passed to ./run (default: its own, all cores)")
     ap.add_argument("--run", default=str(REPO / "run"))
-    ap.add_argument("--out-dir", default=str(REPO / "docs"))
+    ap.add_argument("--out-dir", help="where ppl_results.md and ppl_buckets.png go (default: docs/ for a full "
+                    "run, build/ppl-quick/ for a subset, so a quick look never replaces the committed results)")
     ap.add_argument("--json", help="also save the parsed numbers here")
     ap.add_argument("--from-json", help="do not run anything: redraw from numbers saved with --json")
     a = ap.parse_args(argv)
     ctxs = sorted(parse_list(a.ctx, int, "--ctx"))
     modes = parse_list(a.modes, str, "--modes")
-    out = Path(a.out_dir)
+    full = not a.from_json and all(getattr(a, k) == ap.get_default(k) for k in
+                                   ("model", "tokenizer", "text", "ctx", "modes", "ppl_windows", "tokens", "run"))
+    out = Path(a.out_dir) if a.out_dir else REPO / ("docs" if full else "build/ppl-quick")
+    if not a.out_dir and not full:
+        print(f"note: not the full default run, so the results go to {out}, not docs/ (which hold the full run; "
+              "pass --out-dir docs to replace them)", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
 
     if a.from_json:
@@ -232,7 +227,7 @@ def main(argv=None):
             scope = "the whole text at every context"
         w = {c: res[str(c)][modes[0]]["windows"] for c in ctxs}
         scope += " (windows: " + ", ".join(f"{w[c]} x {c}" for c in ctxs) + ")"
-        cmd = "python3 scripts/ppl_results.py" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
+        cmd = "/usr/bin/python3 scripts/ppl_results.py" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
         m = re.search(r"trained context L = (\d+)", res[str(ctxs[0])][modes[0]]["rope"])
         meta = {"model": Path(a.model).name, "text": Path(a.text).name, "command": cmd, "scope": scope,
                 "L": int(m[1]) if m else ctxs[0], "seconds": round(time.monotonic() - t_all, 1)}
@@ -242,10 +237,12 @@ def main(argv=None):
 
     md = markdown(res, ctxs, modes, meta)
     (out / "ppl_results.md").write_text(md)
-    plot(res, ctxs, modes, meta["L"], out / "ppl_buckets.png",
-         f"{meta['model']} (trained at L = {meta['L']}): perplexity by position in the window, per RoPE scaling mode")
+    if max(ctxs) > meta["L"]:  # the plot has one panel per context past L
+        plot(res, ctxs, modes, meta["L"], out / "ppl_buckets.png",
+             f"{meta['model']} (trained at L = {meta['L']}): perplexity by position in the window, per RoPE scaling mode")
     print(md)
-    print(f"wrote {out / 'ppl_results.md'} and {out / 'ppl_buckets.png'}", file=sys.stderr)
+    print(f"wrote {out / 'ppl_results.md'}" + (f" and {out / 'ppl_buckets.png'}" if max(ctxs) > meta["L"] else ""),
+          file=sys.stderr)
     return 0
 
 

@@ -8,6 +8,7 @@ a perplexity text that is missing or too short; and the edge values that must be
 What this is not: damaged or adversarial model files (their bytes); tests/test_hostile.py has those.
 """
 import os
+import re
 import subprocess
 
 import pytest
@@ -74,6 +75,11 @@ def test_missing_and_broken_tokenizer(c_tools, tmp_path):
     (["--rope-alpha", "4"], "--rope-alpha is used only by --rope-scaling ntk"),
     (["--rope-factor", "2"], "--rope-factor needs a scaling mode"),
     (["extra.bin"], "only one model file"),
+    # Flags that would do nothing: refused, not ignored.
+    (["--ppl-windows", "2"], "--ppl-windows limits a perplexity run and needs --ppl FILE"),
+    (["--ppl", "text.txt", "-i", "Once"], "-i is for generating text, and --ppl does not generate"),
+    (["--ppl", "text.txt", "--n-predict", "5"], "--n-predict is for generating text"),
+    (["-t", "0", "--ppl", "text.txt"], "-t is for generating text"),
 ])
 def test_usage_errors(c_tools, args, needle):
     err = expect(2, [needle], LEGACY, "-z", TOK512, *args)
@@ -87,6 +93,53 @@ def test_no_model(c_tools):
 def test_help(c_tools):
     code, out, err = run("--help")
     assert code == 0 and "--rope-scaling" in out and "--ctx" in out
+    for alias in ("--ctx-size", "--rope-scale", "--rope-freq-base", "linear", "--n-predict", "--batch-size"):
+        assert alias in out, alias
+
+
+def test_help_ranges_are_the_parsers(c_tools):
+    """Every range --help shows, [lo, hi] or (lo, hi], is the one the parser applies: the bounds
+    themselves pass the parser (the run then stops at the missing model, exit 1), the values just
+    outside are usage errors (exit 2). Errors say "see --help for the allowed range"."""
+    code, out, _ = run("--help")
+    ranges = {}
+    for line in out.splitlines():
+        m = re.search(r"^\s+(?:-\w, )?(--[\w-]+).*?([\[(])([\d.e+-]+), ([\d.e+-]+)\]", line)
+        if m:
+            ranges[m[1]] = (m[2] == "(", m[3], m[4])
+    assert set(ranges) == {"--n-predict", "--temp", "--top-p", "--seed", "--ctx", "--threads", "--batch-size",
+                           "--ppl-windows", "--rope-factor", "--rope-alpha"}, ranges
+    assert "RoPE base > 0" in out
+    ranges["--rope-base"] = (True, "0", "1e300")
+    for flag, (open_lo, lo, hi) in ranges.items():
+        extra = ["--ppl", "t.txt"] if flag == "--ppl-windows" else []
+        real = "." in lo + hi or "e" in lo + hi
+        below = lo if open_lo else (repr(float(lo) - 1e-9) if real else str(int(lo) - 1))
+        above = repr(float(hi) * (1 + 1e-9)) if real else str(int(hi) + 1)
+        inside = [v for v in (lo, hi) if not (open_lo and v == lo)] + ([repr(float(lo) + 1e-9)] if open_lo else [])
+        for v in inside:
+            c, _, err = run("/nonexistent/model.bin", flag, v, *extra)
+            assert c == 1 and "cannot open model" in err, (flag, v, err)
+        for v in (below, above):
+            c, _, err = run("/nonexistent/model.bin", flag, v, *extra)
+            assert c == 2 and f"invalid value '{v}' for {flag}" in err, (flag, v, err)
+
+
+def test_warnings(c_tools):
+    """Runs that go ahead but probably not as meant say so on stderr; each with a run that must not warn."""
+    def stderr_of(*args):
+        code, _, err = run(LEGACY, "-z", TOK512, "-n", "0", *args)
+        assert code == 0, err
+        return err
+    # Past L with no scaling: the hint names every mode.
+    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3)" in stderr_of("--ctx", "1024")
+    assert "warning" not in stderr_of("--ctx", "512")
+    # pi with s * L < ctx: the positions past s * L are extrapolated, not interpolated.
+    err = stderr_of("--ctx", "2048", "--rope-scaling", "pi", "--rope-factor", "3")
+    assert "warning: --rope-factor 3 maps only 1536 positions onto the 512 trained ones, fewer than --ctx 2048" in err
+    assert "hint: --rope-factor 4" in err
+    assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", "pi", "--rope-factor", "4")
+    assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", "pi")
 
 
 def test_prompt_longer_than_context(c_tools):

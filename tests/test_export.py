@@ -699,3 +699,15 @@ def test_trained_context_and_supported_context(tmp_path, capsys, c_tools):
     assert proc.returncode == 0, proc.stderr
     assert "context: trained 16 (supports 64 with its scaling), requested 16 |" in proc.stderr
     assert "trained context L = 16" in proc.stderr
+
+
+def test_model_file_instead_of_directory(tmp_path, capsys):
+    """Given llama2.c's .bin (a file, not a Hugging Face directory), the exporter says ./run reads it as
+    it is, and writes nothing; the same .bin does run (the control that the hint is true)."""
+    out = tmp_path / "m.bin"
+    code, err = export_inprocess(capsys, STORIES_LEGACY, out)
+    assert code == 1 and not out.exists()
+    assert f"error: {STORIES_LEGACY} is a file" in err and "./run reads it directly" in err, err
+    proc = subprocess.run([str(REPO / "run"), str(STORIES_LEGACY), "-n", "4", "-t", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

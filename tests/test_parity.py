@@ -85,6 +85,18 @@ def test_random_checkpoints(c_tools, random_model, tmp_path):
                                                                                                  "factor": 4}))
 
 
+def test_checkpoint_rope_theta(c_tools, tmp_path_factory, tmp_path):
+    """A checkpoint's own rope_theta (Llama 3's 500000) reaches the forward pass: ours matches the
+    reference, which reads it from config.json, and not the same model run with base 10000, which is
+    what a rope_theta hard-coded to 10000 would give (the control)."""
+    hf = tmp_path_factory.mktemp("theta-5e5")
+    make_checkpoint(hf, std=0.15, seed=13, rope_theta=500000.0, **RANDOM["tied-mha"])
+    model, ref = export(hf, hf), reference.load(hf)
+    ids = random_ids(64, ref.vocab_size, seed=4)
+    compare("random, rope_theta 500000", c_logits(model, ids, tmp_path), ref.logits(ids),
+            control=ref.logits(ids, rope={"base": 10000.0}))
+
+
 def test_stories260k(c_tools, stories, tmp_path):
     model, ref = stories
     ids = ref.encode("Once upon a time, there was a little girl named Lily. She loved to play outside. " * 4)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import reference
-from conftest import HELDOUT, REPO, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
+from conftest import HELDOUT, PYTHON, REPO, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
 
 HF_DIR = STORIES_HF
 WINDOW, WINDOWS = 1024, 2
@@ -68,6 +68,49 @@ def test_one_and_two_threads_agree(c_tools, setup):
     print(f"1 thread {one[0]!r}, 2 threads {two[0]!r}")
     assert abs(one[0] - two[0]) <= 1e-5 * one[0]
     assert one[1] == two[1]
+
+
+def test_progress_and_wording(c_tools, setup):
+    """Off a terminal, a line per window; one window is "1 window", not "1 windows"."""
+    model, text, _ = setup
+    for windows in (1, 2):
+        proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(text), "--ctx", "512",
+                               "--ppl-windows", str(windows)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert [l for l in lines if l.startswith("window ")] == [f"window {w}/{windows}" for w in range(1, windows + 1)]
+        noun = "window" if windows == 1 else "windows"
+        assert re.search(rf"^perplexity: \d+ tokens, {windows} {noun} of 512$", proc.stderr, re.M), proc.stderr
+        assert re.search(rf"^{windows} {noun} in ", proc.stderr, re.M), proc.stderr
+
+
+def test_results_doc_shows_the_current_banner(c_tools):
+    """docs/ppl_results.md (make results) ends with the RoPE line of ./run's banner for every mode at its
+    largest context; ./run must still print exactly that, or the document is out of date."""
+    doc = (REPO / "docs" / "ppl_results.md").read_text()
+    ctx, lines = doc.split("## RoPE as `./run` reported it at --ctx ")[1].split("\n", 1)
+    rows = re.findall(r"^- `(\w+)`: (.*)$", lines, re.M)
+    assert [m for m, _ in rows] == ["none", "pi", "ntk", "dynamic", "yarn", "llama3"]
+    for mode, banner in rows:
+        # dynamic was run with --rope-factor ctx / L (scripts/ppl_results.py), the others with the default
+        extra = ["--rope-factor", str(int(ctx) // 512)] if mode == "dynamic" else []
+        proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "--ctx", ctx,
+                               "--rope-scaling", mode, *extra, "-n", "0"], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert f"rope: {banner}" in proc.stderr.splitlines(), (mode, banner, proc.stderr)
+
+
+def test_quick_results_leave_docs_alone(c_tools):
+    """scripts/ppl_results.py on a subset writes to build/ppl-quick/ and says so; docs/ keeps the full run."""
+    before = (REPO / "docs" / "ppl_results.md").read_bytes()
+    proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--ctx", "512,1024", "--modes",
+                           "none", "--ppl-windows", "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    quick = REPO / "build" / "ppl-quick"
+    assert f"the results go to {quick}, not docs/" in proc.stderr, proc.stderr
+    assert "at most 1 window(s) per run" in (quick / "ppl_results.md").read_text()
+    assert (quick / "ppl_buckets.png").stat().st_size > 0
+    assert (REPO / "docs" / "ppl_results.md").read_bytes() == before
 
 
 def test_block_size_does_not_change_the_result(c_tools, setup):

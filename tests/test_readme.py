@@ -2,7 +2,8 @@
 
 The first ```sh block of "Quick start" ends with a ./run command; its output block (stdout) and the
 banner block (stderr, without the timing line, whose speeds are the machine's) must be what ./run
-prints, byte for byte. A README that drifts from the program fails here.
+prints, byte for byte. A README that drifts from the program fails here. Also: the timing line's
+wording ("1 token", not "1 tokens").
 """
 import re
 import shlex
@@ -33,3 +34,31 @@ def test_quick_start_output(c_tools):
     assert any("activations * | kernels *" in line for line in fixed(banner))
     timing = [line for line in proc.stderr.splitlines() if line.startswith("prompt:")]
     assert len(timing) == 1 and re.search(r"generation: 57 tokens, 56 decode steps", timing[0])
+
+
+def test_singular_counts(c_tools):
+    """The timing line counts one token as "1 token": here the prompt is BOS alone and one token is
+    generated, with no decode step after it."""
+    proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "-n", "1", "-t", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^prompt: 1 token in .* generation: 1 token, 0 decode steps in ", proc.stderr, re.M), proc.stderr
+
+
+def test_long_prompt_example(c_tools):
+    """"Seeing it in generated text": the commands, run by bash from the repository root, print the
+    lines the README shows, one per mode; the modes must differ (the point of the example)."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("### Seeing it in generated text\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, flags=re.S)
+    assert blocks[0][0] == "sh" and blocks[1][0] == ""
+    proc = subprocess.run(["bash", "-c", blocks[0][1]], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == blocks[1][1], f"README shows:\n{blocks[1][1]}\nthe commands printed:\n{proc.stdout}"
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6 and len({l.split(None, 1)[1] for l in lines}) == 6
+    # "The first 3000 bytes of the TinyStories text are 1499 tokens", past L = 512.
+    prompt = (REPO / "data/text/tinystories_validation_head.txt").read_bytes()[:3000].decode()
+    proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "--ctx", "2048", "-n", "0",
+                           "-i", prompt.rstrip("\n")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "prompt: 1499 tokens" in proc.stderr, proc.stderr

@@ -5,7 +5,7 @@
 //   * tables: every cos/sin entry is the float32 of mscale * cos(m * theta_i) with the angle formed
 //     in double (an fp32 angle is off by ~1e-3 rad at m = 1e5);
 //   * composition: rotating by a then by b equals rotating by a + b (the fixed-frequency modes);
-//   * relative position: <R(m) q, R(n) k> depends only on n - m, up to n = 100000, and equals the
+//   * relative position: <R(m) q, R(n) k> depends only on m - n, up to n = 100000, and equals the
 //     printed double-precision values (22.550544960148 for none, ...);
 //   * norms: |R(m) q| = m_s |q| (m_s = 1 except yarn, 0.1 ln s + 1);
 //   * dynamic NTK: tables follow rope_set_length, `version` moves exactly when the base changes,

@@ -27,12 +27,13 @@ from lrun import rope_ref as ref
 # frequencies (columns: i, none, pi, ntk a=4, dynamic f=4 l=8192, yarn, llama3) and the cos/sin lines
 # at position 5000 (yarn already multiplied by m_s), read from the file so they live in one place.
 VECTORS = (Path(__file__).resolve().parent.parent / "docs" / "rope-test-vectors.md").read_text()
-TABLE_8_1 = "\n".join(l for l in VECTORS.splitlines() if re.match(r"^\|\s*\d+ \| ", l))
+SECTION_1, SECTION_2 = VECTORS.split("\n## 2.")[0], VECTORS.split("\n## 2.")[1].split("\n## 3.")[0]
+TABLE_8_1 = "\n".join(l for l in SECTION_1.splitlines() if re.match(r"^\|\s*\d+ \| ", l))
 COLUMNS_8_1 = [("none", {}), ("pi", {}), ("ntk", {}), ("dynamic", {"length": 8192}), ("yarn", {}), ("llama3", {})]
 
 COS_SIN_8_1 = VECTORS.split("at position 5000")[1].split("```")[1]
 
-D, B, L, S = 64, 1e4, 2048, 4.0  # the shape of section 1 (Llama-1-like)
+D, B, L, S = 64, 1e4, 2048, 4.0  # the shape of section 1 (TinyLlama 1.1B: 64-wide heads, L = 2048)
 
 
 def table_8_1():
@@ -145,6 +146,43 @@ def test_ref_llama31_8b_8_2():
     assert abs(inv[40] / (default[40] / 8) - 1) < 1e-15
 
 
+def llama3_inv_freq_torch(d, base, L, factor, low=1.0, high=4.0):
+    """transformers' _compute_llama3_parameters, transcribed in PyTorch float64 for this test: kept
+    below wavelength L/high, divided by factor above L/low, blended linearly in L/wavelength between.
+    Independent of lrun/rope_ref.py and of rope.c."""
+    import torch
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > L / low, inv / factor, inv)
+    smooth = (L / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= L / high) & (wavelen <= L / low)
+    return inv.numpy(), torch.where(medium, blended, scaled).numpy()
+
+
+def test_llama3_golden_table(rope_tools):
+    """docs/rope-test-vectors.md section 2: Llama 3.1 (factor 8) beside Llama 3.2 (factor 32), d = 128,
+    b = 500000, L = 8192. The printed table, the PyTorch transcription and rope.c agree; a factor
+    hard-coded to 8 does not give the 3.2 column."""
+    rows = [l for l in SECTION_2.splitlines() if re.match(r"^\|\s*\d+ \| ", l)]
+    table = np.array([[float(c) for c in l.strip().strip("|").split("|")] for l in rows])  # i, none, f8, f32
+    assert len(table) == 11
+    idx = table[:, 0].astype(int)
+    none, f8 = llama3_inv_freq_torch(128, 5e5, 8192, 8.0)
+    _, f32 = llama3_inv_freq_torch(128, 5e5, 8192, 32.0)
+    for col, want in ((1, none), (2, f8), (3, f32)):
+        rel = np.max(np.abs(table[:, col] / want[idx] - 1))
+        assert rel < 1e-9, (col, rel)  # printed with 10 significant digits
+    for factor, want in ((8.0, f8), (32.0, f32)):
+        got = run_dump(rope_tools["rope_dump"], "llama3", 128, 5e5, 8192, factor, [0],
+                       low_freq_factor=1.0, high_freq_factor=4.0)
+        rel = np.max(np.abs(got["inv_freq"] / want - 1))
+        print(f"llama3 factor {factor:g}: rope.c against the PyTorch transcription, max rel {rel:.2e}")
+        assert rel < 1e-12
+    # Control: the 3.1 factor where 3.2's belongs is off by up to 4x on the slow pairs.
+    assert np.max(f8[35:] / f32[35:]) > 3.9 and np.array_equal(f8[:29], f32[:29])
+
+
 def test_ref_layout_8_3():
     # d = 8, b = 1e4, x = [1..8]: the printed rotations, and the permutation identity.
     inv, ms = ref.inv_freq("none", 8, 1e4, 512, 1.0)
@@ -171,7 +209,7 @@ POSITIONS = [0, 1, 511, 2047, 5000, 100000]
 
 # (name, d, b, L, s, extra rope_dump flags as keyword arguments of rope_ref.inv_freq)
 SHAPES = [
-    ("llama1", 64, 1e4, 2048, 4.0, {}),
+    ("tinyllama", 64, 1e4, 2048, 4.0, {}),
     ("tiny", 8, 1e4, 512, 4.0, {}),
     ("llama31", 128, 5e5, 8192, 8.0, {"low_freq_factor": 1, "high_freq_factor": 4}),
 ]

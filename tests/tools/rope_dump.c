@@ -8,6 +8,7 @@
 //   tests/tools/rope_dump --mode NAME --head-dim D --base B --orig-ctx L --factor S
 //                         [--alpha A] [--length l] [--attn-factor F] [--beta-fast X] [--beta-slow Y]
 //                         [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...
+//                         [--rotate x_0,...,x_{d-1}]
 //
 // Output (stdout), one record per line, fields separated by single spaces, reals as %.17g:
 //   params MODE head_dim orig_ctx base factor alpha attn_factor beta_fast beta_slow lf hf
@@ -19,6 +20,7 @@
 //   table_mscale x / table_eff_base x / table_length n / table_version n / max_pos n
 //   cos POS c_0 ... c_{d/2-1}       Rope.cos row POS (float32 values printed exactly)
 //   sin POS s_0 ... s_{d/2-1}       Rope.sin row POS
+//   rotated POS y_0 ... y_{d-1}     with --rotate: rope_rotate(x, POS) (float32, printed exactly)
 // Exit codes: 0 ok, 1 rope.c refused the parameters, 2 usage error.
 #include <errno.h>
 #include <limits.h>
@@ -29,13 +31,15 @@
 #include "rope.h"
 
 #define MAX_POSITIONS 64
+#define MAX_ROTATE    1024
 
 static void usage(const char *why) {
     fprintf(stderr,
             "error: %s\n"
             "usage: rope_dump --mode NAME --head-dim D --base B --orig-ctx L --factor S [--alpha A]\n"
             "                 [--length l] [--attn-factor F] [--beta-fast X] [--beta-slow Y]\n"
-            "                 [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...\n",
+            "                 [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...\n"
+            "                 [--rotate x_0,...,x_{d-1}]\n",
             why);
     exit(2);
 }
@@ -76,6 +80,19 @@ static int parse_positions(const char *s, int *pos) {
     return n;
 }
 
+// "1,2.5,-3" -> x (float); returns the count.
+static int parse_reals(const char *flag, const char *s, float *x) {
+    int n = 0;
+    char buf[16384];
+    if (strlen(s) >= sizeof(buf)) usage("--rotate: list too long");
+    strcpy(buf, s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_ROTATE) usage("--rotate: at most 1024 values");
+        x[n++] = (float)parse_real(flag, tok);
+    }
+    return n;
+}
+
 static void print_row(const char *name, const double *v, int n) {
     printf("%s", name);
     for (int i = 0; i < n; i++)
@@ -93,8 +110,9 @@ static void print_frow(const char *name, int pos, const float *v, int n) {
 int main(int argc, char **argv) {
     RopeParams p;
     memset(&p, 0, sizeof(p));
-    int have_mode = 0, length = 0, npos = 0;
+    int have_mode = 0, length = 0, npos = 0, nrot = 0;
     int positions[MAX_POSITIONS];
+    float rot[MAX_ROTATE]; // --rotate: one head to rotate to every position
 
     for (int a = 1; a < argc; a++) {
         const char *flag = argv[a];
@@ -127,6 +145,8 @@ int main(int argc, char **argv) {
             p.low_freq_factor = parse_real(flag, val);
         } else if (!strcmp(flag, "--high-freq-factor")) {
             p.high_freq_factor = parse_real(flag, val);
+        } else if (!strcmp(flag, "--rotate")) {
+            nrot = parse_reals(flag, val, rot);
         } else if (!strcmp(flag, "--positions")) {
             npos = parse_positions(val, positions);
         } else {
@@ -135,6 +155,7 @@ int main(int argc, char **argv) {
     }
     if (!have_mode || p.head_dim == 0 || p.base == 0 || p.orig_ctx == 0 || npos == 0)
         usage("--mode, --head-dim, --base, --orig-ctx and --positions are required");
+    if (nrot && nrot != p.head_dim) usage("--rotate needs exactly --head-dim values");
 
     char err[256];
     if (rope_params_check(&p, err, sizeof(err))) {
@@ -174,6 +195,12 @@ int main(int argc, char **argv) {
     for (int k = 0; k < npos; k++) {
         print_frow("cos", positions[k], r.cos + (size_t)positions[k] * half, half);
         print_frow("sin", positions[k], r.sin + (size_t)positions[k] * half, half);
+    }
+    for (int k = 0; k < npos && nrot; k++) {
+        float x[MAX_ROTATE];
+        memcpy(x, rot, (size_t)nrot * sizeof(float));
+        rope_rotate(&r, x, positions[k]);
+        print_frow("rotated", positions[k], x, nrot);
     }
     rope_free(&r);
     return 0;
