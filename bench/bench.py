@@ -62,9 +62,9 @@ CTX = 1024  # context for the pp / tg runs: room for 512 + 128 tokens
 
 RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus --env
 
-TIMING = re.compile(r"prompt: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\) \| generation: (\d+) tokens, "
-                    r"(\d+) decode steps in ([\d.]+) s \(([\d.]+) tok/s\) \| threads (\d+)")
-PPL_TIMING = re.compile(r"(\d+) windows in ([\d.]+) s \(([\d.]+) tok/s\)")
+TIMING = re.compile(r"prompt: (\d+) tokens? in ([\d.]+) s \(([\d.]+) tok/s\) \| generation: (\d+) tokens?, "
+                    r"(\d+) decode steps? in ([\d.]+) s \(([\d.]+) tok/s\) \| threads (\d+)")
+PPL_TIMING = re.compile(r"(\d+) windows? in ([\d.]+) s \(([\d.]+) tok/s\)")
 WINDOW = 4096  # tokens of the --ppl window timed batched and token by token
 WINDOW_MODELS = (("stories260k", "f32"), ("110m", "q8_0"))
 BANNER = re.compile(r"weights ([\d.]+) MiB \(mmapped\) \| KV cache ([\d.]+) MiB, activations ([\d.]+) MiB")
