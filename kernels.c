@@ -633,15 +633,6 @@ static PLAIN void attention_mix_plain(float *out, const float *att, const float 
 #ifndef quantize_row_q8
 #define quantize_row_q8 quantize_row_q8_plain
 #endif
-// Decode reads f32 rows two at a time where a build has a two-row dot product (AVX2); elsewhere a
-// pair is two dot products.
-#ifndef dot2_f32
-static void dot2_f32_pair(const float *w0, const float *w1, const float *x, int n, float out[2]) {
-    out[0] = dot_f32(w0, x, n);
-    out[1] = dot_f32(w1, x, n);
-}
-#define dot2_f32 dot2_f32_pair
-#endif
 
 // ---------------------------------------------------------------------------------------------
 // q8_0 activations, for both products: the rows of x quantized into the workspace.
@@ -691,20 +682,11 @@ const char *kernels_isa(void) {
 
 // ---------------------------------------------------------------------------------------------
 // Decode: matrix x vector. out[i] (n, m[i]->rows) = x (n, cols) @ m[i]^T for the `count` matrices,
-// which share cols and dtype: their rows are shared out together in one parallel region, each
-// thread one contiguous run of rows (as schedule static would), which it streams start to end,
-// f32 rows two at a time (dot2_f32). Handing out 16 rows at a time instead (schedule dynamic)
-// made two threads 1.3x to 1.8x slower on an AMD EPYC, where the threads' interleaved pieces defeat
-// the hardware prefetcher. A row is never split, and a pair gives each row what it would alone, so
-// the sum order does not depend on the thread count.
-
-static int team_size(void) {
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
+// which share cols and dtype: their rows are shared out together in one parallel loop, each thread
+// one contiguous run of rows (schedule static), which it streams start to end. Handing out 16 rows
+// at a time instead (schedule dynamic) made two threads 1.3x to 1.8x slower on an AMD EPYC, where
+// the threads' interleaved pieces defeat the hardware prefetcher. A row is never split, so the sum
+// order does not depend on the thread count.
 
 static int matvec(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
                   int n) {
@@ -717,47 +699,34 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
         total += m[i]->rows;
     QuantizedRows qx = {0};
     if (quantized(dtype) && quantize_rows_q8(ws, &qx, x, n, cols, dtype == DTYPE_Q4_0)) return -1;
-#pragma omp parallel num_threads(threads)
-    {
-        const int team = team_size(), me = thread_num();
-        const int end = (int)((long long)total * (me + 1) / team);
-        for (int row = (int)((long long)total * me / team); row < end;) {
-            int i = 0, r = row; // row `row` of the stack is row r of matrix i
-            while (r >= m[i]->rows)
-                r -= m[i++]->rows;
-            const Matrix *mi = m[i];
-            const int pair = dtype == DTYPE_F32 && row + 1 < end && r + 1 < mi->rows; // rows r, r+1 together
-            for (int t = 0; t < n; t++) {
-                const float *xt = x + (size_t)t * cols;
-                float v[2] = {0, 0};
-                switch (dtype) {
-                case DTYPE_F32: {
-                    const float *w = (const float *)mi->data + r * cp;
-                    if (pair)
-                        dot2_f32(w, w + cp, xt, cols, v);
-                    else
-                        v[0] = dot_f32(w, xt, cols);
-                    break;
-                }
-                case DTYPE_F16:
-                    v[0] = dot_f16((const _Float16 *)mi->data + r * cp, xt, cols);
-                    break;
-                case DTYPE_Q8_0: {
-                    const QuantizedRow xr = row_of(&qx, t, cp, nb);
-                    v[0] = dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, &xr, (int)nb);
-                    break;
-                }
-                default: {
-                    const QuantizedRow xr = row_of(&qx, t, cp, nb);
-                    v[0] = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, &xr,
-                                  (int)nb);
-                    break;
-                }
-                }
-                out[i][(size_t)t * mi->rows + r] = v[0];
-                if (pair) out[i][(size_t)t * mi->rows + r + 1] = v[1];
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int row = 0; row < total; row++) {
+        int i = 0, r = row; // row `row` of the stack is row r of matrix i
+        while (r >= m[i]->rows)
+            r -= m[i++]->rows;
+        const Matrix *mi = m[i];
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * cols;
+            float v;
+            switch (dtype) {
+            case DTYPE_F32:
+                v = dot_f32((const float *)mi->data + r * cp, xt, cols);
+                break;
+            case DTYPE_F16:
+                v = dot_f16((const _Float16 *)mi->data + r * cp, xt, cols);
+                break;
+            case DTYPE_Q8_0: {
+                const QuantizedRow xr = row_of(&qx, t, cp, nb);
+                v = dot_q8((const int8_t *)mi->data + r * cp, (const float *)mi->scale + r * nb, &xr, (int)nb);
+                break;
             }
-            row += 1 + pair;
+            default: {
+                const QuantizedRow xr = row_of(&qx, t, cp, nb);
+                v = dot_q4((const uint8_t *)mi->data + r * cp / 2, (const _Float16 *)mi->scale + r * nb, &xr, (int)nb);
+                break;
+            }
+            }
+            out[i][(size_t)t * mi->rows + r] = v;
         }
     }
     return 0;

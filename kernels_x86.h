@@ -136,48 +136,26 @@ static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
 #define AHEAD_Q8 2048
 #endif
 
-// Two rows at a time: one core keeps more reads in flight with two streams than with one (f32 at
-// one thread on the Zen 3: 12.8 against 11.1 GB/s, medians of 9; decode 1.1x). Each row has its own four sums,
-// added in the same order as for a row alone (which is the same call with the row twice), so a
-// row's result does not depend on the row it was paired with.
-static ONE_COPY void dot2_f32_x86(const float *w0, const float *w1, const float *x, int n, float out[2]) {
-    __m256 a[2][4];
-    for (int r = 0; r < 2; r++)
-        a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm256_setzero_ps();
-    const float *w[2] = {w0, w1};
+static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
     for (; i + 32 <= n; i += 32) {
         if (AHEAD_F32)
-            for (int r = 0; r < 2; r++)
-                for (int c = 0; c < 128; c += 64) _mm_prefetch((const char *)(w[r] + i) + AHEAD_F32 + c, _MM_HINT_T0);
-        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-        const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
-        for (int r = 0; r < 2; r++) {
-            a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i), x0, a[r][0]);
-            a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i + 8), x1, a[r][1]);
-            a[r][2] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i + 16), x2, a[r][2]);
-            a[r][3] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i + 24), x3, a[r][3]);
-        }
+            for (int c = 0; c < 128; c += 64) _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
     }
-    for (int r = 0; r < 2; r++) {
-        int k = i;
-        for (; k + 8 <= n; k += 8)
-            a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + k), _mm256_loadu_ps(x + k), a[r][0]);
-        float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a[r][0], a[r][1]), _mm256_add_ps(a[r][2], a[r][3])));
-        for (; k < n; k++)
-            sum += w[r][k] * x[k];
-        out[r] = sum;
-    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum += w[i] * x[i];
+    return sum;
 }
 
-static float dot_f32_x86(const float *w, const float *x, int n) {
-    float out[2];
-    dot2_f32_x86(w, w, x, n, out);
-    return out[0];
-}
-
-// f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add. One row at
-// a time: the two-row version of f32 made f16 slower here (5.4 against 6.7 tok/s, 1.1B, 1 thread).
+// f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
 static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
@@ -795,8 +773,6 @@ static void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *
 #define quantize_row_q8  quantize_row_q8_x86
 #ifdef USE_AVX512
 #define pack_w_q8 pack_w_q8_x86
-#else
-#define dot2_f32 dot2_f32_x86
 #endif
 
 #endif // KERNELS_X86_H
