@@ -46,7 +46,8 @@
 #endif
 
 // Not inlined: one compiled copy of each dot product, so every caller sums in the same order (a
-// compiler may vectorize an inlined plain C loop differently in each place it lands).
+// compiler may vectorize an inlined plain C loop differently in each place it lands); and the
+// prefill tiles compiled on their own, whose registers an inlining caller would take (docs/speed.md).
 #define ONE_COPY __attribute__((noinline))
 // A plain C microkernel that a vector build replaces is still compiled (and read), not called.
 #define PLAIN __attribute__((unused))
@@ -514,9 +515,11 @@ static void pack_w_q4(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, i
     for (int j = 0; j < NR; j++) {
         uint8_t *row = stage + (size_t)j * kc;
         const uint8_t *src = j < nr ? (const uint8_t *)m->data + ((size_t)(r0 + j) * cp + k0) / 2 : NULL;
+        // Byte i of a block holds value i (low nibble) and value i + 16 (high); padding rows read as
+        // 0x88: q = 8, w = 0.
         for (int b = 0; b < kc / Q8_BLOCK; b++)
-            for (int i = 0; i < Q8_BLOCK / 2; i++) { // byte i: value i low, value i + 16 high
-                const uint8_t two = src ? src[b * Q8_BLOCK / 2 + i] : 0x88; // padding rows: q = 8, w = 0
+            for (int i = 0; i < Q8_BLOCK / 2; i++) {
+                const uint8_t two = src ? src[b * Q8_BLOCK / 2 + i] : 0x88;
                 row[b * Q8_BLOCK + i] = (uint8_t)((two & 15) + 120);
                 row[b * Q8_BLOCK + Q8_BLOCK / 2 + i] = (uint8_t)((two >> 4) + 120);
             }

@@ -86,7 +86,8 @@ static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
     int i = 0;
     for (; i + 64 <= n; i += 64) {
         if (AHEAD_F32)
-            for (int c = 0; c < 256; c += 64) _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
+            for (int c = 0; c < 256; c += 64)
+                _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
         a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
         a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
         a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
@@ -141,7 +142,8 @@ static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
     int i = 0;
     for (; i + 32 <= n; i += 32) {
         if (AHEAD_F32)
-            for (int c = 0; c < 128; c += 64) _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
+            for (int c = 0; c < 128; c += 64)
+                _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
@@ -223,7 +225,8 @@ static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const Quantiz
     for (; b + 8 <= nb; b += 8) {
         const int8_t *wb = w + b * Q8_BLOCK, *xb = x + b * Q8_BLOCK;
         if (AHEAD_Q8)
-            for (int c = 0; c < 8 * Q8_BLOCK; c += 64) _mm_prefetch((const char *)wb + AHEAD_Q8 + c, _MM_HINT_T0);
+            for (int c = 0; c < 8 * Q8_BLOCK; c += 64)
+                _mm_prefetch((const char *)wb + AHEAD_Q8 + c, _MM_HINT_T0);
         const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw + b), _mm256_loadu_ps(dx + b));
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
@@ -312,8 +315,9 @@ static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const Qua
             const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + p * Q8_BLOCK));
             const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
             const int8_t *xp = xr->pairs + (b + 2 * p) * Q8_BLOCK;
-            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xp)),
-                                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xp + 32))));
+            const __m256i s16 =
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xp)),
+                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xp + 32))));
             const __m256 dp = _mm256_permutevar8x32_ps(
                 d, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
             acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), dp, acc[p]);
@@ -351,7 +355,6 @@ static inline void transpose16(__m512 r[16]) {
         r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
     }
 }
-
 
 // pack_w_f32: 16 columns of 16 rows at a time (load rows, transpose, store columns), the rest plain.
 static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
@@ -409,7 +412,7 @@ static void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *
 // The f32 microkernel: 12 tokens x 32 rows of outputs in 24 registers; per column, 2 weight loads
 // and 12 broadcasts feed 24 fused multiply-adds.
 static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
-                           int accumulate) {
+                                    int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR][2];
     for (int t = 0; t < MR; t++) {
@@ -486,9 +489,10 @@ static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
 // accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel). Every loop
 // over the accumulators has a constant count and the ragged edges go through lane masks, so the
 // compiler keeps the 12 in registers (a loop bounded by nt made it store them after every
-// multiply-add: half the speed).
+// multiply-add: half the speed). Not inlined (ONE_COPY): inside gemm's loops GCC kept a weight vector
+// in memory and loaded it again for every multiply-add (55-60 against 75-85 GFLOP/s).
 static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
-                           int accumulate) {
+                                    int accumulate) {
     for (int j0 = 0; j0 < nr; j0 += 16) {
         for (int t0 = 0; t0 < nt; t0 += 6) {
             __m256 c[6][2];
@@ -522,8 +526,8 @@ static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, cons
 // The q8_0 microkernel: a 6-token x 32-row tile; per block of 32 columns the exact integer sums in
 // 12 registers (vpdpbusd of 4 bytes of every row against 4 bytes of one token), then scaled into
 // 12 float accumulators.
-static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
-                          const uint8_t *wq, const float *wd, int kc, int accumulate) {
+static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
+                                   const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR_Q8][2];
     for (int t = 0; t < MR_Q8; t++) {
@@ -566,8 +570,8 @@ static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const
 // packed w + 128 is turned back into w (xor 0x80) and fed as |w| against x with w's sign: the same
 // products, pairs at most 2 * 128 * 127 < 32767; vpmaddwd then adds the pairs into int32. Per block
 // of 32 columns the exact sums are scaled into 6 float accumulators.
-static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
-                          const uint8_t *wq, const float *wd, int kc, int accumulate) {
+static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
+                                   const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
     (void)xs; // -128 sum(x), the start values of biased weights: not needed with w itself
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int r0 = 0; r0 < nr; r0 += 8) {
@@ -753,8 +757,7 @@ static void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *
         d[b] = m / 127;
         sum[b] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1)));
     }
-    if (b * Q8_BLOCK < cols)
-        quantize_block_q8(q + b * Q8_BLOCK, d + b, sum + b, x + b * Q8_BLOCK, cols - b * Q8_BLOCK);
+    if (b * Q8_BLOCK < cols) quantize_block_q8(q + b * Q8_BLOCK, d + b, sum + b, x + b * Q8_BLOCK, cols - b * Q8_BLOCK);
 }
 
 // ---------------------------------------------------------------------------------------------
