@@ -61,7 +61,9 @@ enum {
     KC_MAX = 4096,
     X_CHUNK = 512 << 10, // bytes of packed activations per chunk: a quarter of a 2 MB L2
     PANEL_GROUP = 4,     // panels per work item, at most
-    SCORE_RUN = 64,      // attention: scores (or output coordinates) kept in registers at a time
+    OUT_RUN = 64,        // attention, plain C: output coordinates summed at a time
+    KV_RUN = 32,         // attention: positions (or coordinates) a vector tile covers; the cache's unit
+    ATT_ROWS = 16,       // attention: query rows (queries x heads of one kv head) per task, at most
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -160,35 +162,48 @@ void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
     }
 }
 
-// The KV cache: the keys of a layer are stored transposed, (kv_dim, ctx), so that the scores of
-// one query against consecutive positions read consecutive memory (see attention below); the values
-// are (ctx, kv_dim). Only these four functions and attention() know it.
+// The KV cache, per layer and kv head: the keys in blocks of KV_RUN positions, each block
+// transposed, (head_dim, KV_RUN), so that the scores of a query against a run of positions read
+// consecutive memory, one block after the other (see attention below); the values (ctx, head_dim).
+// ctx is rounded up to whole blocks (the stride), so the vector code always reads whole blocks,
+// and KV_RUN floats of padding after the last value let it read whole runs of coordinates past a
+// head's last one. Only these functions and attention() know the layout.
+static size_t kv_stride(int ctx) { return ((size_t)ctx + KV_RUN - 1) / KV_RUN * KV_RUN; }
+
 size_t kv_cache_floats(int n_layers, int ctx, int n_kv_heads, int head_dim) {
     if (n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
-    return mul_or_zero(mul_or_zero((size_t)n_layers, (size_t)ctx), mul_or_zero((size_t)n_kv_heads, (size_t)head_dim));
+    size_t n = mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), mul_or_zero((size_t)n_kv_heads, (size_t)head_dim));
+    return n && n <= SIZE_MAX - KV_RUN ? n + KV_RUN : 0;
 }
 
-static float *layer_keys(const KVCache *c, int layer) {
-    return c->keys + (size_t)layer * c->n_kv_heads * c->head_dim * c->ctx;
+// The keys and the values of kv head h of a layer: stride * head_dim floats each.
+static float *head_keys(const KVCache *c, int layer, int h) {
+    return c->keys + ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim;
 }
-
-static float *layer_values(const KVCache *c, int layer) {
-    return c->values + (size_t)layer * c->ctx * c->n_kv_heads * c->head_dim;
+static float *head_values(const KVCache *c, int layer, int h) {
+    return c->values + ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim;
 }
+// Where coordinate d of the key at position j sits among its head's keys.
+static size_t key_at(int hd, int j, int d) { return ((size_t)(j / KV_RUN) * hd + d) * KV_RUN + j % KV_RUN; }
 
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n) {
-    const int kvd = c->n_kv_heads * c->head_dim;
-    float *kt = layer_keys(c, layer);
-    for (int i = 0; i < n; i++)
-        for (int d = 0; d < kvd; d++)
-            kt[(size_t)d * c->ctx + pos + i] = k[(size_t)i * kvd + d];
-    if (v) memcpy(layer_values(c, layer) + (size_t)pos * kvd, v, (size_t)n * kvd * sizeof(float));
+    const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        float *keys = head_keys(c, layer, h), *values = head_values(c, layer, h);
+        for (int i = 0; i < n; i++) {
+            for (int d = 0; d < hd; d++)
+                keys[key_at(hd, pos + i, d)] = k[(size_t)i * kvd + (size_t)h * hd + d];
+            if (v) memcpy(values + (size_t)(pos + i) * hd, v + (size_t)i * kvd + (size_t)h * hd, hd * sizeof(float));
+        }
+    }
 }
 
-float kv_key(const KVCache *c, int layer, int pos, int i) { return layer_keys(c, layer)[(size_t)i * c->ctx + pos]; }
+float kv_key(const KVCache *c, int layer, int pos, int i) {
+    return head_keys(c, layer, i / c->head_dim)[key_at(c->head_dim, pos, i % c->head_dim)];
+}
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
-    return layer_values(c, layer)[(size_t)pos * c->n_kv_heads * c->head_dim + i];
+    return head_values(c, layer, i / c->head_dim)[(size_t)pos * c->head_dim + i % c->head_dim];
 }
 
 // Attention as written in the paper, for every query i and head h: scores over the positions
@@ -251,15 +266,15 @@ static inline float softmax_exp(float x) {
     const float r = (xc - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
     const float p =
         1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    union {
-        int32_t i;
-        float f;
-    } two_k = {.i = ((int32_t)k + 127) << 23};
-    return x > -40.0f ? p * two_k.f : 0.0f;
+    const int32_t bits = ((int32_t)k + 127) << 23; // 2^k as a float's bits
+    float two_k;
+    memcpy(&two_k, &bits, sizeof two_k); // (a union would keep the loop from vectorizing)
+    return x > -40.0f ? p * two_k : 0.0f;
 }
 
 void softmax(float *x, int n) {
     float max = x[0];
+#pragma omp simd reduction(max : max)
     for (int i = 1; i < n; i++)
         max = x[i] > max ? x[i] : max;
     float sum = 0;
@@ -564,37 +579,44 @@ static PLAIN void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const 
             out[t * ldo + j] = c[t][j];
 }
 
-// Attention, scores: att[j] = scale * sum_d q[d] kt[d, j] for j < len, over keys transposed, kt
-// (hd, stride). Runs of SCORE_RUN scores are summed in a local array while all hd coordinates go
-// by, so the cache is read once, in order.
-static PLAIN void attention_scores_plain(float *att, const float *q, const float *kt, int hd, size_t stride, int len,
-                                         float scale) {
-    for (int j = 0; j < len; j += SCORE_RUN) {
-        const int run = len - j < SCORE_RUN ? len - j : SCORE_RUN;
-        float acc[SCORE_RUN] = {0};
-        for (int d = 0; d < hd; d++) {
-            const float qd = q[d] * scale, *k = kt + (size_t)d * stride + j;
+// Attention, scores: att[r, j] = sum_d qs[r, d] k_j[d] for rows r < rows and positions j < len,
+// over one head's keys kt in the cache's blocks of KV_RUN; att rows are ld apart. A block's KV_RUN
+// scores are summed in a local array while all hd coordinates go by, so each row reads the keys
+// once, in order.
+static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, const float *kt, int hd,
+                                         int len) {
+    for (int r = 0; r < rows; r++) {
+        for (int j = 0; j < len; j += KV_RUN) {
+            const int run = len - j < KV_RUN ? len - j : KV_RUN;
+            float acc[KV_RUN] = {0};
+            for (int d = 0; d < hd; d++) {
+                const float qd = qs[(size_t)r * hd + d], *k = kt + key_at(hd, j, d);
 #pragma omp simd
-            for (int i = 0; i < run; i++)
-                acc[i] += qd * k[i];
+                for (int i = 0; i < run; i++)
+                    acc[i] += qd * k[i];
+            }
+            memcpy(att + r * ld + j, acc, (size_t)run * sizeof(float));
         }
-        memcpy(att + j, acc, (size_t)run * sizeof(float));
     }
 }
 
-// Attention, mix: out[d] = sum_j att[j] v[j, d] for d < hd, values row-major (row j at v + j * stride);
-// SCORE_RUN output coordinates at a time in a local array while the positions go by.
-static PLAIN void attention_mix_plain(float *out, const float *att, const float *v, size_t stride, int len, int hd) {
-    for (int d0 = 0; d0 < hd; d0 += SCORE_RUN) {
-        const int width = hd - d0 < SCORE_RUN ? hd - d0 : SCORE_RUN;
-        float acc[SCORE_RUN] = {0};
-        for (int j = 0; j < len; j++) {
-            const float p = att[j], *vj = v + (size_t)j * stride + d0;
+// Attention, mix: o[r, d] = sum_j att[r, j] v[j, d] for rows r < rows and d < hd, over one head's
+// values v (len, hd), o (rows, hd); OUT_RUN output coordinates at a time in a local array while
+// the positions go by.
+static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const float *v, int len,
+                                      int hd) {
+    for (int r = 0; r < rows; r++) {
+        for (int d0 = 0; d0 < hd; d0 += OUT_RUN) {
+            const int width = hd - d0 < OUT_RUN ? hd - d0 : OUT_RUN;
+            float acc[OUT_RUN] = {0};
+            for (int j = 0; j < len; j++) {
+                const float p = att[r * ld + j], *vj = v + (size_t)j * hd + d0;
 #pragma omp simd
-            for (int d = 0; d < width; d++)
-                acc[d] += p * vj[d];
+                for (int d = 0; d < width; d++)
+                    acc[d] += p * vj[d];
+            }
+            memcpy(o + (size_t)r * hd + d0, acc, (size_t)width * sizeof(float));
         }
-        memcpy(out + d0, acc, (size_t)width * sizeof(float));
     }
 }
 
@@ -875,28 +897,56 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention, fast: the same three steps as attention_ref, a (query, head) pair per task. Head
-// outer: one head's cached keys and values stay in cache while every query of the block reads
-// them. Each task's scores live in its thread's row of scratch; the loop runs on at most
-// scratch_rows threads, so a thread count raised after set-up cannot reach past the scratch.
+// Attention, fast: the same three steps as attention_ref, on tasks of up to ATT_ROWS query rows
+// that share one kv head: the group = n_heads / n_kv_heads query heads of that kv head, for a run of
+// consecutive queries. Each key and value a task loads then serves every row of the task (grouped-
+// query attention's saving, and the reuse of a matrix product across the queries of a prompt), where
+// a (query, head) at a time would read the cache once per row. Scores of the task's last query go to
+// its last position; an earlier query's scores past its own position are computed and then set to 0
+// after its softmax (the causal mask), which adds exact zeros to its mix, so a query's result does
+// not depend on which task it was in: the same for any block size or thread count.
+// Scratch per thread: attention_scratch_floats, for the scaled queries, the scores and the outputs.
+
+static int att_queries(int n_heads, int n_kv_heads) {
+    const int group = n_heads / n_kv_heads;
+    return group >= ATT_ROWS ? 1 : ATT_ROWS / group;
+}
+
+size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim) {
+    if (ctx < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
+    const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
+    return mul_or_zero(rows, 2 * (size_t)head_dim + kv_stride(ctx));
+}
 
 void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
                int scratch_rows) {
     (void)scratch_rows; // unused without OpenMP
-    const int hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    const int group = c->n_heads / c->n_kv_heads;
-    const float *keys = layer_keys(c, layer), *values = layer_values(c, layer);
+    const int hd = c->head_dim, qd = c->n_heads * hd;
+    const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads);
+    const int tasks = (n + per - 1) / per, max_rows = per * group;
+    const size_t stride = kv_stride(c->ctx), each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, hd);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(scratch_rows)
-    for (int h = 0; h < c->n_heads; h++) {
-        for (int i = 0; i < n; i++) {
-            const int kvh = h / group, len = pos + i + 1;
-            float *att = scratch + (size_t)thread_num() * c->ctx;
-            attention_scores(att, q + (size_t)i * qd + (size_t)h * hd, keys + (size_t)kvh * hd * c->ctx, hd,
-                             (size_t)c->ctx, len, scale); // q . k_j / sqrt(d)
-            softmax(att, len);
-            attention_mix(out + (size_t)i * qd + (size_t)h * hd, att, values + (size_t)kvh * hd, (size_t)kvd, len,
-                          hd); // sum_j p_j v_j
+    for (int kvh = 0; kvh < c->n_kv_heads; kvh++) {
+        for (int t = 0; t < tasks; t++) {
+            const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
+            float *qs = scratch + (size_t)thread_num() * each, *o = qs + (size_t)max_rows * hd;
+            float *att = o + (size_t)max_rows * hd;
+            for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
+                const float *qr = q + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
+                for (int d = 0; d < hd; d++)
+                    qs[(size_t)r * hd + d] = qr[d] * scale;
+            }
+            attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), hd, len); // q . k_j / sqrt(d)
+            for (int r = 0; r < rows; r++) {
+                const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1
+                softmax(att + r * stride, own);
+                memset(att + r * stride + own, 0, (size_t)(len - own) * sizeof(float));
+            }
+            attention_mix(o, att, stride, rows, head_values(c, layer, kvh), len, hd); // sum_j p_j v_j
+            for (int r = 0; r < rows; r++)
+                memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd,
+                       o + (size_t)r * hd, (size_t)hd * sizeof(float));
         }
     }
 }

@@ -74,7 +74,8 @@ typedef struct {
     int n_layers, ctx, n_heads, n_kv_heads, head_dim;
 } KVCache;
 
-// Floats of keys and values for this shape (each), 0 if that does not fit in size_t.
+// Floats of keys and values for this shape (each; a little more than n_layers * ctx * kv_dim: the
+// layout pads), 0 if that does not fit in size_t.
 size_t kv_cache_floats(int n_layers, int ctx, int n_kv_heads, int head_dim);
 
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
@@ -89,11 +90,13 @@ float kv_value(const KVCache *c, int layer, int pos, int i);
 // h / (n_heads / n_kv_heads) (grouped-query attention, Hugging Face's repeat_kv):
 //     score_j = q . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
 // attention_ref: those three steps as three plain loops, in double.
-// attention: the same, fast: scores and the weighted sum vectorized over the transposed cache,
-//   a (query, head) per task on at most scratch_rows threads; scratch is (scratch_rows, ctx) floats.
+// attention: the same, fast: the query heads of one kv head and a run of queries together, so that
+//   each cached key and value read serves all of them; tasks on at most scratch_rows threads, each
+//   with attention_scratch_floats(...) floats of scratch (scratch holds scratch_rows of them).
 void attention_ref(float *out, const float *q, const KVCache *c, int layer, int n, int pos);
 void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
                int scratch_rows);
+size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim); // per thread; 0: overflow
 
 // softmax(x) over n scores in place, with the exp attention uses (relative error ~1e-7; e^x is 0 for
 // x < -40, where a term weighs less than 4e-18 beside the largest one).

@@ -19,7 +19,8 @@
 //   - scales handled eight or sixteen blocks at a time, as one vector, not one block at a time;
 //   - the prefill microkernels keep a tile of outputs in registers (24 of the 32 AVX-512 registers,
 //     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
-//   - attention keeps 64 scores (or 64 output coordinates) in registers while the cache streams by.
+//   - attention works on tiles of up to 3 query rows x 32 positions (or coordinates) in registers,
+//     so each key or value loaded serves every query head of its kv head and several queries.
 #ifndef KERNELS_X86_H
 #define KERNELS_X86_H
 
@@ -611,112 +612,105 @@ static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const
 }
 #endif // USE_AVX512_VNNI / USE_AVX2
 
-#ifdef USE_AVX512
-// Attention scores over the transposed keys: 64 positions in 4 vectors, every coordinate d adding
-// q[d] * (row d of the keys); the last < 64 positions 16 at a time, the very last through a mask.
-static void attention_scores_x86(float *att, const float *q, const float *kt, int hd, size_t stride, int len,
-                                 float scale) {
-    int j = 0;
-    for (; j + 64 <= len; j += 64) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int d = 0; d < hd; d++) {
-            const __m512 qd = _mm512_set1_ps(q[d] * scale);
-            const float *k = kt + (size_t)d * stride + j;
-            a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k), a0);
-            a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 16), a1);
-            a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 32), a2);
-            a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k + 48), a3);
+// Attention, in 256-bit vectors in every build (one 32-position tile is four of them; AVX-512 did
+// not pay here, since a 16-row task's tiles are FMA-bound either way). A tile is ROWS query rows
+// (1 to 3) x 32 positions (or output coordinates): 12 accumulators, and each vector of keys (or
+// values) loaded feeds ROWS multiply-adds. always_inline with a constant ROWS: one copy per row
+// count, without the row loop's branches.
+#define ATT_TILE static inline __attribute__((always_inline))
+
+// Scores: att[r, j .. j+31] = sum_d qs[r, d] k_{j .. j+31}[d] over one block of the cache, kt
+// (hd, 32): the whole block, even past the last real position.
+ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS, const float *kt, int hd) {
+    __m256 a[3][4];
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < 4; c++)
+            a[r][c] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const float *k = kt + (size_t)d * KV_RUN;
+        const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8), k2 = _mm256_loadu_ps(k + 16),
+                     k3 = _mm256_loadu_ps(k + 24);
+        for (int r = 0; r < ROWS; r++) {
+            const __m256 qd = _mm256_broadcast_ss(qs + (size_t)r * hd + d);
+            a[r][0] = _mm256_fmadd_ps(qd, k0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(qd, k1, a[r][1]);
+            a[r][2] = _mm256_fmadd_ps(qd, k2, a[r][2]);
+            a[r][3] = _mm256_fmadd_ps(qd, k3, a[r][3]);
         }
-        _mm512_storeu_ps(att + j, a0);
-        _mm512_storeu_ps(att + j + 16, a1);
-        _mm512_storeu_ps(att + j + 32, a2);
-        _mm512_storeu_ps(att + j + 48, a3);
     }
-    for (; j < len; j += 16) {
-        const __mmask16 m = first_lanes(len - j);
-        __m512 a = _mm512_setzero_ps();
-        for (int d = 0; d < hd; d++)
-            a = _mm512_fmadd_ps(_mm512_set1_ps(q[d] * scale), _mm512_maskz_loadu_ps(m, kt + (size_t)d * stride + j), a);
-        _mm512_mask_storeu_ps(att + j, m, a);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(att + r * ld + 8 * c, a[r][c]);
+}
+
+// All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
+// att's row, which is stride long, and are never read), three rows at a time, the block coming
+// from L1 for every trio after the first.
+static void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const float *kt, int hd, int len) {
+    for (int j = 0; j < len; j += KV_RUN) {
+        const float *block = kt + (size_t)j * hd; // block j / 32, (hd, 32)
+        for (int r = 0; r < rows; r += 3) {
+            float *a = att + r * ld + j;
+            const float *q = qs + (size_t)r * hd;
+            if (rows - r >= 3)
+                scores_tile(a, ld, q, 3, block, hd);
+            else if (rows - r == 2)
+                scores_tile(a, ld, q, 2, block, hd);
+            else
+                scores_tile(a, ld, q, 1, block, hd);
+        }
     }
 }
 
-// The weighted sum of values: 64 output coordinates in 4 registers while every position adds
-// att[j] * v_j.
-static void attention_mix_x86(float *out, const float *att, const float *v, size_t stride, int len, int hd) {
-    for (int d0 = 0; d0 < hd; d0 += 64) {
-        const int width = hd - d0 < 64 ? hd - d0 : 64;
-        __mmask16 m[4];
-        for (int r = 0; r < 4; r++)
-            m[r] = first_lanes(width - 16 * r);
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int j = 0; j < len; j++) {
-            const __m512 p = _mm512_set1_ps(att[j]);
-            const float *vj = v + (size_t)j * stride + d0;
-            a0 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[0], vj), a0);
-            if (m[1]) a1 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[1], vj + 16), a1);
-            if (m[2]) a2 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[2], vj + 32), a2);
-            if (m[3]) a3 = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(m[3], vj + 48), a3);
+// Mix: o[r, d0 .. d0+width) += sum_{j < len} att[r, j] v[j, d0 .. d0+31] for width <= 32 real
+// coordinates. Loads 32 coordinates of every value row (past a head's last coordinate: the next
+// head's, or the cache's padding after the last row), loads and stores only the real ones of o.
+ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int ROWS, const float *v, int len,
+                       int width) {
+    __m256 a[3][4];
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < 4; c++)
+            a[r][c] = load_first8(o + (size_t)r * hd + 8 * c, width - 8 * c);
+    for (int j = 0; j < len; j++) {
+        const float *vj = v + (size_t)j * hd;
+        const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), v2 = _mm256_loadu_ps(vj + 16),
+                     v3 = _mm256_loadu_ps(vj + 24);
+        for (int r = 0; r < ROWS; r++) {
+            const __m256 p = _mm256_broadcast_ss(att + r * ld + j);
+            a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(p, v1, a[r][1]);
+            a[r][2] = _mm256_fmadd_ps(p, v2, a[r][2]);
+            a[r][3] = _mm256_fmadd_ps(p, v3, a[r][3]);
         }
-        _mm512_mask_storeu_ps(out + d0, m[0], a0);
-        _mm512_mask_storeu_ps(out + d0 + 16, m[1], a1);
-        _mm512_mask_storeu_ps(out + d0 + 32, m[2], a2);
-        _mm512_mask_storeu_ps(out + d0 + 48, m[3], a3);
     }
-}
-#elif defined(USE_AVX2)
-// Attention scores over the transposed keys: 64 positions in 8 vectors while every coordinate d
-// adds q[d] * (row d of the keys); the last < 64 positions 8 at a time, the very last through a mask.
-static void attention_scores_x86(float *att, const float *q, const float *kt, int hd, size_t stride, int len,
-                                 float scale) {
-    int j = 0;
-    for (; j + 64 <= len; j += 64) {
-        __m256 a[8];
-        for (int r = 0; r < 8; r++)
-            a[r] = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d++) {
-            const __m256 qd = _mm256_set1_ps(q[d] * scale);
-            const float *k = kt + (size_t)d * stride + j;
-            for (int r = 0; r < 8; r++)
-                a[r] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k + 8 * r), a[r]);
-        }
-        for (int r = 0; r < 8; r++)
-            _mm256_storeu_ps(att + j + 8 * r, a[r]);
-    }
-    for (; j < len; j += 8) {
-        const __m256i m = first_lanes8(len - j);
-        __m256 a = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(q[d] * scale), _mm256_maskload_ps(kt + (size_t)d * stride + j, m), a);
-        _mm256_maskstore_ps(att + j, m, a);
-    }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < 4 && 8 * c < width; c++)
+            store_first8(o + (size_t)r * hd + 8 * c, width - 8 * c, a[r][c]);
 }
 
-// The weighted sum of values: 64 output coordinates in 8 registers while every position adds
-// att[j] * v_j; a ragged last vector of coordinates through a mask.
-static void attention_mix_x86(float *out, const float *att, const float *v, size_t stride, int len, int hd) {
-    for (int d0 = 0; d0 < hd; d0 += 64) {
-        const int width = hd - d0 < 64 ? hd - d0 : 64;
-        __m256i m[8];
-        __m256 a[8];
-        for (int r = 0; r < 8; r++) {
-            m[r] = first_lanes8(width - 8 * r);
-            a[r] = _mm256_setzero_ps();
+// All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd floats, 32 KB
+// for hd 64) stay in cache while every trio of rows and every 32 coordinates go over them; each
+// output is summed in position order whatever the runs, as in the plain version.
+enum { MIX_RUN = 128 };
+static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const float *v, int len, int hd) {
+    memset(o, 0, (size_t)rows * hd * sizeof(float));
+    for (int j = 0; j < len; j += MIX_RUN) {
+        const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
+        for (int d0 = 0; d0 < hd; d0 += 32) {
+            const int width = hd - d0 < 32 ? hd - d0 : 32;
+            for (int r = 0; r < rows; r += 3) {
+                float *out = o + (size_t)r * hd + d0;
+                const float *p = att + r * ld + j, *vj = v + (size_t)j * hd + d0;
+                if (rows - r >= 3)
+                    mix_tile(out, hd, p, ld, 3, vj, run, width);
+                else if (rows - r == 2)
+                    mix_tile(out, hd, p, ld, 2, vj, run, width);
+                else
+                    mix_tile(out, hd, p, ld, 1, vj, run, width);
+            }
         }
-        for (int j = 0; j < len; j++) {
-            const __m256 p = _mm256_set1_ps(att[j]);
-            const float *vj = v + (size_t)j * stride + d0;
-            for (int r = 0; r < 8; r++)
-                if (8 * r + 8 <= width)
-                    a[r] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * r), a[r]);
-                else if (8 * r < width)
-                    a[r] = _mm256_fmadd_ps(p, _mm256_maskload_ps(vj + 8 * r, m[r]), a[r]);
-        }
-        for (int r = 0; r < 8 && 8 * r < width; r++)
-            _mm256_maskstore_ps(out + d0 + 8 * r, m[r], a[r]);
     }
 }
-#endif // USE_AVX512 / USE_AVX2
 
 // q8_0 quantization of one row of activations (every x86 build: AVX2 is enough), a block of 32
 // floats in four vectors: max |x|, then q = x * (127 / max), clamped to [-127, 127], rounded half

@@ -40,13 +40,14 @@ static int widest_input(const Config *p) {
 // them when base is NULL. Returns the number of bytes; sets *overflow if that does not fit.
 static size_t state_layout(RunState *s, unsigned char *base, const Config *p, const RunConfig *run, int n_threads,
                            int *overflow) {
-    const size_t B = (size_t)run->max_batch, ctx = (size_t)run->ctx, D = (size_t)p->dim;
+    const size_t B = (size_t)run->max_batch, D = (size_t)p->dim;
     const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
     const size_t kv = kv_cache_floats(p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim);
     const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
-    if (kv == 0 || work == 0) *overflow = 1;
+    if (kv == 0 || att == 0 || work == 0) *overflow = 1;
     struct {
         void *p;
         size_t bytes;
@@ -59,7 +60,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->v, mul_checked(B * F, kvd, overflow)},
         {&s->hb, mul_checked(B * F, H, overflow)},
         {&s->hb2, mul_checked(B * F, H, overflow)},
-        {&s->att, mul_checked(n_threads * F, ctx, overflow)},
+        {&s->att, mul_checked(n_threads * F, att, overflow)},
         {&s->logits, mul_checked(B * F, (size_t)p->vocab_size, overflow)},
         {&s->kv.keys, mul_checked(kv, F, overflow)},
         {&s->kv.values, mul_checked(kv, F, overflow)},

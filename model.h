@@ -135,7 +135,7 @@ typedef struct {
     float *v;              // (B, kv_dim) values of the block
     float *hb;             // (B, H)
     float *hb2;            // (B, H)
-    float *att;            // (n_threads, ctx) attention scores, one row per thread
+    float *att;            // (n_threads, attention_scratch_floats) attention scratch per thread
     float *logits;         // (B, V)
     KVCache kv;            // keys (rotated) and values of every layer and position (kernels.h)
     float *key_raw;        // (n_layers, ctx, kv_dim) un-rotated keys; dynamic RoPE only, else NULL
