@@ -166,44 +166,64 @@ void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
 // transposed, (head_dim, KV_RUN), so that the scores of a query against a run of positions read
 // consecutive memory, one block after the other (see attention below); the values (ctx, head_dim).
 // ctx is rounded up to whole blocks (the stride), so the vector code always reads whole blocks,
-// and KV_RUN floats of padding after the last value let it read whole runs of coordinates past a
-// head's last one. Only these functions and attention() know the layout.
+// and KV_RUN values of padding after the last one let it read whole runs of coordinates past a
+// head's last one. Each of the two holds float32 or IEEE half (key_type, value_type); a half is
+// rounded to nearest when stored and widened exactly when read. Only these functions and
+// attention() know the layout.
 static size_t kv_stride(int ctx) { return ((size_t)ctx + KV_RUN - 1) / KV_RUN * KV_RUN; }
 
-size_t kv_cache_floats(int n_layers, int ctx, int n_kv_heads, int head_dim) {
-    if (n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
+static size_t kv_size(DType t) { return t == DTYPE_F16 ? sizeof(_Float16) : sizeof(float); }
+
+int kv_type_ok(DType t) { return t == DTYPE_F32 || t == DTYPE_F16; }
+
+size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim) {
+    if (!kv_type_ok(t) || n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
     size_t n = mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), mul_or_zero((size_t)n_kv_heads, (size_t)head_dim));
-    return n && n <= SIZE_MAX - KV_RUN ? n + KV_RUN : 0;
+    return n && n <= SIZE_MAX / kv_size(t) - KV_RUN ? (n + KV_RUN) * kv_size(t) : 0;
 }
 
-// The keys and the values of kv head h of a layer: stride * head_dim floats each.
-static float *head_keys(const KVCache *c, int layer, int h) {
-    return c->keys + ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim;
+// The keys and the values of kv head h of a layer: stride * head_dim of their type each.
+static void *head_keys(const KVCache *c, int layer, int h) {
+    return (char *)c->keys + ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim * kv_size(c->key_type);
 }
-static float *head_values(const KVCache *c, int layer, int h) {
-    return c->values + ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim;
+static void *head_values(const KVCache *c, int layer, int h) {
+    return (char *)c->values +
+           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim * kv_size(c->value_type);
 }
 // Where coordinate d of the key at position j sits among its head's keys.
 static size_t key_at(int hd, int j, int d) { return ((size_t)(j / KV_RUN) * hd + d) * KV_RUN + j % KV_RUN; }
 
+// Element i of a cache array of type t, as float, and stored.
+static inline float kv_get(const void *a, DType t, size_t i) {
+    return t == DTYPE_F16 ? (float)((const _Float16 *)a)[i] : ((const float *)a)[i];
+}
+static inline void kv_put(void *a, DType t, size_t i, float x) {
+    if (t == DTYPE_F16)
+        ((_Float16 *)a)[i] = (_Float16)x;
+    else
+        ((float *)a)[i] = x;
+}
+
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n) {
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
     for (int h = 0; h < c->n_kv_heads; h++) {
-        float *keys = head_keys(c, layer, h), *values = head_values(c, layer, h);
+        void *keys = head_keys(c, layer, h), *values = head_values(c, layer, h);
         for (int i = 0; i < n; i++) {
-            for (int d = 0; d < hd; d++)
-                keys[key_at(hd, pos + i, d)] = k[(size_t)i * kvd + (size_t)h * hd + d];
-            if (v) memcpy(values + (size_t)(pos + i) * hd, v + (size_t)i * kvd + (size_t)h * hd, hd * sizeof(float));
+            const float *ki = k + (size_t)i * kvd + (size_t)h * hd, *vi = v ? v + (size_t)i * kvd + (size_t)h * hd : NULL;
+            for (int d = 0; d < hd; d++) {
+                kv_put(keys, c->key_type, key_at(hd, pos + i, d), ki[d]);
+                if (vi) kv_put(values, c->value_type, (size_t)(pos + i) * hd + d, vi[d]);
+            }
         }
     }
 }
 
 float kv_key(const KVCache *c, int layer, int pos, int i) {
-    return head_keys(c, layer, i / c->head_dim)[key_at(c->head_dim, pos, i % c->head_dim)];
+    return kv_get(head_keys(c, layer, i / c->head_dim), c->key_type, key_at(c->head_dim, pos, i % c->head_dim));
 }
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
-    return head_values(c, layer, i / c->head_dim)[(size_t)pos * c->head_dim + i % c->head_dim];
+    return kv_get(head_values(c, layer, i / c->head_dim), c->value_type, (size_t)pos * c->head_dim + i % c->head_dim);
 }
 
 // Attention as written in the paper, for every query i and head h: scores over the positions
@@ -580,20 +600,21 @@ static PLAIN void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const 
 }
 
 // Attention, scores: att[r, j] = sum_d qs[r, d] k_j[d] for rows r < rows and positions j < len,
-// over one head's keys kt in the cache's blocks of KV_RUN; att rows are ld apart. A block's KV_RUN
-// scores are summed in a local array while all hd coordinates go by, so each row reads the keys
-// once, in order.
-static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, const float *kt, int hd,
-                                         int len) {
+// over one head's keys kt (of type t) in the cache's blocks of KV_RUN; att rows are ld apart. A
+// block's KV_RUN scores are summed in a local array while all hd coordinates go by, so each row
+// reads the keys once, in order.
+static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t,
+                                         int hd, int len) {
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < len; j += KV_RUN) {
             const int run = len - j < KV_RUN ? len - j : KV_RUN;
             float acc[KV_RUN] = {0};
             for (int d = 0; d < hd; d++) {
-                const float qd = qs[(size_t)r * hd + d], *k = kt + key_at(hd, j, d);
+                const float qd = qs[(size_t)r * hd + d];
+                const size_t k = key_at(hd, j, d);
 #pragma omp simd
                 for (int i = 0; i < run; i++)
-                    acc[i] += qd * k[i];
+                    acc[i] += qd * kv_get(kt, t, k + i);
             }
             memcpy(att + r * ld + j, acc, (size_t)run * sizeof(float));
         }
@@ -601,19 +622,20 @@ static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs,
 }
 
 // Attention, mix: o[r, d] = sum_j att[r, j] v[j, d] for rows r < rows and d < hd, over one head's
-// values v (len, hd), o (rows, hd); OUT_RUN output coordinates at a time in a local array while
-// the positions go by.
-static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const float *v, int len,
+// values v (len, hd) of type t, o (rows, hd); OUT_RUN output coordinates at a time in a local
+// array while the positions go by.
+static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const void *v, DType t, int len,
                                       int hd) {
     for (int r = 0; r < rows; r++) {
         for (int d0 = 0; d0 < hd; d0 += OUT_RUN) {
             const int width = hd - d0 < OUT_RUN ? hd - d0 : OUT_RUN;
             float acc[OUT_RUN] = {0};
             for (int j = 0; j < len; j++) {
-                const float p = att[r * ld + j], *vj = v + (size_t)j * hd + d0;
+                const float p = att[r * ld + j];
+                const size_t vj = (size_t)j * hd + d0;
 #pragma omp simd
                 for (int d = 0; d < width; d++)
-                    acc[d] += p * vj[d];
+                    acc[d] += p * kv_get(v, t, vj + d);
             }
             memcpy(o + (size_t)r * hd + d0, acc, (size_t)width * sizeof(float));
         }
@@ -937,13 +959,14 @@ void attention(float *out, const float *q, const KVCache *c, int layer, int n, i
                 for (int d = 0; d < hd; d++)
                     qs[(size_t)r * hd + d] = qr[d] * scale;
             }
-            attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), hd, len); // q . k_j / sqrt(d)
+            attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, hd,
+                             len); // q . k_j / sqrt(d)
             for (int r = 0; r < rows; r++) {
                 const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1
                 softmax(att + r * stride, own);
                 memset(att + r * stride + own, 0, (size_t)(len - own) * sizeof(float));
             }
-            attention_mix(o, att, stride, rows, head_values(c, layer, kvh), len, hd); // sum_j p_j v_j
+            attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, len, hd); // sum_j p_j v_j
             for (int r = 0; r < rows; r++)
                 memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd,
                        o + (size_t)r * hd, (size_t)hd * sizeof(float));

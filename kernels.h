@@ -69,17 +69,21 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
 // The KV cache and attention
 
 typedef struct {
-    float *keys;   // (n_layers, kv_dim, ctx) rotated keys, transposed: a coordinate's positions contiguous
-    float *values; // (n_layers, ctx, kv_dim)
+    void *keys;   // per layer and kv head: (ctx, head_dim) rotated keys, in transposed blocks (kernels.c)
+    void *values; // per layer and kv head: (ctx, head_dim)
+    DType key_type, value_type; // f32 or f16 (kv_type_ok)
     int n_layers, ctx, n_heads, n_kv_heads, head_dim;
 } KVCache;
 
-// Floats of keys and values for this shape (each; a little more than n_layers * ctx * kv_dim: the
-// layout pads), 0 if that does not fit in size_t.
-size_t kv_cache_floats(int n_layers, int ctx, int n_kv_heads, int head_dim);
+// Whether keys or values can be cached in type t (f32, f16).
+int kv_type_ok(DType t);
+// Bytes of keys (or values) of type t for this shape: a little more than
+// n_layers * ctx * kv_dim values, since the layout pads; 0 if t is not a cache type or the size
+// does not fit in size_t.
+size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim);
 
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
-// pos .. pos+n-1 of a layer. Keys must already be rotated.
+// pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference).
 float kv_key(const KVCache *c, int layer, int pos, int i);

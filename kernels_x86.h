@@ -615,21 +615,27 @@ static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const
 // Attention, in 256-bit vectors in every build (one 32-position tile is four of them; AVX-512 did
 // not pay here, since a 16-row task's tiles are FMA-bound either way). A tile is ROWS query rows
 // (1 to 3) x 32 positions (or output coordinates): 12 accumulators, and each vector of keys (or
-// values) loaded feeds ROWS multiply-adds. always_inline with a constant ROWS: one copy per row
-// count, without the row loop's branches.
+// values) loaded feeds ROWS multiply-adds. always_inline with a constant ROWS and cache type T: one
+// copy per row count and type, without the row loop's branches.
 #define ATT_TILE static inline __attribute__((always_inline))
+
+// 8 cached values from element i of a (float32, or halves widened exactly).
+ATT_TILE __m256 kv_load8(const void *a, size_t i, const DType T) {
+    return T == DTYPE_F16 ? half8((const _Float16 *)a + i) : _mm256_loadu_ps((const float *)a + i);
+}
 
 // Scores: att[r, j .. j+31] = sum_d qs[r, d] k_{j .. j+31}[d] over one block of the cache, kt
 // (hd, 32): the whole block, even past the last real position.
-ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS, const float *kt, int hd) {
+ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS, const void *kt, const DType T,
+                          int hd) {
     __m256 a[3][4];
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < 4; c++)
             a[r][c] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d++) {
-        const float *k = kt + (size_t)d * KV_RUN;
-        const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8), k2 = _mm256_loadu_ps(k + 16),
-                     k3 = _mm256_loadu_ps(k + 24);
+        const size_t k = (size_t)d * KV_RUN;
+        const __m256 k0 = kv_load8(kt, k, T), k1 = kv_load8(kt, k + 8, T), k2 = kv_load8(kt, k + 16, T),
+                     k3 = kv_load8(kt, k + 24, T);
         for (int r = 0; r < ROWS; r++) {
             const __m256 qd = _mm256_broadcast_ss(qs + (size_t)r * hd + d);
             a[r][0] = _mm256_fmadd_ps(qd, k0, a[r][0]);
@@ -646,35 +652,45 @@ ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS
 // All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
 // att's row, which is stride long, and are never read), three rows at a time, the block coming
 // from L1 for every trio after the first.
-static void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const float *kt, int hd, int len) {
+ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T, int hd,
+                         int len) {
     for (int j = 0; j < len; j += KV_RUN) {
-        const float *block = kt + (size_t)j * hd; // block j / 32, (hd, 32)
+        const char *block = (const char *)kt + (size_t)j * hd * (T == DTYPE_F16 ? 2 : 4); // block j / 32
         for (int r = 0; r < rows; r += 3) {
             float *a = att + r * ld + j;
             const float *q = qs + (size_t)r * hd;
             if (rows - r >= 3)
-                scores_tile(a, ld, q, 3, block, hd);
+                scores_tile(a, ld, q, 3, block, T, hd);
             else if (rows - r == 2)
-                scores_tile(a, ld, q, 2, block, hd);
+                scores_tile(a, ld, q, 2, block, T, hd);
             else
-                scores_tile(a, ld, q, 1, block, hd);
+                scores_tile(a, ld, q, 1, block, T, hd);
         }
     }
 }
 
+static void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t, int hd,
+                                 int len) {
+    if (t == DTYPE_F16)
+        scores_all(att, ld, qs, rows, kt, DTYPE_F16, hd, len);
+    else
+        scores_all(att, ld, qs, rows, kt, DTYPE_F32, hd, len);
+}
+
 // Mix: o[r, d0 .. d0+width) += sum_{j < len} att[r, j] v[j, d0 .. d0+31] for width <= 32 real
-// coordinates. Loads 32 coordinates of every value row (past a head's last coordinate: the next
-// head's, or the cache's padding after the last row), loads and stores only the real ones of o.
-ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int ROWS, const float *v, int len,
-                       int width) {
+// coordinates, v the values from coordinate d0 of position 0 on. Loads 32 coordinates of every
+// value row (past a head's last coordinate: the next position's, or the cache's padding after the
+// last row), loads and stores only the real ones of o.
+ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int ROWS, const void *v, const DType T,
+                       int len, int width) {
     __m256 a[3][4];
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < 4; c++)
             a[r][c] = load_first8(o + (size_t)r * hd + 8 * c, width - 8 * c);
     for (int j = 0; j < len; j++) {
-        const float *vj = v + (size_t)j * hd;
-        const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), v2 = _mm256_loadu_ps(vj + 16),
-                     v3 = _mm256_loadu_ps(vj + 24);
+        const size_t vj = (size_t)j * hd;
+        const __m256 v0 = kv_load8(v, vj, T), v1 = kv_load8(v, vj + 8, T), v2 = kv_load8(v, vj + 16, T),
+                     v3 = kv_load8(v, vj + 24, T);
         for (int r = 0; r < ROWS; r++) {
             const __m256 p = _mm256_broadcast_ss(att + r * ld + j);
             a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
@@ -688,28 +704,37 @@ ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int 
             store_first8(o + (size_t)r * hd + 8 * c, width - 8 * c, a[r][c]);
 }
 
-// All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd floats, 32 KB
-// for hd 64) stay in cache while every trio of rows and every 32 coordinates go over them; each
-// output is summed in position order whatever the runs, as in the plain version.
+// All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
+// for hd 64 in float32) stay in cache while every trio of rows and every 32 coordinates go over
+// them; each output is summed in position order whatever the runs, as in the plain version.
 enum { MIX_RUN = 128 };
-static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const float *v, int len, int hd) {
+ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, int len, int hd) {
     memset(o, 0, (size_t)rows * hd * sizeof(float));
     for (int j = 0; j < len; j += MIX_RUN) {
         const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
         for (int d0 = 0; d0 < hd; d0 += 32) {
             const int width = hd - d0 < 32 ? hd - d0 : 32;
+            const char *vj = (const char *)v + ((size_t)j * hd + d0) * (T == DTYPE_F16 ? 2 : 4);
             for (int r = 0; r < rows; r += 3) {
                 float *out = o + (size_t)r * hd + d0;
-                const float *p = att + r * ld + j, *vj = v + (size_t)j * hd + d0;
+                const float *p = att + r * ld + j;
                 if (rows - r >= 3)
-                    mix_tile(out, hd, p, ld, 3, vj, run, width);
+                    mix_tile(out, hd, p, ld, 3, vj, T, run, width);
                 else if (rows - r == 2)
-                    mix_tile(out, hd, p, ld, 2, vj, run, width);
+                    mix_tile(out, hd, p, ld, 2, vj, T, run, width);
                 else
-                    mix_tile(out, hd, p, ld, 1, vj, run, width);
+                    mix_tile(out, hd, p, ld, 1, vj, T, run, width);
             }
         }
     }
+}
+
+static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const void *v, DType t, int len,
+                              int hd) {
+    if (t == DTYPE_F16)
+        mix_all(o, att, ld, rows, v, DTYPE_F16, len, hd);
+    else
+        mix_all(o, att, ld, rows, v, DTYPE_F32, len, hd);
 }
 
 // q8_0 quantization of one row of activations (every x86 build: AVX2 is enough), a block of 32

@@ -43,11 +43,13 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t B = (size_t)run->max_batch, D = (size_t)p->dim;
     const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
-    const size_t kv = kv_cache_floats(p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    const size_t kbytes = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    const size_t vbytes = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    const size_t raw = mul_checked(mul_checked((size_t)p->n_layers, (size_t)run->ctx, overflow), kvd, overflow);
     const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim);
     const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
-    if (kv == 0 || att == 0 || work == 0) *overflow = 1;
+    if (kbytes == 0 || vbytes == 0 || att == 0 || work == 0) *overflow = 1;
     struct {
         void *p;
         size_t bytes;
@@ -62,9 +64,9 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->hb2, mul_checked(B * F, H, overflow)},
         {&s->att, mul_checked(n_threads * F, att, overflow)},
         {&s->logits, mul_checked(B * F, (size_t)p->vocab_size, overflow)},
-        {&s->kv.keys, mul_checked(kv, F, overflow)},
-        {&s->kv.values, mul_checked(kv, F, overflow)},
-        {&s->key_raw, dynamic ? mul_checked(kv, F, overflow) : F},
+        {&s->kv.keys, kbytes},
+        {&s->kv.values, vbytes},
+        {&s->key_raw, dynamic ? mul_checked(raw, F, overflow) : F},
         {&s->work.base, work},
     };
     size_t total = 0;
@@ -77,6 +79,19 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     }
     if (base && !dynamic) s->key_raw = NULL;
     return total;
+}
+
+size_t transformer_kv_bytes(const Config *c, const RunConfig *run) {
+    int overflow = 0;
+    const size_t k = kv_cache_bytes(run->cache_k, c->n_layers, run->ctx, c->n_kv_heads, c->head_dim);
+    const size_t v = kv_cache_bytes(run->cache_v, c->n_layers, run->ctx, c->n_kv_heads, c->head_dim);
+    const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t raw = run->rope.mode != ROPE_SCALING_DYNAMIC
+                           ? 0
+                           : mul_checked(mul_checked((size_t)c->n_layers * sizeof(float), (size_t)run->ctx, &overflow),
+                                         kvd, &overflow);
+    if (!k || !v || overflow || v > SIZE_MAX - k || raw > SIZE_MAX - k - v) return 0;
+    return k + v + raw;
 }
 
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads, int *overflow) {
@@ -115,7 +130,8 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     }
     state_layout(s, base, p, &t->run, s->n_threads, &overflow);
     s->bytes = bytes;
-    s->kv = (KVCache){s->kv.keys, s->kv.values, p->n_layers, run->ctx, p->n_heads, p->n_kv_heads, p->head_dim};
+    s->kv = (KVCache){s->kv.keys, s->kv.values, run->cache_k,  run->cache_v, p->n_layers,
+                      run->ctx,   p->n_heads,   p->n_kv_heads, p->head_dim};
     s->work.max_n = t->run.max_batch;
     s->work.max_cols = widest_input(p);
     s->work.n_threads = s->n_threads;

@@ -122,6 +122,7 @@ typedef struct {
 typedef struct {
     int ctx;       // KV cache length in tokens
     int max_batch; // most tokens one forward call takes (prefill block)
+    DType cache_k, cache_v; // types of the cached keys and values: DTYPE_F32 or DTYPE_F16
     RopeParams rope;
 } RunConfig;
 
@@ -173,6 +174,10 @@ typedef enum { PREPARE_OK = 0, PREPARE_BAD_SIZE, PREPARE_NO_MEMORY, PREPARE_BAD_
 PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen);
 
 void transformer_free(Transformer *t);
+
+// Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that
+// dynamic NTK keeps beside them. 0 if that does not fit in size_t.
+size_t transformer_kv_bytes(const Config *c, const RunConfig *run);
 
 // Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of seq_len tokens
 // through the network, writing their keys and values into the cache, and point *logits at the

@@ -40,6 +40,7 @@ typedef struct {
     const char *ppl;       // --ppl FILE: evaluate perplexity instead of generating
     int ppl_windows;       // 0 = all windows
     const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
+    const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
     RopeOverrides rope;
     const char *gen_flag; // the first generation-only flag given (-i -n -t -p -s), which --ppl refuses
 } Options;
@@ -68,6 +69,8 @@ static const Flag FLAGS[] = {
     {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0, 0},
     {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0, 0},
     {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0, 0},
+    {{"-ctk", "--cache-type-k"}, FLAG_TEXT, offsetof(Options, cache_k), 0, 0, 0, 0},
+    {{"-ctv", "--cache-type-v"}, FLAG_TEXT, offsetof(Options, cache_v), 0, 0, 0, 0},
     {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0, 0},
     {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, 1 << 30, 0, 0},
     {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0, 0},
@@ -92,6 +95,8 @@ static void usage(FILE *f) {
                "                           (default: the trained context)\n"
                "      --threads N          OpenMP threads [1, 1024] (default: all cores)\n"
                "  -b, --batch-size N       prompt tokens per forward pass [1, 4096] (default 512)\n"
+               "  -ctk, --cache-type-k T   type of the cached keys: f32 | f16 (default f32)\n"
+               "  -ctv, --cache-type-v T   type of the cached values: f32 | f16 (default f32)\n"
                "\n"
                "Perplexity, instead of generating (see README, \"Measuring long context\"):\n"
                "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
@@ -496,14 +501,15 @@ static void banner(const Transformer *t, const char *path) {
             "vocab %d\n",
             path, c->legacy ? "llama2.c legacy" : "lrun v1", dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
             c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
-    size_t kv = 2 * (size_t)c->n_layers * t->run.ctx * c->n_kv_heads * c->head_dim * sizeof(float);
+    const size_t kv = transformer_kv_bytes(c, &t->run);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->max_pos != c->rope.orig_ctx)
         snprintf(supports, sizeof supports, " (supports %d with its scaling)", c->max_pos);
     fprintf(stderr,
-            "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB, "
-            "activations %.2f MiB | kernels %s\n",
+            "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s, "
+            "values %s%s), activations %.2f MiB | kernels %s\n",
             c->rope.orig_ctx, supports, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
+            dtype_name(t->run.cache_k), dtype_name(t->run.cache_v), t->state.key_raw ? ", un-rotated keys f32" : "",
             (t->state_bytes - kv) / 1048576.0, kernels_isa());
     fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
     if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
@@ -537,6 +543,15 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     char err[300];
     // Default context: the one the model was trained at, L (not the largest its scaling supports).
     *run = (RunConfig){.ctx = o->ctx ? o->ctx : c->rope.orig_ctx, .max_batch = o->batch};
+    const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
+    DType *set[2] = {&run->cache_k, &run->cache_v};
+    for (int i = 0; i < 2; i++) {
+        if (dtype_from_name(types[i], set[i]) || !kv_type_ok(*set[i])) {
+            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: f32 or f16)\n", types[i],
+                    i ? "--cache-type-v" : "--cache-type-k");
+            return 2;
+        }
+    }
     const int mode = o->rope.mode >= 0 ? o->rope.mode : (int)c->rope.mode;
     if (mode == ROPE_SCALING_NONE && o->rope.factor > 0) {
         fprintf(stderr,
