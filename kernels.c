@@ -222,6 +222,34 @@ float kv_key(const KVCache *c, int layer, int pos, int i) {
     return kv_get(head_keys(c, layer, i / c->head_dim), c->key_type, key_at(c->head_dim, pos, i % c->head_dim));
 }
 
+// Rotation table: per block of KV_RUN positions and pair p of coordinates (2p, 2p+1), KV_RUN cosines
+// then KV_RUN sines, so a block's table is (head_dim, KV_RUN) like the block of keys it turns.
+size_t kv_rotation_floats(int ctx, int head_dim) {
+    return ctx < 1 || head_dim < 2 ? 0 : mul_or_zero(kv_stride(ctx), (size_t)head_dim);
+}
+
+void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len) {
+    const int half = c->head_dim / 2;
+    for (int j = 0; j < len; j++) {
+        float *block = table + (size_t)(j / KV_RUN) * c->head_dim * KV_RUN + j % KV_RUN;
+        for (int p = 0; p < half; p++) {
+            block[(size_t)2 * p * KV_RUN] = cos[(size_t)j * half + p];
+            block[(size_t)(2 * p + 1) * KV_RUN] = sin[(size_t)j * half + p];
+        }
+    }
+    c->rotation = table;
+}
+
+float kv_key_seen(const KVCache *c, int layer, int pos, int i) {
+    const int hd = c->head_dim, d = i % hd;
+    if (!c->rotation) return kv_key(c, layer, pos, i);
+    // RoPE on the pair (x0, x1) holding coordinate d: (x0 cos - x1 sin, x0 sin + x1 cos).
+    const float *t = c->rotation + key_at(hd, pos, d & ~1);
+    const float x0 = kv_key(c, layer, pos, i - (d & 1)), x1 = kv_key(c, layer, pos, i - (d & 1) + 1);
+    const float cs = t[0], sn = t[KV_RUN];
+    return d & 1 ? x0 * sn + x1 * cs : x0 * cs - x1 * sn;
+}
+
 float kv_value(const KVCache *c, int layer, int pos, int i) {
     return kv_get(head_values(c, layer, i / c->head_dim), c->value_type, (size_t)pos * c->head_dim + i % c->head_dim);
 }
@@ -239,7 +267,7 @@ void attention_ref(float *out, const float *q, const KVCache *c, int layer, int 
             for (int j = 0; j < len; j++) { // scores: q . k_j / sqrt(d)
                 double s = 0;
                 for (int d = 0; d < hd; d++)
-                    s += (double)qh[d] * kv_key(c, layer, j, kvh * hd + d);
+                    s += (double)qh[d] * kv_key_seen(c, layer, j, kvh * hd + d);
                 p[j] = s / sqrt((double)hd);
                 max = p[j] > max ? p[j] : max;
             }
@@ -599,22 +627,43 @@ static PLAIN void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const 
             out[t * ldo + j] = c[t][j];
 }
 
+// A block of keys kt (hd, KV_RUN) of type t turned by RoPE with its block of the rotation table:
+// rows 2p and 2p+1 (pair p) of out are (x0 cos - x1 sin, x0 sin + x1 cos) with cos and sin rows 2p
+// and 2p+1 of rot. Used for the keys of dynamic NTK, which the cache holds un-rotated.
+static void rotate_block(float *out, const void *kt, DType t, const float *rot, int hd) {
+    for (int p = 0; p < hd / 2; p++) {
+        const size_t r0 = (size_t)2 * p * KV_RUN, r1 = r0 + KV_RUN;
+#pragma omp simd
+        for (int i = 0; i < KV_RUN; i++) {
+            const float x0 = kv_get(kt, t, r0 + i), x1 = kv_get(kt, t, r1 + i), c = rot[r0 + i], s = rot[r1 + i];
+            out[r0 + i] = x0 * c - x1 * s;
+            out[r1 + i] = x0 * s + x1 * c;
+        }
+    }
+}
+
 // Attention, scores: att[r, j] = sum_d qs[r, d] k_j[d] for rows r < rows and positions j < len,
-// over one head's keys kt (of type t) in the cache's blocks of KV_RUN; att rows are ld apart. A
-// block's KV_RUN scores are summed in a local array while all hd coordinates go by, so each row
-// reads the keys once, in order.
+// over one head's keys kt (of type t) in the cache's blocks of KV_RUN; att rows are ld apart. With
+// a rotation table rot, each block is first turned into `turned` (hd * KV_RUN floats). A block's
+// KV_RUN scores are summed in a local array while all hd coordinates go by, so each row reads the
+// keys once, in order.
 static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t,
-                                         int hd, int len) {
-    for (int r = 0; r < rows; r++) {
-        for (int j = 0; j < len; j += KV_RUN) {
-            const int run = len - j < KV_RUN ? len - j : KV_RUN;
+                                         const float *rot, float *turned, int hd, int len) {
+    for (int j = 0; j < len; j += KV_RUN) {
+        const int run = len - j < KV_RUN ? len - j : KV_RUN;
+        const void *block = (const char *)kt + (size_t)j * hd * kv_size(t); // block j / KV_RUN
+        DType bt = t;
+        if (rot) {
+            rotate_block(turned, block, t, rot + (size_t)j * hd, hd);
+            block = turned, bt = DTYPE_F32;
+        }
+        for (int r = 0; r < rows; r++) {
             float acc[KV_RUN] = {0};
             for (int d = 0; d < hd; d++) {
                 const float qd = qs[(size_t)r * hd + d];
-                const size_t k = key_at(hd, j, d);
 #pragma omp simd
                 for (int i = 0; i < run; i++)
-                    acc[i] += qd * kv_get(kt, t, k + i);
+                    acc[i] += qd * kv_get(block, bt, (size_t)d * KV_RUN + i);
             }
             memcpy(att + r * ld + j, acc, (size_t)run * sizeof(float));
         }
@@ -937,7 +986,9 @@ static int att_queries(int n_heads, int n_kv_heads) {
 size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim) {
     if (ctx < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
     const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
-    return mul_or_zero(rows, 2 * (size_t)head_dim + kv_stride(ctx));
+    const size_t each = mul_or_zero(rows, 2 * (size_t)head_dim + kv_stride(ctx)); // qs, o, att
+    const size_t turned = (size_t)head_dim * KV_RUN;                               // one turned block of keys
+    return each && each <= SIZE_MAX - turned ? each + turned : 0;
 }
 
 void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
@@ -953,13 +1004,13 @@ void attention(float *out, const float *q, const KVCache *c, int layer, int n, i
         for (int t = 0; t < tasks; t++) {
             const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
             float *qs = scratch + (size_t)thread_num() * each, *o = qs + (size_t)max_rows * hd;
-            float *att = o + (size_t)max_rows * hd;
+            float *att = o + (size_t)max_rows * hd, *turned = att + (size_t)max_rows * stride;
             for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
                 const float *qr = q + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
                 for (int d = 0; d < hd; d++)
                     qs[(size_t)r * hd + d] = qr[d] * scale;
             }
-            attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, hd,
+            attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, c->rotation, turned, hd,
                              len); // q . k_j / sqrt(d)
             for (int r = 0; r < rows; r++) {
                 const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1

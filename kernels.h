@@ -69,10 +69,15 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
 // The KV cache and attention
 
 typedef struct {
-    void *keys;   // per layer and kv head: (ctx, head_dim) rotated keys, in transposed blocks (kernels.c)
+    void *keys;   // per layer and kv head: (ctx, head_dim) keys, in transposed blocks (kernels.c)
     void *values; // per layer and kv head: (ctx, head_dim)
     DType key_type, value_type; // f32 or f16 (kv_type_ok)
     int n_layers, ctx, n_heads, n_kv_heads, head_dim;
+    // NULL: the keys are cached rotated to their positions. Else they are cached as they came out of
+    // wk (dynamic NTK, whose frequencies change with the length) and this holds cos and sin of every
+    // position for the current frequencies (kv_set_rotation), which attention applies to each block
+    // of keys as it reads it.
+    const float *rotation;
 } KVCache;
 
 // Whether keys or values can be cached in type t (f32, f16).
@@ -82,11 +87,19 @@ int kv_type_ok(DType t);
 // does not fit in size_t.
 size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim);
 
+// Floats of the rotation table for a cache of ctx positions (0 on overflow); and filling it: from
+// rope.c's tables cos, sin ((len, head_dim/2) each) for positions 0 .. len-1, in the layout
+// attention reads, then c->rotation = table.
+size_t kv_rotation_floats(int ctx, int head_dim);
+void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len);
+
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n);
-// The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference).
+// The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
+// kv_key_seen: the key coordinate as attention uses it, rotated by c->rotation when there is one.
 float kv_key(const KVCache *c, int layer, int pos, int i);
+float kv_key_seen(const KVCache *c, int layer, int pos, int i);
 float kv_value(const KVCache *c, int layer, int pos, int i);
 
 // Causal self-attention of the queries q (n, n_heads*head_dim) at positions pos .. pos+n-1 over the

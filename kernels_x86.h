@@ -649,32 +649,44 @@ ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS
             _mm256_storeu_ps(att + r * ld + 8 * c, a[r][c]);
 }
 
+// The scores of rows trios against one block (hd, 32) of keys of type T.
+ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, const void *block, const DType T,
+                           int hd) {
+    for (int r = 0; r < rows; r += 3) {
+        float *a = att + r * ld;
+        const float *q = qs + (size_t)r * hd;
+        if (rows - r >= 3)
+            scores_tile(a, ld, q, 3, block, T, hd);
+        else if (rows - r == 2)
+            scores_tile(a, ld, q, 2, block, T, hd);
+        else
+            scores_tile(a, ld, q, 1, block, T, hd);
+    }
+}
+
 // All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
 // att's row, which is stride long, and are never read), three rows at a time, the block coming
-// from L1 for every trio after the first.
-ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T, int hd,
-                         int len) {
+// from L1 for every trio after the first; with a rotation table, the block turned first (plain C's
+// rotate_block, which the compiler vectorizes).
+ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T,
+                         const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
         const char *block = (const char *)kt + (size_t)j * hd * (T == DTYPE_F16 ? 2 : 4); // block j / 32
-        for (int r = 0; r < rows; r += 3) {
-            float *a = att + r * ld + j;
-            const float *q = qs + (size_t)r * hd;
-            if (rows - r >= 3)
-                scores_tile(a, ld, q, 3, block, T, hd);
-            else if (rows - r == 2)
-                scores_tile(a, ld, q, 2, block, T, hd);
-            else
-                scores_tile(a, ld, q, 1, block, T, hd);
+        if (rot) {
+            rotate_block(turned, block, T, rot + (size_t)j * hd, hd);
+            scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
+        } else {
+            scores_block(att + j, ld, qs, rows, block, T, hd);
         }
     }
 }
 
-static void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t, int hd,
-                                 int len) {
+static void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t,
+                                 const float *rot, float *turned, int hd, int len) {
     if (t == DTYPE_F16)
-        scores_all(att, ld, qs, rows, kt, DTYPE_F16, hd, len);
+        scores_all(att, ld, qs, rows, kt, DTYPE_F16, rot, turned, hd, len);
     else
-        scores_all(att, ld, qs, rows, kt, DTYPE_F32, hd, len);
+        scores_all(att, ld, qs, rows, kt, DTYPE_F32, rot, turned, hd, len);
 }
 
 // Mix: o[r, d0 .. d0+width) += sum_{j < len} att[r, j] v[j, d0 .. d0+31] for width <= 32 real

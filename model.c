@@ -45,11 +45,11 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
     const size_t kbytes = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
     const size_t vbytes = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
-    const size_t raw = mul_checked(mul_checked((size_t)p->n_layers, (size_t)run->ctx, overflow), kvd, overflow);
+    const size_t turn = kv_rotation_floats(run->ctx, p->head_dim);
     const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim);
     const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
-    if (kbytes == 0 || vbytes == 0 || att == 0 || work == 0) *overflow = 1;
+    if (kbytes == 0 || vbytes == 0 || att == 0 || work == 0 || turn == 0) *overflow = 1;
     struct {
         void *p;
         size_t bytes;
@@ -66,7 +66,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->logits, mul_checked(B * F, (size_t)p->vocab_size, overflow)},
         {&s->kv.keys, kbytes},
         {&s->kv.values, vbytes},
-        {&s->key_raw, dynamic ? mul_checked(raw, F, overflow) : F},
+        {&s->rotation, dynamic ? mul_checked(turn, F, overflow) : F},
         {&s->work.base, work},
     };
     size_t total = 0;
@@ -77,7 +77,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         if (base) *(void **)part[i].p = base + total;
         total += n;
     }
-    if (base && !dynamic) s->key_raw = NULL;
+    if (base && !dynamic) s->rotation = NULL;
     return total;
 }
 
@@ -85,13 +85,11 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run) {
     int overflow = 0;
     const size_t k = kv_cache_bytes(run->cache_k, c->n_layers, run->ctx, c->n_kv_heads, c->head_dim);
     const size_t v = kv_cache_bytes(run->cache_v, c->n_layers, run->ctx, c->n_kv_heads, c->head_dim);
-    const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
-    const size_t raw = run->rope.mode != ROPE_SCALING_DYNAMIC
-                           ? 0
-                           : mul_checked(mul_checked((size_t)c->n_layers * sizeof(float), (size_t)run->ctx, &overflow),
-                                         kvd, &overflow);
-    if (!k || !v || overflow || v > SIZE_MAX - k || raw > SIZE_MAX - k - v) return 0;
-    return k + v + raw;
+    const size_t turn = run->rope.mode != ROPE_SCALING_DYNAMIC
+                            ? 0
+                            : mul_checked(kv_rotation_floats(run->ctx, c->head_dim), sizeof(float), &overflow);
+    if (!k || !v || overflow || v > SIZE_MAX - k || turn > SIZE_MAX - k - v) return 0;
+    return k + v + turn;
 }
 
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads, int *overflow) {
@@ -130,8 +128,8 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     }
     state_layout(s, base, p, &t->run, s->n_threads, &overflow);
     s->bytes = bytes;
-    s->kv = (KVCache){s->kv.keys, s->kv.values, run->cache_k,  run->cache_v, p->n_layers,
-                      run->ctx,   p->n_heads,   p->n_kv_heads, p->head_dim};
+    s->kv = (KVCache){s->kv.keys, s->kv.values, run->cache_k, run->cache_v, p->n_layers, run->ctx,
+                      p->n_heads,  p->n_kv_heads, p->head_dim,  NULL};
     s->work.max_n = t->run.max_batch;
     s->work.max_cols = widest_input(p);
     s->work.n_threads = s->n_threads;
@@ -144,6 +142,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         memset(s, 0, sizeof(*s));
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
+    if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->ctx);
     s->rope_version = t->rope.version;
     return PREPARE_OK;
 }
@@ -176,11 +175,13 @@ static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
 
 // RoPE on the block's queries and keys: every (token, head) pair is rotated on its own, so the
 // pairs are shared out over the threads, when there are enough of them to pay for waking the
-// threads (one decoded token's heads are a few microseconds of work). Values are never rotated.
+// threads (one decoded token's heads are a few microseconds of work). Values are never rotated,
+// nor are keys under dynamic NTK: the cache keeps them as they are and attention turns them with
+// the frequencies of the moment (kv_set_rotation).
 static void rope_qk(Transformer *t, int n, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
-    const int hd = p->head_dim, heads = p->n_heads + p->n_kv_heads;
+    const int hd = p->head_dim, heads = p->n_heads + (s->rotation ? 0 : p->n_kv_heads);
 #pragma omp parallel for collapse(2) num_threads(s->n_threads) if ((size_t)n * heads * hd >= 16384)
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < heads; h++) {
@@ -203,26 +204,6 @@ static void add_rows(float *x, const float *y, size_t n) {
         x[i] += y[i];
 }
 
-// Dynamic NTK changed the frequencies: rotate every cached key again, from its un-rotated copy,
-// so that the query and all keys use the same base (README, "dynamic"). What this cannot redo:
-// the values, and the keys of deeper layers, were computed from hidden states of earlier bases.
-static void rerotate_keys(Transformer *t, int pos) {
-    const Config *p = &t->config;
-    RunState *s = &t->state;
-    const int hd = p->head_dim, kvd = p->n_kv_heads * hd, ctx = t->run.ctx;
-#pragma omp parallel for num_threads(s->n_threads)
-    for (int l = 0; l < p->n_layers; l++) {
-        float key[kvd];
-        for (int j = 0; j < pos; j++) {
-            memcpy(key, s->key_raw + ((size_t)l * ctx + j) * kvd, sizeof key);
-            for (int h = 0; h < p->n_kv_heads; h++)
-                rope_rotate(&t->rope, key + (size_t)h * hd, j);
-            kv_store(&s->kv, l, key, NULL, j, 1);
-        }
-    }
-    s->rope_version = t->rope.version;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The forward pass
 
@@ -231,7 +212,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
     const Config *p = &t->config;
     const TransformerWeights *w = &t->weights;
     RunState *s = &t->state;
-    const int D = p->dim, kvd = p->n_kv_heads * p->head_dim, H = p->hidden_dim, ctx = t->run.ctx;
+    const int D = p->dim, H = p->hidden_dim, ctx = t->run.ctx;
     if (n < 1 || n > t->run.max_batch || pos < 0 || pos > ctx - n || seq_len < pos + n || seq_len > ctx) {
         snprintf(err, errlen,
                  "forward: %d tokens at position %d of a %d-token sequence do not fit a %d-token "
@@ -246,9 +227,13 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
         }
     }
     // RoPE's frequencies for this sequence length (only dynamic NTK has any that depend on it); if
-    // they changed, the cached keys are rotated again so that every key uses them.
+    // they changed, attention gets the new cos and sin, with which it turns every cached key as it
+    // reads it: the query and all keys then use the same frequencies (README, "dynamic").
     rope_set_length(&t->rope, seq_len);
-    if (s->key_raw && s->rope_version != t->rope.version) rerotate_keys(t, pos);
+    if (s->rotation && s->rope_version != t->rope.version) {
+        kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, seq_len);
+        s->rope_version = t->rope.version;
+    }
 
     for (int i = 0; i < n; i++)
         matrix_row(s->x + (size_t)i * D, &w->token_embedding, tokens[i]); // (n, D)
@@ -260,8 +245,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
         // Attention: x = x + wo(attention(rope(q), rope(k), v))
         rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps); // (n, D)
         bad |= qkv_proj(s, lw, n);                            // q (n, qd), k and v (n, kvd)
-        if (s->key_raw) memcpy(s->key_raw + ((size_t)l * ctx + pos) * kvd, s->k, (size_t)n * kvd * sizeof(float));
-        rope_qk(t, n, pos);                                              // q, k rotated to their positions
+        rope_qk(t, n, pos);                                              // q, k rotated (dynamic: q only)
         kv_store(&s->kv, l, s->k, s->v, pos, n);                         // into the cache at pos .. pos+n-1
         attention(s->xb, s->q, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
         bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);              // (n, qd) -> (n, D)

@@ -138,9 +138,9 @@ typedef struct {
     float *hb2;            // (B, H)
     float *att;            // (n_threads, attention_scratch_floats) attention scratch per thread
     float *logits;         // (B, V)
-    KVCache kv;            // keys (rotated) and values of every layer and position (kernels.h)
-    float *key_raw;        // (n_layers, ctx, kv_dim) un-rotated keys; dynamic RoPE only, else NULL
-    unsigned rope_version; // Rope.version the cached keys were rotated with
+    KVCache kv;            // keys and values of every layer and position (kernels.h)
+    float *rotation;       // dynamic RoPE only (else NULL): cos and sin for the un-rotated cached keys
+    unsigned rope_version; // Rope.version the rotation table was copied from
     Workspace work;        // the kernels' scratch (packed weights, quantized activations)
     int n_threads;         // threads the scratch was sized for; the kernels never use more
     size_t bytes;          // of the one allocation all the buffers above live in

@@ -506,10 +506,10 @@ static void banner(const Transformer *t, const char *path) {
     if (c->max_pos != c->rope.orig_ctx)
         snprintf(supports, sizeof supports, " (supports %d with its scaling)", c->max_pos);
     fprintf(stderr,
-            "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s, "
-            "values %s%s), activations %.2f MiB | kernels %s\n",
+            "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s%s, "
+            "values %s), activations %.2f MiB | kernels %s\n",
             c->rope.orig_ctx, supports, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
-            dtype_name(t->run.cache_k), dtype_name(t->run.cache_v), t->state.key_raw ? ", un-rotated keys f32" : "",
+            dtype_name(t->run.cache_k), t->state.rotation ? " un-rotated" : "", dtype_name(t->run.cache_v),
             (t->state_bytes - kv) / 1048576.0, kernels_isa());
     fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
     if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up

@@ -198,7 +198,8 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
                  ctx,
                  n_heads,
                  n_kv_heads,
-                 hd};
+                 hd,
+                 NULL};
     float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd), *q = malloc(sizeof(float) * n * qd);
     float *fast = malloc(sizeof(float) * n * qd), *ref = malloc(sizeof(float) * n * qd);
     const int threads = max_threads(); // more threads than cores would only spin at the barriers
@@ -224,6 +225,32 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
         attention(ref, q + (size_t)i * qd, &c, layer, 1, pos + i, scratch, threads);
         same &= memcmp(ref, fast + (size_t)i * qd, sizeof(float) * qd) == 0;
     }
+    // The same cache read as un-rotated keys with a table of random angles (dynamic NTK's way):
+    // attention must turn every key as the reference does (kv_key_seen), and the turn must matter
+    // (the outputs move by more than 1e-3 somewhere, given more than one position to weigh).
+    double worst_turned = 0, moved = hd % 2 ? 1 : 0;
+    if (hd % 2 == 0) {
+        const int half = hd / 2;
+        float *cs = malloc(sizeof(float) * ctx * half), *sn = malloc(sizeof(float) * ctx * half);
+        float *table = malloc(sizeof(float) * kv_rotation_floats(ctx, hd)), *turned = malloc(sizeof(float) * n * qd);
+        for (int j = 0; j < ctx * half; j++) {
+            const double angle = 3.2 * uniform();
+            cs[j] = (float)cos(angle), sn[j] = (float)sin(angle);
+        }
+        kv_set_rotation(&c, table, cs, sn, ctx);
+        attention(turned, q, &c, layer, n, pos, scratch, threads);
+        attention_ref(ref, q, &c, layer, n, pos);
+        for (int i = 0; i < n * qd; i++) {
+            worst_turned = fmax(worst_turned, fabs((double)turned[i] - ref[i]) / 1e-5);
+            moved = fmax(moved, fabs((double)turned[i] - fast[i]));
+        }
+        c.rotation = NULL;
+        free(cs);
+        free(sn);
+        free(table);
+        free(turned);
+    }
+    worst = fmax(worst, worst_turned);
     // Negative control: coordinate 0 of every cached value of kv head 0 moves by 1, so head 0's
     // output coordinate 0 must move by 1 (the weights sum to 1; within 1e-2, a half's rounding of
     // the moved values) and no longer match.
@@ -235,14 +262,14 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
     }
     attention_ref(ref, q, &c, layer, 1, pos);
     const int control = fabs((double)fast[0] - ref[0] + 1) < 1e-2;
-    const int ok = worst <= 1 && control && same;
+    const int ok = worst <= 1 && control && same && (moved > 1e-3 || len == 1); // one position: weight 1 whatever the score
     failures += !ok;
     worst_attention = fmax(worst_attention, worst);
     if (verbose || !ok)
         printf("attention %s/%s cache, %d/%d heads, head_dim %-4d len %-5d n %-3d error/bound %.3f, one at a time %s, "
-               "control %s%s\n",
+               "turned keys %.3f (moved %.1e), control %s%s\n",
                dtype_name(kt), dtype_name(vt), n_heads, n_kv_heads, hd, len, n, worst, same ? "same" : "DIFFERENT",
-               control ? "moved" : "DID NOT MOVE", ok ? "" : "  <-- FAIL");
+               worst_turned, moved, control ? "moved" : "DID NOT MOVE", ok ? "" : "  <-- FAIL");
     free(c.keys);
     free(c.values);
     free(k);

@@ -1,11 +1,12 @@
-// test_model.c - unit test of model.c's own bookkeeping: dynamic NTK's re-rotation of cached keys.
+// test_model.c - unit test of model.c's own bookkeeping: dynamic NTK's rotation of cached keys.
 //
-// With --rope-scaling dynamic the forward keeps every key un-rotated (RunState.key_raw) and, when
-// the sequence grows past L and the base changes, rotates every cached key again. This checks the
-// cache after a 600-token prompt and one decoded token of the real stories260K (L = 512): every
-// cached key of every layer must be its raw key rotated, in double, with the frequencies of the
-// current length (601), within 2e-6 of the key's size; and (negative control) it must not match
-// the frequencies of the length before (600).
+// With --rope-scaling dynamic the forward caches every key un-rotated and, when the sequence grows
+// past L and the base changes, hands attention the cos and sin of the new base, with which it turns
+// every cached key as it reads it (KVCache.rotation). This checks the cache after a 600-token
+// prompt and one decoded token of the real stories260K (L = 512): every key of every layer as
+// attention sees it (kv_key_seen) must be the cached raw key rotated, in double, with the
+// frequencies of the current length (601), within 2e-6 of the key's size; and (negative control)
+// it must not match the frequencies of the length before (600).
 // Run: ./tests/test_model data/stories260K/stories260K.bin   (part of `make test`)
 #include <math.h>
 #include <stdio.h>
@@ -26,19 +27,21 @@ static void rotate(double *out, const float *x, const double *inv, int hd, int p
 // frequencies of sequence length `at`.
 static double worst_against(const Transformer *t, int len, int at) {
     const Config *c = &t->config;
-    const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    const int hd = c->head_dim;
     double inv[512], mscale, base, worst = 0, want[1024];
+    float raw[1024];
     rope_inv_freq(&t->rope.p, at, inv, &mscale, &base);
     for (int l = 0; l < c->n_layers; l++)
         for (int j = 0; j < len; j++)
             for (int h = 0; h < c->n_kv_heads; h++) {
-                const float *raw = t->state.key_raw + ((size_t)l * t->run.ctx + j) * kvd + (size_t)h * hd;
                 double norm = 1e-30;
+                for (int d = 0; d < hd; d++) {
+                    raw[d] = kv_key(&t->state.kv, l, j, h * hd + d); // as cached: un-rotated
+                    norm += (double)raw[d] * raw[d];
+                }
                 rotate(want, raw, inv, hd, j);
                 for (int d = 0; d < hd; d++)
-                    norm += (double)raw[d] * raw[d];
-                for (int d = 0; d < hd; d++)
-                    worst = fmax(worst, fabs(kv_key(&t->state.kv, l, j, h * hd + d) - want[d]) / sqrt(norm));
+                    worst = fmax(worst, fabs(kv_key_seen(&t->state.kv, l, j, h * hd + d) - want[d]) / sqrt(norm));
             }
     return worst;
 }
