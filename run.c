@@ -1,6 +1,7 @@
 // run.c - the command line: generate text from a Llama checkpoint, or measure its perplexity.
 //
 //   ./run model.bin -i "Once upon a time"          stream a continuation to stdout
+//   ./run model.bin -f prompt.txt                   the prompt from a file
 //   ./run model.bin --ctx 4096 --rope-scaling ntk   run past the trained context
 //   ./run model.bin --ppl text.txt --ctx 2048       perplexity, by position bucket
 //
@@ -28,8 +29,9 @@
 
 typedef struct {
     const char *model;
-    const char *tokenizer; // -z; default: tokenizer.model beside the model
+    const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
     const char *prompt;
+    const char *prompt_file; // -f: the prompt is this file's bytes
     int n_predict; // tokens to generate
     double temp;   // 0 = greedy
     double top_p;
@@ -41,7 +43,7 @@ typedef struct {
     int ppl_windows;       // 0 = all windows
     const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     RopeOverrides rope;
-    const char *gen_flag; // the first generation-only flag given (-i -n -t -p -s), which --ppl refuses
+    const char *gen_flag; // the first generation-only flag given (-i -f -n -t -p -s), which --ppl refuses
 } Options;
 
 // The flags: names, what kind of value, where it goes, its allowed range [lo, hi] (lo excluded
@@ -60,6 +62,7 @@ typedef struct {
 
 static const Flag FLAGS[] = {
     {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0, 1},
+    {{"-f", "--file"}, FLAG_TEXT, offsetof(Options, prompt_file), 0, 0, 0, 1},
     {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0, 0},
     {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0, 1},
     {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0, 1},
@@ -83,11 +86,13 @@ static void usage(FILE *f) {
                "Allowed values in [brackets].\n"
                "\n"
                "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
+               "  -f, --file FILE          the prompt is the text of FILE (instead of -i)\n"
                "  -n, --n-predict N        tokens to generate [0, 1073741824] (default 256)\n"
                "  -t, --temp T             temperature, 0 = greedy [0, 1e6] (default 1.0)\n"
                "  -p, --top-p P            nucleus sampling (0, 1] (default 0.9)\n"
                "  -s, --seed N             random seed [0, 9000000000000000000] (default: time)\n"
-               "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
+               "  -z, --tokenizer PATH     tokenizer.model (SentencePiece) or tokenizer.json (byte-level\n"
+               "                           BPE) (default: the one beside MODEL, tokenizer.model first)\n"
                "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens [1, 16777216]\n"
                "                           (default: the trained context)\n"
                "      --threads N          OpenMP threads [1, 1024] (default: all cores)\n"
@@ -167,6 +172,10 @@ static int parse_args(int argc, char **argv, Options *o) {
             return -1;
         }
         if (f->generation && !o->gen_flag) o->gen_flag = a;
+    }
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "error: -i and -f both give the prompt (hint: one of them)\n");
+        return -1;
     }
     // Flags that would do nothing are refused rather than ignored.
     if (o->ppl_windows && !o->ppl) {
@@ -260,6 +269,30 @@ static int sample(float *logits, int n, float temp, float top_p, Candidate *cand
 // ---------------------------------------------------------------------------------------------
 // Generation
 
+// The whole file at path, malloc'ed (not NUL-terminated), its length in *len; NULL with errno set.
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *bigger = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
+            if (!bigger) free(buf);
+            buf = bigger;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 static const char *plural(long n) { return n == 1 ? "" : "s"; }
 
 static double now(void) {
@@ -275,11 +308,26 @@ static void emit(Tokenizer *tok, int prev, int id) {
     fflush(stdout);
 }
 
+// Does token id end the text? EOS, every other end token the checkpoint lists (Llama 3 instruct:
+// <|end_of_text|>, <|eom_id|>, <|eot_id|>), and BOS, which would start another text.
+static int is_end(const Config *c, int id) {
+    for (int i = 0; i < c->n_end_ids; i++)
+        if (id == c->end_ids[i]) return 1;
+    return id == c->eos_id || id == c->bos_id;
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
-    const char *prompt = o->prompt ? o->prompt : "";
+    size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
+    char *from_file = NULL;
+    if (o->prompt_file && !(from_file = read_file(o->prompt_file, &prompt_len))) {
+        fprintf(stderr, "error: %s: cannot read the prompt file: %s (hint: check the path given to -f)\n",
+                o->prompt_file, strerror(errno));
+        return 1;
+    }
     int n_prompt;
-    int *ids = tokenizer_encode(tok, prompt, strlen(prompt), 1, &n_prompt);
+    int *ids = tokenizer_encode(tok, from_file ? from_file : o->prompt ? o->prompt : "", prompt_len, 1, &n_prompt);
+    free(from_file);
     if (!ids) {
         fprintf(stderr, "error: the tokenizer could not encode the prompt\n");
         return 1;
@@ -325,7 +373,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const char *stop = NULL;
     while (!status && generated < o->n_predict) {
         int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
-        if (next == c->eos_id || next == c->bos_id) { // a new BOS starts another text: stop too
+        if (is_end(c, next)) {
             stop = "end of text";
             break;
         }
@@ -378,29 +426,6 @@ static int bucket_of(int pos, int L) {
     for (long edge = L; pos >= edge && b < MAX_BUCKETS - 1; edge *= 2)
         b++;
     return b;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *bigger = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
-            if (!bigger) free(buf);
-            buf = bigger;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
@@ -494,7 +519,7 @@ static void banner(const Transformer *t, const char *path) {
     fprintf(stderr,
             "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d\n",
-            path, c->legacy ? "llama2.c legacy" : "lrun v1", dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
+            path, c->legacy ? "llama2.c legacy" : c->n_end_ids ? "lrun v2" : "lrun v1", dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
             c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
     size_t kv = 2 * (size_t)c->n_layers * t->run.ctx * c->n_kv_heads * c->head_dim * sizeof(float);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
@@ -563,7 +588,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     return 0;
 }
 
-// tokenizer.model in the model's directory.
+// The tokenizer in the model's directory: tokenizer.model (SentencePiece) if there is one, else
+// tokenizer.json (byte-level BPE), else tokenizer.model again, for the error message.
 static char *default_tokenizer(const char *model) {
     const char *slash = strrchr(model, '/');
     size_t dir = slash ? (size_t)(slash - model + 1) : 0;
@@ -571,6 +597,10 @@ static char *default_tokenizer(const char *model) {
     if (path) {
         memcpy(path, model, dir);
         strcpy(path + dir, "tokenizer.model");
+        if (access(path, F_OK) != 0) {
+            strcpy(path + dir, "tokenizer.json");
+            if (access(path, F_OK) != 0) strcpy(path + dir, "tokenizer.model");
+        }
     }
     return path;
 }
