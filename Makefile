@@ -11,7 +11,8 @@ CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lstdc++ -lm -fopenmp
 
 CORE = model.o loader.o rope.o kernels.o
-TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump $(KERNEL_TESTS)
+TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump \
+	tests/tools/chat_ids $(KERNEL_TESTS)
 # The kernel test, built for this machine, for plain C (what other machines compile), and on
 # x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
 KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
@@ -44,6 +45,9 @@ tests/tools/dump_logits: tests/tools/dump_logits.c $(CORE)
 
 tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
+
+tests/tools/chat_ids: tests/tools/chat_ids.c run.c $(CORE) tokenizer.o bpe.o
+	$(CC) $(CFLAGS) -I. -o $@ tests/tools/chat_ids.c $(CORE) tokenizer.o bpe.o $(LDLIBS)
 
 tests/test_kernels: tests/test_kernels.c kernels.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
@@ -132,7 +136,7 @@ build/valgrind/run: build/valgrind/run.o $(CORE:%=build/valgrind/%) build/valgri
 # headers do not accept. The fuzzers therefore run the plain C kernels; `make sanitize` runs the
 # vector ones under AddressSanitizer.
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS = model tokenizer cli
+FUZZ_TARGETS = model tokenizer cli bpe
 FUZZ_CC = clang
 FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \

@@ -301,7 +301,7 @@ static int load_vocab(Bpe *b, const cJSON *vocab, int max_added_id, const char *
         const char *w = b->words + b->word_off[id];
         size_t wl = b->word_off[id + 1] - b->word_off[id];
         if (word_find(b, w, wl) >= 0) { // a JSON object may repeat a key; HF's reader would keep one
-            snprintf(msg, sizeof msg, "model.vocab: the word \"%.40s\" appears twice", w);
+            snprintf(msg, sizeof msg, "model.vocab: the word \"%.*s\" appears twice", (int)(wl < 40 ? wl : 40), w);
             return fail(err, errlen, name, msg);
         }
         size_t h = hash_bytes(w, wl) & b->word_mask;
@@ -509,8 +509,22 @@ static int build_bytes(Bpe *b, const char *name, char *err, size_t errlen) {
         free(added);
         return fail(err, errlen, name, "out of memory");
     }
-    for (int k = 0; k < b->n_added; k++)
-        added[b->added[k].id] = &b->added[k]; // the later entry wins if an id is listed twice
+    // An added token may also be a word of the vocabulary (GPT-2's <|endoftext|>), with the same
+    // string: otherwise the id would decode to other bytes than it encodes.
+    char msg[300];
+    for (int k = 0; k < b->n_added; k++) {
+        const Added *a = &b->added[k], *before = added[a->id];
+        const char *word = b->words + b->word_off[a->id];
+        size_t wl = b->word_off[a->id + 1] - b->word_off[a->id];
+        if ((before && (before->len != a->len || memcmp(b->added_text + before->off, b->added_text + a->off, a->len))) ||
+            (b->is_word[a->id] && (wl != a->len || memcmp(word, b->added_text + a->off, a->len)))) {
+            snprintf(msg, sizeof msg, "added_tokens: \"%.*s\" has id %d, which is another token's id", (int)(a->len < 40 ? a->len : 40),
+                     b->added_text + a->off, a->id);
+            free(added);
+            return fail(err, errlen, name, msg);
+        }
+        added[a->id] = a;
+    }
     size_t off = 0;
     for (int id = 0; id < b->n_ids; id++) {
         b->bytes_off[id] = off;

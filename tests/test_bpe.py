@@ -256,6 +256,8 @@ def _mutations():
         ("post processor", lambda s: s.__setitem__("post_processor", {"type": "BertProcessing"}),
          "post_processor BertProcessing is not implemented"),
         ("no model", lambda s: s.pop("model"), "not a tokenizer.json"),
+        ("added id taken", lambda s: s["added_tokens"].append({"id": 5, "content": "<x>", "special": True}),
+         "\"<x>\" has id 5, which is another token's id"),
     ]
 
 
@@ -271,9 +273,24 @@ def test_bad_tokenizer_json_is_refused(name, mutate, message, c_tools, oracle_re
 
 
 @pytest.mark.parametrize("content", [b"{", b"{\"model\": 3}", b"{}", b"  {\"model\": {\"vocab\": {}, \"merges\": []}}",
-                                     b"{\"model\": {\"vocab\": {\"a\": 1e300}, \"merges\": []}}"])
+                                     b"{\"model\": {\"vocab\": {\"a\": 1e300}, \"merges\": []}}",
+                                     # a word twice, one of them long (fuzz_bpe found its message read past it)
+                                     b"{\"model\": {\"vocab\": {\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": 0, "
+                                     b"\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": 1}, \"merges\": []}}"])
 def test_broken_json_is_refused(content, c_tools, tmp_path):
     path = tmp_path / "tokenizer.json"
     path.write_bytes(content)
     proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.startswith(f"error: {path}: "), proc.stderr
+
+
+def test_fuzz_seeds_still_load(c_tools, tmp_path):
+    """fuzz/corpus/bpe: the good seeds load and the bad ones are refused, so a change to the reader
+    cannot leave fuzz_bpe mutating inputs that no longer reach the encoder."""
+    seeds = sorted((REPO / "fuzz/corpus/bpe").iterdir())
+    for seed in seeds:
+        path = tmp_path / "tokenizer.json"
+        path.write_bytes(seed.read_bytes().split(b"\0")[0])
+        proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+        assert proc.returncode == (1 if seed.name.startswith("bad-") else 0), (seed.name, proc.stderr)
+    assert len(seeds) >= 6
