@@ -10,10 +10,12 @@ SUDO=""
 # BLAS; without it torch falls back to the reference BLAS, about 12x slower. valgrind: `make test`
 # runs ./run under memcheck (tests/test_valgrind.py). libpcre2-dev and libcjson-dev: the
 # tokenizer.json reader (bpe.c: its regexes, its JSON). nodejs and npm: the independent tokenizer
-# the BPE tests compare with (tests/oracle). npm comes with some builds of nodejs (NodeSource's,
-# which conflict with Debian's npm package), so it is asked for only when missing.
+# the BPE tests compare with (tests/oracle). python3-jinja2 renders chat templates in the tests.
+# npm comes with some builds of nodejs (NodeSource's, which conflict with Debian's npm package),
+# so it is asked for only when missing.
 PACKAGES="build-essential make libsentencepiece-dev libpcre2-dev libcjson-dev python3 python3-torch
-python3-numpy python3-pytest python3-sentencepiece python3-matplotlib libopenblas0-pthread valgrind nodejs"
+python3-numpy python3-pytest python3-sentencepiece python3-matplotlib python3-jinja2 libopenblas0-pthread valgrind
+nodejs"
 command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES npm"
 $SUDO apt-get update
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $PACKAGES
