@@ -43,20 +43,19 @@
 // GPT-2's pre-tokenizer regex, which ByteLevel applies when its use_regex is true (the default):
 // contractions, letters, digits, other symbols, each optionally after one space; whitespace runs
 // keep their last space for the word that follows.
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 typedef struct {
     int id;
-    int special; // 1: a control token (decodes to nothing in a stream)
+    int special;     // 1: a control token (decodes to nothing in a stream)
     size_t off, len; // its content in Bpe.added_text
 } Added;
 
 struct Bpe {
-    int n_ids;          // vocab size: 1 + the largest id
-    int bos_id;         // -1: none
-    char *bytes;        // the decoded bytes of every token, back to back
-    size_t *bytes_off;  // [n_ids + 1]: token id is bytes[bytes_off[id] .. bytes_off[id+1])
+    int n_ids;              // vocab size: 1 + the largest id
+    int bos_id;             // -1: none
+    char *bytes;            // the decoded bytes of every token, back to back
+    size_t *bytes_off;      // [n_ids + 1]: token id is bytes[bytes_off[id] .. bytes_off[id+1])
     unsigned char *special; // [n_ids]
     // The vocabulary as byte-level strings (ids of the BPE model only), in an open-addressing hash
     // table: word_slot[h] is an id or -1.
@@ -69,7 +68,7 @@ struct Bpe {
     uint64_t *merge_key; // (a << 32 | b) + 1; 0 = empty slot
     int *merge_rank, *merge_id;
     size_t merge_mask;
-    int byte_id[256];   // the id of each byte's one-character word
+    int byte_id[256]; // the id of each byte's one-character word
     int ignore_merges;
     Added *added;
     int n_added;
@@ -116,9 +115,12 @@ static size_t utf8_put(char *out, unsigned cp) {
 static size_t utf8_char(const unsigned char *s, size_t n, size_t *bad) {
     unsigned c = s[0], need, lo = 0x80, hi = 0xBF;
     if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c >= 0xE0 && c <= 0xEF)
+        need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
     else {
         *bad = 1;
         return 0;
@@ -278,8 +280,8 @@ static int load_vocab(Bpe *b, const cJSON *vocab, int max_added_id, const char *
     }
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (str[e->valueint]) {
-            snprintf(msg, sizeof msg, "model.vocab: id %d belongs to two words (\"%.40s\" and \"%.40s\")",
-                     e->valueint, str[e->valueint], e->string);
+            snprintf(msg, sizeof msg, "model.vocab: id %d belongs to two words (\"%.40s\" and \"%.40s\")", e->valueint,
+                     str[e->valueint], e->string);
             free(len), free(str);
             return fail(err, errlen, name, msg);
         }
@@ -365,7 +367,9 @@ static int load_merges(Bpe *b, const cJSON *merges, const char *name, char *err,
             free(joined);
             snprintf(msg, sizeof msg, "model.merges[%d] (\"%.*s\" + \"%.*s\"): %s is not in model.vocab", rank,
                      (int)(left_len < 40 ? left_len : 40), left, (int)(right_len < 40 ? right_len : 40), right,
-                     a < 0 ? "the first word" : c < 0 ? "the second word" : "the merged word");
+                     a < 0   ? "the first word"
+                     : c < 0 ? "the second word"
+                             : "the merged word");
             return fail(err, errlen, name, msg);
         }
         const uint64_t key = ((uint64_t)(unsigned)a << 32 | (unsigned)c) + 1;
@@ -412,8 +416,7 @@ static int add_regex(Bpe *b, const char *pattern, int literal, const char *where
 }
 
 // One pre-tokenizer of a Sequence (or the whole one).
-static int load_pretokenizer(Bpe *b, const cJSON *p, int *byte_level, const char *name, char *err,
-                             size_t errlen) {
+static int load_pretokenizer(Bpe *b, const cJSON *p, int *byte_level, const char *name, char *err, size_t errlen) {
     const char *type = type_of(p);
     char msg[300];
     if (*byte_level)
@@ -516,10 +519,11 @@ static int build_bytes(Bpe *b, const char *name, char *err, size_t errlen) {
         const Added *a = &b->added[k], *before = added[a->id];
         const char *word = b->words + b->word_off[a->id];
         size_t wl = b->word_off[a->id + 1] - b->word_off[a->id];
-        if ((before && (before->len != a->len || memcmp(b->added_text + before->off, b->added_text + a->off, a->len))) ||
+        if ((before &&
+             (before->len != a->len || memcmp(b->added_text + before->off, b->added_text + a->off, a->len))) ||
             (b->is_word[a->id] && (wl != a->len || memcmp(word, b->added_text + a->off, a->len)))) {
-            snprintf(msg, sizeof msg, "added_tokens: \"%.*s\" has id %d, which is another token's id", (int)(a->len < 40 ? a->len : 40),
-                     b->added_text + a->off, a->id);
+            snprintf(msg, sizeof msg, "added_tokens: \"%.*s\" has id %d, which is another token's id",
+                     (int)(a->len < 40 ? a->len : 40), b->added_text + a->off, a->id);
             free(added);
             return fail(err, errlen, name, msg);
         }
@@ -591,8 +595,9 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
     const cJSON *pre = get(root, "pre_tokenizer"), *decoder = get(root, "decoder");
     const cJSON *added = get(root, "added_tokens");
     if (!cJSON_IsObject(root) || !cJSON_IsObject(model))
-        return fail(err, errlen, name, "not a tokenizer.json: no \"model\" object (hint: pass the model's "
-                                       "tokenizer.json or tokenizer.model with -z)");
+        return fail(err, errlen, name,
+                    "not a tokenizer.json: no \"model\" object (hint: pass the model's "
+                    "tokenizer.json or tokenizer.model with -z)");
     const char *mtype = type_of(model);
     if (mtype && strcmp(mtype, "BPE")) {
         snprintf(msg, sizeof msg, "model type %.40s is not implemented (this program reads BPE)", mtype);
@@ -608,11 +613,11 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
     if (cJSON_IsNumber(dropout) && dropout->valuedouble != 0)
         return fail(err, errlen, name, "model.dropout is not implemented (BPE dropout is for training)");
     if (flag(model, "byte_fallback"))
-        return fail(err, errlen, name, "model.byte_fallback is not implemented (a SentencePiece-style BPE; hint: "
-                                       "use the model's tokenizer.model)");
-    if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0]))
         return fail(err, errlen, name,
-                    "model.continuing_subword_prefix / end_of_word_suffix are not implemented");
+                    "model.byte_fallback is not implemented (a SentencePiece-style BPE; hint: "
+                    "use the model's tokenizer.model)");
+    if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0]))
+        return fail(err, errlen, name, "model.continuing_subword_prefix / end_of_word_suffix are not implemented");
     (void)unk; // never used: every byte is a word of a byte-level vocabulary (checked below)
     b->ignore_merges = flag(model, "ignore_merges");
     if (!cJSON_IsObject(get(model, "vocab")) || !cJSON_IsArray(get(model, "merges")))
@@ -627,8 +632,9 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
     int byte_level = 0;
     if (pre && !cJSON_IsNull(pre) && load_pretokenizer(b, pre, &byte_level, name, err, errlen)) return -1;
     if (!byte_level)
-        return fail(err, errlen, name, "pre_tokenizer: no ByteLevel step, so this is not byte-level BPE (only "
-                                       "byte-level BPE is implemented)");
+        return fail(err, errlen, name,
+                    "pre_tokenizer: no ByteLevel step, so this is not byte-level BPE (only "
+                    "byte-level BPE is implemented)");
     const char *dtype = type_of(decoder);
     if (!dtype || strcmp(dtype, "ByteLevel")) {
         snprintf(msg, sizeof msg, "decoder %.40s is not implemented (this program reads ByteLevel)",

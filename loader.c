@@ -215,8 +215,9 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     }
     const int reserved = version >= 2 ? 164 : 128;
     for (int i = reserved; !bad && i < MODEL_HEADER_SIZE; i++)
-        if (h[i]) bad = version >= 2 ? "reserved header bytes 164..255 must be zero"
-                                     : "reserved header bytes 128..255 must be zero";
+        if (h[i])
+            bad = version >= 2 ? "reserved header bytes 164..255 must be zero"
+                               : "reserved header bytes 128..255 must be zero";
     if (bad) {
         snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", bad);
         return -1;

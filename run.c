@@ -35,8 +35,8 @@ typedef struct {
     const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
     const char *prompt;
     const char *prompt_file; // -f: the prompt is this file's bytes
-    int n_predict; // tokens to generate
-    double temp;   // 0 = greedy
+    int n_predict;           // tokens to generate
+    double temp;             // 0 = greedy
     double top_p;
     long seed;
     int ctx;               // 0 = the trained context
@@ -46,9 +46,9 @@ typedef struct {
     int ppl_windows;       // 0 = all windows
     const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     RopeOverrides rope;
-    const char *gen_flag; // the first generation-only flag given (-i -f -n -t -p -s), which --ppl refuses
-    const char *mode;     // -m: "generate" (default) or "chat"
-    const char *system;   // -y: chat's system prompt
+    const char *gen_flag;      // the first generation-only flag given (-i -f -n -t -p -s), which --ppl refuses
+    const char *mode;          // -m: "generate" (default) or "chat"
+    const char *system;        // -y: chat's system prompt
     const char *chat_template; // --chat-template NAME; NULL: recognised from tokenizer_config.json
 } Options;
 
@@ -472,8 +472,10 @@ static int chat_template_of(const char *tok_path) {
     size_t len;
     char *text = read_file(path, &len);
     if (!text) {
-        fprintf(stderr, "error: %s: cannot read it for the chat template: %s (hint: --chat-template llama2|llama3|"
-                        "zephyr|chatml|mistral)\n", path, strerror(errno));
+        fprintf(stderr,
+                "error: %s: cannot read it for the chat template: %s (hint: --chat-template llama2|llama3|"
+                "zephyr|chatml|mistral)\n",
+                path, strerror(errno));
         return -1;
     }
     cJSON *root = cJSON_ParseWithLength(text, len);
@@ -481,7 +483,8 @@ static int chat_template_of(const char *tok_path) {
     const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
     if (cJSON_IsArray(tmpl)) { // [{"name": "default", "template": ...}, ...]
         const cJSON *e = tmpl->child;
-        while (e && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "name"))) e = e->next;
+        while (e && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "name")))
+            e = e->next;
         for (const cJSON *x = tmpl->child; x; x = x->next) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
             if (cJSON_IsString(name) && !strcmp(name->valuestring, "default")) e = x;
@@ -492,19 +495,27 @@ static int chat_template_of(const char *tok_path) {
     for (int k = 0; cJSON_IsString(tmpl) && found < 0 && k < CHAT_COUNT; k++)
         if (strstr(tmpl->valuestring, CHAT_MARKS[k])) found = k;
     if (found < 0)
-        fprintf(stderr, "error: %s: %s (hint: --chat-template llama2|llama3|zephyr|chatml|mistral names the "
-                        "model's template)\n", path,
-                !root ? "not valid JSON" : !cJSON_IsString(tmpl) ? "no chat_template" : "the chat_template is none "
-                "this program knows");
+        fprintf(stderr,
+                "error: %s: %s (hint: --chat-template llama2|llama3|zephyr|chatml|mistral names the "
+                "model's template)\n",
+                path,
+                !root                   ? "not valid JSON"
+                : !cJSON_IsString(tmpl) ? "no chat_template"
+                                        : "the chat_template is none "
+                                          "this program knows");
     cJSON_Delete(root);
     return found;
 }
 
-// Append the ids of text to *ids, "<s>" and "</s>" as the BOS and EOS ids. Returns 0, -1 if the
-// tokenizer failed or memory ran out.
-static int chat_encode(Tokenizer *tok, const Config *c, const char *text, int **ids, int *n, int *cap) {
+// The templates of SentencePiece models, whose "<s>" and "</s>" are BOS and EOS.
+static int chat_sentencepiece(ChatTemplate k) { return k == CHAT_LLAMA2 || k == CHAT_ZEPHYR || k == CHAT_MISTRAL; }
+
+// Append the ids of text to *ids; with markers, "<s>" and "</s>" as the BOS and EOS ids (a
+// tokenizer.json matches its own special tokens). Returns 0, -1 if the tokenizer failed or memory
+// ran out.
+static int chat_encode(Tokenizer *tok, const Config *c, int markers, const char *text, int **ids, int *n, int *cap) {
     while (*text) {
-        const char *bos = strstr(text, "<s>"), *eos = strstr(text, "</s>");
+        const char *bos = markers ? strstr(text, "<s>") : NULL, *eos = markers ? strstr(text, "</s>") : NULL;
         const char *mark = bos && (!eos || bos < eos) ? bos : eos;
         size_t len = mark ? (size_t)(mark - text) : strlen(text);
         int m = 0, *part = len ? tokenizer_encode(tok, text, len, 0, &m) : NULL;
@@ -575,8 +586,10 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         for (int i = 0; i < CHAT_COUNT; i++)
             if (!strcmp(o->chat_template, CHAT_NAMES[i])) k = i;
         if (k < 0) {
-            fprintf(stderr, "error: invalid value '%s' for --chat-template (llama2, llama3, zephyr, chatml, "
-                            "mistral)\n", o->chat_template);
+            fprintf(stderr,
+                    "error: invalid value '%s' for --chat-template (llama2, llama3, zephyr, chatml, "
+                    "mistral)\n",
+                    o->chat_template);
             return 2;
         }
     } else if ((k = chat_template_of(tok_path)) < 0) {
@@ -602,7 +615,7 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         }
         char *text = chat_render((ChatTemplate)k, turn == 0, o->system, user);
         int n = 0;
-        if (!text || chat_encode(tok, c, text, &ids, &n, &cap)) status = 1;
+        if (!text || chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap)) status = 1;
         free(text);
         if (status || pos + n > t->run.ctx) {
             fprintf(stderr, status ? "error: could not encode the turn\n"
@@ -629,7 +642,9 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         fflush(stdout);
         if (!status && !ended) { // cut by -n or the context: close the turn as the template would
             n = 0;
-            if (chat_encode(tok, c, chat_close((ChatTemplate)k), &ids, &n, &cap) || pos + n > t->run.ctx) break;
+            if (chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k), &ids, &n, &cap) ||
+                pos + n > t->run.ctx)
+                break;
             for (int i = 0; i < n && !status; i++, pos++)
                 status = transformer_forward(t, ids + i, 1, pos, pos + 1, 0, &logits, err, sizeof err);
         }
@@ -750,8 +765,12 @@ static void banner(const Transformer *t, const char *path) {
     fprintf(stderr,
             "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d\n",
-            path, c->legacy ? "llama2.c legacy" : c->n_end_ids ? "lrun v2" : "lrun v1", dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
-            c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
+            path,
+            c->legacy      ? "llama2.c legacy"
+            : c->n_end_ids ? "lrun v2"
+                           : "lrun v1",
+            dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+            c->vocab_size);
     size_t kv = 2 * (size_t)c->n_layers * t->run.ctx * c->n_kv_heads * c->head_dim * sizeof(float);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->max_pos != c->rope.orig_ctx)
@@ -895,7 +914,7 @@ int main(int argc, char **argv) {
                     "default is ctx / L)\n",
                     run.rope.factor, run.rope.factor * run.rope.orig_ctx, run.rope.orig_ctx, run.ctx,
                     run.rope.factor * run.rope.orig_ctx, (double)run.ctx / run.rope.orig_ctx);
-        status = o.ppl                                   ? perplexity(&t, tok, &o)
+        status = o.ppl                               ? perplexity(&t, tok, &o)
                  : o.mode && !strcmp(o.mode, "chat") ? chat(&t, tok, tok_path, &o)
                                                      : generate(&t, tok, &o);
     }

@@ -35,7 +35,7 @@ TEMPLATES = {
     "chatml": ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
                "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
 }
-SYSTEM, USER1, REPLY1, USER2 = "You are a llama. Be brief.", "Hi! What's 12+30?", "It's 42 🦙.", "Why?  Tell me"
+SYSTEM, USER1, REPLY1, USER2 = "You are a llama. Be brief.", "Hi! What's 12+30?", "It's 42 🦙.", "Why <s>?  Tell me"
 
 
 def render(template, messages, bos, eos):

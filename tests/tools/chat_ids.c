@@ -27,13 +27,14 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], CHAT_NAMES[i])) k = i;
     Config c = {.bos_id = atoi(argv[3]), .eos_id = atoi(argv[4])};
     const char *system = argv[5][0] ? argv[5] : NULL;
-    char *turn1 = chat_render((ChatTemplate)k, 1, system, argv[6]), *turn2 = chat_render((ChatTemplate)k, 0, system, argv[8]);
+    char *turn1 = chat_render((ChatTemplate)k, 1, system, argv[6]),
+         *turn2 = chat_render((ChatTemplate)k, 0, system, argv[8]);
     size_t size = strlen(turn1) + strlen(argv[7]) + strlen(turn2) + 16;
     char *text = malloc(size);
     // Llama 2's template has a space before the reply: the model writes it, as the start of the reply.
     snprintf(text, size, "%s%s%s%s%s", turn1, k == CHAT_LLAMA2 ? " " : "", argv[7], chat_close((ChatTemplate)k), turn2);
     int *ids = NULL, n = 0, cap = 0;
-    int status = k < 0 || chat_encode(tok, &c, text, &ids, &n, &cap);
+    int status = k < 0 || chat_encode(tok, &c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap);
     for (int i = 0; i < n && !status; i++)
         printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
