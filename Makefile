@@ -10,10 +10,11 @@ CFLAGS ?= -O3 -march=native
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
-LDLIBS = -lsentencepiece -lstdc++ -lm -fopenmp
+LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lstdc++ -lm -fopenmp
 
 CORE = model.o loader.o rope.o kernels.o
-TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump $(KERNEL_TESTS)
+TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump \
+	tests/tools/chat_ids $(KERNEL_TESTS)
 # The kernel test, built for this machine, for plain C (what other machines compile), and on
 # x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
 KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
@@ -23,13 +24,13 @@ endif
 
 all: run
 
-run: run.o $(CORE) tokenizer.o
+run: run.o $(CORE) tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 %.o: %.c *.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-tokenizer.o: tokenizer.cpp tokenizer.h
+tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
 	$(CXX) $(CXXFLAGS) -c -o $@ $<
 
 tests/test_rope: tests/test_rope.c rope.o
@@ -44,8 +45,11 @@ tests/tools/rope_dump: tests/tools/rope_dump.c rope.o
 tests/tools/dump_logits: tests/tools/dump_logits.c $(CORE)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
-tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o
+tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
+
+tests/tools/chat_ids: tests/tools/chat_ids.c run.c $(CORE) tokenizer.o bpe.o
+	$(CC) $(CFLAGS) -I. -o $@ tests/tools/chat_ids.c $(CORE) tokenizer.o bpe.o $(LDLIBS)
 
 tests/test_kernels: tests/test_kernels.c kernels.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
@@ -119,11 +123,11 @@ build/valgrind/%.o: %.c *.h
 	@mkdir -p build/valgrind
 	$(CC) $(VALGRIND_CFLAGS) -c -o $@ $<
 
-build/valgrind/tokenizer.o: tokenizer.cpp tokenizer.h
+build/valgrind/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
 	@mkdir -p build/valgrind
 	$(CXX) -O2 -g -std=c++17 -Wall -Wextra -c -o $@ $<
 
-build/valgrind/run: build/valgrind/run.o $(CORE:%=build/valgrind/%) build/valgrind/tokenizer.o
+build/valgrind/run: build/valgrind/run.o $(CORE:%=build/valgrind/%) build/valgrind/tokenizer.o build/valgrind/bpe.o
 	$(CC) $(VALGRIND_CFLAGS) -o $@ $^ $(LDLIBS)
 
 # `make fuzz`: each libFuzzer target for FUZZ_SECONDS, from its seed corpus fuzz/corpus/NAME; what
@@ -134,19 +138,19 @@ build/valgrind/run: build/valgrind/run.o $(CORE:%=build/valgrind/%) build/valgri
 # headers do not accept. The fuzzers therefore run the plain C kernels; `make sanitize` runs the
 # vector ones under AddressSanitizer.
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS = model tokenizer cli
+FUZZ_TARGETS = model tokenizer cli bpe
 FUZZ_CC = clang
 FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
-FUZZ_LIBS = -lsentencepiece -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
-FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o)
+FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o bpe.o)
 
 build/fuzz/%.o: %.c *.h
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -c -o $@ $<
 
-build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h
+build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
 	@mkdir -p build/fuzz
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -std=c++17 -c -o $@ $<
 
@@ -155,7 +159,7 @@ build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS) run.c *.h
 		-c -o $@.o $<
 	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -o $@ $@.o $(FUZZ_OBJS) $(FUZZ_LIBS)
 
-.SECONDARY: $(FUZZ_OBJS) $(CORE:%=build/valgrind/%) build/valgrind/run.o build/valgrind/tokenizer.o
+.SECONDARY: $(FUZZ_OBJS) $(CORE:%=build/valgrind/%) build/valgrind/run.o build/valgrind/tokenizer.o build/valgrind/bpe.o
 
 fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZ_SECONDS) || exit 1; done

@@ -168,9 +168,9 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
         return -1;
     }
     uint32_t version = (uint32_t)get_i32(h, 4);
-    if (version != MODEL_VERSION) {
+    if (version < 1 || version > MODEL_VERSION) {
         snprintf(why, n,
-                 "format version %u, this program reads version %d (hint: export the model again "
+                 "format version %u, this program reads versions 1 to %d (hint: export the model again "
                  "with this program's export/export.py)",
                  version, MODEL_VERSION);
         return -1;
@@ -204,8 +204,20 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
     if (!bad && (mode < 0 || mode >= ROPE_SCALING_COUNT)) bad = "unknown rope_scaling mode";
     if (!bad && (orig < 0 || orig > 1 << 24)) bad = "rope_orig_ctx must be in [0, 2^24]";
-    for (int i = 128; !bad && i < MODEL_HEADER_SIZE; i++)
-        if (h[i]) bad = "reserved header bytes 128..255 must be zero";
+    p->n_end_ids = version >= 2 ? get_i32(h, 128) : 0;
+    if (!bad && version >= 2 && (p->n_end_ids < 1 || p->n_end_ids > MODEL_MAX_END_IDS))
+        bad = "n_end_ids must be in [1, 8] in a version 2 file";
+    for (int i = 0; !bad && i < MODEL_MAX_END_IDS && version >= 2; i++) {
+        int id = get_i32(h, 132 + 4 * i);
+        if (i < p->n_end_ids && (id < 0 || id >= p->vocab_size)) bad = "end_ids must be token ids";
+        if (i >= p->n_end_ids && id) bad = "end_ids past n_end_ids must be zero";
+        p->end_ids[i] = id;
+    }
+    const int reserved = version >= 2 ? 164 : 128;
+    for (int i = reserved; !bad && i < MODEL_HEADER_SIZE; i++)
+        if (h[i])
+            bad = version >= 2 ? "reserved header bytes 164..255 must be zero"
+                               : "reserved header bytes 128..255 must be zero";
     if (bad) {
         snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", bad);
         return -1;

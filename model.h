@@ -6,12 +6,12 @@
 // arithmetic of products and attention (kernels.c) or of positions (rope.c).
 //
 // ---------------------------------------------------------------------------------------------
-// The model file format, version 1 (written by export/export.py; all values little-endian)
+// The model file format, version 1 or 2 (written by export/export.py; all values little-endian)
 //
 // Header, 256 bytes. Integers are int32, reals float64:
 //   off  field                 meaning
 //     0  magic                 the 4 bytes "LRUN"
-//     4  version               1
+//     4  version               1, or 2 when the checkpoint has several end tokens (fields at 128)
 //     8  dim                   hidden size (HF hidden_size)
 //    12  hidden_dim            MLP size (HF intermediate_size)
 //    16  n_layers
@@ -35,7 +35,11 @@
 //   104  rope_beta_slow        yarn; 0 = default 1
 //   112  rope_low_freq_factor  llama3
 //   120  rope_high_freq_factor llama3
-//   128  reserved, must be zero, up to byte 256
+//   128  reserved, must be zero, up to byte 256 (version 1)
+// Version 2 adds, where version 1 has reserved zeros (Llama 3's eos_token_id lists):
+//   128  n_end_ids             1..8: more tokens that end the text, besides eos_id
+//   132  end_ids[8]            int32 each; the first n_end_ids are token ids, the rest zero
+//   164  reserved, must be zero, up to byte 256
 //
 // Tensors follow, each starting at a multiple of 64 bytes from the file start (zero padding
 // between tensors, none after the last one; the file ends exactly where the last tensor ends):
@@ -75,7 +79,8 @@
 #include "rope.h"
 
 #define MODEL_MAGIC       "LRUN"
-#define MODEL_VERSION     1
+#define MODEL_VERSION     2 // the newest this program reads; it reads 1 too
+#define MODEL_MAX_END_IDS 8
 #define MODEL_HEADER_SIZE 256
 #define MODEL_ALIGN       64
 
@@ -92,6 +97,8 @@ typedef struct {
                     // trained context L is rope.orig_ctx (original_max_position_embeddings
                     // when the checkpoint has one, else max_pos)
     int bos_id, eos_id;
+    int n_end_ids;                    // more ids that end the text (version 2 files), besides eos_id
+    int end_ids[MODEL_MAX_END_IDS];
     int shared_classifier; // 1: logits = x @ token_embedding^T
     DType dtype;
     float norm_eps;

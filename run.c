@@ -1,6 +1,8 @@
 // run.c - the command line: generate text from a Llama checkpoint, or measure its perplexity.
 //
 //   ./run model.bin -i "Once upon a time"          stream a continuation to stdout
+//   ./run model.bin -f prompt.txt                   the prompt from a file
+//   ./run model.bin -m chat -y "Be brief."         talk to an instruct model, turns from stdin
 //   ./run model.bin --ctx 4096 --rope-scaling ntk   run past the trained context
 //   ./run model.bin --ppl text.txt --ctx 2048       perplexity, by position bucket
 //
@@ -20,6 +22,8 @@
 #include <omp.h>
 #endif
 
+#include <cjson/cJSON.h>
+
 #include "model.h"
 #include "tokenizer.h"
 
@@ -28,10 +32,11 @@
 
 typedef struct {
     const char *model;
-    const char *tokenizer; // -z; default: tokenizer.model beside the model
+    const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
     const char *prompt;
-    int n_predict; // tokens to generate
-    double temp;   // 0 = greedy
+    const char *prompt_file; // -f: the prompt is this file's bytes
+    int n_predict;           // tokens to generate
+    double temp;             // 0 = greedy
     double top_p;
     long seed;
     int ctx;               // 0 = the trained context
@@ -42,7 +47,10 @@ typedef struct {
     const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
     RopeOverrides rope;
-    const char *gen_flag; // the first generation-only flag given (-i -n -t -p -s), which --ppl refuses
+    const char *gen_flag;      // the first generation-only flag given (-i -f -n -t -p -s), which --ppl refuses
+    const char *mode;          // -m: "generate" (default) or "chat"
+    const char *system;        // -y: chat's system prompt
+    const char *chat_template; // --chat-template NAME; NULL: recognised from tokenizer_config.json
 } Options;
 
 // The flags: names, what kind of value, where it goes, its allowed range [lo, hi] (lo excluded
@@ -61,6 +69,7 @@ typedef struct {
 
 static const Flag FLAGS[] = {
     {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0, 1},
+    {{"-f", "--file"}, FLAG_TEXT, offsetof(Options, prompt_file), 0, 0, 0, 1},
     {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0, 0},
     {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0, 1},
     {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0, 1},
@@ -77,6 +86,9 @@ static const Flag FLAGS[] = {
     {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
     {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
     {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
+    {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
+    {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
+    {{"--chat-template"}, FLAG_TEXT, offsetof(Options, chat_template), 0, 0, 0, 1},
 };
 
 static void usage(FILE *f) {
@@ -86,17 +98,25 @@ static void usage(FILE *f) {
                "Allowed values in [brackets].\n"
                "\n"
                "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
+               "  -f, --file FILE          the prompt is the text of FILE (instead of -i)\n"
                "  -n, --n-predict N        tokens to generate [0, 1073741824] (default 256)\n"
                "  -t, --temp T             temperature, 0 = greedy [0, 1e6] (default 1.0)\n"
                "  -p, --top-p P            nucleus sampling (0, 1] (default 0.9)\n"
                "  -s, --seed N             random seed [0, 9000000000000000000] (default: time)\n"
-               "  -z, --tokenizer PATH     SentencePiece model (default: tokenizer.model beside MODEL)\n"
+               "  -z, --tokenizer PATH     tokenizer.model (SentencePiece) or tokenizer.json (byte-level\n"
+               "                           BPE) (default: the one beside MODEL, tokenizer.model first)\n"
                "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens [1, 16777216]\n"
                "                           (default: the trained context)\n"
                "      --threads N          OpenMP threads [1, 1024] (default: all cores)\n"
                "  -b, --batch-size N       prompt tokens per forward pass [1, 4096] (default 512)\n"
                "  -ctk, --cache-type-k T   type of the cached keys: f32 | f16 (default f32)\n"
                "  -ctv, --cache-type-v T   type of the cached values: f32 | f16 (default f32)\n"
+               "\n"
+               "Chat (see README, \"Chat\"), the user's turns one line each on stdin:\n"
+               "  -m, --mode MODE          generate (default) or chat; in chat, -i is the first turn\n"
+               "  -y, --system TEXT        chat: the system prompt\n"
+               "      --chat-template NAME chat: llama2 | llama3 | zephyr | chatml | mistral (default:\n"
+               "                           recognised from tokenizer_config.json beside the tokenizer)\n"
                "\n"
                "Perplexity, instead of generating (see README, \"Measuring long context\"):\n"
                "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
@@ -172,6 +192,24 @@ static int parse_args(int argc, char **argv, Options *o) {
             return -1;
         }
         if (f->generation && !o->gen_flag) o->gen_flag = a;
+    }
+    const int chat = o->mode && !strcmp(o->mode, "chat");
+    if (o->mode && !chat && strcmp(o->mode, "generate")) {
+        fprintf(stderr, "error: invalid value '%s' for -m (generate, chat)\n", o->mode);
+        return -1;
+    }
+    if (!chat && (o->system || o->chat_template)) {
+        fprintf(stderr, "error: %s is for chat (hint: add -m chat)\n", o->system ? "-y" : "--chat-template");
+        return -1;
+    }
+    if (chat && o->prompt_file) {
+        fprintf(stderr, "error: -f gives a prompt to continue, and chat reads its turns from stdin (hint: -i for "
+                        "the first turn)\n");
+        return -1;
+    }
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "error: -i and -f both give the prompt (hint: one of them)\n");
+        return -1;
     }
     // Flags that would do nothing are refused rather than ignored.
     if (o->ppl_windows && !o->ppl) {
@@ -265,6 +303,30 @@ static int sample(float *logits, int n, float temp, float top_p, Candidate *cand
 // ---------------------------------------------------------------------------------------------
 // Generation
 
+// The whole file at path, malloc'ed (not NUL-terminated), its length in *len; NULL with errno set.
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *bigger = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
+            if (!bigger) free(buf);
+            buf = bigger;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 static const char *plural(long n) { return n == 1 ? "" : "s"; }
 
 static double now(void) {
@@ -280,11 +342,26 @@ static void emit(Tokenizer *tok, int prev, int id) {
     fflush(stdout);
 }
 
+// Does token id end the text? EOS, every other end token the checkpoint lists (Llama 3 instruct:
+// <|end_of_text|>, <|eom_id|>, <|eot_id|>), and BOS, which would start another text.
+static int is_end(const Config *c, int id) {
+    for (int i = 0; i < c->n_end_ids; i++)
+        if (id == c->end_ids[i]) return 1;
+    return id == c->eos_id || id == c->bos_id;
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
-    const char *prompt = o->prompt ? o->prompt : "";
+    size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
+    char *from_file = NULL;
+    if (o->prompt_file && !(from_file = read_file(o->prompt_file, &prompt_len))) {
+        fprintf(stderr, "error: %s: cannot read the prompt file: %s (hint: check the path given to -f)\n",
+                o->prompt_file, strerror(errno));
+        return 1;
+    }
     int n_prompt;
-    int *ids = tokenizer_encode(tok, prompt, strlen(prompt), 1, &n_prompt);
+    int *ids = tokenizer_encode(tok, from_file ? from_file : o->prompt ? o->prompt : "", prompt_len, 1, &n_prompt);
+    free(from_file);
     if (!ids) {
         fprintf(stderr, "error: the tokenizer could not encode the prompt\n");
         return 1;
@@ -330,7 +407,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const char *stop = NULL;
     while (!status && generated < o->n_predict) {
         int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
-        if (next == c->eos_id || next == c->bos_id) { // a new BOS starts another text: stop too
+        if (is_end(c, next)) {
             stop = "end of text";
             break;
         }
@@ -368,6 +445,223 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Chat: llama2.c's interface (-m chat, -y system prompt), the user's turns read from stdin one line
+// each, the assistant's replies streamed to stdout. The KV cache is kept across turns: each turn
+// feeds only its new tokens (the template's text around the user's line), after the reply and the
+// end token that closed it.
+//
+// A chat model was trained on one template. Hugging Face writes it as Jinja in
+// tokenizer_config.json (chat_template); this program does not run Jinja, it recognises which of
+// five known templates the file holds by a string only that template has, and renders it in C:
+//   llama2   <s>[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] REPLY </s><s>[INST] USER [/INST]
+//   llama3   <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nSYSTEM<|eot_id|>
+//            <|start_header_id|>user<|end_header_id|>\n\nUSER<|eot_id|><|start_header_id|>assistant...
+//   zephyr   <|system|>\nSYSTEM</s>\n<|user|>\nUSER</s>\n<|assistant|>\nREPLY</s>\n  (TinyLlama-Chat)
+//   chatml   <|im_start|>system\nSYSTEM<|im_end|>\n<|im_start|>user\nUSER<|im_end|>\n<|im_start|>assistant\n
+//   mistral  <s>[INST] USER [/INST]REPLY</s>[INST] USER [/INST]    (no system role)
+// "<s>" and "</s>" are the checkpoint's BOS and EOS ids, not text: a SentencePiece tokenizer would
+// spell them out. The other markers are added tokens of their tokenizer.json, which bpe.c matches.
+
+typedef enum { CHAT_LLAMA2, CHAT_LLAMA3, CHAT_ZEPHYR, CHAT_CHATML, CHAT_MISTRAL, CHAT_COUNT } ChatTemplate;
+static const char *const CHAT_NAMES[CHAT_COUNT] = {"llama2", "llama3", "zephyr", "chatml", "mistral"};
+// The string that tells each template apart, in the order they are tried (llama2's has [INST] too).
+static const char *const CHAT_MARKS[CHAT_COUNT] = {"<<SYS>>", "<|start_header_id|>", "<|user|>", "<|im_start|>",
+                                                   "[INST]"};
+
+// The template of tokenizer_config.json in dir (the tokenizer's directory): its index, or -1 after
+// an error (reported).
+static int chat_template_of(const char *tok_path) {
+    const char *slash = strrchr(tok_path, '/');
+    char path[4096];
+    snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - tok_path + 1) : 0, tok_path);
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) {
+        fprintf(stderr,
+                "error: %s: cannot read it for the chat template: %s (hint: --chat-template llama2|llama3|"
+                "zephyr|chatml|mistral)\n",
+                path, strerror(errno));
+        return -1;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+    if (cJSON_IsArray(tmpl)) { // [{"name": "default", "template": ...}, ...]
+        const cJSON *e = tmpl->child;
+        while (e && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "name")))
+            e = e->next;
+        for (const cJSON *x = tmpl->child; x; x = x->next) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
+            if (cJSON_IsString(name) && !strcmp(name->valuestring, "default")) e = x;
+        }
+        tmpl = e ? cJSON_GetObjectItemCaseSensitive(e, "template") : NULL;
+    }
+    int found = -1;
+    for (int k = 0; cJSON_IsString(tmpl) && found < 0 && k < CHAT_COUNT; k++)
+        if (strstr(tmpl->valuestring, CHAT_MARKS[k])) found = k;
+    if (found < 0)
+        fprintf(stderr,
+                "error: %s: %s (hint: --chat-template llama2|llama3|zephyr|chatml|mistral names the "
+                "model's template)\n",
+                path,
+                !root                   ? "not valid JSON"
+                : !cJSON_IsString(tmpl) ? "no chat_template"
+                                        : "the chat_template is none "
+                                          "this program knows");
+    cJSON_Delete(root);
+    return found;
+}
+
+// The templates of SentencePiece models, whose "<s>" and "</s>" are BOS and EOS.
+static int chat_sentencepiece(ChatTemplate k) { return k == CHAT_LLAMA2 || k == CHAT_ZEPHYR || k == CHAT_MISTRAL; }
+
+// Append the ids of text to *ids; with markers, "<s>" and "</s>" as the BOS and EOS ids (a
+// tokenizer.json matches its own special tokens). Returns 0, -1 if the tokenizer failed or memory
+// ran out.
+static int chat_encode(Tokenizer *tok, const Config *c, int markers, const char *text, int **ids, int *n, int *cap) {
+    while (*text) {
+        const char *bos = markers ? strstr(text, "<s>") : NULL, *eos = markers ? strstr(text, "</s>") : NULL;
+        const char *mark = bos && (!eos || bos < eos) ? bos : eos;
+        size_t len = mark ? (size_t)(mark - text) : strlen(text);
+        int m = 0, *part = len ? tokenizer_encode(tok, text, len, 0, &m) : NULL;
+        if (len && !part) return -1;
+        if (*n + m + 1 > *cap) {
+            int *bigger = realloc(*ids, (size_t)(*cap = 2 * (*n + m + 1)) * sizeof **ids);
+            if (!bigger) {
+                free(part);
+                return -1;
+            }
+            *ids = bigger;
+        }
+        if (m) memcpy(*ids + *n, part, (size_t)m * sizeof *part);
+        *n += m;
+        free(part);
+        if (!mark) break;
+        (*ids)[(*n)++] = mark == bos ? c->bos_id : c->eos_id;
+        text = mark + (mark == bos ? 3 : 4);
+    }
+    return 0;
+}
+
+// The text of the user's turn (and before it, on the first turn, the system prompt), up to where
+// the model writes its reply. first: the first turn of the conversation.
+static char *chat_render(ChatTemplate k, int first, const char *system, const char *user) {
+    const char *sys = first ? system : NULL; // the system prompt opens the conversation, once
+    size_t size = (sys ? strlen(sys) : 0) + strlen(user) + 256;
+    char *out = malloc(size);
+    if (!out) return NULL;
+    switch (k) {
+    case CHAT_LLAMA2:
+        if (sys)
+            snprintf(out, size, "<s>[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", sys, user);
+        else
+            snprintf(out, size, "<s>[INST] %s [/INST]", user);
+        break;
+    case CHAT_LLAMA3:
+        snprintf(out, size,
+                 "%s%s%s%s<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|>"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                 first ? "<|begin_of_text|>" : "", sys ? "<|start_header_id|>system<|end_header_id|>\n\n" : "",
+                 sys ? sys : "", sys ? "<|eot_id|>" : "", user);
+        break;
+    case CHAT_ZEPHYR:
+        snprintf(out, size, "%s%s%s%s<|user|>\n%s</s>\n<|assistant|>\n", first ? "" : "\n", sys ? "<|system|>\n" : "",
+                 sys ? sys : "", sys ? "</s>\n" : "", user);
+        break;
+    case CHAT_CHATML:
+        snprintf(out, size, "%s%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", first ? "" : "\n",
+                 sys ? "<|im_start|>system\n" : "", sys ? sys : "", sys ? "<|im_end|>\n" : "", user);
+        break;
+    default: // CHAT_MISTRAL
+        snprintf(out, size, "%s[INST] %s [/INST]", first ? "<s>" : "", user);
+        break;
+    }
+    return out;
+}
+
+// What closes the assistant's turn in the template, fed when a reply ends without it (-n reached).
+static const char *chat_close(ChatTemplate k) {
+    return k == CHAT_LLAMA3 ? "<|eot_id|>" : k == CHAT_CHATML ? "<|im_end|>" : k == CHAT_LLAMA2 ? " </s>" : "</s>";
+}
+
+static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Options *o) {
+    const Config *c = &t->config;
+    int k = -1;
+    if (o->chat_template) {
+        for (int i = 0; i < CHAT_COUNT; i++)
+            if (!strcmp(o->chat_template, CHAT_NAMES[i])) k = i;
+        if (k < 0) {
+            fprintf(stderr,
+                    "error: invalid value '%s' for --chat-template (llama2, llama3, zephyr, chatml, "
+                    "mistral)\n",
+                    o->chat_template);
+            return 2;
+        }
+    } else if ((k = chat_template_of(tok_path)) < 0) {
+        return 1;
+    }
+    if (k == CHAT_MISTRAL && o->system) {
+        fprintf(stderr, "error: -y: the mistral template has no system prompt (hint: put it in the first turn)\n");
+        return 2;
+    }
+    fprintf(stderr, "chat: template %s%s\n", CHAT_NAMES[k], o->chat_template ? " (--chat-template)" : "");
+    Candidate *cand = malloc((size_t)c->vocab_size * sizeof *cand);
+    unsigned long long rng = o->seed ? o->seed : 1;
+    char *line = NULL, err[300];
+    size_t line_cap = 0;
+    int *ids = NULL, cap = 0, pos = 0, status = cand ? 0 : 1;
+    for (int turn = 0; !status; turn++) {
+        const char *user = turn == 0 && o->prompt ? o->prompt : NULL;
+        if (!user) {
+            ssize_t got = getline(&line, &line_cap, stdin);
+            if (got < 0) break; // end of input: the conversation is over
+            if (got && line[got - 1] == '\n') line[got - 1] = 0;
+            user = line;
+        }
+        char *text = chat_render((ChatTemplate)k, turn == 0, o->system, user);
+        int n = 0;
+        if (!text || chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap)) status = 1;
+        free(text);
+        if (status || pos + n > t->run.ctx) {
+            fprintf(stderr, status ? "error: could not encode the turn\n"
+                                   : "error: the conversation no longer fits in the context (hint: a larger --ctx)\n");
+            status = 1;
+            break;
+        }
+        float *logits = NULL;
+        for (int b = 0; b < n && !status; b += t->run.max_batch) { // the turn, in blocks
+            int len = n - b < t->run.max_batch ? n - b : t->run.max_batch;
+            status = transformer_forward(t, ids + b, len, pos + b, pos + n, 0, &logits, err, sizeof err);
+        }
+        pos += n;
+        int prev = ids[n - 1], generated = 0, ended = 0;
+        while (!status && generated < o->n_predict && pos < t->run.ctx) { // the reply
+            int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
+            ended = is_end(c, next);
+            if (!ended) emit(tok, prev, next);
+            status = transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
+            pos++, generated++, prev = next;
+            if (ended) break; // the end token is in the cache, as the template has it after the reply
+        }
+        printf("\n");
+        fflush(stdout);
+        if (!status && !ended) { // cut by -n or the context: close the turn as the template would
+            n = 0;
+            if (chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k), &ids, &n, &cap) ||
+                pos + n > t->run.ctx)
+                break;
+            for (int i = 0; i < n && !status; i++, pos++)
+                status = transformer_forward(t, ids + i, 1, pos, pos + 1, 0, &logits, err, sizeof err);
+        }
+        if (status) fprintf(stderr, "error: %s\n", err);
+    }
+    free(line);
+    free(ids);
+    free(cand);
+    return status;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Perplexity: how surprised the model is by real text, position by position.
 //
 // The text (BOS first) is cut into consecutive windows of ctx tokens; each window starts at
@@ -383,29 +677,6 @@ static int bucket_of(int pos, int L) {
     for (long edge = L; pos >= edge && b < MAX_BUCKETS - 1; edge *= 2)
         b++;
     return b;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *bigger = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
-            if (!bigger) free(buf);
-            buf = bigger;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
@@ -499,8 +770,12 @@ static void banner(const Transformer *t, const char *path) {
     fprintf(stderr,
             "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d\n",
-            path, c->legacy ? "llama2.c legacy" : "lrun v1", dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
-            c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
+            path,
+            c->legacy      ? "llama2.c legacy"
+            : c->n_end_ids ? "lrun v2"
+                           : "lrun v1",
+            dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+            c->vocab_size);
     const size_t kv = transformer_kv_bytes(c, &t->run);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->max_pos != c->rope.orig_ctx)
@@ -578,7 +853,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     return 0;
 }
 
-// tokenizer.model in the model's directory.
+// The tokenizer in the model's directory: tokenizer.model (SentencePiece) if there is one, else
+// tokenizer.json (byte-level BPE), else tokenizer.model again, for the error message.
 static char *default_tokenizer(const char *model) {
     const char *slash = strrchr(model, '/');
     size_t dir = slash ? (size_t)(slash - model + 1) : 0;
@@ -586,6 +862,10 @@ static char *default_tokenizer(const char *model) {
     if (path) {
         memcpy(path, model, dir);
         strcpy(path + dir, "tokenizer.model");
+        if (access(path, F_OK) != 0) {
+            strcpy(path + dir, "tokenizer.json");
+            if (access(path, F_OK) != 0) strcpy(path + dir, "tokenizer.model");
+        }
     }
     return path;
 }
@@ -649,7 +929,9 @@ int main(int argc, char **argv) {
                     "default is ctx / L)\n",
                     run.rope.factor, run.rope.factor * run.rope.orig_ctx, run.rope.orig_ctx, run.ctx,
                     run.rope.factor * run.rope.orig_ctx, (double)run.ctx / run.rope.orig_ctx);
-        status = o.ppl ? perplexity(&t, tok, &o) : generate(&t, tok, &o);
+        status = o.ppl                               ? perplexity(&t, tok, &o)
+                 : o.mode && !strcmp(o.mode, "chat") ? chat(&t, tok, tok_path, &o)
+                                                     : generate(&t, tok, &o);
     }
     tokenizer_free(tok);
     free(tok_default);

@@ -30,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError  # noqa: E402
-from lrun.modelfile import ALIGN, DTYPES, MAGIC, Q8_BLOCK, VERSION, pack_header, tensors  # noqa: E402
+from lrun.modelfile import (ALIGN, DTYPES, MAGIC, MAX_END_IDS, Q8_BLOCK, VERSION, pack_header,  # noqa: E402
+                            tensors)
 
 # RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2).
 ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 3, "yarn": 4, "llama3": 5}
@@ -124,6 +125,21 @@ def read_rope(cfg, where):
     return rope
 
 
+def generation_eos(hf_dir):
+    """The eos_token_id of HF_DIR/generation_config.json as a list ([] if none): what
+    transformers' generate() stops at, and Llama 3 instruct models list <|eot_id|> there."""
+    where = os.path.join(hf_dir, "generation_config.json")
+    try:
+        with open(where) as f:
+            gen = json.load(f)
+    except FileNotFoundError:
+        return []
+    except (ValueError, RecursionError) as e:
+        raise CheckpointError(where, f"not valid JSON ({e})")
+    v = gen.get("eos_token_id") if isinstance(gen, dict) else None
+    return [] if v is None else v if isinstance(v, list) else [v]
+
+
 def read_config(hf_dir):
     """HF_DIR/config.json -> the header fields (minus dtype and shared_classifier)."""
     where = os.path.join(hf_dir, "config.json")
@@ -181,14 +197,23 @@ def read_config(hf_dir):
         raise CheckpointError(f"{where}: head_dim", f"{c['head_dim']} is odd; RoPE rotates pairs")
     for key, default in (("bos_token_id", 1), ("eos_token_id", 2)):
         v = cfg.get(key)
-        if isinstance(v, list):  # e.g. Llama 3 instruct: several end tokens; the header holds one
-            warn(f"{key} is a list {v}; the file holds one id: using {v[0] if v else default}")
-            v = v[0] if v else None
-        v = default if v is None else v
-        if type(v) is not int or not 0 <= v < c["vocab_size"]:
-            raise CheckpointError(f"{where}: {key}", f"{v!r} is not a token id below vocab_size "
-                                  f"{c['vocab_size']}")
-        c[key.replace("_token", "")] = v
+        ids = v if isinstance(v, list) else [default if v is None else v]
+        if key == "eos_token_id":  # Llama 3: a list, and generation_config.json may name more
+            ids = ids + [i for i in generation_eos(hf_dir) if i not in ids]
+        if not ids:
+            ids = [default]
+        for i in ids:
+            if type(i) is not int or not 0 <= i < c["vocab_size"]:
+                raise CheckpointError(f"{where}: {key}", f"{i!r} is not a token id below vocab_size "
+                                      f"{c['vocab_size']}")
+        if key == "bos_token_id" and len(ids) > 1:
+            raise CheckpointError(f"{where}: {key}", f"{v!r}: a model starts with one BOS token")
+        if len(ids) > 1 + MAX_END_IDS:
+            raise CheckpointError(f"{where}: {key}", f"{len(ids)} end tokens, the file holds at most "
+                                  f"{1 + MAX_END_IDS}")
+        c[key.replace("_token", "")] = ids[0]
+        if key == "eos_token_id":
+            c["end_ids"] = ids[1:]  # more than one: a version 2 file (model.h)
     c.update(read_rope(cfg, where))
     check_limits(c, where)
     c["tie_word_embeddings"] = cfg.get("tie_word_embeddings")  # resolved against the tensors later
@@ -385,20 +410,26 @@ def describe_rope(c):
 
 
 def place_tokenizer(hf_dir, out):
-    """./run looks for tokenizer.model beside the model file: copy the checkpoint's there. One that
-    is already there is left alone (with a warning if it differs: ./run -z picks another)."""
-    src = os.path.join(hf_dir, "tokenizer.model")
-    dst = os.path.join(os.path.dirname(os.path.abspath(out)), "tokenizer.model")
-    if not os.path.isfile(src):
-        print(f"note: {hf_dir} has no tokenizer.model; give ./run one with -z", file=sys.stderr)
-    elif not os.path.exists(dst):
-        tmp = dst + ".tmp-export"
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-        print(f"copied {src} to {dst}", file=sys.stderr)
-    elif open(src, "rb").read() != open(dst, "rb").read():
-        print(f"warning: {dst} exists and is not {src}; it was left as it is, so run this model with "
-              f"-z {src}", file=sys.stderr)
+    """./run looks for its tokenizer beside the model file: copy the checkpoint's there, the
+    SentencePiece tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json
+    (chat templates) with it. A file that is already there is left alone (with a warning if it
+    differs: ./run -z picks another)."""
+    names = [n for n in ("tokenizer.model", "tokenizer.json") if os.path.isfile(os.path.join(hf_dir, n))][:1]
+    if not names:
+        print(f"note: {hf_dir} has no tokenizer.model or tokenizer.json; give ./run one with -z", file=sys.stderr)
+    elif os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
+        names.append("tokenizer_config.json")
+    for name in names:
+        src = os.path.join(hf_dir, name)
+        dst = os.path.join(os.path.dirname(os.path.abspath(out)), name)
+        if not os.path.exists(dst):
+            tmp = dst + ".tmp-export"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+            print(f"copied {src} to {dst}", file=sys.stderr)
+        elif open(src, "rb").read() != open(dst, "rb").read():
+            print(f"warning: {dst} exists and is not {src}; it was left as it is, so run this model with "
+                  f"-z {src}", file=sys.stderr)
 
 
 def export(hf_dir, out, dtype):

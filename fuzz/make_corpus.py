@@ -11,9 +11,14 @@ few small valid inputs and a few hand-made edge cases:
   tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
               UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range).
   cli/        command lines, arguments separated by NUL bytes.
+  bpe/        a tiny byte-level tokenizer.json (256 bytes and a few merges) in each arrangement
+              bpe.c reads (GPT-2's ByteLevel regex; Llama 3's Split + ByteLevel, ignore_merges,
+              merges as pairs, special tokens, a BOS template; Digits; a String split), then a NUL
+              and a text; and broken files.
 tests/test_hostile.py checks that the valid models load and run and the broken ones are refused.
 What this is not: a fuzzer (fuzz/fuzz_*.c are, run by fuzz/run.sh) or a test.
 """
+import json
 import math
 import os
 import shutil
@@ -76,6 +81,66 @@ def tokenizer_seeds():
     return seeds
 
 
+def byte_char(b):
+    """GPT-2's byte-level map (bpe.c has the same): printable Latin-1 bytes stand for themselves,
+    the other 68 become U+0100.. in byte order."""
+    printable = lambda x: 0x21 <= x <= 0x7E or 0xA1 <= x <= 0xAC or 0xAE <= x <= 0xFF  # noqa: E731
+    return chr(b) if printable(b) else chr(256 + sum(not printable(x) for x in range(b)))
+
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def tiny_tokenizer(pre, merges_as_pairs=False, added=(), ignore_merges=False, post=None):
+    vocab = {byte_char(b): b for b in range(256)}
+    merges = []
+    for left, right in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("in", "g"), ("1", "2"), ("Ġ", "Ġ"),
+                        ("Ċ", "Ċ"), ("'", "s"), ("l", "l"), ("ll", "o")]:
+        vocab.setdefault(left + right, len(vocab))
+        merges.append([left, right] if merges_as_pairs else f"{left} {right}")
+    added_tokens = []
+    for content, special in added:
+        added_tokens.append({"id": len(vocab) + len(added_tokens), "content": content, "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": False, "special": special})
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": merges}
+    if ignore_merges:
+        model["ignore_merges"] = True
+    spec = {"version": "1.0", "added_tokens": added_tokens, "normalizer": None, "pre_tokenizer": pre,
+            "post_processor": post, "decoder": {"type": "ByteLevel", "add_prefix_space": True,
+                                                "trim_offsets": True, "use_regex": True}, "model": model}
+    return json.dumps(spec, ensure_ascii=False).encode()
+
+
+def bpe_seeds():
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    no_regex = dict(byte_level, use_regex=False)
+    bos = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|bos|>", "type_id": 0}},
+                                                    {"Sequence": {"id": "A", "type_id": 0}}],
+           "pair": [], "special_tokens": {"<|bos|>": {"id": "<|bos|>", "ids": [267], "tokens": ["<|bos|>"]}}}
+    files = {
+        "gpt2": tiny_tokenizer(byte_level, added=[("<|endoftext|>", True)]),
+        "llama3": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated", "invert": False}, no_regex]},
+            merges_as_pairs=True, added=[("<|bos|>", True), ("<|eot_id|>", True), ("<tool>", False)],
+            ignore_merges=True, post=bos),
+        "digits": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True}, byte_level]}),
+        "split-string": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": "ll"}, "behavior": "Isolated", "invert": False}, no_regex]}),
+    }
+    texts = [b"Hello the thing's 12345 \n\n  well", "caf\u00e9 \U0001f642 \u65e5\u672c <|eot_id|><tool>".encode(),
+             b"\xff\xfe abc \xc3 \xed\xa0\x80 1\t2", b"<|endoftext|>   <|bos|>the"]
+    seeds = {}
+    for k, (name, data) in enumerate(files.items()):
+        seeds[name] = data + b"\0" + texts[k % len(texts)]
+    seeds["bad-not-json"] = b"{not json\0text"
+    seeds["bad-empty-object"] = b"{}\0text"
+    seeds["bad-truncated"] = files["gpt2"][:300]
+    return seeds
+
+
 def cli_seeds():
     lines = {
         "generate": ["model.bin", "-i", "Once upon a time", "-n", "16", "-t", "0.8", "-p", "0.9", "-s", "42"],
@@ -125,6 +190,8 @@ def main():
         write(os.path.join(corpus, "tokenizer"), name, data)
     for name, data in cli_seeds().items():
         write(os.path.join(corpus, "cli"), name, data)
+    for name, data in bpe_seeds().items():
+        write(os.path.join(corpus, "bpe"), name, data)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(corpus) for f in fs)
     print(f"wrote {corpus}: {sum(len(fs) for _, _, fs in os.walk(corpus))} files, {total:,} bytes", file=sys.stderr)
 

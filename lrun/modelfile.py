@@ -1,4 +1,4 @@
-"""modelfile.py - the layout of our model file (model.h, "The model file format, version 1"), once.
+"""modelfile.py - the layout of our model file (model.h, "The model file format, version 1 or 2"), once.
 
 What this is: the 256-byte header field by field (name, offset, struct code), the order and shapes
 of the tensors, the bytes of a matrix in each weight type and where every tensor starts, and the
@@ -13,6 +13,8 @@ import math
 import struct
 
 MAGIC, VERSION, HEADER_SIZE, ALIGN, Q8_BLOCK = b"LRUN", 1, 256, 64, 32
+# Version 2: a checkpoint with several end tokens; the extra ids go where version 1 has zeros.
+VERSION_END_IDS, MAX_END_IDS, END_IDS = 2, 8, struct.Struct("<9i")  # n_end_ids, end_ids[8] at 128
 DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}  # DType in model.h
 
 # Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
@@ -34,14 +36,28 @@ OFFSET = {name: struct.calcsize("<" + "".join(code for _, code in HEADER_FIELDS[
 
 
 def pack_header(h):
-    """The 256 header bytes of a dict with every field of HEADER_FIELDS."""
-    return HEADER.pack(*(h[name] for name, _ in HEADER_FIELDS)) + bytes(HEADER_SIZE - HEADER.size)
+    """The 256 header bytes of a dict with every field of HEADER_FIELDS; with a non-empty
+    h["end_ids"] (ids that end the text besides eos_id) the version is 2 and they follow."""
+    end_ids = list(h.get("end_ids") or [])
+    if not end_ids:
+        return HEADER.pack(*(h[name] for name, _ in HEADER_FIELDS)) + bytes(HEADER_SIZE - HEADER.size)
+    assert len(end_ids) <= MAX_END_IDS, end_ids
+    fields = dict(h, version=VERSION_END_IDS)
+    head = HEADER.pack(*(fields[name] for name, _ in HEADER_FIELDS))
+    head += END_IDS.pack(len(end_ids), *(end_ids + [0] * (MAX_END_IDS - len(end_ids))))
+    return head + bytes(HEADER_SIZE - len(head))
 
 
 def read_header(buf):
-    """{field: value} of the first 256 bytes, plus "reserved": bytes 128..255."""
+    """{field: value} of the first 256 bytes, plus "end_ids" (a list, empty in version 1) and
+    "reserved": bytes 128..255 (version 1) or 164..255 (version 2)."""
     h = dict(zip(CODE, HEADER.unpack_from(buf)))
-    h["reserved"] = bytes(buf[HEADER.size:HEADER_SIZE])
+    h["end_ids"] = []
+    start = HEADER.size
+    if h["version"] == VERSION_END_IDS:
+        n, *ids = END_IDS.unpack_from(buf, HEADER.size)
+        h["end_ids"], start = ids[:n], HEADER.size + END_IDS.size
+    h["reserved"] = bytes(buf[start:HEADER_SIZE])
     return h
 
 

@@ -13,7 +13,7 @@ from conftest import DATA, REPO
 
 # Built from pieces so that this file does not name what it looks for.
 SIBLING = re.compile(re.escape("..") + "/" + "shared" + r"\b|" + re.escape("parent / ") + "\"" + "shared" + "\"")
-SKIP_DIRS = {".git", "build", "__pycache__", ".pytest_cache", "data"}
+SKIP_DIRS = {".git", "build", "__pycache__", ".pytest_cache", "data", "node_modules"}  # node_modules: npm packages (tests/oracle), not ours
 
 
 def listed_sums():

@@ -254,3 +254,22 @@ def test_ppl_binary_text(c_tools, tmp_path):
                          "--ppl-windows", "2")
     assert code == 0, err
     assert out.startswith("perplexity: ")
+
+
+def test_prompt_file(c_tools, tmp_path):
+    """-f FILE: its bytes are the prompt, the same as -i with that text; -i and -f together, a
+    missing file, and -f with --ppl are refused."""
+    prompt = write(tmp_path, "prompt.txt", "Once upon a time, Lily\n".encode())
+    code, from_file, _ = run(LEGACY, "-z", TOK512, "-t", "0", "-n", "12", "-f", prompt)
+    code2, from_flag, _ = run(LEGACY, "-z", TOK512, "-t", "0", "-n", "12", "-i", "Once upon a time, Lily\n")
+    assert code == code2 == 0 and from_file == from_flag and from_file.startswith("Once upon a time, Lily\n")
+    expect(2, ["-i and -f both give the prompt"], LEGACY, "-z", TOK512, "-i", "x", "-f", prompt)
+    expect(1, [f"{tmp_path / 'nope.txt'}: cannot read the prompt file", "-f"], LEGACY, "-z", TOK512, "-f",
+           tmp_path / "nope.txt")
+    expect(2, ["-f is for generating text"], LEGACY, "-z", TOK512, "-f", prompt, "--ppl", prompt)
+
+
+def test_bad_tokenizer_json(c_tools, tmp_path):
+    """A file whose first byte is '{' is read as tokenizer.json, and refused with the reason."""
+    bad = write(tmp_path, "tokenizer.json", b'{"model": {"type": "Unigram"}}')
+    expect(1, [f"error: {bad}: model type Unigram is not implemented"], LEGACY, "-z", bad)

@@ -48,11 +48,13 @@ ODD_HEAD_DIM = dict(dim=48, hidden_dim=64, n_layers=1, n_heads=4, n_kv_heads=2, 
 
 def test_header_layout_is_model_h():
     """lrun/modelfile.py's header is model.h's table: the same fields at the same offsets, int32
-    below 64 and float64 from 64 (magic: 4 bytes), reserved zeros from 128 to 256."""
+    below 64 and float64 from 64 (magic: 4 bytes), reserved zeros from 128 to 256 in version 1;
+    version 2's end ids from 128 (struct END_IDS) and its zeros from 164."""
     text = (REPO / "model.h").read_text()
     table = text[text.index("// Header, 256 bytes"):text.index("// Tensors follow")]
     rows = [(int(off), name) for off, name in re.findall(r"^//\s+(\d+)\s+(\w+)", table, re.M)]
-    assert rows == [(modelfile.OFFSET[name], name) for name, _ in modelfile.HEADER_FIELDS] + [(128, "reserved")]
+    assert rows == [(modelfile.OFFSET[name], name) for name, _ in modelfile.HEADER_FIELDS] + [
+        (128, "reserved"), (128, "n_end_ids"), (132, "end_ids"), (128 + modelfile.END_IDS.size, "reserved")]
     assert [code for _, code in modelfile.HEADER_FIELDS] == ["4s"] + ["i"] * 15 + ["d"] * 8
     assert modelfile.HEADER.size == 128 and modelfile.HEADER_SIZE == 256
 
@@ -131,7 +133,7 @@ def test_header_fields(tmp_path, capsys, shape):
                   bos_id=1, eos_id=2, shared_classifier=int(shape.get("tied", True)), dtype=0,
                   rope_scaling=0, rope_orig_ctx=0, rope_theta=500000.0, norm_eps=1e-5,
                   rope_factor=1.0, rope_attn_factor=0.0, rope_beta_fast=0.0, rope_beta_slow=0.0,
-                  rope_low_freq_factor=0.0, rope_high_freq_factor=0.0, reserved=bytes(128))
+                  rope_low_freq_factor=0.0, rope_high_freq_factor=0.0, end_ids=[], reserved=bytes(128))
     assert h == expect
 
 
@@ -179,12 +181,22 @@ def test_header_rope_parameters_v5(tmp_path, capsys):
 
 
 def test_header_token_ids_and_defaults(tmp_path, capsys):
-    """eos list -> its first id; missing rope_theta / num_key_value_heads / head_dim -> defaults."""
+    """eos list -> its first id, the others (and generation_config.json's) as end_ids in a version 2
+    file; missing rope_theta / num_key_value_heads / head_dim -> defaults."""
     make_checkpoint(tmp_path / "hf", **TIED_MHA, extra_config={
         "eos_token_id": [7, 8, 9], "bos_token_id": 5, "rope_theta": None,
         "num_key_value_heads": None, "head_dim": None})
+    (tmp_path / "hf/generation_config.json").write_text('{"eos_token_id": [9, 11]}')
     h, _, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
     assert (h["bos_id"], h["eos_id"], h["rope_theta"], h["n_kv_heads"], h["head_dim"]) == (5, 7, 10000.0, 4, 12)
+    assert (h["version"], h["end_ids"], h["reserved"]) == (2, [8, 9, 11], bytes(256 - 164))
+
+
+def test_one_end_token_stays_version_1(tmp_path, capsys):
+    make_checkpoint(tmp_path / "hf", **TIED_MHA, extra_config={"eos_token_id": [7]})
+    (tmp_path / "hf/generation_config.json").write_text('{"eos_token_id": 7}')
+    h, _, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    assert (h["version"], h["eos_id"], h["end_ids"]) == (1, 7, [])
 
 
 @pytest.mark.parametrize("tie,has_head,shared", [(None, False, 1), (None, True, 0), (True, True, 1)])

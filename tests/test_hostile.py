@@ -188,6 +188,30 @@ def test_reserved_bytes_must_be_zero(tmp_path, tiny):
         refused(path, ["reserved header bytes 128..255 must be zero"])
 
 
+# Version 2 (several end tokens): the count, the ids, and the zeros after them.
+V2_CASES = [("n-zero", [0], "n_end_ids must be in [1, 8]"), ("n-nine", [9], "n_end_ids must be in [1, 8]"),
+            ("id-negative", [1, -1], "end_ids must be token ids"),
+            ("id-past-vocab", [2, 3, 4096], "end_ids must be token ids"),
+            ("past-n", [1, 3, 5], "end_ids past n_end_ids must be zero"),
+            ("reserved", [1, 3, 0, 0, 0, 0, 0, 0, 0, 7], "reserved header bytes 164..255 must be zero")]
+
+
+@pytest.mark.parametrize("name,values,needle", V2_CASES, ids=[c[0] for c in V2_CASES])
+def test_version2_end_ids_checked(tmp_path, tiny, name, values, needle):
+    data = bytearray(tiny["f32"].read_bytes())
+    struct.pack_into("<i", data, 4, 2)  # version 2
+    struct.pack_into(f"<{len(values)}i", data, 128, *values)
+    refused(write(tmp_path, f"{name}.bin", bytes(data)), [needle])
+
+
+def test_version2_with_good_end_ids_loads(tmp_path, tiny):
+    data = bytearray(tiny["f32"].read_bytes())
+    struct.pack_into("<3i", data, 128, 2, 3, 4)
+    struct.pack_into("<i", data, 4, 2)
+    code, out, err = run(write(tmp_path, "v2.bin", bytes(data)), "-z", TOK512, "-n", "4", "-t", "0")
+    assert code == 0 and "lrun v2" in err, err
+
+
 @pytest.mark.parametrize("dtype", [0, 1, 2, 3], ids=["f32", "f16", "q8_0", "q4_0"])
 def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
     # Every field at the top of its range describes 2^47 to 2^51 bytes of tensors: the size

@@ -3,6 +3,10 @@
 //   tok_dump TOKENIZER encode     reads text on stdin, prints the ids (BOS first), one line
 //   tok_dump TOKENIZER decode     reads ids on stdin, writes the streamed pieces to stdout
 //   tok_dump TOKENIZER vocab      prints vocab size, bos and eos ids
+//   tok_dump TOKENIZER batch      many texts at once, for tests/test_bpe.py: stdin holds records
+//                                 "LENGTH\n" + LENGTH bytes; for each, one line: its ids (no BOS),
+//                                 a tab, then the hex of its pieces streamed one by one, each
+//                                 followed by '.'
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +15,7 @@
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab\n");
+        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab|batch\n");
         return 2;
     }
     char err[600];
@@ -40,6 +44,30 @@ int main(int argc, char **argv) {
         }
         free(ids);
         free(text);
+    } else if (!strcmp(argv[2], "batch")) {
+        size_t len;
+        while (!status && scanf("%zu", &len) == 1 && getchar() == '\n') {
+            char *text = malloc(len + 1);
+            int n;
+            int *ids = text && fread(text, 1, len, stdin) == len ? tokenizer_encode(tok, text, len, 0, &n) : NULL;
+            if (!ids) {
+                fprintf(stderr, "error: encode failed\n");
+                status = 1;
+            }
+            for (int i = 0; ids && i < n; i++)
+                printf(i ? " %d" : "%d", ids[i]);
+            printf("\t");
+            for (int i = 0; ids && i < n; i++) {
+                size_t plen;
+                const char *piece = tokenizer_decode_piece(tok, i ? ids[i - 1] : -1, ids[i], &plen);
+                for (size_t k = 0; piece && k < plen; k++)
+                    printf("%02x", (unsigned char)piece[k]);
+                printf(".");
+            }
+            printf("\n");
+            free(ids);
+            free(text);
+        }
     } else if (!strcmp(argv[2], "decode")) {
         int prev = -1, id;
         while (scanf("%d", &id) == 1) {
@@ -54,7 +82,7 @@ int main(int argc, char **argv) {
             prev = id;
         }
     } else {
-        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab\n");
+        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab|batch\n");
         status = 2;
     }
     tokenizer_free(tok);

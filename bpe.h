@@ -1,0 +1,38 @@
+// bpe.h - byte-level BPE from a Hugging Face tokenizer.json (Llama 3, SmolLM, GPT-2 style).
+//
+// tokenizer.cpp puts this behind tokenizer.h, beside SentencePiece; nothing else includes it.
+// What it reads, and what it refuses, is described at the top of bpe.c.
+#ifndef BPE_H
+#define BPE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct Bpe Bpe;
+
+// Load tokenizer.json from path, or from len bytes of JSON in memory (name is used in messages).
+// Returns NULL with "name: what is wrong (hint: ...)" in err on failure.
+Bpe *bpe_load(const char *path, char *err, size_t errlen);
+Bpe *bpe_load_json(const char *json, size_t len, const char *name, char *err, size_t errlen);
+void bpe_free(Bpe *b);
+
+int bpe_vocab_size(const Bpe *b); // 1 + the largest id of the vocab and the added tokens
+int bpe_bos_id(const Bpe *b);     // the token the post-processor puts first, -1 if none
+
+// Encode len bytes of text (invalid UTF-8 is first replaced by U+FFFD, see bpe.c) into ids.
+// Returns a malloc'ed array of *n ids (free it), NULL when out of memory.
+int *bpe_encode(const Bpe *b, const char *text, size_t len, int *n);
+
+// The bytes of token id (0 <= id < vocab size): its vocab string through the byte-level map, or
+// an added token's content. *special is 1 for an added token marked special. Never NULL for an
+// id in range (an id no token has gives 0 bytes).
+const char *bpe_token_bytes(const Bpe *b, int id, size_t *len, int *special);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,64 @@
+// fuzz_bpe.c - libFuzzer target: the tokenizer.json reader and the byte-level BPE encoder (bpe.c).
+//
+// Input: the bytes of a tokenizer.json, a NUL byte, then a text (no NUL: the JSON is everything
+// before the first one, and an input without one is all JSON with an empty text). The file is
+// loaded from memory; if it is accepted, the text is encoded and must satisfy:
+//   - every id is inside the vocabulary;
+//   - decoding is stable: the bytes of the ids (special tokens as their content) are a text T
+//     that encodes to the same ids again, and T decodes to T. (T is the input with invalid UTF-8
+//     replaced, so this is the round trip of tests/test_bpe.py without an oracle.)
+// Seeds (fuzz/corpus/bpe, by fuzz/make_corpus.py): small byte-level vocabularies with each
+// pre-tokenizer arrangement, added tokens, ignore_merges, both forms of merges, broken files.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../bpe.h"
+
+// The bytes of ids[0..n), malloc'ed, length in *len.
+static char *join(const Bpe *b, const int *ids, int n, size_t *len) {
+    size_t total = 0, piece;
+    int special;
+    for (int i = 0; i < n; i++) {
+        bpe_token_bytes(b, ids[i], &piece, &special);
+        total += piece;
+    }
+    char *out = malloc(total + 1), *p = out;
+    for (int i = 0; out && i < n; i++) {
+        const char *bytes = bpe_token_bytes(b, ids[i], &piece, &special);
+        memcpy(p, bytes, piece);
+        p += piece;
+    }
+    *len = total;
+    return out;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const uint8_t *nul = memchr(data, 0, size);
+    const size_t json_len = nul ? (size_t)(nul - data) : size;
+    const char *text = nul ? (const char *)nul + 1 : "";
+    const size_t text_len = nul ? size - json_len - 1 : 0;
+    char err[600];
+    Bpe *b = bpe_load_json((const char *)data, json_len, "fuzz", err, sizeof err);
+    if (!b) {
+        if (strncmp(err, "fuzz: ", 6)) abort(); // a refusal names the file
+        return 0;
+    }
+    const int vocab = bpe_vocab_size(b);
+    if (bpe_bos_id(b) < -1 || bpe_bos_id(b) >= vocab) abort();
+    int n = -1, m = -1;
+    int *ids = bpe_encode(b, text, text_len, &n);
+    if (!ids) abort(); // only out of memory, which these sizes never are
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) abort();
+    size_t len, len2;
+    char *t = join(b, ids, n, &len);
+    int *again = bpe_encode(b, t, len, &m);
+    if (!again || m != n || memcmp(again, ids, (size_t)n * sizeof *ids)) abort();
+    char *t2 = join(b, again, m, &len2);
+    if (len2 != len || memcmp(t, t2, len)) abort();
+    free(t), free(t2), free(ids), free(again);
+    bpe_free(b);
+    return 0;
+}

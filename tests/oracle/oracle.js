@@ -1,0 +1,28 @@
+// oracle.js - the independent tokenizer the tests compare ours with: @lenml/tokenizers, a
+// dependency-free copy of transformers.js's tokenizers (JavaScript, written apart from this
+// project's C), reading the same tokenizer.json.
+//
+//   node oracle.js TOKENIZER.json [TOKENIZER_CONFIG.json] < request.json > answer.json
+//
+// request: {"encode": [text, ...], "decode": [[id, ...], ...]}
+// answer:  {"encode": [[id, ...], ...], "decode": [text, ...]}
+// Texts are encoded as Hugging Face's tokenizer(text, add_special_tokens=False) does: added and
+// special tokens written in the text are matched, nothing is added around it. Ids are decoded
+// with every token kept and no clean-up of spaces. Runs offline: tests/oracle/node_modules is
+// installed by setup.sh (npm ci from package-lock.json).
+"use strict";
+const fs = require("fs");
+const { TokenizerLoader } = require("@lenml/tokenizers");
+
+const [json, config] = process.argv.slice(2);
+const tokenizer = TokenizerLoader.fromPreTrained({
+    tokenizerJSON: JSON.parse(fs.readFileSync(json, "utf8")),
+    tokenizerConfig: config ? JSON.parse(fs.readFileSync(config, "utf8")) : {},
+});
+const request = JSON.parse(fs.readFileSync(0, "utf8"));
+const answer = {
+    encode: (request.encode || []).map((text) => tokenizer.encode(text, { add_special_tokens: false })),
+    decode: (request.decode || []).map((ids) =>
+        tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false })),
+};
+process.stdout.write(JSON.stringify(answer));

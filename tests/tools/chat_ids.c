@@ -1,0 +1,45 @@
+// chat_ids.c - the token ids ./run -m chat feeds for a two-turn conversation, for tests/test_chat.py.
+//
+//   chat_ids TOKENIZER TEMPLATE BOS EOS SYSTEM USER1 REPLY1 USER2
+//
+// prints one line of ids: turn 1 (with SYSTEM unless it is empty), REPLY1 and what closes it, then
+// turn 2, rendered by run.c's chat_render and chat_close and encoded as one text by chat_encode,
+// as Hugging Face encodes a rendered conversation. (In ./run the reply's ids are the ones the model
+// sampled.) run.c is included whole, its main renamed, to reach those static functions (as
+// fuzz/fuzz_cli.c does).
+#define main run_main
+#include "../../run.c"
+#undef main
+
+int main(int argc, char **argv) {
+    if (argc != 9) {
+        fprintf(stderr, "usage: chat_ids TOKENIZER TEMPLATE BOS EOS SYSTEM USER1 REPLY1 USER2\n");
+        return 2;
+    }
+    char err[600];
+    Tokenizer *tok = tokenizer_load(argv[1], err, sizeof err);
+    if (!tok) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    int k = -1;
+    for (int i = 0; i < CHAT_COUNT; i++)
+        if (!strcmp(argv[2], CHAT_NAMES[i])) k = i;
+    Config c = {.bos_id = atoi(argv[3]), .eos_id = atoi(argv[4])};
+    const char *system = argv[5][0] ? argv[5] : NULL;
+    char *turn1 = chat_render((ChatTemplate)k, 1, system, argv[6]),
+         *turn2 = chat_render((ChatTemplate)k, 0, system, argv[8]);
+    size_t size = strlen(turn1) + strlen(argv[7]) + strlen(turn2) + 16;
+    char *text = malloc(size);
+    // Llama 2's template has a space before the reply: the model writes it, as the start of the reply.
+    snprintf(text, size, "%s%s%s%s%s", turn1, k == CHAT_LLAMA2 ? " " : "", argv[7], chat_close((ChatTemplate)k), turn2);
+    int *ids = NULL, n = 0, cap = 0;
+    int status = k < 0 || chat_encode(tok, &c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap);
+    for (int i = 0; i < n && !status; i++)
+        printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(turn1), free(turn2), free(text);
+    free(ids);
+    tokenizer_free(tok);
+    return status;
+}
