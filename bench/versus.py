@@ -14,6 +14,7 @@ machine's drift (20-30% between minutes here) hits all of them alike:
   win4k   a 4096-token window: ./run with a 4096-token prompt (--ctx 4096, blocks of 512) against
           llama-bench -p 4096 -n 0: both compute the logits of the last token only (./run --ppl
           computes all 4096, whose classifier alone is a fifth of the 110M shape's work)
+  cache   both programs keep keys and values as f16 (llama.cpp's default; ./run -ctk f16 -ctv f16)
   probe   bench/bwprobe at the same thread count (best of 3 passes over 1 GiB), before and after the
           round's programs; the round's probe is the larger of the two, since a probe that caught a
           slow moment is no roof (one such round once put both decoders above the probe's median)
@@ -58,7 +59,8 @@ def run(cmd, env=None):
 
 
 def ours(model, tok, cell, threads, prompts):
-    base = [str(bench.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads)]
+    base = [str(bench.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads),
+            "-ctk", "f16", "-ctv", "f16"]  # llama.cpp's default KV cache
     if cell == "tg":
         args = ["-i", "", "-n", str(TG + 1), "--ctx", "1024"]
     elif cell == "pp":
