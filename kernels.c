@@ -63,6 +63,7 @@ enum {
     PANEL_GROUP = 4,     // panels per work item, at most
     OUT_RUN = 64,        // attention, plain C: output coordinates summed at a time
     KV_RUN = 32,         // attention: positions (or coordinates) a vector tile covers; the cache's unit
+    MIX_RUN = 128,       // attention: positions of values the weighted sum takes at a time (vector code)
     ATT_ROWS = 16,       // attention: query rows (queries x heads of one kv head) per task, at most
 };
 
@@ -673,8 +674,9 @@ static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs,
 // Attention, mix: o[r, d] = sum_j att[r, j] v[j, d] for rows r < rows and d < hd, over one head's
 // values v (len, hd) of type t, o (rows, hd); OUT_RUN output coordinates at a time in a local
 // array while the positions go by.
-static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const void *v, DType t, int len,
-                                      int hd) {
+static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const void *v, DType t,
+                                      float *wide, int len, int hd) {
+    (void)wide; // the vector code's room for widened values
     for (int r = 0; r < rows; r++) {
         for (int d0 = 0; d0 < hd; d0 += OUT_RUN) {
             const int width = hd - d0 < OUT_RUN ? hd - d0 : OUT_RUN;
@@ -987,7 +989,8 @@ size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_d
     if (ctx < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
     const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
     const size_t each = mul_or_zero(rows, 2 * (size_t)head_dim + kv_stride(ctx)); // qs, o, att
-    const size_t turned = (size_t)head_dim * KV_RUN;                               // one turned block of keys
+    // a turned or widened block of keys, or a run of widened values, and room to read 32 past it
+    const size_t turned = (size_t)head_dim * MIX_RUN + KV_RUN;
     return each && each <= SIZE_MAX - turned ? each + turned : 0;
 }
 
@@ -1017,7 +1020,8 @@ void attention(float *out, const float *q, const KVCache *c, int layer, int n, i
                 softmax(att + r * stride, own);
                 memset(att + r * stride + own, 0, (size_t)(len - own) * sizeof(float));
             }
-            attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, len, hd); // sum_j p_j v_j
+            attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, turned, len,
+                          hd); // sum_j p_j v_j
             for (int r = 0; r < rows; r++)
                 memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd,
                        o + (size_t)r * hd, (size_t)hd * sizeof(float));

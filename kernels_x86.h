@@ -649,6 +649,12 @@ ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS
             _mm256_storeu_ps(att + r * ld + 8 * c, a[r][c]);
 }
 
+// n halves widened to floats (n a multiple of 8).
+static inline void widen(float *out, const void *h, size_t n) {
+    for (size_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(out + i, half8((const _Float16 *)h + i));
+}
+
 // The scores of rows trios against one block (hd, 32) of keys of type T.
 ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, const void *block, const DType T,
                            int hd) {
@@ -674,6 +680,9 @@ ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const
         const char *block = (const char *)kt + (size_t)j * hd * (T == DTYPE_F16 ? 2 : 4); // block j / 32
         if (rot) {
             rotate_block(turned, block, T, rot + (size_t)j * hd, hd);
+            scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
+        } else if (T == DTYPE_F16 && rows > 3) { // several trios: widen the block once, not per trio
+            widen(turned, block, (size_t)hd * KV_RUN);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
         } else {
             scores_block(att + j, ld, qs, rows, block, T, hd);
@@ -716,37 +725,50 @@ ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int 
             store_first8(o + (size_t)r * hd + 8 * c, width - 8 * c, a[r][c]);
 }
 
-// All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
-// for hd 64 in float32) stay in cache while every trio of rows and every 32 coordinates go over
-// them; each output is summed in position order whatever the runs, as in the plain version.
-enum { MIX_RUN = 128 };
-ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, int len, int hd) {
-    memset(o, 0, (size_t)rows * hd * sizeof(float));
-    for (int j = 0; j < len; j += MIX_RUN) {
-        const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
-        for (int d0 = 0; d0 < hd; d0 += 32) {
-            const int width = hd - d0 < 32 ? hd - d0 : 32;
-            const char *vj = (const char *)v + ((size_t)j * hd + d0) * (T == DTYPE_F16 ? 2 : 4);
-            for (int r = 0; r < rows; r += 3) {
-                float *out = o + (size_t)r * hd + d0;
-                const float *p = att + r * ld + j;
-                if (rows - r >= 3)
-                    mix_tile(out, hd, p, ld, 3, vj, T, run, width);
-                else if (rows - r == 2)
-                    mix_tile(out, hd, p, ld, 2, vj, T, run, width);
-                else
-                    mix_tile(out, hd, p, ld, 1, vj, T, run, width);
-            }
+// One run of `run` positions: values v from the run's first position, att's rows from its first
+// score; added into o.
+ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, int run,
+                      int hd) {
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+        const int width = hd - d0 < 32 ? hd - d0 : 32;
+        const char *vd = (const char *)v + (size_t)d0 * (T == DTYPE_F16 ? 2 : 4);
+        for (int r = 0; r < rows; r += 3) {
+            float *out = o + (size_t)r * hd + d0;
+            const float *p = att + r * ld;
+            if (rows - r >= 3)
+                mix_tile(out, hd, p, ld, 3, vd, T, run, width);
+            else if (rows - r == 2)
+                mix_tile(out, hd, p, ld, 2, vd, T, run, width);
+            else
+                mix_tile(out, hd, p, ld, 1, vd, T, run, width);
         }
     }
 }
 
-static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const void *v, DType t, int len,
-                              int hd) {
+// All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
+// for hd 64 in float32) stay in cache while every trio of rows and every 32 coordinates go over
+// them; each output is summed in position order whatever the runs, as in the plain version. Halves
+// are widened into `wide` once per run when more than one trio will read them.
+ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, float *wide,
+                      int len, int hd) {
+    memset(o, 0, (size_t)rows * hd * sizeof(float));
+    for (int j = 0; j < len; j += MIX_RUN) {
+        const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
+        if (T == DTYPE_F16 && rows > 3) {
+            widen(wide, (const _Float16 *)v + (size_t)j * hd, ((size_t)run * hd + 7) / 8 * 8);
+            mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
+        } else {
+            mix_run(o, att + j, ld, rows, (const char *)v + (size_t)j * hd * (T == DTYPE_F16 ? 2 : 4), T, run, hd);
+        }
+    }
+}
+
+static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide,
+                              int len, int hd) {
     if (t == DTYPE_F16)
-        mix_all(o, att, ld, rows, v, DTYPE_F16, len, hd);
+        mix_all(o, att, ld, rows, v, DTYPE_F16, wide, len, hd);
     else
-        mix_all(o, att, ld, rows, v, DTYPE_F32, len, hd);
+        mix_all(o, att, ld, rows, v, DTYPE_F32, wide, len, hd);
 }
 
 // q8_0 quantization of one row of activations (every x86 build: AVX2 is enough), a block of 32
