@@ -231,6 +231,7 @@ size_t kv_rotation_floats(int ctx, int head_dim) {
 
 void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len) {
     const int half = c->head_dim / 2;
+#pragma omp parallel for if ((size_t)len * half >= 4096)
     for (int j = 0; j < len; j++) {
         float *block = table + (size_t)(j / KV_RUN) * c->head_dim * KV_RUN + j % KV_RUN;
         for (int p = 0; p < half; p++) {

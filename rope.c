@@ -231,19 +231,25 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
 // theta, in double; 31 steps add an error of about 1e-14, far below a float's 6e-8.
 static void fill_tables(Rope *r, int n) {
     const int half = r->p.head_dim / 2;
-    double c[half], s[half], step_c[half], step_s[half]; // pair i at the current m, and its step
+    double step_c[half], step_s[half]; // one step of pair i: cos and sin of theta_i
     for (int i = 0; i < half; i++)
         step_c[i] = cos(r->inv_freq[i]), step_s[i] = sin(r->inv_freq[i]);
-    for (int m = 0; m < n; m++) {
-        for (int i = 0; i < half; i++) { // the pairs are independent: their steps overlap in time
-            if (m % 32 == 0) {
-                c[i] = cos(m * r->inv_freq[i]), s[i] = sin(m * r->inv_freq[i]);
-            } else {
-                const double c1 = c[i] * step_c[i] - s[i] * step_s[i];
-                s[i] = s[i] * step_c[i] + c[i] * step_s[i], c[i] = c1;
+    // Runs of 32 positions are independent (each starts from cos and sin computed directly), so
+    // the threads share them out when there are enough to pay for waking the threads.
+#pragma omp parallel for if ((size_t)n * half >= 4096)
+    for (int m0 = 0; m0 < n; m0 += 32) {
+        double c[half], s[half]; // pair i at the current m
+        for (int m = m0; m < n && m < m0 + 32; m++) {
+            for (int i = 0; i < half; i++) { // the pairs are independent: their steps overlap in time
+                if (m == m0) {
+                    c[i] = cos(m * r->inv_freq[i]), s[i] = sin(m * r->inv_freq[i]);
+                } else {
+                    const double c1 = c[i] * step_c[i] - s[i] * step_s[i];
+                    s[i] = s[i] * step_c[i] + c[i] * step_s[i], c[i] = c1;
+                }
+                r->cos[(size_t)m * half + i] = (float)(r->mscale * c[i]);
+                r->sin[(size_t)m * half + i] = (float)(r->mscale * s[i]);
             }
-            r->cos[(size_t)m * half + i] = (float)(r->mscale * c[i]);
-            r->sin[(size_t)m * half + i] = (float)(r->mscale * s[i]);
         }
     }
 }
