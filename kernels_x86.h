@@ -677,7 +677,7 @@ ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, con
 ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T,
                          const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
-        const char *block = (const char *)kt + (size_t)j * hd * (T == DTYPE_F16 ? 2 : 4); // block j / 32
+        const char *block = (const char *)kt + (size_t)j * hd * kv_size(T); // block j / 32
         if (rot) {
             rotate_block(turned, block, T, rot + (size_t)j * hd, hd);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
@@ -731,7 +731,7 @@ ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const voi
                       int hd) {
     for (int d0 = 0; d0 < hd; d0 += 32) {
         const int width = hd - d0 < 32 ? hd - d0 : 32;
-        const char *vd = (const char *)v + (size_t)d0 * (T == DTYPE_F16 ? 2 : 4);
+        const char *vd = (const char *)v + (size_t)d0 * kv_size(T);
         for (int r = 0; r < rows; r += 3) {
             float *out = o + (size_t)r * hd + d0;
             const float *p = att + r * ld;
@@ -758,7 +758,7 @@ ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const voi
             widen(wide, (const _Float16 *)v + (size_t)j * hd, ((size_t)run * hd + 7) / 8 * 8);
             mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
         } else {
-            mix_run(o, att + j, ld, rows, (const char *)v + (size_t)j * hd * (T == DTYPE_F16 ? 2 : 4), T, run, hd);
+            mix_run(o, att + j, ld, rows, (const char *)v + (size_t)j * hd * kv_size(T), T, run, hd);
         }
     }
 }

@@ -36,6 +36,16 @@ static int widest_input(const Config *p) {
     return p->hidden_dim > w ? p->hidden_dim : w;
 }
 
+// Bytes of the KV cache's parts for this run: part[0] keys and part[1] values in their types,
+// part[2] dynamic NTK's rotation table (0 in the other modes). Sets *overflow when one does not fit.
+static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
+    const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
+    part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    part[2] = dynamic ? mul_checked(kv_rotation_floats(run->ctx, p->head_dim), sizeof(float), overflow) : 0;
+    if (!part[0] || !part[1] || (dynamic && !part[2])) *overflow = 1;
+}
+
 // Lays the buffers out one after the other (each 64-byte aligned) from base, or only counts
 // them when base is NULL. Returns the number of bytes; sets *overflow if that does not fit.
 static size_t state_layout(RunState *s, unsigned char *base, const Config *p, const RunConfig *run, int n_threads,
@@ -43,13 +53,12 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t B = (size_t)run->max_batch, D = (size_t)p->dim;
     const size_t qd = (size_t)p->n_heads * p->head_dim, kvd = (size_t)p->n_kv_heads * p->head_dim;
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
-    const size_t kbytes = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
-    const size_t vbytes = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
-    const size_t turn = kv_rotation_floats(run->ctx, p->head_dim);
+    size_t kv[3];
+    kv_parts(p, run, kv, overflow);
     const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim);
     const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
-    if (kbytes == 0 || vbytes == 0 || att == 0 || work == 0 || turn == 0) *overflow = 1;
+    if (att == 0 || work == 0) *overflow = 1;
     struct {
         void *p;
         size_t bytes;
@@ -64,9 +73,9 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->hb2, mul_checked(B * F, H, overflow)},
         {&s->att, mul_checked(n_threads * F, att, overflow)},
         {&s->logits, mul_checked(B * F, (size_t)p->vocab_size, overflow)},
-        {&s->kv.keys, kbytes},
-        {&s->kv.values, vbytes},
-        {&s->rotation, dynamic ? mul_checked(turn, F, overflow) : F},
+        {&s->kv.keys, kv[0]},
+        {&s->kv.values, kv[1]},
+        {&s->rotation, dynamic ? kv[2] : F},
         {&s->work.base, work},
     };
     size_t total = 0;
@@ -83,13 +92,10 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
 
 size_t transformer_kv_bytes(const Config *c, const RunConfig *run) {
     int overflow = 0;
-    const size_t k = kv_cache_bytes(run->cache_k, c->n_layers, run->ctx, c->n_kv_heads, c->head_dim);
-    const size_t v = kv_cache_bytes(run->cache_v, c->n_layers, run->ctx, c->n_kv_heads, c->head_dim);
-    const size_t turn = run->rope.mode != ROPE_SCALING_DYNAMIC
-                            ? 0
-                            : mul_checked(kv_rotation_floats(run->ctx, c->head_dim), sizeof(float), &overflow);
-    if (!k || !v || overflow || v > SIZE_MAX - k || turn > SIZE_MAX - k - v) return 0;
-    return k + v + turn;
+    size_t kv[3];
+    kv_parts(c, run, kv, &overflow);
+    if (overflow || kv[1] > SIZE_MAX - kv[0] || kv[2] > SIZE_MAX - kv[0] - kv[1]) return 0;
+    return kv[0] + kv[1] + kv[2];
 }
 
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads, int *overflow) {
