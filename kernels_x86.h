@@ -2,21 +2,20 @@
 //
 // Included by kernels.c only, after the plain C microkernels, when the compiler targets AVX2 or
 // more (-march=native on such a machine). Each function here has the signature and the meaning of
-// the plain C one it replaces (dot_f32_x86 <-> dot_f32_plain, ...); the table at the end says which
-// ones a build replaces. Most have two versions side by side: 512-bit (AVX-512, with VNNI for the
-// integer ones) and 256-bit (AVX2, for machines without AVX-512, such as AMD's Zen 3).
-// tests/test_kernels.c checks every path against the references, in a native, an AVX2 and a plain
-// C build.
+// the plain C one it replaces (dot_rows_x86 <-> dot_rows_plain, ...); the table at the end says
+// which ones a build replaces. Decode and attention have one 256-bit version for AVX2 and AVX-512
+// builds (memory-bound: wider registers buy nothing there); the prefill tiles have two side by side,
+// 512-bit (AVX-512, with VNNI for the integer ones) and 256-bit (AVX2, for machines without
+// AVX-512, such as AMD's Zen 3). tests/test_kernels.c checks every path against the references, in
+// a native, an AVX2 and a plain C build.
 //
 // What the vector versions add, and why (docs/speed.md has the measurements):
-//   - dot products read one weight row start to end with wide loads into several independent
-//     sums, so the adds never wait for each other and the prefetcher sees one sequential stream;
-//   - software prefetch a kilobyte or more ahead where there is work per byte (f16 widening, q8_0,
-//     q4_0);
+//   - decode reads four weight rows 64 apart at once, with wide loads into independent sums: four
+//     streams of the weights in flight, and each activation vector loaded serves four rows;
 //   - q8_0 and q4_0 dot products are exact integer sums of byte products. The multiply instructions
 //     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
 //     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already;
-//   - scales handled eight or sixteen blocks at a time, as one vector, not one block at a time;
+//   - scales handled eight blocks at a time, as one vector, not one block at a time;
 //   - the prefill microkernels keep a tile of outputs in registers (24 of the 32 AVX-512 registers,
 //     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
 //   - attention works on tiles of up to 3 query rows x 32 positions (or coordinates) in registers,
@@ -61,128 +60,81 @@ static inline void store_first8(float *p, int k, __m256 v) {
 }
 #endif
 
-#ifdef USE_AVX512
-// The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
-static inline __mmask16 first_lanes(int k) { return k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1); }
+// Decode: DOT_ROWS = 4 weight rows at once (rows r, r + step, ..., chosen by matvec) against one
+// activation row, in 256-bit vectors for AVX2 and AVX-512 builds alike. Four rows far apart keep
+// four streams of the weights in flight, where one row at a time is one stream; each activation
+// vector loaded serves the four rows. Rows past nr (the end of a matrix) repeat the last real row
+// and are not stored, so a row is summed in the same order whichever group it falls in. No software
+// prefetch: with four streams it only slowed them down (docs/speed.md, "Four rows at a time").
 
-// One core alone does not keep enough cache misses in flight to stream at the memory's speed when
-// there is work per byte: ask for the weights this far ahead of the loads. Measured on the AMD EPYC
-// (1.1B shape, one thread): q8_0 4 KB ahead 30.1 tok/s against 26.2 at 1 KB; f16 8 KB 18.0
-// against 16.4 at 2 KB; q4_0 8 KB 59 against 44 with none. f32 gained nothing from 8 or 16 KB.
-#ifndef AHEAD_F32
-#define AHEAD_F32 0 // bytes; 0: none
-#endif
-#ifndef AHEAD_F16
-#define AHEAD_F16 8192
-#endif
-#ifndef AHEAD_Q8
-#define AHEAD_Q8 4096
-#endif
-#ifndef AHEAD_Q4
-#define AHEAD_Q4 8192
-#endif
-
-static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 64 <= n; i += 64) {
-        if (AHEAD_F32)
-            for (int c = 0; c < 256; c += 64)
-                _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-    if (i < n) { // the last n - i < 16 columns, through a mask
-        const __mmask16 tail = first_lanes(n - i);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + i), _mm512_maskz_loadu_ps(tail, x + i), a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+// Row r + k step of m's data (`stride` elements of `elem` bytes per row), or the last real row.
+static inline const void *row_at(const Matrix *m, int r, int step, int k, int nr, size_t stride, size_t elem) {
+    return (const char *)m->data + (size_t)(r + (k < nr ? k : nr - 1) * step) * stride * elem;
 }
 
-// f16 weights, f32 arithmetic: each half is widened exactly (vcvtph2ps) before the multiply-add.
-static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 64 <= n; i += 64) {
-        _mm_prefetch((const char *)(w + i) + AHEAD_F16, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + AHEAD_F16 + 64, _MM_HINT_T0);
-        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
-                             _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 32))),
-                             _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 48))),
-                             _mm512_loadu_ps(x + i + 48), a3);
+static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
+    const int n = m->cols;
+    const float *w[DOT_ROWS];
+    __m256 a[DOT_ROWS][2];
+    for (int k = 0; k < DOT_ROWS; k++) {
+        w[k] = row_at(m, r, step, k, nr, (size_t)n, sizeof(float));
+        a[k][0] = a[k][1] = _mm256_setzero_ps();
     }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))), _mm512_loadu_ps(x + i), a0);
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    for (; i < n; i++)
-        sum += (float)w[i] * x[i];
-    return sum;
-}
-#elif defined(USE_AVX2)
-// The same with 32-byte vectors of 8 floats: 32 columns per step into four independent sums.
-// Prefetch distances measured on an AMD EPYC (Zen 3, AVX2, 2 cores), see docs/speed.md.
-#ifndef AHEAD_F32
-#define AHEAD_F32 0 // bytes; 0: none
-#endif
-#ifndef AHEAD_F16
-#define AHEAD_F16 1024
-#endif
-#ifndef AHEAD_Q8
-#define AHEAD_Q8 2048
-#endif
-
-static ONE_COPY float dot_f32_x86(const float *w, const float *x, int n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        if (AHEAD_F32)
-            for (int c = 0; c < 128; c += 64)
-                _mm_prefetch((const char *)(w + i) + AHEAD_F32 + c, _MM_HINT_T0);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    for (; i + 16 <= n; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+        for (int k = 0; k < DOT_ROWS; k++) {
+            a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i), x0, a[k][0]);
+            a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i + 8), x1, a[k][1]);
+        }
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++)
-        sum += w[i] * x[i];
-    return sum;
+    for (int k = 0; k < nr; k++) {
+        float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
+        for (int j = i; j < n; j++)
+            sum += w[k][j] * x[j];
+        out[k] = sum;
+    }
 }
 
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
-static ONE_COPY float dot_f16_x86(const _Float16 *w, const float *x, int n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        if (AHEAD_F16) _mm_prefetch((const char *)(w + i) + AHEAD_F16, _MM_HINT_T0);
-        a0 = _mm256_fmadd_ps(half8(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(half8(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(half8(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(half8(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
+    const int n = m->cols;
+    const _Float16 *w[DOT_ROWS];
+    __m256 a[DOT_ROWS][2];
+    for (int k = 0; k < DOT_ROWS; k++) {
+        w[k] = row_at(m, r, step, k, nr, (size_t)n, sizeof(_Float16));
+        a[k][0] = a[k][1] = _mm256_setzero_ps();
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(half8(w + i), _mm256_loadu_ps(x + i), a0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++)
-        sum += (float)w[i] * x[i];
-    return sum;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) { // 64 bytes of each row
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+#pragma GCC unroll 4
+        for (int k = 0; k < DOT_ROWS; k++) {
+            a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
+            a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 8), x1, a[k][1]);
+            a[k][0] = _mm256_fmadd_ps(half8(w[k] + i + 16), x2, a[k][0]);
+            a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 24), x3, a[k][1]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x0 = _mm256_loadu_ps(x + i);
+        for (int k = 0; k < DOT_ROWS; k++)
+            a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
+    }
+    for (int k = 0; k < nr; k++) {
+        float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
+        for (int j = i; j < n; j++)
+            sum += (float)w[k][j] * x[j];
+        out[k] = sum;
+    }
 }
-#endif // USE_AVX512 / USE_AVX2
 
 // q8_0 . q8_0 over blocks. The integer dot of a block is 32 byte products summed in 8 lanes. The
 // multiply instruction (vpdpbusd, or vpmaddubsw without VNNI) takes one unsigned and one signed
-// operand, so it is fed |qx| and qw * sign(qx): the same products.
-static inline __m256i dot_i8_block(__m256i w, __m256i x) {
-    const __m256i ax = _mm256_sign_epi8(x, x), sw = _mm256_sign_epi8(w, x);
+// operand, so it is fed |qx| (once per block, for the four rows) and qw * sign(qx): the same products.
+static inline __m256i dot_i8_block(__m256i ax, __m256i sw) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sw);
 #elif defined(__AVXVNNI__)
@@ -192,146 +144,119 @@ static inline __m256i dot_i8_block(__m256i w, __m256i x) {
 #endif
 }
 
-static ONE_COPY float dot_q8_x86(const int8_t *w, const float *dw, const QuantizedRow *xr, int nb) {
-    const int8_t *x = xr->q;
-    const float *dx = xr->d;
-    int b = 0;
-    float sum = 0;
-#ifdef USE_AVX512_VNNI
-    // Two blocks per 64-byte vector: lanes 0-7 hold block b's sums, lanes 8-15 block b+1's, and
-    // the scale vector repeats dw dx of each block over its 8 lanes. vpdpbusd wants an unsigned
-    // operand: w xor 0x80 is w + 128, and each block's 8 lanes start at -16 sum(x), so that they
-    // add up to sum((w + 128) x) - 128 sum(x) = sum(w x). (One xor per vector, where |x| and a
-    // sign-masked w took three instructions.)
-    const __m512i first = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2)), flip = _mm512_set1_epi8((char)0x80);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    for (; b + 4 <= nb; b += 4) {
-        const int8_t *wb = w + b * Q8_BLOCK, *xb = x + b * Q8_BLOCK;
-        _mm_prefetch((const char *)wb + AHEAD_Q8, _MM_HINT_T0);
-        _mm_prefetch((const char *)wb + AHEAD_Q8 + 64, _MM_HINT_T0);
-        const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(dw + b), _mm_loadu_ps(dx + b)));
-        const __m512i x0 = _mm512_loadu_si512(xb), x1 = _mm512_loadu_si512(xb + 2 * Q8_BLOCK);
-        const __m512i w0 = _mm512_loadu_si512(wb), w1 = _mm512_loadu_si512(wb + 2 * Q8_BLOCK);
-        const __m512i s = _mm512_castsi128_si512(
-            _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(xr->sum + b)), 4)));
-        const __m512i p0 = _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(first, s), _mm512_xor_si512(w0, flip), x0);
-        const __m512i p1 = _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(second, s), _mm512_xor_si512(w1, flip), x1);
-        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
+// Eight blocks per step: each row's eight dw * dx in one vector, lane i broadcast for block i.
+static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
+    const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
+    const int nb = (int)(cp / Q8_BLOCK);
+    const int8_t *w[DOT_ROWS];
+    const float *dw[DOT_ROWS];
+    __m256 acc[DOT_ROWS];
+    for (int k = 0; k < DOT_ROWS; k++) {
+        const int row = r + (k < nr ? k : nr - 1) * step;
+        w[k] = (const int8_t *)m->data + (size_t)row * cp;
+        dw[k] = (const float *)m->scale + (size_t)row * nb;
+        acc[k] = _mm256_setzero_ps();
     }
-    sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#else // AVX2: eight blocks per step, one per 32-byte vector, their eight dw * dx in one vector
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int b = 0;
     for (; b + 8 <= nb; b += 8) {
-        const int8_t *wb = w + b * Q8_BLOCK, *xb = x + b * Q8_BLOCK;
-        if (AHEAD_Q8)
-            for (int c = 0; c < 8 * Q8_BLOCK; c += 64)
-                _mm_prefetch((const char *)wb + AHEAD_Q8 + c, _MM_HINT_T0);
-        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw + b), _mm256_loadu_ps(dx + b));
+        const __m256 dx = _mm256_loadu_ps(xr->d + b);
+        __m256 d[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++)
+            d[k] = _mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx);
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(wb + i * Q8_BLOCK)),
-                                           _mm256_loadu_si256((const __m256i *)(xb + i * Q8_BLOCK)));
-            acc[i % 4] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(i)), acc[i % 4]);
+            const size_t at = (size_t)(b + i) * Q8_BLOCK; // block b + i
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xr->q + at));
+            const __m256i ax = _mm256_sign_epi8(x, x);
+            const __m256i lane = _mm256_set1_epi32(i);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                const int8_t *p = w[k] + at;
+                const __m256i s = dot_i8_block(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)p), x));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_permutevar8x32_ps(d[k], lane), acc[k]);
+            }
         }
     }
-    sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-#endif
-    for (; b < nb; b++) { // the last blocks, one at a time
-        const __m256i p = dot_i8_block(_mm256_loadu_si256((const __m256i *)(w + b * Q8_BLOCK)),
-                                       _mm256_loadu_si256((const __m256i *)(x + b * Q8_BLOCK)));
-        __m128 h = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        sum += _mm_cvtss_f32(h) * (dw[b] * dx[b]);
+    for (int k = 0; k < nr; k++) {
+        float sum = hsum8(acc[k]);
+        for (int j = b; j < nb; j++) { // the last blocks, one at a time
+            int32_t s = 0;
+            for (int i = 0; i < Q8_BLOCK; i++)
+                s += w[k][j * Q8_BLOCK + i] * xr->q[j * Q8_BLOCK + i];
+            sum += (float)s * (dw[k][j] * xr->d[j]);
+        }
+        out[k] = sum;
     }
-    return sum;
 }
 
-#ifdef USE_AVX512_VNNI
-// q4_0 . q8_0, four blocks per iteration: 64 bytes of nibbles (one cache line) unpacked to two
-// vectors of 4-bit values in the order of x ([low nibbles, high nibbles] per block), then vpdpbusd
-// of those unsigned q against the signed x. Each block's 8 lanes start at -sum(x) of the block, so
-// they sum to sum((q - 8) x): vpdpbusd wants the unsigned operand first, which q is.
-static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int nb) {
-    const int8_t *x = xr->q;
-    const float *dx = xr->d;
-    const int32_t *xsum = xr->sum;
-    const __m512i first = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(2)), low = _mm512_set1_epi8(15);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    int b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        _mm_prefetch((const char *)(w + b * Q8_BLOCK / 2) + AHEAD_Q4, _MM_HINT_T0);
-        const __m512i v = _mm512_loadu_si512(w + b * Q8_BLOCK / 2); // blocks b .. b+3, 16 bytes each
-        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        // [lo0 lo1 lo2 lo3], [hi0 hi1 hi2 hi3] (16-byte lanes) -> [lo0 hi0 lo1 hi1], [lo2 hi2 lo3 hi3]
-        const __m512i q01 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
-        const __m512i q23 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
-        const __m512 d = _mm512_castps128_ps512(
-            _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dw + b))), _mm_loadu_ps(dx + b)));
-        const __m512i s =
-            _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(), _mm_loadu_si128((const __m128i *)(xsum + b))));
-        const __m512i p0 =
-            _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(first, s), q01, _mm512_loadu_si512(x + b * Q8_BLOCK));
-        const __m512i p1 =
-            _mm512_dpbusd_epi32(_mm512_permutexvar_epi32(second, s), q23, _mm512_loadu_si512(x + b * Q8_BLOCK + 64));
-        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_permutexvar_ps(first, d), a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_permutexvar_ps(second, d), a1);
-    }
-    // The last blocks, one at a time.
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b);
-}
-#elif defined(USE_AVX2)
-// q4_0 . q8_0 without VNNI, eight blocks per step. One 32-byte load holds the nibbles of two blocks
-// b, b+1; masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's pairs
-// layout (QuantizedRows) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by
-// the signed x and adds pairs into 16 bits; lo's and hi's sums are added there too (at most
+// q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
+// masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's pairs layout
+// (QuantizedRows) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by the
+// signed x and adds pairs into 16 bits; lo's and hi's sums are added there too (at most
 // 4 * 15 * 127: no saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and
 // 4-7 block b+1's, each scaled by its dw * dx. The -8 of every weight comes off at the end as
-// sum_b dw_b * (8 dx_b sum(x_b)), the c8 of QuantizedRows: two vector operations per eight blocks
-// instead of a correction per block.
-#ifndef AHEAD_Q4
-#define AHEAD_Q4 1024
-#endif
-static ONE_COPY float dot_q4_x86(const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int nb) {
+// sum_b dw_b * (8 dx_b sum(x_b)), the c8 of QuantizedRows, instead of a correction per block.
+static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
+    const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
+    const int nb = (int)(cp / Q8_BLOCK);
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m256 corr = _mm256_setzero_ps();
+    const uint8_t *w[DOT_ROWS];
+    const _Float16 *dw[DOT_ROWS];
+    __m256 acc[DOT_ROWS];
+    for (int k = 0; k < DOT_ROWS; k++) {
+        const int row = r + (k < nr ? k : nr - 1) * step;
+        w[k] = (const uint8_t *)m->data + (size_t)row * cp / 2;
+        dw[k] = (const _Float16 *)m->scale + (size_t)row * nb;
+        acc[k] = _mm256_setzero_ps();
+    }
     int b = 0;
     for (; b + 8 <= nb; b += 8) {
-        const uint8_t *wb = w + b * Q8_BLOCK / 2;
-        if (AHEAD_Q4) {
-            _mm_prefetch((const char *)wb + AHEAD_Q4, _MM_HINT_T0);
-            _mm_prefetch((const char *)wb + AHEAD_Q4 + 64, _MM_HINT_T0);
-        }
-        const __m256 dwb = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b)));
-        const __m256 d = _mm256_mul_ps(dwb, _mm256_loadu_ps(xr->d + b));
-        corr = _mm256_fmadd_ps(dwb, _mm256_loadu_ps(xr->c8 + b), corr);
+        const __m256 dx = _mm256_loadu_ps(xr->d + b);
+        __m256 d[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++)
+            d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx);
 #pragma GCC unroll 4
         for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(wb + p * Q8_BLOCK));
-            const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-            const int8_t *xp = xr->pairs + (b + 2 * p) * Q8_BLOCK;
-            const __m256i s16 =
-                _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xp)),
-                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xp + 32))));
-            const __m256 dp = _mm256_permutevar8x32_ps(
-                d, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
-            acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), dp, acc[p]);
+            const int8_t *xp = xr->pairs + (size_t)(b + 2 * p) * Q8_BLOCK;
+            const __m256i xlo = _mm256_loadu_si256((const __m256i *)xp);
+            const __m256i xhi = _mm256_loadu_si256((const __m256i *)(xp + 32));
+            const __m256i sel =
+                _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                const uint8_t *wb = w[k] + (size_t)(b + 2 * p) * Q8_BLOCK / 2;
+                const __m256i v = _mm256_loadu_si256((const __m256i *)wb);
+                const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
+                                         _mm256_permutevar8x32_ps(d[k], sel), acc[k]);
+            }
         }
     }
-    // The last blocks, one at a time, from x in its own order.
+    // The -8s of the vector part, then the last blocks one at a time from x in its own order.
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
-    return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum8(corr) +
-           dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b);
+    for (int k = 0; k < nr; k++) {
+        __m256 corr = _mm256_setzero_ps();
+        for (int j = 0; j < b; j += 8)
+            corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + j))),
+                                   _mm256_loadu_ps(xr->c8 + j), corr);
+        out[k] = hsum8(acc[k]) - hsum8(corr) + dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b);
+    }
 }
-#endif
+
+static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x, const QuantizedRow *xq) {
+    switch (m->dtype) {
+    case DTYPE_F32: dots_f32_x86(out, m, r, step, nr, x); break;
+    case DTYPE_F16: dots_f16_x86(out, m, r, step, nr, x); break;
+    case DTYPE_Q8_0: dots_q8_x86(out, m, r, step, nr, xq); break;
+    default: dots_q4_x86(out, m, r, step, nr, xq); break;
+    }
+}
 
 #ifdef USE_AVX512
+// The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
+static inline __mmask16 first_lanes(int k) { return k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1); }
+
 // Transpose a 16 x 16 block of 32-bit values held in 16 vectors, in four rounds of shuffles that
 // exchange ever larger pieces: single values, pairs, 4-value quarters, 8-value halves.
 static inline void transpose16(__m512 r[16]) {
@@ -815,12 +740,9 @@ static void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *
 
 // ---------------------------------------------------------------------------------------------
 // Which microkernels this build replaces: all of them, each with its AVX-512 version where one is
-// written above and the AVX2 one otherwise; the q8_0 packing only with AVX-512 (plain C is as fast
+// written above and the 256-bit one otherwise; the q8_0 packing only with AVX-512 (plain C is as fast
 // with 32-byte vectors).
-#define dot_f32          dot_f32_x86
-#define dot_f16          dot_f16_x86
-#define dot_q8           dot_q8_x86
-#define dot_q4           dot_q4_x86
+#define dot_rows         dot_rows_x86
 #define pack_w_f32       pack_w_f32_x86
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86

@@ -140,6 +140,8 @@ static void check_case(DType t, int rows, int cols, int n) {
     float *one = malloc(sizeof(float) * n * rows), *other = malloc(sizeof(float) * n * rows);
     for (int i = 0; i < n * cols; i++)
         x[i] = uniform() * (i % 5 == 0 ? 4 : 1); // uneven blocks
+    for (int i = 0; i < n * rows; i++) // an output the product forgets to write fails the bound
+        fast[i] = one[i] = other[i] = 1e30f;
     matmul_ref(ref, x, m, n);
     mm(fast, x, m, n, 2);
     for (int i = 0; i < n; i++)
@@ -428,10 +430,12 @@ static void check_many(DType t, int cols, int n) {
 
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
-    // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill.
+    // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill;
+    // decode's tiles of 256 rows (4 rows 64 apart at a time) full, short, and both in one matrix.
     static const int cases[][3] = {
         {1, 1, 1},     {3, 5, 1},     {5, 7, 4},     {33, 172, 1},  {33, 172, 5},    {67, 172, 13},   {100, 64, 12},
         {31, 300, 25}, {257, 96, 64}, {64, 2048, 1}, {64, 2048, 3}, {45, 1000, 300}, {40, 1000, 600}, {17, 5000, 37},
+        {256, 40, 1},  {611, 72, 1},  {515, 33, 2},
     };
     for (DType t = 0; t < DTYPE_COUNT; t++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
