@@ -221,6 +221,30 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
     }
 }
 
+// Context shift: every layer's positions from .. from+n-1 move down to to .. to+n-1, the keys turned
+// by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
+// Ascending order never overwrites a position before it is read, since to < from.
+void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin) {
+    const int hd = c->head_dim;
+#pragma omp parallel for collapse(2)
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            void *keys = head_keys(c, l, h), *values = head_values(c, l, h);
+            const size_t vsize = kv_size(c->value_type);
+            for (int i = 0; i < n; i++) {
+                for (int p = 0; p < hd / 2; p++) { // RoPE's pair (x0, x1) turned by -angle
+                    const float x0 = kv_get(keys, c->key_type, key_at(hd, from + i, 2 * p));
+                    const float x1 = kv_get(keys, c->key_type, key_at(hd, from + i, 2 * p + 1));
+                    const float cs = cos ? cos[p] : 1, sn = sin ? sin[p] : 0;
+                    kv_put(keys, c->key_type, key_at(hd, to + i, 2 * p), x0 * cs + x1 * sn);
+                    kv_put(keys, c->key_type, key_at(hd, to + i, 2 * p + 1), x1 * cs - x0 * sn);
+                }
+                memmove((char *)values + (size_t)(to + i) * hd * vsize, (char *)values + (size_t)(from + i) * hd * vsize,
+                        hd * vsize);
+            }
+        }
+}
+
 float kv_key(const KVCache *c, int layer, int pos, int i) {
     return kv_get(head_keys(c, layer, i / c->head_dim), c->key_type, key_at(c->head_dim, pos, i % c->head_dim));
 }

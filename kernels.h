@@ -96,6 +96,11 @@ void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *si
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n);
+// Context shift: move positions from .. from+n-1 of every layer to to .. to+n-1 (to < from), keys
+// turned by the angles -(from - to) theta_i, given as cos and sin (head_dim / 2 each): R(a) R(b) =
+// R(a + b), so a key rotated for position p becomes the key rotated for p - (from - to). NULL cos
+// and sin move the keys as they are (cached un-rotated: dynamic NTK).
+void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
 // kv_key_seen: the key coordinate as attention uses it, rotated by c->rotation when there is one.
 float kv_key(const KVCache *c, int layer, int pos, int i);

@@ -276,3 +276,27 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
     *logits = s->logits;
     return 0;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Context shift (README, "Past the end of the context"). A cached key is R(p theta) k: rotated for
+// its position p. Moved to p - drop, it must become R((p - drop) theta) k = R(-drop theta) R(p theta) k
+// (rotations add: R(a) R(b) = R(a + b)), so each moved key is turned back by drop theta_i, with no
+// need for the token or the layer input that made it. The angle is computed in double from the
+// frequencies; YaRN's magnitude, folded into its cos and sin, stays as it was. Under dynamic NTK the
+// keys are cached un-rotated and only move; the next forward's shorter length gives the base, and
+// every key is turned with it as attention reads it.
+int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, size_t errlen) {
+    RunState *s = &t->state;
+    if (keep < 0 || drop < 1 || len > t->run.ctx || keep > len - drop) {
+        snprintf(err, errlen, "shift: cannot keep %d and drop %d of %d cached positions", keep, drop, len);
+        return -1;
+    }
+    const int half = t->config.head_dim / 2;
+    float cos_d[512], sin_d[512]; // head_dim <= 1024 (loader.c)
+    for (int i = 0; i < half; i++) {
+        cos_d[i] = (float)cos(drop * t->rope.inv_freq[i]);
+        sin_d[i] = (float)sin(drop * t->rope.inv_freq[i]);
+    }
+    kv_shift(&s->kv, keep + drop, keep, len - keep - drop, s->rotation ? NULL : cos_d, s->rotation ? NULL : sin_d);
+    return 0;
+}

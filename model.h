@@ -197,4 +197,10 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run);
 int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int seq_len, int all_logits, float **logits,
                         char *err, size_t errlen);
 
+// Context shift, for generating past a full cache of len positions: keep the first `keep`, drop the
+// `drop` after them, and move the rest down by `drop` (keys turned to their new positions, values
+// as they are). The cache then holds len - drop positions; the caller continues from there.
+// Returns 0, or -1 with a message in err when keep + drop > len.
+int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, size_t errlen);
+
 #endif

@@ -36,6 +36,7 @@ typedef struct {
     const char *prompt;
     const char *prompt_file; // -f: the prompt is this file's bytes
     int n_predict;           // tokens to generate
+    int keep;                // --keep: positions a context shift keeps at the start
     double temp;             // 0 = greedy
     double top_p;
     long seed;
@@ -72,6 +73,7 @@ static const Flag FLAGS[] = {
     {{"-f", "--file"}, FLAG_TEXT, offsetof(Options, prompt_file), 0, 0, 0, 1},
     {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0, 0},
     {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0, 1},
+    {{"--keep"}, FLAG_INT, offsetof(Options, keep), 0, 1 << 24, 0, 1},
     {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0, 1},
     {{"-p", "--top-p"}, FLAG_REAL, offsetof(Options, top_p), 0, 1, 1, 1},
     {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0, 1},
@@ -99,7 +101,10 @@ static void usage(FILE *f) {
                "\n"
                "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
                "  -f, --file FILE          the prompt is the text of FILE (instead of -i)\n"
-               "  -n, --n-predict N        tokens to generate [0, 1073741824] (default 256)\n"
+               "  -n, --n-predict N        tokens to generate [0, 1073741824] (default 256); past a full\n"
+               "                           context the oldest half of it is dropped (context shift)\n"
+               "      --keep N             a context shift keeps the first N tokens [0, 16777216]\n"
+               "                           (default 4: BOS and 3 more, attention's sinks)\n"
                "  -t, --temp T             temperature, 0 = greedy [0, 1e6] (default 1.0)\n"
                "  -p, --top-p P            nucleus sampling (0, 1] (default 0.9)\n"
                "  -s, --seed N             random seed [0, 9000000000000000000] (default: time)\n"
@@ -160,7 +165,7 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
 // Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
     *o = (Options){
-        .n_predict = 256, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512, .rope = {.mode = -1}};
+        .n_predict = 256, .keep = 4, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512, .rope = {.mode = -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -402,8 +407,10 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     }
     double t1 = now();
 
-    // Decode: sample, print, feed back, until n_predict tokens, an end of text, or a full context.
-    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0;
+    // Decode: sample, print, feed back, until n_predict tokens or an end of text. When the context
+    // is full, a context shift (README, "Past the end of the context") keeps the first --keep
+    // positions, drops the oldest half of the rest and moves the others down to make room.
+    int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0, steps = 0, shifts = 0;
     const char *stop = NULL;
     while (!status && generated < o->n_predict) {
         int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
@@ -416,11 +423,17 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         prev = next;
         if (generated == o->n_predict) break;
         if (pos >= t->run.ctx) {
-            stop = "context full (hint: --ctx)";
-            break;
+            const int drop = (pos - o->keep) / 2;
+            if (drop < 1) {
+                stop = "context full (hint: a larger --ctx or a smaller --keep)";
+                break;
+            }
+            status = transformer_shift(t, pos, o->keep, drop, err, sizeof err);
+            pos -= drop;
+            shifts++;
         }
-        status = transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
-        pos++;
+        if (!status) status = transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
+        pos++, steps++;
     }
     double t2 = now();
     if (status) {
@@ -430,15 +443,18 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         return 1;
     }
     // The first token came from the prompt's logits: generation's speed counts forward passes.
-    const int steps = pos - n_prompt;
     printf("\n");
     fflush(stdout);
+    char shifted[80] = "";
+    if (shifts)
+        snprintf(shifted, sizeof shifted, " | context shifts: %d (kept %d, dropped %d each)", shifts, o->keep,
+                 (t->run.ctx - o->keep) / 2);
     fprintf(stderr,
             "\nprompt: %d token%s in %.3f s (%.1f tok/s) | generation: %d token%s, %d decode step%s in %.3f s "
-            "(%.1f tok/s) | threads %d%s%s\n",
+            "(%.1f tok/s) | threads %d%s%s%s\n",
             n_prompt, plural(n_prompt), t1 - t0, n_prompt / (t1 - t0), generated, plural(generated), steps,
-            plural(steps), t2 - t1, steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, stop ? " | stopped: " : "",
-            stop ? stop : "");
+            plural(steps), t2 - t1, steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, shifted,
+            stop ? " | stopped: " : "", stop ? stop : "");
     free(cand);
     free(ids);
     return 0;

@@ -7,7 +7,9 @@
 What it measures, per model x weight type x thread count, each the median of --runs runs of ./run:
   pp   prompt processing: a prompt of exactly 512 tokens (BOS included), tokens/s
   tg   decode: 128 tokens generated after that prompt, tokens/s
-  tg@4k  decode at position ~4000: a 4000-token prompt with --ctx 4096, then 32 tokens
+  tg@4k  decode at position ~4000: a 4000-token prompt with --ctx 4096 --rope-scaling ntk, then 32
+         tokens; and the same with --rope-scaling dynamic, run for run after it, whose time per
+         token over ntk's is the cost of re-basing every key at every step (issue: dynamic at full speed)
   RSS  peak resident memory of the process (GNU time), next to the banner's weights + KV cache
 and the read bandwidth (bench/bwprobe, measured again before each cell, since other processes on a
 shared machine change it), from which the decode roofline:
@@ -139,10 +141,10 @@ def prompt_text(tokenizer, n_tokens):
 
 # --- Running ./run ---------------------------------------------------------------------------------
 
-def run_once(model, tokenizer, prompt, n_gen, threads, ctx):
+def run_once(model, tokenizer, prompt, n_gen, threads, ctx, extra=()):
     """One ./run: (prompt tokens, pp tok/s, generated, tg tok/s, peak RSS MiB, banner numbers)."""
     cmd = [str(REPO / "run"), str(model), "-z", str(tokenizer), "-i", prompt, "-n", str(n_gen), "-t", "0",
-           "--threads", str(threads), "--ctx", str(ctx)]
+           "--threads", str(threads), "--ctx", str(ctx), *extra]
     # Peak RSS through /usr/bin/time: the kernel's figure for a child of this process would include
     # the memory of the Python process it was forked from.
     proc = subprocess.run([TIME, "-f", "bench-maxrss-kb %M"] + cmd, stdout=subprocess.DEVNULL,
@@ -160,14 +162,16 @@ def median_of(runs, key):
     return statistics.median(r[key] for r in runs)
 
 
-def measure(model, tokenizer, prompt, n_gen, threads, ctx, runs, expect_prompt):
-    results = []
+def measure(model, tokenizer, prompt, n_gen, threads, ctx, runs, expect_prompt, modes=((),)):
+    """runs x each of `modes` (extra arguments), alternating the modes run for run: a list per mode."""
+    results = [[] for _ in modes]
     for _ in range(runs):
-        r = run_once(model, tokenizer, prompt, n_gen, threads, ctx)
-        if r["n_prompt"] != expect_prompt:
-            raise SystemExit(f"bench: the prompt is {r['n_prompt']} tokens, not {expect_prompt}")
-        results.append(r)
-    return results
+        for i, extra in enumerate(modes):
+            r = run_once(model, tokenizer, prompt, n_gen, threads, ctx, extra)
+            if r["n_prompt"] != expect_prompt:
+                raise SystemExit(f"bench: the prompt is {r['n_prompt']} tokens, not {expect_prompt}")
+            results[i].append(r)
+    return results if len(modes) > 1 else results[0]
 
 
 def window_speed(model, tokenizer, batch, threads, runs):
@@ -265,8 +269,9 @@ def main():
             for threads in args.threads:
                 log(f"bench: {shape} {dtype} threads {threads}")
                 short = measure(model, tok, prompt, GEN_TOKENS, threads, CTX, args.runs, PROMPT_TOKENS)
-                long = None if args.no_long else measure(model, tok, long_prompt, LONG_GEN, threads, LONG_CTX,
-                                                         args.runs, LONG_PROMPT)
+                long, dyn = (None, None) if args.no_long else measure(
+                    model, tok, long_prompt, LONG_GEN, threads, LONG_CTX, args.runs, LONG_PROMPT,
+                    modes=(("--rope-scaling", "ntk"), ("--rope-scaling", "dynamic")))
                 w, kv = decode_bytes(header, PROMPT_TOKENS + GEN_TOKENS // 2)
                 bw = bandwidth()
                 for t, g in bw.items():
@@ -280,11 +285,13 @@ def main():
                 if long:
                     lw, lkv = decode_bytes(header, LONG_PROMPT + LONG_GEN // 2)
                     row.update(tg4k=median_of(long, "tg"), rss4k=max(r["rss"] for r in long),
-                               kv4k=long[0]["kv"], roof4k=(lw + lkv) * median_of(long, "tg") / 1e9 / gbps)
+                               kv4k=long[0]["kv"], roof4k=(lw + lkv) * median_of(long, "tg") / 1e9 / gbps,
+                               dyn4k=median_of(dyn, "tg"))
                 row["gbps"] = gbps
                 rows.append(row)
                 log(f"bench:   pp {row['pp']:.1f} tok/s, tg {tg:.2f} tok/s ({row['roof']:.0%} of roofline)"
-                    + (f", tg@4k {row['tg4k']:.2f} tok/s" if long else ""))
+                    + (f", tg@4k {row['tg4k']:.2f} tok/s, dynamic {row['dyn4k']:.2f} tok/s "
+                       f"({row['tg4k'] / row['dyn4k']:.2f}x the time per token)" if long else ""))
     windows = []
     for shape, dtype in () if args.no_window else WINDOW_MODELS:
         if shape in args.shape:
@@ -305,21 +312,24 @@ def main():
                          f"{statistics.median(g):.1f})" for t, g in sorted(bw_seen.items())) + ".",
              f"Medians of {args.runs} runs. pp = {PROMPT_TOKENS}-token prompt, tg = {GEN_TOKENS} tokens decoded "
              f"after it (--ctx {CTX}), tg@4k = {LONG_GEN} tokens decoded from position {LONG_PROMPT} "
-             f"(--ctx {LONG_CTX}). Roofline = read bandwidth / bytes per decode step (weights + KV cache read).",
+             f"(--ctx {LONG_CTX} --rope-scaling ntk); dynamic = the same with --rope-scaling dynamic, run for run "
+             "after it, and its time per token over ntk's. "
+             "Roofline = read bandwidth / bytes per decode step (weights + KV cache read).",
              "", "| model | weights | threads | pp tok/s | tg tok/s | tg GB/s (probe) | tg roofline | tg@4k tok/s "
-             "| tg@4k roofline | peak RSS MiB | weights + KV MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| tg@4k roofline | dynamic tg@4k tok/s (time / ntk) | peak RSS MiB | weights + KV MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         budget = f"{r['weights']:.0f} + {r['kv']:.0f}"
         rss = f"{r['rss']:.0f}"
         tg4k = f"{r['tg4k']:.2f}" if "tg4k" in r else "-"
         roof4k = f"{r['roof4k']:.0%}" if "roof4k" in r else "-"
+        dyn4k = f"{r['dyn4k']:.2f} ({r['tg4k'] / r['dyn4k']:.2f}x)" if "dyn4k" in r else "-"
         if "tg4k" in r:
             budget += f" (4k: {r['weights']:.0f} + {r['kv4k']:.0f})"
             rss += f" (4k: {r['rss4k']:.0f})"
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | {r['pp']:.1f} | {r['tg']:.2f}"
                      f"{'' if r['n_gen'] == GEN_TOKENS else ' (' + str(r['n_gen']) + ' tokens)'} | {r['read']:.1f} ({r['gbps']:.1f}) "
-                     f"| {r['roof']:.0%} | {tg4k} | {roof4k} | {rss} | {budget} |")
+                     f"| {r['roof']:.0%} | {tg4k} | {roof4k} | {dyn4k} | {rss} | {budget} |")
     if windows:
         lines += ["", f"One {WINDOW}-token window of `--ppl` (2 threads): blocks of 512 tokens (matrix x matrix) "
                   "against one token at a time (`-b 1`, matrix x vector):", "",

@@ -109,8 +109,8 @@ def test_help_ranges_are_the_parsers(c_tools):
         m = re.search(r"^\s+(?:-\w, )?(--[\w-]+).*?([\[(])([\d.e+-]+), ([\d.e+-]+)\]", line)
         if m:
             ranges[m[1]] = (m[2] == "(", m[3], m[4])
-    assert set(ranges) == {"--n-predict", "--temp", "--top-p", "--seed", "--ctx", "--threads", "--batch-size",
-                           "--ppl-windows", "--rope-factor", "--rope-alpha"}, ranges
+    assert set(ranges) == {"--n-predict", "--keep", "--temp", "--top-p", "--seed", "--ctx", "--threads",
+                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha"}, ranges
     assert "RoPE base > 0" in out
     ranges["--rope-base"] = (True, "0", "1e300")
     for flag, (open_lo, lo, hi) in ranges.items():
@@ -205,10 +205,30 @@ def test_edge_values_accepted(c_tools):
 # --- Prompts -------------------------------------------------------------------------------------
 
 def test_prompt_fills_the_context_exactly(c_tools):
-    # BOS alone is one token: --ctx 1 holds it, one token is generated, then the context is full.
+    # BOS alone is one token: --ctx 1 holds it, one token is generated, then the context is full and
+    # a context shift keeping 4 tokens has nothing to drop.
     code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "1", "-n", "5", "-t", "0")
     assert code == 0, err
-    assert "stopped: context full" in err
+    assert "stopped: context full (hint: a larger --ctx or a smaller --keep)" in err
+
+
+@pytest.mark.parametrize("args", [[], ["--rope-scaling", "dynamic"], ["--rope-scaling", "yarn", "-ctk", "f16"]])
+def test_generation_runs_past_the_context(c_tools, args):
+    # Ten times --ctx tokens, greedy: the context fills and shifts again and again (README, "Past the
+    # end of the context"); the summary line counts the shifts.
+    code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "48", "-n", "480", "-t", "0", "-i", "Once upon a time", *args)
+    assert code == 0, err
+    assert "generation: 480 tokens, 479 decode steps" in err, err
+    assert "context shifts: 20 (kept 4, dropped 22 each)" in err, err
+
+
+def test_context_shift_without_sinks(c_tools):
+    # --keep 0 drops BOS too: it runs, but this model then soon ends its text (StreamingLLM's point:
+    # the first tokens are where attention rests).
+    code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "48", "-n", "480", "-t", "0", "-i", "Once upon a time",
+                         "--keep", "0")
+    assert code == 0, err
+    assert re.search(r"context shifts: \d+ \(kept 0, dropped 24 each\)", err), err
 
 
 def test_invalid_utf8_prompt(c_tools):

@@ -7,6 +7,13 @@
 // attention sees it (kv_key_seen) must be the cached raw key rotated, in double, with the
 // frequencies of the current length (601), within 2e-6 of the key's size; and (negative control)
 // it must not match the frequencies of the length before (600).
+//
+// Context shift (transformer_shift): after a 64-token prompt in a 64-token cache, keep 4 and drop
+// 30; every moved key of layer 0 (whose keys depend on the token alone, not on the context) must
+// equal the key of a fresh run of the 34 remaining tokens at their new positions, within 2e-6 of the
+// key's size with f32 keys (2e-3 with f16 keys, rounded again when turned) in every RoPE mode; under
+// dynamic NTK (keys cached un-rotated) exactly. Negative control: moving the keys without turning
+// them must be off by more than 1e-2.
 // Run: ./tests/test_model data/stories260K/stories260K.bin   (part of `make test`)
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +53,70 @@ static double worst_against(const Transformer *t, int len, int at) {
     return worst;
 }
 
+// Layer 0's cached keys at positions 0 .. len-1 (kv_key: as stored), (len, kv_dim) into out.
+static void layer0_keys(const Transformer *t, int len, float *out) {
+    const int kvd = t->config.n_kv_heads * t->config.head_dim;
+    for (int j = 0; j < len; j++)
+        for (int i = 0; i < kvd; i++)
+            out[(size_t)j * kvd + i] = kv_key(&t->state.kv, 0, j, i);
+}
+
+// Load the model and prepare a cache of ctx tokens with `mode` (factor 2 where it takes one) and key
+// type kt, then run `ids` (n tokens) as one sequence. 0 on success.
+static int start(Transformer *t, const char *path, int mode, DType kt, const int *ids, int n, int ctx) {
+    char err[600];
+    float *logits;
+    RunConfig run = {.ctx = ctx, .max_batch = 64, .cache_k = kt, .cache_v = DTYPE_F32};
+    RopeOverrides o = {.mode = mode, .factor = mode == ROPE_SCALING_DYNAMIC || mode == ROPE_SCALING_NONE ? 0 : 2};
+    if (transformer_load(t, path, err, sizeof err) ||
+        rope_params_resolve(&run.rope, &t->config.rope, run.ctx, &o, err, sizeof err) ||
+        transformer_prepare(t, &run, err, sizeof err) != PREPARE_OK ||
+        transformer_forward(t, ids, n, 0, n, 0, &logits, err, sizeof err)) {
+        fprintf(stderr, "test_model: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+// Context shift in one mode: the worst |shifted - fresh| / |key| over layer 0's moved keys, with the
+// keys turned (transformer_shift) or, for the negative control, only moved (kv_shift without angles).
+static double shift_error(const char *path, int mode, DType kt, int turn) {
+    enum { CTX = 64, KEEP = 4, DROP = 30, LEFT = CTX - DROP };
+    int ids[CTX], rest[LEFT];
+    for (int i = 0; i < CTX; i++)
+        ids[i] = (i * 37 + 11) % 512;
+    for (int i = 0; i < LEFT; i++)
+        rest[i] = ids[i < KEEP ? i : i + DROP];
+    Transformer a, b;
+    char err[300];
+    if (start(&a, path, mode, kt, ids, CTX, CTX) || start(&b, path, mode, kt, rest, LEFT, CTX)) return INFINITY;
+    if (turn ? transformer_shift(&a, CTX, KEEP, DROP, err, sizeof err)
+             : (kv_shift(&a.state.kv, KEEP + DROP, KEEP, LEFT - KEEP, NULL, NULL), 0)) {
+        fprintf(stderr, "test_model: %s\n", err);
+        return INFINITY;
+    }
+    const int kvd = a.config.n_kv_heads * a.config.head_dim, hd = a.config.head_dim;
+    float *x = malloc(sizeof(float) * LEFT * kvd), *y = malloc(sizeof(float) * LEFT * kvd);
+    layer0_keys(&a, LEFT, x);
+    layer0_keys(&b, LEFT, y);
+    double worst = 0;
+    for (int j = 0; j < LEFT; j++)
+        for (int h = 0; h < a.config.n_kv_heads; h++) {
+            const float *xs = x + (size_t)j * kvd + h * hd, *ys = y + (size_t)j * kvd + h * hd;
+            double norm = 1e-30, diff = 0;
+            for (int d = 0; d < hd; d++) {
+                norm += (double)ys[d] * ys[d];
+                diff = fmax(diff, fabs((double)xs[d] - ys[d]));
+            }
+            worst = fmax(worst, diff / sqrt(norm));
+        }
+    free(x);
+    free(y);
+    transformer_free(&a);
+    transformer_free(&b);
+    return worst;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_model stories260K.bin\n");
@@ -81,7 +152,23 @@ int main(int argc, char **argv) {
     printf("%-4s dynamic, 600-token prompt + 1 step: cached keys vs raw keys rotated in double at length 601: "
            "max diff %.3e (tol 2e-6); at length 600 (must differ): %.3e (> 1e-4)\n",
            ok ? "ok" : "FAIL", now, before);
-    printf("test_model: %s\n", ok ? "ok" : "FAIL");
     transformer_free(&t);
-    return ok ? 0 : 1;
+
+    int all = ok;
+    for (int mode = 0; mode < ROPE_SCALING_COUNT; mode++)
+        for (int half = 0; half < 2; half++) {
+            const DType kt = half ? DTYPE_F16 : DTYPE_F32;
+            const double tol = mode == ROPE_SCALING_DYNAMIC ? 0 : half ? 2e-3 : 2e-6;
+            const double turned = shift_error(argv[1], mode, kt, 1);
+            const double moved = mode == ROPE_SCALING_DYNAMIC ? INFINITY : shift_error(argv[1], mode, kt, 0);
+            const int good = turned <= tol && moved > 1e-2;
+            all &= good;
+            char control[64] = "none (keys cached un-rotated: moving them is the shift)";
+            if (mode != ROPE_SCALING_DYNAMIC) snprintf(control, sizeof control, "%.3e (> 1e-2)", moved);
+            printf("%-4s context shift, %-7s keys %s, keep 4 drop 30 of 64: layer 0's moved keys vs a fresh run "
+                   "at the new positions: max diff %.3e (tol %g); moved without turning (must differ): %s\n",
+                   good ? "ok" : "FAIL", rope_scaling_name(mode), dtype_name(kt), turned, tol, control);
+        }
+    printf("test_model: %s\n", all ? "ok" : "FAIL");
+    return all ? 0 : 1;
 }
