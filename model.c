@@ -198,6 +198,26 @@ static void rope_qk(Transformer *t, int n, int pos) {
     }
 }
 
+// log-n attention scaling (--attn-logn): the query at position m is multiplied by
+// max(1, ln(m + 1) / ln(L)), L the trained context (Su 2021, kexue.fm/archives/8823). Past L a query
+// spreads its attention over more keys than training ever showed it; since the scores are q . k,
+// growing q by the log of the number of keys keeps the softmax about as sharp as it was at L. The
+// formula is the one of bojone/rerope (rerope_patch.py: log(position + 1) / log(training_length),
+// clipped below at 1) and of Qwen's use_logn_attn (log base seq_length of the 1-based index when it
+// exceeds seq_length, else 1): the same factors. Works with every RoPE mode, since a rotation does not
+// change a length.
+static void logn_queries(Transformer *t, int n, int pos) {
+    const int L = t->rope.p.orig_ctx, qd = t->config.n_heads * t->config.head_dim;
+    for (int i = 0; i < n; i++) {
+        const int m = pos + i;
+        if (L < 2 || m + 1 <= L) continue;
+        const float f = (float)(log(m + 1.0) / log((double)L));
+        float *q = t->state.q + (size_t)i * qd;
+        for (int j = 0; j < qd; j++)
+            q[j] *= f;
+    }
+}
+
 // silu(gate) * up, in place in hb: HF act_fn(gate_proj(x)) * up_proj(x), silu(g) = g * sigmoid(g).
 static void swiglu(float *hb, const float *hb2, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -252,6 +272,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
         rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps); // (n, D)
         bad |= qkv_proj(s, lw, n);                            // q (n, qd), k and v (n, kvd)
         rope_qk(t, n, pos);                                              // q, k rotated (dynamic: q only)
+        if (t->run.attn_logn) logn_queries(t, n, pos);                   // --attn-logn: q grown past L
         kv_store(&s->kv, l, s->k, s->v, pos, n);                         // into the cache at pos .. pos+n-1
         attention(s->xb, s->q, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
         bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);              // (n, qd) -> (n, D)

@@ -131,6 +131,7 @@ typedef struct {
     int max_batch; // most tokens one forward call takes (prefill block)
     DType cache_k, cache_v; // types of the cached keys and values: DTYPE_F32 or DTYPE_F16
     RopeParams rope;
+    int attn_logn; // 1: a query at position m >= L scaled by ln(m + 1) / ln(L) (--attn-logn; model.c)
 } RunConfig;
 
 // Activations for a block of up to B = max_batch tokens, the KV cache, and the kernels' scratch.

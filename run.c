@@ -47,6 +47,7 @@ typedef struct {
     int ppl_windows;       // 0 = all windows
     const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
+    int attn_logn;                 // --attn-logn (a switch)
     RopeOverrides rope;
     const char *gen_flag;      // the first generation-only flag given (-i -f -n -t -p -s), which --ppl refuses
     const char *mode;          // -m: "generate" (default) or "chat"
@@ -55,9 +56,10 @@ typedef struct {
 } Options;
 
 // The flags: names, what kind of value, where it goes, its allowed range [lo, hi] (lo excluded
-// when open), and whether only generation uses it. Every flag takes a value. usage() shows the
+// when open), and whether only generation uses it. Every flag takes a value but the switches
+// (FLAG_SWITCH: the flag alone sets an int to 1). usage() shows the
 // same ranges; tests/test_errors.py checks the two agree.
-typedef enum { FLAG_TEXT, FLAG_INT, FLAG_LONG, FLAG_REAL } FlagKind;
+typedef enum { FLAG_TEXT, FLAG_INT, FLAG_LONG, FLAG_REAL, FLAG_SWITCH } FlagKind;
 
 typedef struct {
     const char *names[3];
@@ -88,6 +90,7 @@ static const Flag FLAGS[] = {
     {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
     {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
     {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
+    {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
     {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
     {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
     {{"--chat-template"}, FLAG_TEXT, offsetof(Options, chat_template), 0, 0, 0, 1},
@@ -136,6 +139,8 @@ static void usage(FILE *f) {
                "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
                "                           (alias --rope-freq-base)\n"
                "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
+               "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
+               "                           ln(m + 1) / ln(L); combines with every mode\n"
                "  -h, --help               this text\n");
 }
 
@@ -187,6 +192,10 @@ static int parse_args(int argc, char **argv, Options *o) {
         if (!f) {
             fprintf(stderr, "error: unknown option '%s' (see --help)\n", a);
             return -1;
+        }
+        if (f->kind == FLAG_SWITCH) {
+            *(int *)((char *)o + f->offset) = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "error: %s needs a value (see --help)\n", a);
@@ -810,8 +819,8 @@ static void banner(const Transformer *t, const char *path) {
     } else if (r->eff_base != r->p.base) {
         fprintf(stderr, " (effective %g)", r->eff_base);
     }
-    fprintf(stderr, ", factor %g, trained context L = %d, attention factor %g\n", r->p.factor, r->p.orig_ctx,
-            r->mscale);
+    fprintf(stderr, ", factor %g, trained context L = %d, attention factor %g%s\n", r->p.factor, r->p.orig_ctx,
+            r->mscale, t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
 // What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
@@ -833,7 +842,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     const Config *c = &t->config;
     char err[300];
     // Default context: the one the model was trained at, L (not the largest its scaling supports).
-    *run = (RunConfig){.ctx = o->ctx ? o->ctx : c->rope.orig_ctx, .max_batch = o->batch};
+    *run = (RunConfig){.ctx = o->ctx ? o->ctx : c->rope.orig_ctx, .max_batch = o->batch, .attn_logn = o->attn_logn};
     const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
     DType *set[2] = {&run->cache_k, &run->cache_v};
     for (int i = 0; i < 2; i++) {

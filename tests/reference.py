@@ -241,8 +241,9 @@ class Reference:
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(self.dtype)
 
-    def forward(self, ids, inv_freq, mscale):
-        """Logits (n, V) in dtype for token ids at positions 0 .. n-1 with the given RoPE table."""
+    def forward(self, ids, inv_freq, mscale, logn_L=None):
+        """Logits (n, V) in dtype for token ids at positions 0 .. n-1 with the given RoPE table; with
+        logn_L, log-n attention scaling: queries times max(1, ln(m + 1) / ln(logn_L)) (bojone/rerope)."""
         ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
         n, hd, H, KV = ids.shape[0], self.head_dim, self.n_heads, self.n_kv_heads
         # RoPE (LlamaRotaryEmbedding.forward): freqs = m * inv_freq, emb = cat(freqs, freqs), cos and
@@ -261,6 +262,9 @@ class Reference:
             v = (a @ lw["v_proj"].T).view(n, KV, hd).transpose(0, 1)                # (KV, n, hd)
             # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin (pair i = (x[i], x[i+hd/2]))
             q = q * cos + rotate_half(q) * sin
+            if logn_L:  # per position m: max(1, ln(m + 1) / ln(L)), a rotation commutes with it
+                grow = np.maximum(1.0, np.log(np.arange(1, n + 1, dtype=np.float64)) / math.log(logn_L))
+                q = q * torch.from_numpy(grow).to(self.dtype)[None, :, None]
             k = k * cos + rotate_half(k) * sin
             # repeat_kv: query head h reads kv head h // (H/KV)
             k = k.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
@@ -281,12 +285,13 @@ class Reference:
         return x @ self.lm_head.T                                                   # (n, V)
 
     @torch.no_grad()
-    def logits(self, token_ids, rope=None, ctx=None):
+    def logits(self, token_ids, rope=None, ctx=None, logn=False):
         """(n, V) float64 numpy logits of one forward pass over token_ids. All positions use the
-        frequencies for sequence length n, as HF's single prefill does (matters only for dynamic)."""
+        frequencies for sequence length n, as HF's single prefill does (matters only for dynamic).
+        logn: log-n attention scaling past the trained context (run's --attn-logn)."""
         p = self.resolve_rope(rope, ctx)
         inv, ms = rope_tables(p, self.head_dim, len(token_ids))
-        return self.forward(token_ids, inv, ms).to(torch.float64).numpy()
+        return self.forward(token_ids, inv, ms, p["orig_ctx"] if logn else None).to(torch.float64).numpy()
 
     @torch.no_grad()
     def logits_growing(self, token_ids, rope=None, ctx=None):

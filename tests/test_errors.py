@@ -222,6 +222,15 @@ def test_generation_runs_past_the_context(c_tools, args):
     assert "context shifts: 20 (kept 4, dropped 22 each)" in err, err
 
 
+def test_attn_logn_is_a_switch(c_tools):
+    # --attn-logn takes no value: the next argument is the next flag; the banner says what it does.
+    code, out, err = run(LEGACY, "-z", TOK512, "--attn-logn", "-n", "3", "--ctx", "1024", "--rope-scaling", "ntk")
+    assert code == 0, err
+    assert "log-n: queries past L times ln(m + 1) / ln(L)" in err, err
+    code, out, err = run(LEGACY, "-z", TOK512, "-n", "3")
+    assert "log-n" not in err, err
+
+
 def test_context_shift_without_sinks(c_tools):
     # --keep 0 drops BOS too: it runs, but this model then soon ends its text (StreamingLLM's point:
     # the first tokens are where attention rests).

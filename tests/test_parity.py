@@ -145,6 +145,19 @@ def test_stories_at_4x_context(c_tools, mode, stories, tmp_path):
             control=ref.logits(ids, rope={"mode": "none"}, ctx=ctx))
 
 
+@pytest.mark.parametrize("mode", ["none", "ntk", "dynamic", "yarn"])
+def test_logn_at_4x_context(c_tools, mode, stories, tmp_path):
+    # --attn-logn: every query past L = 512 grows by ln(m + 1) / ln(512), up to 1.22x at 2048, in
+    # blocks and decode alike; the control is the same mode without it.
+    model, ref = stories
+    ctx = 4 * 512
+    ids = ref.encode(TEXT.read_text()[:20000])[:ctx]
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", mode, "--attn-logn")
+    compare(f"stories260K-hf, {mode} + log-n, ctx {ctx}", ours,
+            ref.logits(ids, rope={"mode": mode}, ctx=ctx, logn=True),
+            control=ref.logits(ids, rope={"mode": mode}, ctx=ctx))
+
+
 def test_ntk_alpha_and_base_override(c_tools, stories, tmp_path):
     model, ref = stories
     ids = random_ids(1024, ref.vocab_size, seed=9)

@@ -2,7 +2,7 @@
 // can compare them with the PyTorch reference (tests/reference.py).
 //
 //   dump_logits MODEL IDS OUT [--ctx N] [--rope-scaling M] [--rope-factor S] [--rope-base B]
-//               [--rope-alpha A] [--batch B] [--threads T] [--growing]
+//               [--rope-alpha A] [--batch B] [--threads T] [--growing] [--attn-logn]
 //
 // IDS is int32 token ids; OUT gets float32 logits (n, vocab). The ids run from position 0. By
 // default they are one sequence of length n (RoPE length n for every position, as one Hugging
@@ -25,11 +25,11 @@ static int fail(const char *msg) {
 int main(int argc, char **argv) {
     if (argc < 4) return fail("usage: dump_logits MODEL IDS OUT [options]"), 2;
     RopeOverrides ov = {.mode = -1};
-    int ctx = 0, batch = 64, growing = 0;
+    int ctx = 0, batch = 64, growing = 0, logn = 0;
     for (int i = 4; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--growing")) {
-            growing = 1;
+        if (!strcmp(a, "--growing") || !strcmp(a, "--attn-logn")) {
+            *(a[2] == 'g' ? &growing : &logn) = 1;
             continue;
         }
         if (!v) return fail("option without a value"), 2;
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     Transformer t;
     if (transformer_load(&t, argv[1], err, sizeof err)) return fail(err);
     const int V = t.config.vocab_size;
-    RunConfig run = {.ctx = ctx ? ctx : n, .max_batch = growing ? 1 : batch};
+    RunConfig run = {.ctx = ctx ? ctx : n, .max_batch = growing ? 1 : batch, .attn_logn = logn};
     if (rope_params_resolve(&run.rope, &t.config.rope, run.ctx, &ov, err, sizeof err)) return fail(err);
     if (transformer_prepare(&t, &run, err, sizeof err)) return fail(err);
 
