@@ -112,6 +112,8 @@ sanitize:
 	mkdir -p build/sanitize/repo
 	git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - | \
 		tar -xf - -C build/sanitize/repo
+	# the npm oracle that ./setup.sh installed (ignored by git, so not in the list above)
+	if [ -d tests/oracle/node_modules ]; then cp -r tests/oracle/node_modules build/sanitize/repo/tests/oracle/; fi
 	cd build/sanitize/repo && env -u MAKEFLAGS -u MFLAGS CFLAGS="$(SANITIZE)" CXXFLAGS="$(SANITIZE)" \
 		ASAN_OPTIONS=exitcode=86:detect_leaks=1 UBSAN_OPTIONS=exitcode=86:print_stacktrace=1 \
 		$(MAKE) test
