@@ -853,8 +853,8 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
             j -= row_groups(m[i++]->rows);
         const int rows = m[i]->rows, base = j / ROW_SPREAD * DOT_ROWS * ROW_SPREAD, left = rows - base;
         const int step = left >= DOT_ROWS * ROW_SPREAD ? ROW_SPREAD : (left + DOT_ROWS - 1) / DOT_ROWS;
-        const int r = base + j % ROW_SPREAD, nr = (rows - r + step - 1) / step < DOT_ROWS ? (rows - r + step - 1) / step
-                                                                                           : DOT_ROWS;
+        const int r = base + j % ROW_SPREAD, ahead = (rows - r + step - 1) / step; // rows r, r + step, ..
+        const int nr = ahead < DOT_ROWS ? ahead : DOT_ROWS;
         for (int t = 0; t < n; t++) {
             const QuantizedRow xq = qx.q ? row_of(&qx, t, cp, nb) : (QuantizedRow){0};
             float v[DOT_ROWS];

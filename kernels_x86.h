@@ -67,17 +67,15 @@ static inline void store_first8(float *p, int k, __m256 v) {
 // and are not stored, so a row is summed in the same order whichever group it falls in. No software
 // prefetch: with four streams it only slowed them down (docs/speed.md, "Four rows at a time").
 
-// Row r + k step of m's data (`stride` elements of `elem` bytes per row), or the last real row.
-static inline const void *row_at(const Matrix *m, int r, int step, int k, int nr, size_t stride, size_t elem) {
-    return (const char *)m->data + (size_t)(r + (k < nr ? k : nr - 1) * step) * stride * elem;
-}
+// The row a group's k-th dot product reads: r + k step, or the last real one past nr.
+static inline size_t group_row(int r, int step, int k, int nr) { return (size_t)(r + (k < nr ? k : nr - 1) * step); }
 
 static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
     const int n = m->cols;
     const float *w[DOT_ROWS];
     __m256 a[DOT_ROWS][2];
     for (int k = 0; k < DOT_ROWS; k++) {
-        w[k] = row_at(m, r, step, k, nr, (size_t)n, sizeof(float));
+        w[k] = (const float *)m->data + group_row(r, step, k, nr) * n;
         a[k][0] = a[k][1] = _mm256_setzero_ps();
     }
     int i = 0;
@@ -103,7 +101,7 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r, int step, 
     const _Float16 *w[DOT_ROWS];
     __m256 a[DOT_ROWS][2];
     for (int k = 0; k < DOT_ROWS; k++) {
-        w[k] = row_at(m, r, step, k, nr, (size_t)n, sizeof(_Float16));
+        w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
         a[k][0] = a[k][1] = _mm256_setzero_ps();
     }
     int i = 0;
@@ -152,9 +150,9 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r, int step, i
     const float *dw[DOT_ROWS];
     __m256 acc[DOT_ROWS];
     for (int k = 0; k < DOT_ROWS; k++) {
-        const int row = r + (k < nr ? k : nr - 1) * step;
-        w[k] = (const int8_t *)m->data + (size_t)row * cp;
-        dw[k] = (const float *)m->scale + (size_t)row * nb;
+        const size_t row = group_row(r, step, k, nr);
+        w[k] = (const int8_t *)m->data + row * cp;
+        dw[k] = (const float *)m->scale + row * nb;
         acc[k] = _mm256_setzero_ps();
     }
     int b = 0;
@@ -177,16 +175,9 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r, int step, i
             }
         }
     }
-    for (int k = 0; k < nr; k++) {
-        float sum = hsum8(acc[k]);
-        for (int j = b; j < nb; j++) { // the last blocks, one at a time
-            int32_t s = 0;
-            for (int i = 0; i < Q8_BLOCK; i++)
-                s += w[k][j * Q8_BLOCK + i] * xr->q[j * Q8_BLOCK + i];
-            sum += (float)s * (dw[k][j] * xr->d[j]);
-        }
-        out[k] = sum;
-    }
+    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+    for (int k = 0; k < nr; k++)
+        out[k] = hsum8(acc[k]) + dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b);
 }
 
 // q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
@@ -204,9 +195,9 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r, int step, i
     const _Float16 *dw[DOT_ROWS];
     __m256 acc[DOT_ROWS];
     for (int k = 0; k < DOT_ROWS; k++) {
-        const int row = r + (k < nr ? k : nr - 1) * step;
-        w[k] = (const uint8_t *)m->data + (size_t)row * cp / 2;
-        dw[k] = (const _Float16 *)m->scale + (size_t)row * nb;
+        const size_t row = group_row(r, step, k, nr);
+        w[k] = (const uint8_t *)m->data + row * cp / 2;
+        dw[k] = (const _Float16 *)m->scale + row * nb;
         acc[k] = _mm256_setzero_ps();
     }
     int b = 0;
