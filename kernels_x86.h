@@ -15,7 +15,9 @@
 //   - q8_0 and q4_0 dot products are exact integer sums of byte products. The multiply instructions
 //     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
 //     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already;
-//   - scales handled eight blocks at a time, as one vector, not one block at a time;
+//   - scales multiplied eight blocks at a time, as one vector, not one block at a time (q8_0 then
+//     hands each block its scale by a broadcast load, not by a permute across the halves of a
+//     vector, which is slow on Zen 3);
 //   - the prefill microkernels keep a tile of outputs in registers (24 of the 32 AVX-512 registers,
 //     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
 //   - attention works on tiles of up to 3 query rows x 32 positions (or coordinates) in registers,
