@@ -869,10 +869,12 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     int overflow;
     size_t bytes = transformer_state_bytes(c, run, max_threads(), &overflow), avail = available_memory();
     if (overflow || bytes > avail) {
+        const int f32_cache = run->cache_k == DTYPE_F32 && run->cache_v == DTYPE_F32;
         fprintf(stderr,
                 "error: --ctx %d needs %.2f GiB for the KV cache and activations, more than the %.2f GiB "
-                "of memory available (hint: a smaller --ctx)\n",
-                run->ctx, overflow ? INFINITY : bytes / 1073741824.0, avail / 1073741824.0);
+                "of memory available (hint: a smaller --ctx%s)\n",
+                run->ctx, overflow ? INFINITY : bytes / 1073741824.0, avail / 1073741824.0,
+                f32_cache ? ", or -ctk f16 -ctv f16 for a cache of half the size" : "");
         return 1;
     }
     return 0;

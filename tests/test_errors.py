@@ -151,13 +151,17 @@ def test_prompt_longer_than_context(c_tools):
 def test_context_too_large_for_memory(c_tools, tmp_path):
     # 2^24 positions: keys, values and dynamic's un-rotated keys are 32 GiB for this tiny model.
     expect(1, ["needs", "GiB", "--ctx"], LEGACY, "-z", TOK512, "--ctx", str(1 << 24), "--rope-scaling", "dynamic")
-    # 2 layers of 4 kv heads of 32 (kv_dim 128): 2 KiB of keys and values per position, 32 GiB at
-    # --ctx 2^24 with no RoPE scaling, more than this machine (or CI's) has.
-    make_checkpoint(tmp_path / "hf", dim=16, hidden_dim=24, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=32,
+    # 2 layers of 4 kv heads of 64 (kv_dim 256): 4 KiB of f32 keys and values per position, 64 GiB at
+    # --ctx 2^24 with no RoPE scaling (32 GiB in f16), more than this machine (or CI's) has.
+    make_checkpoint(tmp_path / "hf", dim=16, hidden_dim=24, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=64,
                     vocab_size=512, max_pos=64)
     assert run_export(tmp_path / "hf", tmp_path / "m.bin").returncode == 0
-    expect(1, ["--ctx 16777216 needs", "GiB", "hint: a smaller --ctx"], tmp_path / "m.bin", "-z", TOK512,
-           "--ctx", str(1 << 24))
+    expect(1, ["--ctx 16777216 needs", "GiB", "hint: a smaller --ctx, or -ctk f16 -ctv f16"], tmp_path / "m.bin",
+           "-z", TOK512, "--ctx", str(1 << 24))
+    # Already in f16 (16 GiB, still too much): the hint no longer offers f16.
+    err = expect(1, ["--ctx 16777216 needs", "hint: a smaller --ctx)"], tmp_path / "m.bin", "-z", TOK512,
+                 "--ctx", str(1 << 24), "-ctk", "f16", "-ctv", "f16")
+    assert "-ctk f16" not in err
 
 
 # --- Strict numbers: every numeric flag, every way a number can be wrong (exit 2, usage) -----------
