@@ -364,6 +364,22 @@ static int is_end(const Config *c, int id) {
     return id == c->eos_id || id == c->bos_id;
 }
 
+// Room for `need` more tokens after position *pos. While they would pass the end of the context, a
+// context shift (README, "Past the end of the context") keeps the first `keep` positions, drops
+// the oldest half of the rest and moves the others down (transformer_shift). Returns 0; 1 when no
+// shift can make the room (the kept positions and the new tokens alone fill the context); -1 after
+// an error, in err.
+static int make_room(Transformer *t, int keep, int *pos, int need, int *shifts, char *err, size_t errlen) {
+    while (*pos + need > t->run.ctx) {
+        const int drop = (*pos - keep) / 2;
+        if (drop < 1 || keep + need > t->run.ctx) return 1;
+        if (transformer_shift(t, *pos, keep, drop, err, errlen)) return -1;
+        *pos -= drop;
+        (*shifts)++;
+    }
+    return 0;
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
@@ -431,17 +447,12 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         generated++;
         prev = next;
         if (generated == o->n_predict) break;
-        if (pos >= t->run.ctx) {
-            const int drop = (pos - o->keep) / 2;
-            if (drop < 1) {
-                stop = "context full (hint: a larger --ctx or a smaller --keep)";
-                break;
-            }
-            status = transformer_shift(t, pos, o->keep, drop, err, sizeof err);
-            pos -= drop;
-            shifts++;
+        const int room = make_room(t, o->keep, &pos, 1, &shifts, err, sizeof err);
+        if (room > 0) {
+            stop = "context full (hint: a larger --ctx or a smaller --keep)";
+            break;
         }
-        if (!status) status = transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
+        status = room < 0 || transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
         pos++, steps++;
     }
     double t2 = now();
@@ -609,6 +620,8 @@ static const char *chat_close(ChatTemplate k) {
     return k == CHAT_LLAMA3 ? "<|eot_id|>" : k == CHAT_CHATML ? "<|im_end|>" : k == CHAT_LLAMA2 ? " </s>" : "</s>";
 }
 
+#define KEEP_FILLS "the context is full and --keep leaves nothing to drop (hint: a smaller --keep or a larger --ctx)"
+
 static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Options *o) {
     const Config *c = &t->config;
     int k = -1;
@@ -634,7 +647,7 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
     unsigned long long rng = o->seed ? o->seed : 1;
     char *line = NULL, err[300];
     size_t line_cap = 0;
-    int *ids = NULL, cap = 0, pos = 0, status = cand ? 0 : 1;
+    int *ids = NULL, cap = 0, pos = 0, shifts = 0, status = cand ? 0 : 1;
     for (int turn = 0; !status; turn++) {
         const char *user = turn == 0 && o->prompt ? o->prompt : NULL;
         if (!user) {
@@ -647,9 +660,17 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         int n = 0;
         if (!text || chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap)) status = 1;
         free(text);
-        if (status || pos + n > t->run.ctx) {
-            fprintf(stderr, status ? "error: could not encode the turn\n"
-                                   : "error: the conversation no longer fits in the context (hint: a larger --ctx)\n");
+        // A full context shifts (make_room), as in generate: the conversation goes on, its oldest
+        // turns dropped (all but the first --keep positions).
+        const int room = status ? 0 : make_room(t, o->keep, &pos, n, &shifts, err, sizeof err);
+        if (status || room) {
+            if (status) fprintf(stderr, "error: could not encode the turn\n");
+            if (room > 0)
+                fprintf(stderr,
+                        "error: the turn is %d tokens, more than the context of %d holds after the first %d kept "
+                        "(hint: a larger --ctx or a smaller --keep)\n",
+                        n, t->run.ctx, o->keep);
+            if (room < 0) fprintf(stderr, "error: %s\n", err);
             status = 1;
             break;
         }
@@ -660,26 +681,34 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         }
         pos += n;
         int prev = ids[n - 1], generated = 0, ended = 0;
-        while (!status && generated < o->n_predict && pos < t->run.ctx) { // the reply
+        while (!status && generated < o->n_predict) { // the reply
             int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
             ended = is_end(c, next);
             if (!ended) emit(tok, prev, next);
-            status = transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
+            const int room = make_room(t, o->keep, &pos, 1, &shifts, err, sizeof err);
+            if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
+            status = room != 0 || transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
             pos++, generated++, prev = next;
             if (ended) break; // the end token is in the cache, as the template has it after the reply
         }
         printf("\n");
         fflush(stdout);
-        if (!status && !ended) { // cut by -n or the context: close the turn as the template would
+        if (!status && !ended) { // cut by -n: close the turn as the template would
             n = 0;
-            if (chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k), &ids, &n, &cap) ||
-                pos + n > t->run.ctx)
-                break;
+            const int bad = chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k),
+                                        &ids, &n, &cap);
+            const int room = bad ? 0 : make_room(t, o->keep, &pos, n, &shifts, err, sizeof err);
+            if (bad) snprintf(err, sizeof err, "could not encode the end of the turn");
+            if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
+            status = bad || room != 0;
             for (int i = 0; i < n && !status; i++, pos++)
                 status = transformer_forward(t, ids + i, 1, pos, pos + 1, 0, &logits, err, sizeof err);
         }
         if (status) fprintf(stderr, "error: %s\n", err);
     }
+    if (shifts)
+        fprintf(stderr, "chat: context shifts: %d (each kept the first %d positions and dropped the oldest half of "
+                        "the rest)\n", shifts, o->keep);
     free(line);
     free(ids);
     free(cand);

@@ -151,3 +151,29 @@ def test_chat_errors(c_tools, llama3, tmp_path):
     assert proc.returncode == 1 and "tokenizer_config.json" in proc.stderr and "--chat-template" in proc.stderr
     proc = subprocess.run([str(REPO / "run"), str(model), "-y", "x"], capture_output=True, text=True)
     assert proc.returncode == 2 and "-m chat" in proc.stderr
+
+
+def test_chat_goes_on_past_the_context(c_tools, llama3):
+    """Ten turns through a 64-token context: when a turn or a reply would pass the end, the cache
+    shifts (run.c make_room: the first --keep positions kept, the oldest half of the rest dropped,
+    the others moved), so every turn gets its reply line, where without the shift the third turn
+    stopped with "no longer fits". The first reply, before anything moved, is the one of a run with
+    room for all ten turns; a --keep that leaves no room for a turn is refused with a hint."""
+    _, out, _ = llama3
+    turns = "".join(f"{USER1 if i % 2 == 0 else USER2}\n" for i in range(10)).encode()
+
+    def chat(*flags):
+        return subprocess.run([str(REPO / "run"), str(out), "-m", "chat", "-t", "0", "-n", "6", *flags],
+                              input=turns, capture_output=True)
+
+    roomy, tight = chat("--ctx", "1024"), chat("--ctx", "64")
+    assert roomy.returncode == 0 and tight.returncode == 0, tight.stderr.decode()
+    shifts = re.search(rb"chat: context shifts: (\d+) \(each kept the first 4 positions", tight.stderr)
+    assert shifts and int(shifts.group(1)) >= 3 and b"context shifts" not in roomy.stderr, tight.stderr.decode()
+    print(f"10 turns in --ctx 64: {shifts.group(1).decode()} shifts")
+    assert tight.stdout.count(b"\n") == roomy.stdout.count(b"\n") == 10
+    assert tight.stdout.split(b"\n")[0] == roomy.stdout.split(b"\n")[0]
+    kept = chat("--ctx", "64", "--keep", "60")
+    err = kept.stderr.decode()
+    assert kept.returncode == 1 and "more than the context of 64 holds after the first 60 kept" in err, err
+    assert "hint: a larger --ctx or a smaller --keep" in err
