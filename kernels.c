@@ -181,13 +181,15 @@ int kv_type_ok(DType t) { return t == DTYPE_F32 || t == DTYPE_F16; }
 
 size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim) {
     if (!kv_type_ok(t) || n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
-    size_t n = mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), mul_or_zero((size_t)n_kv_heads, (size_t)head_dim));
+    size_t n =
+        mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), mul_or_zero((size_t)n_kv_heads, (size_t)head_dim));
     return n && n <= SIZE_MAX / kv_size(t) - KV_RUN ? (n + KV_RUN) * kv_size(t) : 0;
 }
 
 // The keys and the values of kv head h of a layer: stride * head_dim of their type each.
 static void *head_keys(const KVCache *c, int layer, int h) {
-    return (char *)c->keys + ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim * kv_size(c->key_type);
+    return (char *)c->keys +
+           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim * kv_size(c->key_type);
 }
 static void *head_values(const KVCache *c, int layer, int h) {
     return (char *)c->values +
@@ -212,7 +214,8 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
     for (int h = 0; h < c->n_kv_heads; h++) {
         void *keys = head_keys(c, layer, h), *values = head_values(c, layer, h);
         for (int i = 0; i < n; i++) {
-            const float *ki = k + (size_t)i * kvd + (size_t)h * hd, *vi = v ? v + (size_t)i * kvd + (size_t)h * hd : NULL;
+            const float *ki = k + (size_t)i * kvd + (size_t)h * hd,
+                        *vi = v ? v + (size_t)i * kvd + (size_t)h * hd : NULL;
             for (int d = 0; d < hd; d++) {
                 kv_put(keys, c->key_type, key_at(hd, pos + i, d), ki[d]);
                 if (vi) kv_put(values, c->value_type, (size_t)(pos + i) * hd + d, vi[d]);
@@ -239,8 +242,8 @@ void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float
                     kv_put(keys, c->key_type, key_at(hd, to + i, 2 * p), x0 * cs + x1 * sn);
                     kv_put(keys, c->key_type, key_at(hd, to + i, 2 * p + 1), x1 * cs - x0 * sn);
                 }
-                memmove((char *)values + (size_t)(to + i) * hd * vsize, (char *)values + (size_t)(from + i) * hd * vsize,
-                        hd * vsize);
+                memmove((char *)values + (size_t)(to + i) * hd * vsize,
+                        (char *)values + (size_t)(from + i) * hd * vsize, hd * vsize);
             }
         }
 }
@@ -377,20 +380,23 @@ typedef struct {
     float *d;     // (n, cp/Q8_BLOCK) scales
     int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
     // Decode against q4_0 weights only (else NULL), for the vector dot product:
-    int8_t *pairs; // (n, cp) q rearranged per pair of blocks b, b+1 as [b 0-15, b+1 0-15, b 16-31, b+1 16-31]
-    float *c8;     // (n, cp/Q8_BLOCK) 8 * d * sum of each block: what the -8 of q4_0 takes off
+    // (n, cp) q with each group of SPLIT_GROUP blocks split in halves, the values 0-15 of each block
+    // of the group, then the values 16-31 of each: for two blocks [b 0-15, b+1 0-15, b 16-31, b+1 16-31],
+    // the order of q4_0's low and high nibbles as one vector load of the weights holds them.
+    int8_t *split;
+    float *c8; // (n, cp/Q8_BLOCK) 8 * d * sum of each block: what the -8 of q4_0 takes off
 } QuantizedRows;
 
 // One token's row of a QuantizedRows, as the decode dot products read it.
 typedef struct {
-    const int8_t *q, *pairs;
+    const int8_t *q, *split;
     const float *d, *c8;
     const int32_t *sum;
 } QuantizedRow;
 
 // Token t's row of qx (rows of cp values, nb blocks).
 static QuantizedRow row_of(const QuantizedRows *qx, int t, size_t cp, size_t nb) {
-    return (QuantizedRow){qx->q + t * cp, qx->pairs ? qx->pairs + t * cp : NULL, qx->d + t * nb,
+    return (QuantizedRow){qx->q + t * cp, qx->split ? qx->split + t * cp : NULL, qx->d + t * nb,
                           qx->c8 ? qx->c8 + t * nb : NULL, qx->sum + t * nb};
 }
 
@@ -483,7 +489,7 @@ static PLAIN ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int
 }
 
 // q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i). The
-// vector versions read x's other fields (sum, pairs, c8); this one only q and d.
+// vector versions read x's other fields (sum, split, c8); this one only q and d.
 static PLAIN ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb) {
     float sum = 0;
     for (int b = 0; b < nb; b++) {
@@ -515,8 +521,12 @@ static PLAIN void dot_rows_plain(float *out, const Matrix *m, int r, int step, i
     for (int k = 0; k < nr; k++) {
         const size_t row = (size_t)(r + k * step);
         switch (m->dtype) {
-        case DTYPE_F32: out[k] = dot_f32_plain((const float *)m->data + row * cp, x, m->cols); break;
-        case DTYPE_F16: out[k] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols); break;
+        case DTYPE_F32:
+            out[k] = dot_f32_plain((const float *)m->data + row * cp, x, m->cols);
+            break;
+        case DTYPE_F16:
+            out[k] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
+            break;
         case DTYPE_Q8_0:
             out[k] = dot_q8_plain((const int8_t *)m->data + row * cp, (const float *)m->scale + row * nb, xq, (int)nb);
             break;
@@ -774,32 +784,35 @@ static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int
 // ---------------------------------------------------------------------------------------------
 // q8_0 activations, for both products: the rows of x quantized into the workspace.
 
-// with_pairs: also fill pairs and c8 (decode against q4_0 weights).
-static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n, int cols, int with_pairs) {
-    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
+// Blocks per group of QuantizedRows.split: as many as one vector load of q4_0 weights holds
+// (kernels_x86.h: 4 with AVX-512, else 2).
+#ifndef SPLIT_GROUP
+#define SPLIT_GROUP 2
+#endif
+
+// with_split: also fill split and c8 (decode against q4_0 weights).
+static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n, int cols, int with_split) {
+    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK, half = Q8_BLOCK / 2;
     qr->q = carve(c, (size_t)n * cp);
     qr->d = carve(c, (size_t)n * nb * sizeof(float));
     qr->sum = carve(c, (size_t)n * nb * sizeof(int32_t));
-    qr->pairs = with_pairs ? carve(c, (size_t)n * cp) : NULL;
-    qr->c8 = with_pairs ? carve(c, (size_t)n * nb * sizeof(float)) : NULL;
-    if (!qr->q || !qr->d || !qr->sum || (with_pairs && (!qr->pairs || !qr->c8))) return -1;
+    qr->split = with_split ? carve(c, (size_t)n * cp) : NULL;
+    qr->c8 = with_split ? carve(c, (size_t)n * nb * sizeof(float)) : NULL;
+    if (!qr->q || !qr->d || !qr->sum || (with_split && (!qr->split || !qr->c8))) return -1;
 #pragma omp parallel for schedule(static) if (n > 1)
     for (int t = 0; t < n; t++)
         quantize_row_q8(qr->q + t * cp, qr->d + t * nb, qr->sum + t * nb, x + (size_t)t * cols, cols);
-    for (size_t t = 0; with_pairs && t < (size_t)n; t++) {
+    for (size_t t = 0; with_split && t < (size_t)n; t++) {
         const int8_t *q = qr->q + t * cp;
-        int8_t *p = qr->pairs + t * cp;
-        for (size_t b = 0; b + 1 < nb; b += 2) { // blocks b and b+1
-            const int8_t *q0 = q + b * Q8_BLOCK, *q1 = q0 + Q8_BLOCK;
-            int8_t *o = p + b * Q8_BLOCK;
-            memcpy(o, q0, 16);
-            memcpy(o + 16, q1, 16);
-            memcpy(o + 32, q0 + 16, 16);
-            memcpy(o + 48, q1 + 16, 16);
-        }
-        if (nb % 2) // a last block without a partner stays as it is
-            memcpy(p + (nb - 1) * Q8_BLOCK, q + (nb - 1) * Q8_BLOCK, Q8_BLOCK);
-        for (size_t b = 0; b < nb; b++)
+        int8_t *p = qr->split + t * cp;
+        size_t b = 0;
+        for (; b + SPLIT_GROUP <= nb; b += SPLIT_GROUP) // blocks b .. b + SPLIT_GROUP - 1
+            for (size_t j = 0; j < SPLIT_GROUP; j++) {
+                memcpy(p + b * Q8_BLOCK + j * half, q + (b + j) * Q8_BLOCK, half);
+                memcpy(p + b * Q8_BLOCK + (SPLIT_GROUP + j) * half, q + (b + j) * Q8_BLOCK + half, half);
+            }
+        memcpy(p + b * Q8_BLOCK, q + b * Q8_BLOCK, (nb - b) * Q8_BLOCK); // a last, short group stays as it is
+        for (b = 0; b < nb; b++)
             qr->c8[t * nb + b] = 8 * qr->d[t * nb + b] * (float)qr->sum[t * nb + b];
     }
     return 0;
@@ -1059,8 +1072,8 @@ void attention(float *out, const float *q, const KVCache *c, int layer, int n, i
             attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, turned, len,
                           hd); // sum_j p_j v_j
             for (int r = 0; r < rows; r++)
-                memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd,
-                       o + (size_t)r * hd, (size_t)hd * sizeof(float));
+                memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd, o + (size_t)r * hd,
+                       (size_t)hd * sizeof(float));
         }
     }
 }
