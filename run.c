@@ -40,12 +40,12 @@ typedef struct {
     double temp;             // 0 = greedy
     double top_p;
     long seed;
-    int ctx;                       // 0 = the trained context
-    int threads;                   // 0 = OpenMP's default
-    int batch;                     // prompt tokens per forward call
-    const char *ppl;               // --ppl FILE: evaluate perplexity instead of generating
-    int ppl_windows;               // 0 = all windows
-    const char *rope_mode;         // --rope-scaling; NULL = the checkpoint's own
+    int ctx;               // 0 = the trained context
+    int threads;           // 0 = OpenMP's default
+    int batch;             // prompt tokens per forward call
+    const char *ppl;       // --ppl FILE: evaluate perplexity instead of generating
+    int ppl_windows;       // 0 = all windows
+    const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
     const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
     int attn_logn;                 // --attn-logn (a switch)
     RopeOverrides rope;
@@ -174,13 +174,8 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
 
 // Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){.n_predict = 256,
-                   .keep = 4,
-                   .temp = 1.0,
-                   .top_p = 0.9,
-                   .seed = (long)time(NULL),
-                   .batch = 512,
-                   .rope = {.mode = -1}};
+    *o = (Options){
+        .n_predict = 256, .keep = 4, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512, .rope = {.mode = -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -705,8 +700,8 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         fflush(stdout);
         if (!status && !ended) { // cut by -n: close the turn as the template would
             n = 0;
-            const int bad =
-                chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k), &ids, &n, &cap);
+            const int bad = chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k),
+                                        &ids, &n, &cap);
             const int room = bad ? 0 : make_room(t, o->keep, &pos, n, &shifts, err, sizeof err);
             if (bad) snprintf(err, sizeof err, "could not encode the end of the turn");
             if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
@@ -717,10 +712,8 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         if (status) fprintf(stderr, "error: %s\n", err);
     }
     if (shifts)
-        fprintf(stderr,
-                "chat: context shifts: %d (each kept the first %d positions and dropped the oldest half of "
-                "the rest)\n",
-                shifts, o->keep);
+        fprintf(stderr, "chat: context shifts: %d (each kept the first %d positions and dropped the oldest half of "
+                        "the rest)\n", shifts, o->keep);
     free(line);
     free(ids);
     free(cand);
