@@ -258,36 +258,51 @@ size_t kv_rotation_floats(int ctx, int head_dim) {
     return ctx < 1 || head_dim < 2 ? 0 : mul_or_zero(kv_stride(ctx), (size_t)head_dim);
 }
 
-void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len) {
-    const int half = c->head_dim / 2;
+static void fill_rotation(float *table, const float *cos, const float *sin, int len, int hd) {
+    const int half = hd / 2;
 #pragma omp parallel for if ((size_t)len * half >= 4096)
     for (int j = 0; j < len; j++) {
-        float *block = table + (size_t)(j / KV_RUN) * c->head_dim * KV_RUN + j % KV_RUN;
+        float *block = table + (size_t)(j / KV_RUN) * hd * KV_RUN + j % KV_RUN;
         for (int p = 0; p < half; p++) {
             block[(size_t)2 * p * KV_RUN] = cos[(size_t)j * half + p];
             block[(size_t)(2 * p + 1) * KV_RUN] = sin[(size_t)j * half + p];
         }
     }
+}
+
+void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len) {
+    fill_rotation(table, cos, sin, len, c->head_dim);
     c->rotation = table;
 }
 
-float kv_key_seen(const KVCache *c, int layer, int pos, int i) {
+void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const float *sin, int len) {
+    if (table) fill_rotation(table, cos, sin, len, c->head_dim);
+    c->window = window;
+    c->rotation_far = table;
+}
+
+// Coordinate i of the cached key at pos turned by table t (NULL: as cached).
+static float key_turned(const KVCache *c, const float *t, int layer, int pos, int i) {
     const int hd = c->head_dim, d = i % hd;
-    if (!c->rotation) return kv_key(c, layer, pos, i);
+    if (!t) return kv_key(c, layer, pos, i);
     // RoPE on the pair (x0, x1) holding coordinate d: (x0 cos - x1 sin, x0 sin + x1 cos).
-    const float *t = c->rotation + key_at(hd, pos, d & ~1);
+    t += key_at(hd, pos, d & ~1);
     const float x0 = kv_key(c, layer, pos, i - (d & 1)), x1 = kv_key(c, layer, pos, i - (d & 1) + 1);
     const float cs = t[0], sn = t[KV_RUN];
     return d & 1 ? x0 * sn + x1 * cs : x0 * cs - x1 * sn;
 }
+
+float kv_key_seen(const KVCache *c, int layer, int pos, int i) { return key_turned(c, c->rotation, layer, pos, i); }
+float kv_key_far(const KVCache *c, int layer, int pos, int i) { return key_turned(c, c->rotation_far, layer, pos, i); }
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
     return kv_get(head_values(c, layer, i / c->head_dim), c->value_type, (size_t)pos * c->head_dim + i % c->head_dim);
 }
 
 // Attention as written in the paper, for every query i and head h: scores over the positions
-// 0 .. pos+i, a softmax over them, the weighted sum of the values.
-void attention_ref(float *out, const float *q, const KVCache *c, int layer, int n, int pos) {
+// 0 .. pos+i, a softmax over them, the weighted sum of the values. ReRoPE: a key at distance
+// pos + i - j >= window is scored with the far query and the far key instead (README, "ReRoPE").
+void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos) {
     const int hd = c->head_dim, qd = c->n_heads * hd, group = c->n_heads / c->n_kv_heads;
     double *p = malloc((size_t)(pos + n) * sizeof(double));
     for (int i = 0; p && i < n; i++) {
@@ -296,9 +311,12 @@ void attention_ref(float *out, const float *q, const KVCache *c, int layer, int 
             const float *qh = q + (size_t)i * qd + (size_t)h * hd;
             double max = -INFINITY, sum = 0;
             for (int j = 0; j < len; j++) { // scores: q . k_j / sqrt(d)
+                const int far = c->window > 0 && pos + i - j >= c->window;
                 double s = 0;
                 for (int d = 0; d < hd; d++)
-                    s += (double)qh[d] * kv_key_seen(c, layer, j, kvh * hd + d);
+                    s +=
+                        far ? (double)q_far[(size_t)i * qd + (size_t)h * hd + d] * kv_key_far(c, layer, j, kvh * hd + d)
+                            : (double)qh[d] * kv_key_seen(c, layer, j, kvh * hd + d);
                 p[j] = s / sqrt((double)hd);
                 max = p[j] > max ? p[j] : max;
             }
@@ -1027,29 +1045,54 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
 // its last position; an earlier query's scores past its own position are computed and then set to 0
 // after its softmax (the causal mask), which adds exact zeros to its mix, so a query's result does
 // not depend on which task it was in: the same for any block size or thread count.
-// Scratch per thread: attention_scratch_floats, for the scaled queries, the scores and the outputs.
+// Scratch per thread: attention_scratch_floats, for the scaled queries, the scores and the outputs
+// (ReRoPE: and the scaled far queries and the near scores).
 
 static int att_queries(int n_heads, int n_kv_heads) {
     const int group = n_heads / n_kv_heads;
     return group >= ATT_ROWS ? 1 : ATT_ROWS / group;
 }
 
-size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim) {
+size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths) {
     if (ctx < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
     const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
-    const size_t each = mul_or_zero(rows, 2 * (size_t)head_dim + kv_stride(ctx)); // qs, o, att
+    const size_t per_row = (2 * (size_t)head_dim + kv_stride(ctx)) * (two_paths ? 2 : 1); // qs, o, att (+ far qs, near)
+    const size_t each = mul_or_zero(rows, per_row);
     // a turned or widened block of keys, or a run of widened values, and room to read 32 past it
     const size_t turned = (size_t)head_dim * MIX_RUN + KV_RUN;
     return each && each <= SIZE_MAX - turned ? each + turned : 0;
 }
 
-void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
-               int scratch_rows) {
+// ReRoPE's scores for a task's rows (row r: the query at first + r / group), the cache's keys kt of one
+// kv head: a key at distance m - p >= W from the query m takes the far path (q_far, rotation_far),
+// the others the near one (q, rotation). Positions before far_end are far from the task's last query
+// (m = len - 1), so the far path runs over them, into att; positions from near_start on (a block
+// boundary) are near the first query, so the near path runs over them, into `near`; a row then takes
+// the near score at each position that is near for its own query. Only the block or two where the
+// task's queries disagree are scored both ways; elsewhere one path serves every row.
+static void rerope_scores(float *att, float *near, size_t ld, const float *qs, const float *qf, int rows, int group,
+                          const KVCache *c, const void *kt, float *turned, int first, int len) {
+    const int W = c->window, hd = c->head_dim;
+    const int far_end = len - W > 0 ? len - W : 0,
+              near_start = first - W + 1 > 0 ? (first - W + 1) / KV_RUN * KV_RUN : 0;
+    if (far_end > 0) attention_scores(att, ld, qf, rows, kt, c->key_type, c->rotation_far, turned, hd, far_end);
+    if (near_start >= len) return;
+    attention_scores(near + near_start, ld, qs, rows, (const char *)kt + (size_t)near_start * hd * kv_size(c->key_type),
+                     c->key_type, c->rotation + (size_t)near_start * hd, turned, hd, len - near_start);
+    for (int r = 0; r < rows; r++) {
+        const int m = first + r / group, from = m - W + 1 > near_start ? m - W + 1 : near_start; // near: p > m - W
+        memcpy(att + r * ld + from, near + r * ld + from, (size_t)(len - from) * sizeof(float));
+    }
+}
+
+void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
+               float *scratch, int scratch_rows) {
     (void)scratch_rows; // unused without OpenMP
-    const int hd = c->head_dim, qd = c->n_heads * hd;
+    const int hd = c->head_dim, qd = c->n_heads * hd, two = c->window > 0;
     const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads);
     const int tasks = (n + per - 1) / per, max_rows = per * group;
-    const size_t stride = kv_stride(c->ctx), each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, hd);
+    const size_t stride = kv_stride(c->ctx),
+                 each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, hd, two);
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(scratch_rows)
     for (int kvh = 0; kvh < c->n_kv_heads; kvh++) {
@@ -1057,13 +1100,21 @@ void attention(float *out, const float *q, const KVCache *c, int layer, int n, i
             const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
             float *qs = scratch + (size_t)thread_num() * each, *o = qs + (size_t)max_rows * hd;
             float *att = o + (size_t)max_rows * hd, *turned = att + (size_t)max_rows * stride;
+            float *qf = turned, *near = qf + (size_t)max_rows * hd; // ReRoPE's far queries and near scores
+            if (two) turned = near + (size_t)max_rows * stride;
             for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
-                const float *qr = q + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
+                const size_t at = (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
                 for (int d = 0; d < hd; d++)
-                    qs[(size_t)r * hd + d] = qr[d] * scale;
+                    qs[(size_t)r * hd + d] = q[at + d] * scale;
+                for (int d = 0; two && d < hd; d++)
+                    qf[(size_t)r * hd + d] = q_far[at + d] * scale;
             }
-            attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, c->rotation, turned, hd,
-                             len); // q . k_j / sqrt(d)
+            if (two) // q . k_j / sqrt(d), near or far
+                rerope_scores(att, near, stride, qs, qf, rows, group, c, head_keys(c, layer, kvh), turned, pos + i0,
+                              len);
+            else
+                attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, c->rotation, turned, hd,
+                                 len); // q . k_j / sqrt(d)
             for (int r = 0; r < rows; r++) {
                 const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1
                 softmax(att + r * stride, own);

@@ -74,10 +74,15 @@ typedef struct {
     DType key_type, value_type; // f32 or f16 (kv_type_ok)
     int n_layers, ctx, n_heads, n_kv_heads, head_dim;
     // NULL: the keys are cached rotated to their positions. Else they are cached as they came out of
-    // wk (dynamic NTK, whose frequencies change with the length) and this holds cos and sin of every
-    // position for the current frequencies (kv_set_rotation), which attention applies to each block
-    // of keys as it reads it.
+    // wk (dynamic NTK, whose frequencies change with the length; ReRoPE, which scores a key at two
+    // rotations) and this holds cos and sin of every position for the current frequencies
+    // (kv_set_rotation), which attention applies to each block of keys as it reads it.
     const float *rotation;
+    // ReRoPE (kv_set_rerope; else window 0): a key at distance r = m - n >= window from the query is
+    // scored against the query's far rotation (attention's q_far) instead, turned by rotation_far
+    // (leaky ReRoPE: to n / K) or, when that is NULL, as cached (ReRoPE: un-rotated).
+    int window;
+    const float *rotation_far;
 } KVCache;
 
 // Whether keys or values can be cached in type t (f32, f16).
@@ -92,6 +97,9 @@ size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_d
 // attention reads, then c->rotation = table.
 size_t kv_rotation_floats(int ctx, int head_dim);
 void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len);
+// ReRoPE: distances from `window` on take the far path; its keys turned by a table filled like
+// kv_set_rotation's from cos, sin (leaky ReRoPE), or as cached when table is NULL (ReRoPE).
+void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const float *sin, int len);
 
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
@@ -102,23 +110,29 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
 // and sin move the keys as they are (cached un-rotated: dynamic NTK).
 void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
-// kv_key_seen: the key coordinate as attention uses it, rotated by c->rotation when there is one.
+// kv_key_seen: the key coordinate as attention uses it, rotated by c->rotation when there is one;
+// kv_key_far: as ReRoPE's far path uses it, rotated by c->rotation_far when there is one.
 float kv_key(const KVCache *c, int layer, int pos, int i);
 float kv_key_seen(const KVCache *c, int layer, int pos, int i);
+float kv_key_far(const KVCache *c, int layer, int pos, int i);
 float kv_value(const KVCache *c, int layer, int pos, int i);
 
 // Causal self-attention of the queries q (n, n_heads*head_dim) at positions pos .. pos+n-1 over the
 // cached positions 0 .. pos+i, into out (n, n_heads*head_dim). Query head h reads kv head
 // h / (n_heads / n_kv_heads) (grouped-query attention, Hugging Face's repeat_kv):
 //     score_j = q . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
+// With ReRoPE (c->window > 0), q_far (n, n_heads*head_dim) holds the same queries rotated for the far
+// path, and a key at distance pos + i - j >= window is scored q_far . k_far_j / sqrt(head_dim) instead
+// (kv_key_far); else q_far is not read (NULL).
 // attention_ref: those three steps as three plain loops, in double.
 // attention: the same, fast: the query heads of one kv head and a run of queries together, so that
 //   each cached key and value read serves all of them; tasks on at most scratch_rows threads, each
 //   with attention_scratch_floats(...) floats of scratch (scratch holds scratch_rows of them).
-void attention_ref(float *out, const float *q, const KVCache *c, int layer, int n, int pos);
-void attention(float *out, const float *q, const KVCache *c, int layer, int n, int pos, float *scratch,
-               int scratch_rows);
-size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim); // per thread; 0: overflow
+//   two_paths: attention_scratch_floats for a ReRoPE cache (room for the far queries and scores).
+void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos);
+void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
+               float *scratch, int scratch_rows);
+size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths); // 0: overflow
 
 // softmax(x) over n scores in place, with the exp attention uses (relative error ~1e-7; e^x is 0 for
 // x < -40, where a term weighs less than 4e-18 beside the largest one).

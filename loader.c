@@ -202,7 +202,8 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     const char *bad = check_shape(p);
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
-    if (!bad && (mode < 0 || mode >= ROPE_SCALING_COUNT)) bad = "unknown rope_scaling mode";
+    // rerope and leaky-rerope are chosen at run time (--rope-scaling); no checkpoint carries them.
+    if (!bad && (mode < 0 || mode > ROPE_SCALING_LLAMA3)) bad = "unknown rope_scaling mode";
     if (!bad && (orig < 0 || orig > 1 << 24)) bad = "rope_orig_ctx must be in [0, 2^24]";
     p->n_end_ids = version >= 2 ? get_i32(h, 128) : 0;
     if (!bad && version >= 2 && (p->n_end_ids < 1 || p->n_end_ids > MODEL_MAX_END_IDS))

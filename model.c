@@ -36,14 +36,20 @@ static int widest_input(const Config *p) {
     return p->hidden_dim > w ? p->hidden_dim : w;
 }
 
+// Rotation tables for un-rotated cached keys: dynamic NTK and ReRoPE one, leaky ReRoPE two (near, far).
+static int rotation_tables(const RopeParams *r) {
+    return r->mode == ROPE_SCALING_LEAKY_REROPE ? 2 : rope_keys_unrotated(r) ? 1 : 0;
+}
+
 // Bytes of the KV cache's parts for this run: part[0] keys and part[1] values in their types,
-// part[2] dynamic NTK's rotation table (0 in the other modes). Sets *overflow when one does not fit.
+// part[2] the rotation tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
 static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
-    const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
+    const int tables = rotation_tables(&run->rope);
     part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
     part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
-    part[2] = dynamic ? mul_checked(kv_rotation_floats(run->ctx, p->head_dim), sizeof(float), overflow) : 0;
-    if (!part[0] || !part[1] || (dynamic && !part[2])) *overflow = 1;
+    part[2] =
+        mul_checked(mul_checked(kv_rotation_floats(run->ctx, p->head_dim), sizeof(float), overflow), tables, overflow);
+    if (!part[0] || !part[1] || (tables && !part[2])) *overflow = 1;
 }
 
 // Lays the buffers out one after the other (each 64-byte aligned) from base, or only counts
@@ -55,8 +61,8 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
     size_t kv[3];
     kv_parts(p, run, kv, overflow);
-    const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim);
-    const int dynamic = run->rope.mode == ROPE_SCALING_DYNAMIC;
+    const int unrotated = rope_keys_unrotated(&run->rope), rerope = rope_is_rerope(&run->rope);
+    const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim, rerope);
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
     if (att == 0 || work == 0) *overflow = 1;
     struct {
@@ -67,6 +73,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->xb, mul_checked(B * F, D > qd ? D : qd, overflow)},
         {&s->xb2, mul_checked(B * F, D, overflow)},
         {&s->q, mul_checked(B * F, qd, overflow)},
+        {&s->q_far, rerope ? mul_checked(B * F, qd, overflow) : F},
         {&s->k, mul_checked(B * F, kvd, overflow)},
         {&s->v, mul_checked(B * F, kvd, overflow)},
         {&s->hb, mul_checked(B * F, H, overflow)},
@@ -75,7 +82,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->logits, mul_checked(B * F, (size_t)p->vocab_size, overflow)},
         {&s->kv.keys, kv[0]},
         {&s->kv.values, kv[1]},
-        {&s->rotation, dynamic ? kv[2] : F},
+        {&s->rotation, unrotated ? kv[2] : F},
         {&s->work.base, work},
     };
     size_t total = 0;
@@ -86,7 +93,8 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         if (base) *(void **)part[i].p = base + total;
         total += n;
     }
-    if (base && !dynamic) s->rotation = NULL;
+    if (base && !unrotated) s->rotation = NULL;
+    if (base && !rerope) s->q_far = NULL;
     return total;
 }
 
@@ -102,12 +110,16 @@ size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_thre
     RunState s;
     *overflow = 0;
     size_t bytes = state_layout(&s, NULL, c, run, n_threads, overflow);
-    size_t rope = mul_checked(mul_checked((size_t)run->ctx, (size_t)c->head_dim, overflow), sizeof(float), overflow);
+    // + the cos and sin tables (rope.c): leaky ReRoPE has three pairs, ReRoPE one more row
+    const int rope_tables = run->rope.mode == ROPE_SCALING_LEAKY_REROPE ? 3 : 1;
+    size_t rope = mul_checked(mul_checked((size_t)run->ctx + (run->rope.mode == ROPE_SCALING_REROPE),
+                                          (size_t)c->head_dim * rope_tables, overflow),
+                              sizeof(float), overflow);
     if (*overflow || bytes > SIZE_MAX - rope) {
         *overflow = 1;
         return 0;
     }
-    return bytes + rope; // + the cos and sin tables (rope.c)
+    return bytes + rope;
 }
 
 PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen) {
@@ -134,8 +146,8 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     }
     state_layout(s, base, p, &t->run, s->n_threads, &overflow);
     s->bytes = bytes;
-    s->kv = (KVCache){s->kv.keys, s->kv.values, run->cache_k, run->cache_v, p->n_layers, run->ctx,
-                      p->n_heads,  p->n_kv_heads, p->head_dim,  NULL};
+    s->kv = (KVCache){s->kv.keys, s->kv.values,  run->cache_k, run->cache_v, p->n_layers, run->ctx,
+                      p->n_heads, p->n_kv_heads, p->head_dim,  NULL,         0,           NULL};
     s->work.max_n = t->run.max_batch;
     s->work.max_cols = widest_input(p);
     s->work.n_threads = s->n_threads;
@@ -149,6 +161,10 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
     if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->ctx);
+    if (rope_is_rerope(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
+        float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->ctx, p->head_dim) : NULL;
+        kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->ctx);
+    }
     s->rope_version = t->rope.version;
     return PREPARE_OK;
 }
@@ -182,8 +198,8 @@ static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
 // RoPE on the block's queries and keys: every (token, head) pair is rotated on its own, so the
 // pairs are shared out over the threads, when there are enough of them to pay for waking the
 // threads (one decoded token's heads are a few microseconds of work). Values are never rotated,
-// nor are keys under dynamic NTK: the cache keeps them as they are and attention turns them with
-// the frequencies of the moment (kv_set_rotation).
+// nor are keys under dynamic NTK and ReRoPE: the cache keeps them as they are and attention turns
+// them as it reads them (kv_set_rotation). ReRoPE: each query also gets its far rotation, in q_far.
 static void rope_qk(Transformer *t, int n, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
@@ -193,6 +209,11 @@ static void rope_qk(Transformer *t, int n, int pos) {
         for (int h = 0; h < heads; h++) {
             float *head = h < p->n_heads ? s->q + ((size_t)i * p->n_heads + h) * hd
                                          : s->k + ((size_t)i * p->n_kv_heads + h - p->n_heads) * hd;
+            if (s->q_far && h < p->n_heads) {
+                float *far = s->q_far + ((size_t)i * p->n_heads + h) * hd;
+                memcpy(far, head, (size_t)hd * sizeof(float));
+                rope_rotate_far(&t->rope, far, pos + i);
+            }
             rope_rotate(&t->rope, head, pos + i);
         }
     }
@@ -212,9 +233,11 @@ static void logn_queries(Transformer *t, int n, int pos) {
         const int m = pos + i;
         if (L < 2 || m + 1 <= L) continue;
         const float f = (float)(log(m + 1.0) / log((double)L));
-        float *q = t->state.q + (size_t)i * qd;
+        float *q = t->state.q + (size_t)i * qd, *q_far = t->state.q_far ? t->state.q_far + (size_t)i * qd : NULL;
         for (int j = 0; j < qd; j++)
             q[j] *= f;
+        for (int j = 0; q_far && j < qd; j++)
+            q_far[j] *= f;
     }
 }
 
@@ -269,13 +292,13 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
         const LayerWeights *lw = &w->layers[l];
 
         // Attention: x = x + wo(attention(rope(q), rope(k), v))
-        rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps); // (n, D)
-        bad |= qkv_proj(s, lw, n);                            // q (n, qd), k and v (n, kvd)
-        rope_qk(t, n, pos);                                              // q, k rotated (dynamic: q only)
-        if (t->run.attn_logn) logn_queries(t, n, pos);                   // --attn-logn: q grown past L
-        kv_store(&s->kv, l, s->k, s->v, pos, n);                         // into the cache at pos .. pos+n-1
-        attention(s->xb, s->q, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
-        bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);              // (n, qd) -> (n, D)
+        rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps);                      // (n, D)
+        bad |= qkv_proj(s, lw, n);                                                 // q (n, qd), k and v (n, kvd)
+        rope_qk(t, n, pos);                                                        // q, k rotated (else q only)
+        if (t->run.attn_logn) logn_queries(t, n, pos);                             // --attn-logn: q grown past L
+        kv_store(&s->kv, l, s->k, s->v, pos, n);                                   // into the cache at pos .. pos+n-1
+        attention(s->xb, s->q, s->q_far, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
+        bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);                        // (n, qd) -> (n, D)
         add_rows(s->x, s->xb2, (size_t)n * D);
 
         // MLP: x = x + w2(silu(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
@@ -305,7 +328,8 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
 // need for the token or the layer input that made it. The angle is computed in double from the
 // frequencies; YaRN's magnitude, folded into its cos and sin, stays as it was. Under dynamic NTK the
 // keys are cached un-rotated and only move; the next forward's shorter length gives the base, and
-// every key is turned with it as attention reads it.
+// every key is turned with it as attention reads it. Under ReRoPE they only move too: attention turns
+// a key by its (new) position, near or far, as it reads it.
 int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, size_t errlen) {
     RunState *s = &t->state;
     if (keep < 0 || drop < 1 || len > t->run.ctx || keep > len - drop) {

@@ -140,6 +140,7 @@ typedef struct {
     float *xb;             // (B, max(D, n_heads*hd)) normalized input, then attention output
     float *xb2;            // (B, D) output of a sublayer before it joins the residual stream
     float *q;              // (B, n_heads*hd)
+    float *q_far;          // (B, n_heads*hd) ReRoPE only (else NULL): the queries rotated for far keys
     float *k;              // (B, kv_dim) keys of the block, before they go into the cache
     float *v;              // (B, kv_dim) values of the block
     float *hb;             // (B, H)
@@ -147,7 +148,8 @@ typedef struct {
     float *att;            // (n_threads, attention_scratch_floats) attention scratch per thread
     float *logits;         // (B, V)
     KVCache kv;            // keys and values of every layer and position (kernels.h)
-    float *rotation;       // dynamic RoPE only (else NULL): cos and sin for the un-rotated cached keys
+    float *rotation;       // dynamic RoPE and ReRoPE only (else NULL): cos and sin for the un-rotated
+                           // cached keys; leaky ReRoPE: then those of the far path (kernels.h)
     unsigned rope_version; // Rope.version the rotation table was copied from
     Workspace work;        // the kernels' scratch (packed weights, quantized activations)
     int n_threads;         // threads the scratch was sized for; the kernels never use more

@@ -32,7 +32,8 @@
 // ---------------------------------------------------------------------------------------------
 // Names
 
-static const char *const NAMES[ROPE_SCALING_COUNT] = {"none", "pi", "ntk", "dynamic", "yarn", "llama3"};
+static const char *const NAMES[ROPE_SCALING_COUNT] = {"none", "pi",     "ntk",    "dynamic",
+                                                      "yarn", "llama3", "rerope", "leaky-rerope"};
 
 const char *rope_scaling_name(RopeScaling mode) {
     return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? NAMES[mode] : "unknown";
@@ -93,6 +94,15 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     else if (p->mode == ROPE_SCALING_LLAMA3 && !(finite_pos(p->low_freq_factor) && isfinite(p->high_freq_factor) &&
                                                  p->high_freq_factor > p->low_freq_factor))
         bad = "llama3 needs high_freq_factor > low_freq_factor > 0";
+    else if (rope_is_rerope(p) && !(p->window >= 1 && p->window <= p->orig_ctx))
+        bad = "the window W must be in [1, L], L the trained context: no distance is then rotated past what "
+              "the model was trained on";
+    else if (p->mode == ROPE_SCALING_REROPE && p->factor != 1)
+        bad = "rerope has no factor (distances past W are all scored as W)";
+    else if (p->mode == ROPE_SCALING_LEAKY_REROPE && p->window >= p->orig_ctx)
+        bad = "leaky-rerope needs a window W below L, the trained context (distances past W grow from W)";
+    else if (!rope_is_rerope(p) && p->window != 0)
+        bad = "a window is used only by rerope and leaky-rerope";
     if (bad) {
         snprintf(err, errlen, "RoPE (%s): %s", rope_scaling_name(p->mode), bad);
         return -1;
@@ -120,7 +130,19 @@ int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, con
         snprintf(err, errlen, "alpha is used only by the ntk mode");
         return -1;
     }
-    if (out->mode == ROPE_SCALING_NONE)
+    if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) {
+        snprintf(err, errlen, "rerope has no factor (leaky-rerope has one: the rate K past the window)");
+        return -1;
+    }
+    if (o->window > 0 && !rope_is_rerope(out)) {
+        snprintf(err, errlen, "a window is used only by rerope and leaky-rerope");
+        return -1;
+    }
+    // ReRoPE's window (Su 2023, kexue.fm/archives/9708; bojone/rerope uses W = 512 for L = 4096, and
+    // reports W = 1024 = L/4): by default L / 4, well inside the trained range, where every pair's
+    // angles have been seen with plenty of training examples at each distance.
+    out->window = rope_is_rerope(out) ? (o->window > 0 ? o->window : (out->orig_ctx >= 4 ? out->orig_ctx / 4 : 1)) : 0;
+    if (out->mode == ROPE_SCALING_NONE || out->mode == ROPE_SCALING_REROPE)
         out->factor = 1;
     else if (o->factor > 0)
         out->factor = o->factor;
@@ -129,6 +151,12 @@ int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, con
         // YaRN paper's dynamic scaling. It stretches L to whatever length the text has reached
         // (at l = ctx it is ntk with alpha = ctx / L); s > 1 is a steeper slope (see rope_inv_freq).
         out->factor = 1;
+    else if (out->mode == ROPE_SCALING_LEAKY_REROPE)
+        // leaky-rerope: the smallest K that keeps every distance of the context below L, W + (ctx - W)/K
+        // = L; 1 (plain RoPE, nothing to keep in range) when the context is no longer than L.
+        out->factor = ctx > out->orig_ctx && out->window < out->orig_ctx
+                          ? (double)(ctx - out->window) / (out->orig_ctx - out->window)
+                          : 1;
     else if (out->factor == 0) // a mode the checkpoint does not carry: stretch L to the context
         out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
     out->alpha = o->alpha;
@@ -172,6 +200,8 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
     case ROPE_SCALING_NONE:
     case ROPE_SCALING_NTK:
     case ROPE_SCALING_DYNAMIC:
+    case ROPE_SCALING_REROPE: // the frequencies are the trained ones; attention clips the distance
+    case ROPE_SCALING_LEAKY_REROPE:
         break;
     case ROPE_SCALING_PI:
         // Position Interpolation (Chen et al. 2023, arXiv 2306.15595): f'(x, m) = f(x, m/s).
@@ -223,32 +253,35 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
 // ---------------------------------------------------------------------------------------------
 // Tables of cos and sin per position
 
-// Rows [0, n) of the tables from inv_freq. The angle m * theta_i is formed in double: in float32
+// Rows [0, n) of tables cos, sin from inv_freq, row m for the position at + m * step (RoPE's own
+// tables: at 0, step 1; leaky ReRoPE's far path: fractional positions). The angle m * theta_i is
+// formed in double: in float32
 // it carries an error of about m * 6e-8 radians (1e-3 at m = 16k), which is the very range where
 // the scaling modes are compared. Dynamic NTK fills them again at every step past L, so cos and sin
 // are not called for every entry: from each position that is a multiple of 32 (computed directly)
 // the next 31 follow by turning one step, (cos, sin)((m+1)theta) = (cos, sin)(m theta) rotated by
 // theta, in double; 31 steps add an error of about 1e-14, far below a float's 6e-8.
-static void fill_tables(Rope *r, int n) {
+static void fill_tables(const Rope *r, float *cos_out, float *sin_out, int n, double at, double step) {
     const int half = r->p.head_dim / 2;
-    double step_c[half], step_s[half]; // one step of pair i: cos and sin of theta_i
+    double step_c[half], step_s[half]; // one step of pair i: cos and sin of step * theta_i
     for (int i = 0; i < half; i++)
-        step_c[i] = cos(r->inv_freq[i]), step_s[i] = sin(r->inv_freq[i]);
-    // Runs of 32 positions are independent (each starts from cos and sin computed directly), so
-    // the threads share them out when there are enough to pay for waking the threads.
+        step_c[i] = cos(step * r->inv_freq[i]), step_s[i] = sin(step * r->inv_freq[i]);
+        // Runs of 32 positions are independent (each starts from cos and sin computed directly), so
+        // the threads share them out when there are enough to pay for waking the threads.
 #pragma omp parallel for if ((size_t)n * half >= 4096)
     for (int m0 = 0; m0 < n; m0 += 32) {
         double c[half], s[half]; // pair i at the current m
         for (int m = m0; m < n && m < m0 + 32; m++) {
             for (int i = 0; i < half; i++) { // the pairs are independent: their steps overlap in time
                 if (m == m0) {
-                    c[i] = cos(m * r->inv_freq[i]), s[i] = sin(m * r->inv_freq[i]);
+                    const double angle = (at + m * step) * r->inv_freq[i];
+                    c[i] = cos(angle), s[i] = sin(angle);
                 } else {
                     const double c1 = c[i] * step_c[i] - s[i] * step_s[i];
                     s[i] = s[i] * step_c[i] + c[i] * step_s[i], c[i] = c1;
                 }
-                r->cos[(size_t)m * half + i] = (float)(r->mscale * c[i]);
-                r->sin[(size_t)m * half + i] = (float)(r->mscale * s[i]);
+                cos_out[(size_t)m * half + i] = (float)(r->mscale * c[i]);
+                sin_out[(size_t)m * half + i] = (float)(r->mscale * s[i]);
             }
         }
     }
@@ -274,7 +307,27 @@ int rope_init(Rope *r, const RopeParams *p, int max_pos, char *err, size_t errle
     }
     r->length = r->p.orig_ctx; // dynamic: up to L the frequencies are the unscaled ones
     rope_inv_freq(&r->p, r->length, r->inv_freq, &r->mscale, &r->eff_base);
-    fill_tables(r, max_pos);
+    fill_tables(r, r->cos, r->sin, max_pos, 0, 1);
+    if (rope_is_rerope(&r->p)) { // the far path (README, "ReRoPE")
+        const int leaky = r->p.mode == ROPE_SCALING_LEAKY_REROPE, rows = leaky ? max_pos : 1;
+        const double W = r->p.window, K = r->p.factor;
+        r->far_cos = malloc((size_t)rows * half * sizeof(float));
+        r->far_sin = malloc((size_t)rows * half * sizeof(float));
+        if (leaky) {
+            r->key_cos = malloc((size_t)max_pos * half * sizeof(float));
+            r->key_sin = malloc((size_t)max_pos * half * sizeof(float));
+        }
+        if (!r->far_cos || !r->far_sin || (leaky && (!r->key_cos || !r->key_sin))) {
+            rope_free(r);
+            snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", max_pos);
+            return -1;
+        }
+        // rerope: every query to W. leaky-rerope: the query at m to W + (m - W) / K = (W - W/K) + m / K,
+        // the key at n to n / K (bojone/rerope leaky_rerope_patch.py: positions + W (K - 1) and
+        // positions, both at 1/K the rate).
+        fill_tables(r, r->far_cos, r->far_sin, rows, leaky ? W - W / K : W, leaky ? 1 / K : 0);
+        if (leaky) fill_tables(r, r->key_cos, r->key_sin, max_pos, 0, 1 / K);
+    }
     return 0;
 }
 
@@ -282,10 +335,20 @@ void rope_free(Rope *r) {
     free(r->inv_freq);
     free(r->cos);
     free(r->sin);
+    free(r->far_cos);
+    free(r->far_sin);
+    free(r->key_cos);
+    free(r->key_sin);
     memset(r, 0, sizeof(*r));
 }
 
 int rope_is_dynamic(const Rope *r) { return r->p.mode == ROPE_SCALING_DYNAMIC; }
+
+int rope_is_rerope(const RopeParams *p) {
+    return p->mode == ROPE_SCALING_REROPE || p->mode == ROPE_SCALING_LEAKY_REROPE;
+}
+
+int rope_keys_unrotated(const RopeParams *p) { return p->mode == ROPE_SCALING_DYNAMIC || rope_is_rerope(p); }
 
 // Dynamic NTK: when the sequence grows past L, every frequency changes with it, so every cached
 // key must be rotated again (the caller watches `version`). Lengths up to L all share the
@@ -296,24 +359,34 @@ void rope_set_length(Rope *r, int length) {
     if (l == r->length) return;
     r->length = l;
     rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);
-    fill_tables(r, r->max_pos); // every position, so the tables never hold two bases at once
+    fill_tables(r, r->cos, r->sin, r->max_pos, 0, 1); // every position: never two bases at once
     r->version++;
 }
 
 // ---------------------------------------------------------------------------------------------
 // The rotation
 
-// Rotate one head to position pos: pair i = (x[2i], x[2i+1]) turns by pos * theta_i. This is
-// the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied without building it, and
-// the vector form x * [c0 c0 c1 c1 ...] + (-x1, x0, -x3, x2, ...) * [s0 s0 s1 s1 ...] written
-// pair by pair (README, "The vector form, and a worked example"; tests/test_rope_math.py).
-void rope_rotate(const Rope *r, float *x, int pos) {
-    const int half = r->p.head_dim / 2;
-    const float *c = r->cos + (size_t)pos * half;
-    const float *s = r->sin + (size_t)pos * half;
+// Rotate one head by the table rows c, s: pair i = (x[2i], x[2i+1]) turns by the angle whose cos and
+// sin are c[i], s[i]. This is the block-diagonal matrix R_pos of the RoFormer paper (eq. 15) applied
+// without building it, and the vector form x * [c0 c0 c1 c1 ...] + (-x1, x0, -x3, x2, ...) *
+// [s0 s0 s1 s1 ...] written pair by pair (README, "The vector form, and a worked example";
+// tests/test_rope_math.py).
+static void rotate_with(float *x, const float *c, const float *s, int half) {
     for (int i = 0; i < half; i++) {
         float x0 = x[2 * i], x1 = x[2 * i + 1];
         x[2 * i] = x0 * c[i] - x1 * s[i];
         x[2 * i + 1] = x0 * s[i] + x1 * c[i];
     }
+}
+
+// Rotate one head to position pos: pair i turns by pos * theta_i.
+void rope_rotate(const Rope *r, float *x, int pos) {
+    const size_t half = (size_t)r->p.head_dim / 2;
+    rotate_with(x, r->cos + pos * half, r->sin + pos * half, (int)half);
+}
+
+// ReRoPE's far path for a query at pos: rerope's table has one row (W), leaky-rerope's one per position.
+void rope_rotate_far(const Rope *r, float *x, int pos) {
+    const size_t half = (size_t)r->p.head_dim / 2, row = r->p.mode == ROPE_SCALING_LEAKY_REROPE ? (size_t)pos : 0;
+    rotate_with(x, r->far_cos + row * half, r->far_sin + row * half, (int)half);
 }

@@ -22,6 +22,10 @@ typedef enum {
     ROPE_SCALING_DYNAMIC = 3, // dynamic NTK: the base follows the current length l > L
     ROPE_SCALING_YARN = 4,    // YaRN: per-pair blend of PI and none, plus attention factor
     ROPE_SCALING_LLAMA3 = 5,  // Llama 3.1: three wavelength bands
+    // Run-time only (a model file never carries them; loader.c refuses them in a header): the
+    // relative position is clipped in attention, not the frequencies changed (Su 2023, ReRoPE).
+    ROPE_SCALING_REROPE = 6,       // distances r >= W are scored as W
+    ROPE_SCALING_LEAKY_REROPE = 7, // distances r >= W are scored as W + (r - W) / K, K = factor
     ROPE_SCALING_COUNT
 } RopeScaling;
 
@@ -38,6 +42,7 @@ typedef struct {
     double beta_slow;        // yarn only: ramp ends at pairs with this many turns over L (1)
     double low_freq_factor;  // llama3 only: wavelengths above L/low_freq_factor are divided by s
     double high_freq_factor; // llama3 only: wavelengths below L/high_freq_factor are kept
+    int window;              // rerope, leaky-rerope: W, distances below it are rotated as usual
 } RopeParams;
 
 typedef struct {
@@ -50,9 +55,15 @@ typedef struct {
     double *inv_freq; // (head_dim/2) theta_i after scaling, in double
     float *cos;       // (max_pos, head_dim/2) mscale * cos(m * theta_i)
     float *sin;       // (max_pos, head_dim/2) mscale * sin(m * theta_i)
+    // rerope, leaky-rerope (else NULL): the far path's rotations. far_cos, far_sin: of a query at m,
+    // to W (rerope: one row, the same for every m) or to W + (m - W) / K (leaky-rerope: max_pos rows);
+    // key_cos, key_sin (leaky-rerope only, max_pos rows): of a key at n, to n / K. The score of a far
+    // key is then (R(W + (m - W)/K) q) . (R(n/K) k) = q^T R(-(W + (m - n - W)/K)) k: relative again.
+    float *far_cos, *far_sin, *key_cos, *key_sin;
 } Rope;
 
-// Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3.
+// Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3,
+// rerope, leaky-rerope.
 const char *rope_scaling_name(RopeScaling mode);
 int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unknown name
 
@@ -62,6 +73,7 @@ typedef struct {
     double factor; // --rope-factor; 0 = the checkpoint's, else ctx / L when ctx > L, else 1 (dynamic: 1)
     double base;   // --rope-base; 0 = the checkpoint's rope_theta
     double alpha;  // --rope-alpha (ntk); 0 = factor
+    int window;    // --rope-window (rerope, leaky-rerope); 0 = L / 4
 } RopeOverrides;
 
 // The parameters for a run at context ctx: the checkpoint's own (trained), with the user's
@@ -90,8 +102,15 @@ void rope_set_length(Rope *r, int length);
 
 // True when rope_set_length can change the tables (the caller must then keep keys un-rotated).
 int rope_is_dynamic(const Rope *r);
+// True for rerope and leaky-rerope: attention scores far keys by another path (rope_rotate_far).
+int rope_is_rerope(const RopeParams *p);
+// True when the keys must be cached un-rotated: dynamic (the frequencies change) and the rerope
+// modes (a key is scored at two rotations, near and far).
+int rope_keys_unrotated(const RopeParams *p);
 
 // Rotate one head x (head_dim floats, interleaved pairs) to position pos.
 void rope_rotate(const Rope *r, float *x, int pos);
+// rerope modes: rotate one head of a query at position pos for its far keys (far_cos, far_sin).
+void rope_rotate_far(const Rope *r, float *x, int pos);
 
 #endif

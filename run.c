@@ -90,6 +90,7 @@ static const Flag FLAGS[] = {
     {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
     {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
     {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
+    {{"--rope-window"}, FLAG_INT, offsetof(Options, rope.window), 1, 1 << 24, 0, 0},
     {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
     {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
     {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
@@ -131,14 +132,18 @@ static void usage(FILE *f) {
                "      --ppl-windows K      with --ppl: at most K windows [1, 1073741824] (default: all)\n"
                "\n"
                "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
-               "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3\n"
-               "                           (default: the checkpoint's own, else none)\n"
+               "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3 |\n"
+               "                           rerope | leaky-rerope (default: the checkpoint's own, else none)\n"
                "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
                "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
-               "                           as length / trained ctx)\n"
+               "                           as length / trained ctx); leaky-rerope: the rate K > 1 past\n"
+               "                           the window (default (ctx - W) / (L - W): ctx maps to L)\n"
                "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
                "                           (alias --rope-freq-base)\n"
                "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
+               "      --rope-window W      rerope, leaky-rerope: the window [1, 16777216] (default L / 4):\n"
+               "                           a distance r >= W is scored as W (leaky: W + (r - W) / K);\n"
+               "                           W <= L, the trained context (leaky-rerope: W < L)\n"
                "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
                "                           ln(m + 1) / ln(L); combines with every mode\n"
                "  -h, --help               this text\n");
@@ -240,7 +245,7 @@ static int parse_args(int argc, char **argv, Options *o) {
         if (rope_scaling_from_name(o->rope_mode, &mode)) {
             fprintf(stderr,
                     "error: invalid value '%s' for --rope-scaling (none, pi, linear, ntk, dynamic, yarn, "
-                    "llama3)\n",
+                    "llama3, rerope, leaky-rerope)\n",
                     o->rope_mode);
             return -1;
         }
@@ -848,8 +853,14 @@ static void banner(const Transformer *t, const char *path) {
     } else if (r->eff_base != r->p.base) {
         fprintf(stderr, " (effective %g)", r->eff_base);
     }
-    fprintf(stderr, ", factor %g, trained context L = %d, attention factor %g%s\n", r->p.factor, r->p.orig_ctx,
-            r->mscale, t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
+    if (r->p.mode == ROPE_SCALING_REROPE)
+        fprintf(stderr, ", window W = %d (distances past W scored as W)", r->p.window);
+    else if (r->p.mode == ROPE_SCALING_LEAKY_REROPE)
+        fprintf(stderr, ", window W = %d, K = %g (distance r past W scored as W + (r - W) / K)", r->p.window,
+                r->p.factor);
+    if (!rope_is_rerope(&r->p)) fprintf(stderr, ", factor %g", r->p.factor);
+    fprintf(stderr, ", trained context L = %d, attention factor %g%s\n", r->p.orig_ctx, r->mscale,
+            t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
 // What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
@@ -889,6 +900,20 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     }
     if (mode != ROPE_SCALING_NTK && o->rope.alpha > 0) {
         fprintf(stderr, "error: --rope-alpha is used only by --rope-scaling ntk\n");
+        return 2;
+    }
+    if (mode != ROPE_SCALING_REROPE && mode != ROPE_SCALING_LEAKY_REROPE && o->rope.window > 0) {
+        fprintf(stderr, "error: --rope-window is used only by --rope-scaling rerope and leaky-rerope\n");
+        return 2;
+    }
+    if (mode == ROPE_SCALING_REROPE && o->rope.factor > 0) {
+        fprintf(stderr, "error: rerope has no --rope-factor: every distance past the window is scored as the "
+                        "window (hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)\n");
+        return 2;
+    }
+    if (mode == ROPE_SCALING_LEAKY_REROPE && o->rope.factor == 1) {
+        fprintf(stderr, "error: leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
+                        "--rope-scaling none)\n");
         return 2;
     }
     if (rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err)) {

@@ -26,6 +26,7 @@ static void check_ranges(const Options *o) {
     if (!(o->rope.factor == 0 || o->rope.factor >= 1) || !isfinite(o->rope.factor)) abort();
     if (!(o->rope.base >= 0) || !isfinite(o->rope.base)) abort();
     if (!(o->rope.alpha == 0 || o->rope.alpha >= 1) || !isfinite(o->rope.alpha)) abort();
+    if (o->rope.window < 0) abort();
 }
 
 static void resolve(const Options *o, const RopeParams *trained) {

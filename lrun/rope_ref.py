@@ -30,7 +30,9 @@ import math
 
 import numpy as np
 
-MODES = ("none", "pi", "ntk", "dynamic", "yarn", "llama3")
+# rerope and leaky-rerope keep the trained frequencies (none's): they clip the relative position in
+# attention instead (tests/reference.py, relative_scores).
+MODES = ("none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope")
 ALIASES = {"default": "none", "linear": "pi"}
 
 
@@ -101,7 +103,7 @@ def inv_freq(mode, d, base, L, s, alpha=None, length=None, beta_fast=32, beta_sl
     mode = canonical_mode(mode)
     theta = default_inv_freq(d, base)  # (d/2)
     mscale = 1.0
-    if mode == "none":
+    if mode in ("none", "rerope", "leaky-rerope"):
         pass
     elif mode == "pi":
         # PI: positions m -> m / s, i.e. theta_i -> theta_i / s (HF: inv_freq /= factor).

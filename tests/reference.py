@@ -51,7 +51,7 @@ from lrun.hf_checkpoint import Checkpoint  # noqa: E402  (our own reader of HF w
 # HF's rope_type names -> ours (rope.h). HF has no static "ntk".
 HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
 ROPE_KEYS = ("mode", "factor", "base", "alpha", "orig_ctx", "attn_factor", "beta_fast", "beta_slow",
-             "low_freq_factor", "high_freq_factor")
+             "low_freq_factor", "high_freq_factor", "window")
 
 
 # --- RoPE parameters ---------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def checkpoint_rope(cfg):
     theta = scaling.get("rope_theta", cfg.get("rope_theta")) or 10000.0
     max_pos = cfg["max_position_embeddings"]
     rope = dict(mode="none", factor=1.0, base=float(theta), alpha=0.0, orig_ctx=max_pos, attn_factor=0.0,
-                beta_fast=0.0, beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0)
+                beta_fast=0.0, beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0, window=0)
     rope_type = scaling.get("rope_type", scaling.get("type"))
     if rope_type in (None, "default"):
         return rope
@@ -100,7 +100,9 @@ def resolve_rope(trained, rope=None, ctx=None):
       mode    the checkpoint's unless given; a different mode starts from that mode's defaults;
       factor  1 for none (giving one is an error); else given, else the checkpoint's own (same
               mode), else ctx / L when ctx > L, else 1;
-      base    given, else rope_theta;  alpha  given (ntk only), else 0 = factor.
+      base    given, else rope_theta;  alpha  given (ntk only), else 0 = factor;
+      window  rerope and leaky-rerope only: W, given, else L // 4 (at least 1); leaky-rerope's
+              factor K defaults to (ctx - W) / (L - W) when ctx > L (ctx maps to L), else 1.
     ctx is the run's context (the C program's --ctx); None means L, the trained context.
     Also accepted (tests only; the C command line has no flag for them): orig_ctx, attn_factor,
     beta_fast, beta_slow, low_freq_factor, high_freq_factor. A fully resolved dict passed back in
@@ -119,15 +121,21 @@ def resolve_rope(trained, rope=None, ctx=None):
     if mode is not None and rope_ref.canonical_mode(mode) != out["mode"]:
         out.update(mode=rope_ref.canonical_mode(mode), factor=0.0, attn_factor=0.0, beta_fast=0.0,
                    beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0)
-    if out["mode"] == "none" and rope.get("factor") and rope["factor"] != 1:
-        raise ValueError("a factor needs a scaling mode (rope.c: --rope-factor needs --rope-scaling)")
+    if out["mode"] in ("none", "rerope") and rope.get("factor") and rope["factor"] != 1:
+        raise ValueError("a factor needs a scaling mode other than none and rerope (rope.c)")
     out["alpha"] = float(rope.get("alpha") or 0.0)
     if out["alpha"] and out["mode"] != "ntk":
         raise ValueError("alpha is used only by mode ntk")
-    if out["mode"] == "none":
+    if rope.get("window") and out["mode"] not in ("rerope", "leaky-rerope"):
+        raise ValueError("a window is used only by rerope and leaky-rerope")
+    out["window"] = (int(rope.get("window") or max(1, L // 4))) if out["mode"] in ("rerope", "leaky-rerope") else 0
+    if out["mode"] in ("none", "rerope"):
         out["factor"] = 1.0
     elif rope.get("factor"):
         out["factor"] = float(rope["factor"])
+    elif out["mode"] == "leaky-rerope":
+        W = out["window"]
+        out["factor"] = (ctx - W) / (L - W) if ctx > L and W < L else 1.0
     elif not out["factor"] and out["mode"] == "dynamic":  # alpha(l) = l / L (rope.c rope_params_resolve)
         out["factor"] = 1.0
     elif not out["factor"]:  # a mode the checkpoint does not carry: stretch L to the context
@@ -153,6 +161,47 @@ def rope_tables(p, head_dim, length):
                              length=length, beta_fast=p["beta_fast"], beta_slow=p["beta_slow"],
                              low_freq_factor=p["low_freq_factor"], high_freq_factor=p["high_freq_factor"],
                              attn_factor=p["attn_factor"])
+
+
+def relative_position(p):
+    """ReRoPE's relative position as a function of the distance r = m - n >= 0, or None for the modes
+    that rotate q and k by their absolute positions. rerope: r below the window W, else W;
+    leaky-rerope: r below W, else W + (r - W) / K (Su 2023, kexue.fm/archives/9706 and 9708;
+    bojone/rerope rerope_patch.py, leaky_rerope_patch.py)."""
+    W, K = p["window"], p["factor"]
+    if p["mode"] == "rerope":
+        return lambda r: np.minimum(r, W).astype(np.float64)
+    if p["mode"] == "leaky-rerope":
+        return lambda r: np.where(r < W, r, W + (r - W) / K).astype(np.float64)
+    return None
+
+
+def relative_phases(rel, inv_freq, n):
+    """cos and sin of rel(r) theta_i for every distance r = 0 .. n-1 and pair i: two (n, hd/2)."""
+    angle = rel(np.arange(n))[:, None] * np.asarray(inv_freq, dtype=np.float64)[None, :]
+    return torch.from_numpy(np.cos(angle)), torch.from_numpy(np.sin(angle))
+
+
+def relative_scores(q, k, phases):
+    """Causal attention scores (H, n, n) of raw (un-rotated) queries q (H, n, hd) against raw keys k
+    (H, n, hd), positions 0 .. n-1, each pair rotated by the explicit relative position of the two:
+        score(m, n) = (R(rel(m - n) theta) q_m) . k_n / sqrt(hd),
+    filled one distance r = m - n at a time (the r-th diagonal below the main one; above it stays 0,
+    for the mask): the queries m = r .. n-1, every pair i = (x_i, x_{i+d/2}) of the rotate_half layout
+    turned by rel(r) theta_i, dotted with the keys m - r. In the complex view (README, "RoPE, from the
+    math to the code") that is Re sum_i q_i[m] e^{i rel(r) theta_i} conj(k_i[m - r]).
+    phases: relative_phases, row r for distance r. No absolute position is used."""
+    H, n, hd = q.shape
+    h = hd // 2
+    q0, q1 = (x.to(torch.float64).contiguous() for x in (q[..., :h], q[..., h:]))           # (H, n, h)
+    k0, k1 = (x.to(torch.float64).contiguous() for x in (k[..., :h], k[..., h:]))           # (H, n, h)
+    cos, sin = phases
+    out = torch.zeros(H, n, n, dtype=torch.float64)
+    for r in range(n):  # queries m = r .. n-1 against keys m - r, all turned by rel(r)
+        c, s = cos[r], sin[r]                                                             # (h)
+        a0, a1 = q0[:, r:], q1[:, r:]                                                     # (H, n-r, h)
+        out.diagonal(-r, 1, 2)[:] = ((a0 * c - a1 * s) * k0[:, :n - r] + (a0 * s + a1 * c) * k1[:, :n - r]).sum(-1)
+    return out / math.sqrt(hd)
 
 
 # --- The model -----------------------------------------------------------------------------------------
@@ -241,9 +290,11 @@ class Reference:
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(self.dtype)
 
-    def forward(self, ids, inv_freq, mscale, logn_L=None):
+    def forward(self, ids, inv_freq, mscale, logn_L=None, rel=None):
         """Logits (n, V) in dtype for token ids at positions 0 .. n-1 with the given RoPE table; with
-        logn_L, log-n attention scaling: queries times max(1, ln(m + 1) / ln(logn_L)) (bojone/rerope)."""
+        logn_L, log-n attention scaling: queries times max(1, ln(m + 1) / ln(logn_L)) (bojone/rerope);
+        with rel (relative_position: ReRoPE), q and k are not rotated by their positions, and the
+        scores rotate each pair by rel(m - n) instead (relative_scores)."""
         ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
         n, hd, H, KV = ids.shape[0], self.head_dim, self.n_heads, self.n_kv_heads
         # RoPE (LlamaRotaryEmbedding.forward): freqs = m * inv_freq, emb = cat(freqs, freqs), cos and
@@ -253,6 +304,7 @@ class Reference:
         cos = (emb.cos() * mscale).to(self.dtype)                                   # (n, hd)
         sin = (emb.sin() * mscale).to(self.dtype)                                   # (n, hd)
         mask = torch.full((n, n), float("-inf"), dtype=self.acc).triu(1)            # (n, n) causal
+        phases = relative_phases(rel, inv_freq, n) if rel is not None else None     # (n, hd/2) ReRoPE
 
         x = self.embed[ids]                                                         # (n, D)
         for lw in self.layers:
@@ -261,19 +313,24 @@ class Reference:
             k = (a @ lw["k_proj"].T).view(n, KV, hd).transpose(0, 1)                # (KV, n, hd)
             v = (a @ lw["v_proj"].T).view(n, KV, hd).transpose(0, 1)                # (KV, n, hd)
             # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin (pair i = (x[i], x[i+hd/2]))
-            q = q * cos + rotate_half(q) * sin
+            if rel is None:
+                q = q * cos + rotate_half(q) * sin
+                k = k * cos + rotate_half(k) * sin
             if logn_L:  # per position m: max(1, ln(m + 1) / ln(L)), a rotation commutes with it
                 grow = np.maximum(1.0, np.log(np.arange(1, n + 1, dtype=np.float64)) / math.log(logn_L))
                 q = q * torch.from_numpy(grow).to(self.dtype)[None, :, None]
-            k = k * cos + rotate_half(k) * sin
             # repeat_kv: query head h reads kv head h // (H/KV)
             k = k.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
             v = v.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
             out = torch.empty(H, n, hd, dtype=self.dtype)
             step = max(1, (1 << 23) // max(1, H * n))  # query rows per block: ~64 MB of scores
+            scores = relative_scores(q, k, phases).to(self.dtype) if rel is not None else None  # (H, n, n)
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)
-                s = (q[:, r0:r1] @ k.transpose(1, 2)) / math.sqrt(hd)              # (H, r, n)
+                if rel is None:
+                    s = (q[:, r0:r1] @ k.transpose(1, 2)) / math.sqrt(hd)          # (H, r, n)
+                else:
+                    s = scores[:, r0:r1]
                 s = s.to(self.acc) + mask[r0:r1]
                 out[:, r0:r1] = torch.softmax(s, dim=-1).to(self.dtype) @ v         # (H, r, hd)
             o = out.transpose(0, 1).reshape(n, H * hd)                              # (n, H*hd)
@@ -291,7 +348,8 @@ class Reference:
         logn: log-n attention scaling past the trained context (run's --attn-logn)."""
         p = self.resolve_rope(rope, ctx)
         inv, ms = rope_tables(p, self.head_dim, len(token_ids))
-        return self.forward(token_ids, inv, ms, p["orig_ctx"] if logn else None).to(torch.float64).numpy()
+        return self.forward(token_ids, inv, ms, p["orig_ctx"] if logn else None,
+                            relative_position(p)).to(torch.float64).numpy()
 
     @torch.no_grad()
     def logits_growing(self, token_ids, rope=None, ctx=None):
@@ -418,6 +476,8 @@ class Decoder:
     def __init__(self, model, p, n_max, keys="raw"):
         if keys not in ("raw", "rotated"):
             raise ValueError("keys must be 'raw' or 'rotated'")
+        if relative_position(p) is not None:
+            raise ValueError("the Decoder rotates by absolute positions; rerope modes: use logits()")
         m = self.m = model
         self.p, self.keys, self.pos = p, keys, 0
         self.k = [torch.zeros(m.n_kv_heads, n_max, m.head_dim, dtype=m.dtype) for _ in m.layers]  # (KV, n_max, hd)

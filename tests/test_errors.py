@@ -88,6 +88,30 @@ def test_usage_errors(c_tools, args, needle):
     assert "usage" in err or needle.startswith(("--rope", "invalid KV"))
 
 
+# ReRoPE's flags (stories260K: L = 512). Every combination that would do nothing or leave the trained
+# range is refused with exit 2 and a message naming the flag and the fix.
+@pytest.mark.parametrize("args, needle", [
+    (["--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope and leaky-rerope"),
+    (["--rope-scaling", "ntk", "--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope"),
+    (["--rope-scaling", "rerope", "--rope-factor", "2"], "rerope has no --rope-factor"),
+    (["--rope-scaling", "leaky-rerope", "--rope-factor", "1"], "leaky-rerope with --rope-factor 1 is plain RoPE"),
+    (["--rope-scaling", "rerope", "--rope-window", "513"], "the window W must be in [1, L]"),
+    (["--rope-scaling", "leaky-rerope", "--rope-window", "512"], "leaky-rerope needs a window W below L"),
+])
+def test_rerope_usage_errors(c_tools, args, needle):
+    expect(2, [needle], LEGACY, "-z", TOK512, "--ctx", "2048", *args)
+
+
+def test_rerope_edges_and_banner(c_tools):
+    # W = L is allowed for rerope (the far path then starts at the last trained distance), W = 1 too
+    # (every earlier key at distance 1); the banner names the mode, W and K.
+    for args, banner in ((["--rope-scaling", "rerope", "--rope-window", "512"], "rope: rerope, base 10000, window W = 512"),
+                         (["--rope-scaling", "rerope", "--rope-window", "1"], "window W = 1 (distances past W scored as W)"),
+                         (["--rope-scaling", "leaky-rerope"], "window W = 128, K = 15 (distance r past W scored as W + (r - W) / K)")):
+        code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "5888", "-n", "3", *args)
+        assert code == 0 and banner in err, err
+
+
 def test_no_model(c_tools):
     expect(2, ["no model file"])
 
@@ -110,7 +134,7 @@ def test_help_ranges_are_the_parsers(c_tools):
         if m:
             ranges[m[1]] = (m[2] == "(", m[3], m[4])
     assert set(ranges) == {"--n-predict", "--keep", "--temp", "--top-p", "--seed", "--ctx", "--threads",
-                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha"}, ranges
+                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha", "--rope-window"}, ranges
     assert "RoPE base > 0" in out
     ranges["--rope-base"] = (True, "0", "1e300")
     for flag, (open_lo, lo, hi) in ranges.items():
@@ -179,13 +203,15 @@ def test_context_too_large_for_memory(c_tools, tmp_path):
     ("--rope-factor", "nan"), ("--rope-factor", "0.999"), ("--rope-factor", "inf"),
     ("--rope-base", "-1"), ("--rope-base", "nan"), ("--rope-base", "inf"), ("--rope-base", "1e-400"),
     ("--rope-alpha", "0.5"), ("--rope-alpha", "nan"),
+    ("--rope-window", "0"), ("--rope-window", "-3"), ("--rope-window", "1.5"), ("--rope-window", "16777217"),
 ])
 def test_strict_numbers(c_tools, flag, value):
     expect(2, [f"invalid value '{value}' for {flag}", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, flag, value)
 
 
 @pytest.mark.parametrize("flag", ["-i", "-z", "-n", "-t", "-p", "-s", "--ctx", "--threads", "-b", "--ppl",
-                                  "--ppl-windows", "--rope-scaling", "--rope-factor", "--rope-base", "--rope-alpha"])
+                                  "--ppl-windows", "--rope-scaling", "--rope-factor", "--rope-base", "--rope-alpha",
+                                  "--rope-window"])
 def test_missing_value(c_tools, flag):
     expect(2, [f"{flag} needs a value", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, flag)
 
@@ -216,7 +242,9 @@ def test_prompt_fills_the_context_exactly(c_tools):
     assert "stopped: context full (hint: a larger --ctx or a smaller --keep)" in err
 
 
-@pytest.mark.parametrize("args", [[], ["--rope-scaling", "dynamic"], ["--rope-scaling", "yarn", "-ctk", "f16"]])
+@pytest.mark.parametrize("args", [[], ["--rope-scaling", "dynamic"], ["--rope-scaling", "yarn", "-ctk", "f16"],
+                                  ["--rope-scaling", "rerope", "--rope-window", "16"],
+                                  ["--rope-scaling", "leaky-rerope", "--rope-window", "16", "-ctk", "f16"]])
 def test_generation_runs_past_the_context(c_tools, args):
     # Ten times --ctx tokens, greedy: the context fills and shifts again and again (README, "Past the
     # end of the context"); the summary line counts the shifts.

@@ -8,8 +8,9 @@
 //   3. the result is bit-identical with 1, 2 and 3 threads, and when the first half of the tokens
 //      is multiplied alone (prefill sums do not depend on the block size), and matmul_many
 //      equals matmul;
-// attention against attention_ref (with a negative control); softmax (with its e^-40 cutoff) and
-// rmsnorm against double.
+// attention against attention_ref (with a negative control), also with keys turned as read (dynamic NTK)
+// and with ReRoPE's two score paths (with a window off by one as the control); softmax (with its e^-40
+// cutoff) and rmsnorm against double.
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
 //   q8_0      |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the activations
@@ -131,6 +132,7 @@ static void mm(float *out, const float *x, const Matrix *m, int n, int threads) 
 }
 static double worst_of[DTYPE_COUNT][2]; // per weight type: vs ref, n tokens vs 1 at a time
 static double worst_attention;
+static double largest_off_by_one; // check_rerope: the largest move of the output by a window off by one
 
 static void check_case(DType t, int rows, int cols, int n) {
     TestMatrix tm = make_matrix(t, rows, cols);
@@ -186,11 +188,70 @@ static void check_case(DType t, int rows, int cols, int n) {
     free(tm.scale);
 }
 
+// ReRoPE on a cache c whose keys attention turns as it reads them (README, "ReRoPE"): a key at
+// distance >= W is scored with the far queries q_far instead, against the keys as cached (rerope) or
+// turned by a second table of random angles (leaky). Windows: 1 (every earlier key far), 33 (a block
+// boundary inside a block of queries), about half the length, and past every distance (all near: the
+// bits of `turned`, the result without ReRoPE). Each query alone gives the same bits. Controls, at the
+// middle window: the far path moves some output by more than 1e-3 (it is read), and the reference with
+// the window off by one, W + 1, is farther from attention's output than the right one (a single key
+// changes path there, so the move can be small; the largest one over all cases is printed).
+// Returns 1 when the bits and the controls are right; the largest error / bound goes to *worst.
+static int check_rerope(KVCache *c, const float *q, const float *turned, float *ref, float *cs, float *sn, int n,
+                        int pos, float *scratch, int threads, double *worst) {
+    const int qd = c->n_heads * c->head_dim, half = c->head_dim / 2, len = pos + n, layer = 1, ctx = c->ctx;
+    int ok = 1;
+    float *q_far = malloc(sizeof(float) * n * qd), *two = malloc(sizeof(float) * n * qd);
+    float *table_far = malloc(sizeof(float) * kv_rotation_floats(ctx, c->head_dim));
+    for (int i = 0; i < n * qd; i++)
+        q_far[i] = 2 * uniform();
+    for (int j = 0; j < ctx * half; j++) {
+        const double angle = 3.2 * uniform();
+        cs[j] = (float)cos(angle), sn[j] = (float)sin(angle);
+    }
+    const int windows[2][3] = {{1, len / 2 + 1, len + 1}, {33, len / 2 + 1, 0}}; // rerope, leaky
+    for (int leaky = 0; leaky < 2; leaky++)
+        for (int w = 0; w < 3 && windows[leaky][w]; w++) {
+            const int W = windows[leaky][w];
+            kv_set_rerope(c, W, leaky ? table_far : NULL, cs, sn, ctx);
+            attention(two, q, q_far, c, layer, n, pos, scratch, threads);
+            attention_ref(ref, q, q_far, c, layer, n, pos);
+            for (int i = 0; i < n * qd; i++)
+                *worst = fmax(*worst, fabs((double)two[i] - ref[i]) / 1e-5);
+            if (w == 1 && len > 2) { // controls: the far path matters, and so does W to the position
+                double error = 0, far = 0, off = 0;
+                kv_set_rerope(c, W + 1, leaky ? table_far : NULL, cs, sn, ctx);
+                float *other = malloc(sizeof(float) * n * qd);
+                attention_ref(other, q, q_far, c, layer, n, pos);
+                for (int i = 0; i < n * qd; i++) {
+                    error = fmax(error, fabs((double)two[i] - ref[i]));
+                    far = fmax(far, fabs((double)two[i] - turned[i]));
+                    off = fmax(off, fabs((double)two[i] - other[i]));
+                }
+                free(other);
+                kv_set_rerope(c, W, leaky ? table_far : NULL, cs, sn, ctx);
+                ok &= far > 1e-3 && off > 2 * error;
+                largest_off_by_one = fmax(largest_off_by_one, off);
+            }
+            if (W > len) ok &= memcmp(two, turned, sizeof(float) * n * qd) == 0;
+            for (int a = 0; a < 3; a++) {
+                const int i = a == 0 ? 0 : a == 1 ? n / 2 : n - 1;
+                attention(ref, q + (size_t)i * qd, q_far + (size_t)i * qd, c, layer, 1, pos + i, scratch, threads);
+                ok &= memcmp(ref, two + (size_t)i * qd, sizeof(float) * qd) == 0;
+            }
+        }
+    kv_set_rerope(c, 0, NULL, NULL, NULL, 0);
+    free(q_far);
+    free(two);
+    free(table_far);
+    return ok;
+}
+
 // attention (fast) against attention_ref (double, three plain loops) on a cache filled with random
 // keys and values: grouped-query shapes, odd head sizes, one query (decode) and a block of queries
 // (prefill) ending at the last position. The output is a weighted mean of values in [-1, 1], so
 // the bound is absolute: 1e-5. A changed cached value must change the reference (negative control).
-static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int hd, int len, int n) {
+static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int hd, int len, int n, int rerope) {
     const int layers = 2, layer = 1, ctx = len + 3, qd = n_heads * hd, kvd = n_kv_heads * hd, pos = len - n;
     KVCache c = {malloc(kv_cache_bytes(kt, layers, ctx, n_kv_heads, hd)),
                  malloc(kv_cache_bytes(vt, layers, ctx, n_kv_heads, hd)),
@@ -201,11 +262,13 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
                  n_heads,
                  n_kv_heads,
                  hd,
+                 NULL,
+                 0,
                  NULL};
     float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd), *q = malloc(sizeof(float) * n * qd);
     float *fast = malloc(sizeof(float) * n * qd), *ref = malloc(sizeof(float) * n * qd);
     const int threads = max_threads(); // more threads than cores would only spin at the barriers
-    float *scratch = malloc(sizeof(float) * threads * attention_scratch_floats(ctx, n_heads, n_kv_heads, hd));
+    float *scratch = malloc(sizeof(float) * threads * attention_scratch_floats(ctx, n_heads, n_kv_heads, hd, 1));
     for (int l = 0; l < layers; l++)
         for (int j = 0; j < ctx; j++) {
             for (int i = 0; i < kvd; i++)
@@ -214,8 +277,8 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
         }
     for (int i = 0; i < n * qd; i++)
         q[i] = 2 * uniform();
-    attention(fast, q, &c, layer, n, pos, scratch, threads);
-    attention_ref(ref, q, &c, layer, n, pos);
+    attention(fast, q, NULL, &c, layer, n, pos, scratch, threads);
+    attention_ref(ref, q, NULL, &c, layer, n, pos);
     double worst = 0;
     for (int i = 0; i < n * qd; i++)
         worst = fmax(worst, fabs((double)fast[i] - ref[i]) / 1e-5);
@@ -224,13 +287,14 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
     int same = 1;
     for (int a = 0; a < 3; a++) {
         const int i = a == 0 ? 0 : a == 1 ? n / 2 : n - 1;
-        attention(ref, q + (size_t)i * qd, &c, layer, 1, pos + i, scratch, threads);
+        attention(ref, q + (size_t)i * qd, NULL, &c, layer, 1, pos + i, scratch, threads);
         same &= memcmp(ref, fast + (size_t)i * qd, sizeof(float) * qd) == 0;
     }
     // The same cache read as un-rotated keys with a table of random angles (dynamic NTK's way):
     // attention must turn every key as the reference does (kv_key_seen), and the turn must matter
     // (the outputs move by more than 1e-3 somewhere, given more than one position to weigh).
-    double worst_turned = 0, moved = hd % 2 ? 1 : 0;
+    double worst_turned = 0, moved = hd % 2 ? 1 : 0, worst_rerope = 0;
+    int rerope_ok = 1; // check_rerope: bits, the all-near window, the control
     if (hd % 2 == 0) {
         const int half = hd / 2;
         float *cs = malloc(sizeof(float) * ctx * half), *sn = malloc(sizeof(float) * ctx * half);
@@ -240,19 +304,20 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
             cs[j] = (float)cos(angle), sn[j] = (float)sin(angle);
         }
         kv_set_rotation(&c, table, cs, sn, ctx);
-        attention(turned, q, &c, layer, n, pos, scratch, threads);
-        attention_ref(ref, q, &c, layer, n, pos);
+        attention(turned, q, NULL, &c, layer, n, pos, scratch, threads);
+        attention_ref(ref, q, NULL, &c, layer, n, pos);
         for (int i = 0; i < n * qd; i++) {
             worst_turned = fmax(worst_turned, fabs((double)turned[i] - ref[i]) / 1e-5);
             moved = fmax(moved, fabs((double)turned[i] - fast[i]));
         }
+        if (rerope) rerope_ok = check_rerope(&c, q, turned, ref, cs, sn, n, pos, scratch, threads, &worst_rerope);
         c.rotation = NULL;
         free(cs);
         free(sn);
         free(table);
         free(turned);
     }
-    worst = fmax(worst, worst_turned);
+    worst = fmax(worst, fmax(worst_turned, worst_rerope));
     // Negative control: coordinate 0 of every cached value of kv head 0 moves by 1, so head 0's
     // output coordinate 0 must move by 1 (the weights sum to 1; within 1e-2, a half's rounding of
     // the moved values) and no longer match.
@@ -262,16 +327,18 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
         v[0] += 1;
         kv_store(&c, layer, k, v, j, 1);
     }
-    attention_ref(ref, q, &c, layer, 1, pos);
+    attention_ref(ref, q, NULL, &c, layer, 1, pos);
     const int control = fabs((double)fast[0] - ref[0] + 1) < 1e-2;
-    const int ok = worst <= 1 && control && same && (moved > 1e-3 || len == 1); // one position: weight 1 whatever the score
+    const int ok = worst <= 1 && control && same && rerope_ok &&
+                   (moved > 1e-3 || len == 1); // one position: weight 1 whatever the score
     failures += !ok;
     worst_attention = fmax(worst_attention, worst);
     if (verbose || !ok)
         printf("attention %s/%s cache, %d/%d heads, head_dim %-4d len %-5d n %-3d error/bound %.3f, one at a time %s, "
-               "turned keys %.3f (moved %.1e), control %s%s\n",
+               "turned keys %.3f (moved %.1e), rerope %.3f (%s), control %s%s\n",
                dtype_name(kt), dtype_name(vt), n_heads, n_kv_heads, hd, len, n, worst, same ? "same" : "DIFFERENT",
-               worst_turned, moved, control ? "moved" : "DID NOT MOVE", ok ? "" : "  <-- FAIL");
+               worst_turned, moved, worst_rerope, rerope_ok ? "ok" : "BITS OR CONTROL WRONG",
+               control ? "moved" : "DID NOT MOVE", ok ? "" : "  <-- FAIL");
     free(c.keys);
     free(c.values);
     free(k);
@@ -456,7 +523,8 @@ int main(int argc, char **argv) {
                 for (int kv = 0; kv < 4; kv++) // keys and values cached as f32 or f16: every pairing,
                     if (kv == 0 || blocks[b] <= 5) // the halves on the smaller blocks
                         check_attention(kv & 1 ? DTYPE_F16 : DTYPE_F32, kv & 2 ? DTYPE_F16 : DTYPE_F32, heads[i][0],
-                                        heads[i][1], heads[i][2], lens[j], blocks[b]);
+                                        heads[i][1], heads[i][2], lens[j], blocks[b],
+                                        kv < 2 && (lens[j] < 1000 || blocks[b] == 1)); // ReRoPE: f32, f16 keys
     check_softmax();
     check_rmsnorm();
     check_quantize_q8();
@@ -464,8 +532,12 @@ int main(int argc, char **argv) {
     for (DType t = 0; t < DTYPE_COUNT; t++)
         printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",
                dtype_name(t), n_cases, worst_of[t][0], worst_of[t][1]);
-    printf("attention %d head sizes x %d lengths: largest error / bound %.3f\n", (int)(sizeof heads / sizeof heads[0]),
-           (int)(sizeof lens / sizeof lens[0]), worst_attention);
+    printf("attention %d head sizes x %d lengths: largest error / bound %.3f; ReRoPE's window off by one moves an "
+           "output by up to %.2g\n",
+           (int)(sizeof heads / sizeof heads[0]), (int)(sizeof lens / sizeof lens[0]), worst_attention,
+           largest_off_by_one);
+    if (!(largest_off_by_one > 1e-2)) printf("ReRoPE's window off by one never moved an output by 1e-2  <-- FAIL\n");
+    failures += !(largest_off_by_one > 1e-2);
     printf("test_kernels (%s): %s (%d failure%s)\n", kernels_isa(), failures ? "FAIL" : "ok", failures,
            failures == 1 ? "" : "s");
     return failures ? 1 : 0;

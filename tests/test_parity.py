@@ -195,3 +195,60 @@ def test_dynamic_growing_random(c_tools, tmp_path_factory, tmp_path):
     compare("random MHA, dynamic growing 32 -> 128", ours,
             ref.logits_cached(ids, rope={"mode": "dynamic"}, ctx=128, keys="raw"),
             control=ref.logits_cached(ids, rope={"mode": "dynamic"}, ctx=128, keys="rotated"))
+
+
+# --- ReRoPE: the relative position clipped in attention ---------------------------------------------
+# The reference builds every score from the explicit relative position of its query and key
+# (reference.relative_scores: pair i turned by rel(m - n) theta_i, in the complex view); model.c
+# rotates queries twice (near: by m; far: to W, or W + (m - W)/K) and keys by n or n/K as attention
+# reads them. Two controls: plain RoPE (no clipping) must miss by far; the window off by one, W + 1,
+# moves only the scores at distance exactly W, and must still miss by more than 10x our difference.
+
+def rerope_check(label, model, ref, ids, tmp_path, ctx, rope, flags, logn=False, off_by_one=True):
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, *flags, *(["--attn-logn"] if logn else []))
+    expected = ref.logits(ids, rope=rope, ctx=ctx, logn=logn)
+    compare(label, ours, expected, control=ref.logits(ids, rope={"mode": "none"}, ctx=ctx, logn=logn))
+    if not off_by_one:
+        return
+    p = ref.resolve_rope(rope, ctx)
+    off = ref.logits(ids, rope=dict(rope, window=p["window"] + 1, factor=p["factor"]), ctx=ctx, logn=logn)
+    diff, miss = np.abs(ours - expected).max(), np.abs(ours - off).max()
+    print(f"{label}: window {p['window']} + 1 control misses by {miss:.2e} (ours {diff:.2e})")
+    assert miss > 10 * diff and miss > TOL * np.abs(expected).max(), "the window off by one is not told apart"
+
+
+@pytest.mark.parametrize("mode", ["rerope", "leaky-rerope"])
+@pytest.mark.parametrize("batch", [64, 1], ids=["blocks", "token-by-token"])
+def test_rerope_random_gqa_at_4x(c_tools, mode, batch, tmp_path_factory, tmp_path):
+    # GQA (8 query heads, 2 kv heads), L = 64, W = 16 (the default L / 4), 256 positions: prefill in
+    # blocks of 64 (a block's queries straddle the window) and one token at a time (decode).
+    hf = tmp_path_factory.mktemp(f"rerope-{mode}")
+    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
+    model, ref = export(hf, hf), reference.load(hf)
+    ids = random_ids(4 * 64, ref.vocab_size, seed=5)
+    rerope_check(f"random GQA, {mode}, ctx 256 = 4 x 64, batch {batch}", model, ref, ids, tmp_path, 256,
+                 {"mode": mode}, ["--rope-scaling", mode, "--batch", batch])
+
+
+@pytest.mark.parametrize("mode,window", [("rerope", 100), ("leaky-rerope", 0)])
+def test_rerope_stories_with_logn(c_tools, mode, window, stories, tmp_path):
+    # The real stories260K (4 kv heads of 8 query heads) at 1024 = 2 x its 512 trained tokens, with
+    # log-n: W = 100, and the default window (128; leaky K = (1024 - 128) / (512 - 128) = 2.33). 2x,
+    # not 4x: the reference's scores take one pass per distance (4x is the random GQA test's).
+    model, ref = stories
+    ctx = 2 * 512
+    ids = ref.encode(TEXT.read_text()[:20000])[:ctx]
+    rope = {"mode": mode, "window": window} if window else {"mode": mode}
+    flags = ["--rope-scaling", mode] + (["--rope-window", window] if window else [])
+    rerope_check(f"stories260K-hf, {mode} W {window or 'default'} + log-n, ctx {ctx}", model, ref, ids, tmp_path,
+                 ctx, rope, flags, logn=True, off_by_one=False)
+
+
+def test_rerope_reference_with_every_distance_near(stories):
+    # The reference's explicit relative positions, with a window past every distance, are plain RoPE
+    # (rotation by absolute positions): the two formulations agree, to rounding.
+    _, ref = stories
+    ids = ref.encode(TEXT.read_text()[:4000])[:256]
+    diff = np.abs(ref.logits(ids, rope={"mode": "rerope", "window": 512}) - ref.logits(ids)).max()
+    print(f"reference: rerope with W past every distance vs RoPE: max |diff| {diff:.1e}")
+    assert diff < 1e-9

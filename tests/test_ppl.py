@@ -36,7 +36,7 @@ def run_ppl(model, text, *flags):
     return total, buckets
 
 
-@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic"])
+@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic", "rerope", "leaky-rerope"])
 def test_matches_reference(c_tools, setup, mode):
     model, text, ref = setup
     total, buckets = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", mode)
@@ -151,7 +151,7 @@ def test_tiny64_matches_documented_reference(c_tools, tiny64, ctx, mode, expecte
     assert rel < 1e-4
 
 
-@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "dynamic", "yarn", "llama3"])
+@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope"])
 def test_f16_cache_at_4x_context(c_tools, tiny64, mode):
     """-ctk f16 -ctv f16 round every cached key and value to a half. At 4x the trained context (one
     window of 2048 tokens of the held-out text), perplexity stays within 0.1% of the f32 cache's in

@@ -2,7 +2,7 @@
 // can compare them with the PyTorch reference (tests/reference.py).
 //
 //   dump_logits MODEL IDS OUT [--ctx N] [--rope-scaling M] [--rope-factor S] [--rope-base B]
-//               [--rope-alpha A] [--batch B] [--threads T] [--growing] [--attn-logn]
+//               [--rope-alpha A] [--rope-window W] [--batch B] [--threads T] [--growing] [--attn-logn]
 //
 // IDS is int32 token ids; OUT gets float32 logits (n, vocab). The ids run from position 0. By
 // default they are one sequence of length n (RoPE length n for every position, as one Hugging
@@ -44,6 +44,8 @@ int main(int argc, char **argv) {
             ov.base = strtod(v, NULL);
         else if (!strcmp(a, "--rope-alpha"))
             ov.alpha = strtod(v, NULL);
+        else if (!strcmp(a, "--rope-window"))
+            ov.window = (int)strtol(v, NULL, 10);
         else if (!strcmp(a, "--rope-scaling")) {
             RopeScaling m;
             if (rope_scaling_from_name(v, &m)) return fail("unknown --rope-scaling"), 2;
@@ -87,8 +89,9 @@ int main(int argc, char **argv) {
     }
     f = fopen(argv[3], "wb");
     if (!f || fwrite(out, sizeof(float) * V, (size_t)n, f) != (size_t)n || fclose(f)) return fail("cannot write OUT");
-    fprintf(stderr, "dump_logits: %d positions, rope %s base %g factor %g (effective base %g, mscale %g)\n", n,
-            rope_scaling_name(t.rope.p.mode), t.rope.p.base, t.rope.p.factor, t.rope.eff_base, t.rope.mscale);
+    fprintf(stderr, "dump_logits: %d positions, rope %s base %g factor %g window %d (effective base %g, mscale %g)\n",
+            n, rope_scaling_name(t.rope.p.mode), t.rope.p.base, t.rope.p.factor, t.rope.p.window, t.rope.eff_base,
+            t.rope.mscale);
     free(out);
     free(ids);
     transformer_free(&t);
