@@ -302,21 +302,31 @@ float kv_value(const KVCache *c, int layer, int pos, int i) {
 // Attention as written in the paper, for every query i and head h: scores over the positions
 // 0 .. pos+i, a softmax over them, the weighted sum of the values. ReRoPE: a key at distance
 // pos + i - j >= window is scored with the far query and the far key instead (README, "ReRoPE").
+// The keys and values of each kv head are first read out of the cache as the math sees them
+// (kv_key_seen, kv_key_far, kv_value) into plain arrays, so the three loops are only arithmetic.
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos) {
-    const int hd = c->head_dim, qd = c->n_heads * hd, group = c->n_heads / c->n_kv_heads;
-    double *p = malloc((size_t)(pos + n) * sizeof(double));
-    for (int i = 0; p && i < n; i++) {
-        for (int h = 0; h < c->n_heads; h++) {
-            const int kvh = h / group, len = pos + i + 1;
+    const int hd = c->head_dim, qd = c->n_heads * hd, group = c->n_heads / c->n_kv_heads, all = pos + n;
+    double *p = malloc((size_t)all * sizeof(double));
+    float *k = malloc((size_t)all * hd * sizeof(float)), *k_far = malloc((size_t)all * hd * sizeof(float));
+    float *v = malloc((size_t)all * hd * sizeof(float));
+    for (int h = 0; p && k && k_far && v && h < c->n_heads; h++) {
+        const int kvh = h / group;
+        for (int j = 0; h % group == 0 && j < all; j++) // a new kv head
+            for (int d = 0; d < hd; d++) {
+                k[(size_t)j * hd + d] = kv_key_seen(c, layer, j, kvh * hd + d);
+                k_far[(size_t)j * hd + d] = c->window > 0 ? kv_key_far(c, layer, j, kvh * hd + d) : 0;
+                v[(size_t)j * hd + d] = kv_value(c, layer, j, kvh * hd + d);
+            }
+        for (int i = 0; i < n; i++) {
+            const int len = pos + i + 1;
             const float *qh = q + (size_t)i * qd + (size_t)h * hd;
             double max = -INFINITY, sum = 0;
             for (int j = 0; j < len; j++) { // scores: q . k_j / sqrt(d)
                 const int far = c->window > 0 && pos + i - j >= c->window;
+                const float *qj = far ? q_far + (size_t)i * qd + (size_t)h * hd : qh, *kj = (far ? k_far : k) + (size_t)j * hd;
                 double s = 0;
                 for (int d = 0; d < hd; d++)
-                    s +=
-                        far ? (double)q_far[(size_t)i * qd + (size_t)h * hd + d] * kv_key_far(c, layer, j, kvh * hd + d)
-                            : (double)qh[d] * kv_key_seen(c, layer, j, kvh * hd + d);
+                    s += (double)qj[d] * kj[d];
                 p[j] = s / sqrt((double)hd);
                 max = p[j] > max ? p[j] : max;
             }
@@ -325,12 +335,15 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
             for (int d = 0; d < hd; d++) {     // mix: sum_j p_j v_j
                 double o = 0;
                 for (int j = 0; j < len; j++)
-                    o += p[j] / sum * kv_value(c, layer, j, kvh * hd + d);
+                    o += p[j] / sum * v[(size_t)j * hd + d];
                 out[(size_t)i * qd + (size_t)h * hd + d] = (float)o;
             }
         }
     }
     free(p);
+    free(k);
+    free(k_far);
+    free(v);
 }
 
 // ---------------------------------------------------------------------------------------------
