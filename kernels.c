@@ -1069,7 +1069,8 @@ static int att_queries(int n_heads, int n_kv_heads) {
 size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths) {
     if (ctx < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
     const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
-    const size_t per_row = (2 * (size_t)head_dim + kv_stride(ctx)) * (two_paths ? 2 : 1); // qs, o, att (+ far qs, near)
+    const size_t hd = (size_t)head_dim, stride = kv_stride(ctx);
+    const size_t per_row = 2 * hd + stride + (two_paths ? hd + stride : 0); // qs, o, att (+ far qs, near scores)
     const size_t each = mul_or_zero(rows, per_row);
     // a turned or widened block of keys, or a run of widened values, and room to read 32 past it
     const size_t turned = (size_t)head_dim * MIX_RUN + KV_RUN;

@@ -104,6 +104,19 @@ static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r, int step, 
     }
 }
 
+// The end of a q4_0 dot product whose first b blocks (a multiple of 8) went through a vector loop
+// without their -8s, summing to `vector`: the -8s come off as sum_j dw_j * c8_j (QuantizedRows'
+// c8_j = 8 dx_j sum(x_j)), then blocks b .. nb-1 are added one at a time, from x in its own order.
+static inline float q4_finish(float vector, const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int b,
+                              int nb) {
+    __m256 corr = _mm256_setzero_ps();
+    for (int j = 0; j < b; j += 8)
+        corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + j))), _mm256_loadu_ps(xr->c8 + j),
+                               corr);
+    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
+    return vector - hsum8(corr) + dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b);
+}
+
 #ifndef DECODE_512
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
 static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
@@ -235,15 +248,8 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r, int step, i
             }
         }
     }
-    // The -8s of the vector part, then the last blocks one at a time from x in its own order.
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
-    for (int k = 0; k < nr; k++) {
-        __m256 corr = _mm256_setzero_ps();
-        for (int j = 0; j < b; j += 8)
-            corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + j))),
-                                   _mm256_loadu_ps(xr->c8 + j), corr);
-        out[k] = hsum8(acc[k]) - hsum8(corr) + dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b);
-    }
+    for (int k = 0; k < nr; k++)
+        out[k] = q4_finish(hsum8(acc[k]), w[k], dw[k], xr, b, nb);
 }
 
 static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x, const QuantizedRow *xq) {
@@ -381,15 +387,8 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r, int step, i
             }
         }
     }
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
-    for (int k = 0; k < nr; k++) {
-        __m256 corr = _mm256_setzero_ps();
-        for (int j = 0; j < b; j += 8)
-            corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + j))),
-                                   _mm256_loadu_ps(xr->c8 + j), corr);
-        out[k] = _mm512_reduce_add_ps(acc[k]) - hsum8(corr) +
-                 dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b);
-    }
+    for (int k = 0; k < nr; k++)
+        out[k] = q4_finish(_mm512_reduce_add_ps(acc[k]), w[k], dw[k], xr, b, nb);
 }
 
 static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x, const QuantizedRow *xq) {
