@@ -314,7 +314,7 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
         for (int j = 0; h % group == 0 && j < all; j++) // a new kv head
             for (int d = 0; d < hd; d++) {
                 k[(size_t)j * hd + d] = kv_key_seen(c, layer, j, kvh * hd + d);
-                k_far[(size_t)j * hd + d] = c->window > 0 ? kv_key_far(c, layer, j, kvh * hd + d) : 0;
+                if (c->window > 0) k_far[(size_t)j * hd + d] = kv_key_far(c, layer, j, kvh * hd + d); // ReRoPE
                 v[(size_t)j * hd + d] = kv_value(c, layer, j, kvh * hd + d);
             }
         for (int i = 0; i < n; i++) {
@@ -323,7 +323,8 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
             double max = -INFINITY, sum = 0;
             for (int j = 0; j < len; j++) { // scores: q . k_j / sqrt(d)
                 const int far = c->window > 0 && pos + i - j >= c->window;
-                const float *qj = far ? q_far + (size_t)i * qd + (size_t)h * hd : qh, *kj = (far ? k_far : k) + (size_t)j * hd;
+                const float *qj = far ? q_far + (size_t)i * qd + (size_t)h * hd : qh,
+                            *kj = (far ? k_far : k) + (size_t)j * hd;
                 double s = 0;
                 for (int d = 0; d < hd; d++)
                     s += (double)qj[d] * kj[d];
