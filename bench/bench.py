@@ -76,6 +76,18 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def fresh_pages(*paths):
+    """Drop each file's pages from the page cache and read it once, so that every program of a round
+    maps pages read moments ago. On the Zen 5 VM (docs/speed.md, "Stale pages") a file whose cached
+    pages sat unused read at 0.35-0.5 GB/s through mmap, pass after pass, until read afresh (6 GB/s);
+    one such file made our f32 decode look 4x slower than llama.cpp's."""
+    for path in paths:
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            while f.read(1 << 24):
+                pass
+
+
 # --- Checkpoints -----------------------------------------------------------------------------------
 
 def checkpoint(cache, shape, dtype):
@@ -268,6 +280,7 @@ def main():
             header = read_header(model)
             for threads in args.threads:
                 log(f"bench: {shape} {dtype} threads {threads}")
+                fresh_pages(model)
                 short = measure(model, tok, prompt, GEN_TOKENS, threads, CTX, args.runs, PROMPT_TOKENS)
                 long, dyn = (None, None) if args.no_long else measure(
                     model, tok, long_prompt, LONG_GEN, threads, LONG_CTX, args.runs, LONG_PROMPT,

@@ -116,10 +116,12 @@ def main(args):
             for threads in args.threads:
                 got = {c: ([], []) for c in CELLS}
                 probes = []
+                bench.fresh_pages(model, gguf)
                 ours(model, tok, "tg", threads, prompts)  # warm up: both files in the page cache
                 theirs(bindir, gguf, "tg", threads)
                 for r in range(args.runs):
                     bench.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
+                    bench.fresh_pages(model, gguf)
                     before = probe(threads)
                     for cell in CELLS:
                         if cell == "tg@4k" and args.no_long or cell == "win4k" and args.no_window:
