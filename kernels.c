@@ -169,87 +169,156 @@ void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
 // transposed, (head_dim, KV_RUN), so that the scores of a query against a run of positions read
 // consecutive memory, one block after the other (see attention below); the values (ctx, head_dim).
 // ctx is rounded up to whole blocks (the stride), so the vector code always reads whole blocks,
-// and KV_RUN values of padding after the last one let it read whole runs of coordinates past a
-// head's last one. Each of the two holds float32 or IEEE half (key_type, value_type); a half is
-// rounded to nearest when stored and widened exactly when read. Only these functions and
-// attention() know the layout.
+// and KV_RUN floats of padding after the last one let it read whole runs of coordinates past a
+// head's last one. Each of the two holds float32, IEEE half or q8_0 (key_type, value_type); a half
+// is rounded to nearest when stored and widened exactly when read. q8_0 is ggml's Q8_0 (34 bytes
+// per 32 values): each run of 32 coordinates of one key or value is stored as 32 int8 q and one
+// half d = max |x| / 127 (q = x / d rounded), read as q * d; a block of keys is its (head_dim,
+// KV_RUN) int8 q, then its (head_dim / 32, KV_RUN) halves d; a value is its head_dim q, then its
+// head_dim / 32 d. Only these functions and attention() know the layout.
 static size_t kv_stride(int ctx) { return ((size_t)ctx + KV_RUN - 1) / KV_RUN * KV_RUN; }
 
 static size_t kv_size(DType t) { return t == DTYPE_F16 ? sizeof(_Float16) : sizeof(float); }
 
-int kv_type_ok(DType t) { return t == DTYPE_F32 || t == DTYPE_F16; }
-
-size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim) {
-    if (!kv_type_ok(t) || n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
-    size_t n =
-        mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), mul_or_zero((size_t)n_kv_heads, (size_t)head_dim));
-    return n && n <= SIZE_MAX / kv_size(t) - KV_RUN ? (n + KV_RUN) * kv_size(t) : 0;
+// Bytes of one position's keys (or values) of one kv head.
+static size_t kv_row_bytes(DType t, int hd) {
+    return t == DTYPE_Q8_0 ? (size_t)hd + (size_t)hd / Q8_BLOCK * sizeof(_Float16) : (size_t)hd * kv_size(t);
 }
 
-// The keys and the values of kv head h of a layer: stride * head_dim of their type each.
+int kv_type_ok(DType t, int head_dim) {
+    return t == DTYPE_F32 || t == DTYPE_F16 || (t == DTYPE_Q8_0 && head_dim % Q8_BLOCK == 0);
+}
+
+size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim) {
+    if (n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1 || !kv_type_ok(t, head_dim)) return 0;
+    const size_t rows = mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), (size_t)n_kv_heads);
+    const size_t n = mul_or_zero(rows, kv_row_bytes(t, head_dim));
+    return n && n <= SIZE_MAX - KV_RUN * sizeof(float) ? n + KV_RUN * sizeof(float) : 0;
+}
+
+// The keys and the values of kv head h of a layer: stride rows of kv_row_bytes each.
 static void *head_keys(const KVCache *c, int layer, int h) {
     return (char *)c->keys +
-           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim * kv_size(c->key_type);
+           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->key_type, c->head_dim);
 }
 static void *head_values(const KVCache *c, int layer, int h) {
     return (char *)c->values +
-           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * c->head_dim * kv_size(c->value_type);
+           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->value_type, c->head_dim);
 }
-// Where coordinate d of the key at position j sits among its head's keys.
+// Where coordinate d of the key at position j sits among its head's keys, counted in floats (and
+// in halves for f16 keys; the rotation tables use the same index).
 static size_t key_at(int hd, int j, int d) { return ((size_t)(j / KV_RUN) * hd + d) * KV_RUN + j % KV_RUN; }
-
-// Element i of a cache array of type t, as float, and stored.
-static inline float kv_get(const void *a, DType t, size_t i) {
-    return t == DTYPE_F16 ? (float)((const _Float16 *)a)[i] : ((const float *)a)[i];
+// q8_0 keys: the q of coordinate d of the key at position j, and its scale.
+static int8_t *key_q(const void *keys, int hd, int j, int d) {
+    return (int8_t *)keys + (size_t)(j / KV_RUN) * KV_RUN * kv_row_bytes(DTYPE_Q8_0, hd) + (size_t)d * KV_RUN + j % KV_RUN;
 }
-static inline void kv_put(void *a, DType t, size_t i, float x) {
-    if (t == DTYPE_F16)
-        ((_Float16 *)a)[i] = (_Float16)x;
-    else
-        ((float *)a)[i] = x;
+static _Float16 *key_scale(const void *keys, int hd, int j, int d) {
+    char *block = (char *)keys + (size_t)(j / KV_RUN) * KV_RUN * kv_row_bytes(DTYPE_Q8_0, hd);
+    return (_Float16 *)(block + (size_t)hd * KV_RUN) + (size_t)(d / Q8_BLOCK) * KV_RUN + j % KV_RUN;
+}
+
+static void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len);
+
+// Coordinate d of the cached key (value) at position j of one kv head's keys (values), as float;
+// and a whole key (value) x (hd floats) stored at position j.
+static float key_get(const void *keys, DType t, int hd, int j, int d) {
+    switch (t) {
+    case DTYPE_F16:
+        return (float)((const _Float16 *)keys)[key_at(hd, j, d)];
+    case DTYPE_Q8_0:
+        return *key_q(keys, hd, j, d) * (float)*key_scale(keys, hd, j, d);
+    default:
+        return ((const float *)keys)[key_at(hd, j, d)];
+    }
+}
+static void key_put(void *keys, DType t, int hd, int j, const float *x) {
+    for (int d0 = 0; d0 < hd; d0 += Q8_BLOCK) {
+        const int n = hd - d0 < Q8_BLOCK ? hd - d0 : Q8_BLOCK;
+        int8_t q[Q8_BLOCK];
+        float scale;
+        int32_t sum;
+        if (t == DTYPE_Q8_0) {
+            quantize_block_q8(q, &scale, &sum, x + d0, n);
+            *key_scale(keys, hd, j, d0) = (_Float16)scale;
+        }
+        for (int d = d0; d < d0 + n; d++)
+            if (t == DTYPE_F16)
+                ((_Float16 *)keys)[key_at(hd, j, d)] = (_Float16)x[d];
+            else if (t == DTYPE_Q8_0)
+                *key_q(keys, hd, j, d) = q[d - d0];
+            else
+                ((float *)keys)[key_at(hd, j, d)] = x[d];
+    }
+}
+static float value_get(const void *values, DType t, int hd, int j, int d) {
+    const char *row = (const char *)values + (size_t)j * kv_row_bytes(t, hd);
+    switch (t) {
+    case DTYPE_F16:
+        return (float)((const _Float16 *)row)[d];
+    case DTYPE_Q8_0:
+        return ((const int8_t *)row)[d] * (float)((const _Float16 *)(row + hd))[d / Q8_BLOCK];
+    default:
+        return ((const float *)row)[d];
+    }
+}
+static void value_put(void *values, DType t, int hd, int j, const float *x) {
+    char *row = (char *)values + (size_t)j * kv_row_bytes(t, hd);
+    for (int d0 = 0; d0 < hd; d0 += Q8_BLOCK) {
+        const int n = hd - d0 < Q8_BLOCK ? hd - d0 : Q8_BLOCK;
+        float scale;
+        int32_t sum;
+        if (t == DTYPE_Q8_0) {
+            int8_t q[Q8_BLOCK];
+            quantize_block_q8(q, &scale, &sum, x + d0, n);
+            memcpy(row + d0, q, (size_t)n);
+            ((_Float16 *)(row + hd))[d0 / Q8_BLOCK] = (_Float16)scale;
+        }
+        for (int d = d0; d < d0 + n && t != DTYPE_Q8_0; d++)
+            if (t == DTYPE_F16)
+                ((_Float16 *)row)[d] = (_Float16)x[d];
+            else
+                ((float *)row)[d] = x[d];
+    }
 }
 
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n) {
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
-    for (int h = 0; h < c->n_kv_heads; h++) {
-        void *keys = head_keys(c, layer, h), *values = head_values(c, layer, h);
+    for (int h = 0; h < c->n_kv_heads; h++)
         for (int i = 0; i < n; i++) {
-            const float *ki = k + (size_t)i * kvd + (size_t)h * hd,
-                        *vi = v ? v + (size_t)i * kvd + (size_t)h * hd : NULL;
-            for (int d = 0; d < hd; d++) {
-                kv_put(keys, c->key_type, key_at(hd, pos + i, d), ki[d]);
-                if (vi) kv_put(values, c->value_type, (size_t)(pos + i) * hd + d, vi[d]);
-            }
+            const size_t at = (size_t)i * kvd + (size_t)h * hd;
+            key_put(head_keys(c, layer, h), c->key_type, hd, pos + i, k + at);
+            if (v) value_put(head_values(c, layer, h), c->value_type, hd, pos + i, v + at);
         }
-    }
 }
 
 // Context shift: every layer's positions from .. from+n-1 move down to to .. to+n-1, the keys turned
 // by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
-// Ascending order never overwrites a position before it is read, since to < from.
+// Ascending order never overwrites a position before it is read, since to < from. A q8_0 key is
+// quantized anew after its turn (as it was stored: from floats).
 void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin) {
     const int hd = c->head_dim;
 #pragma omp parallel for collapse(2)
     for (int l = 0; l < c->n_layers; l++)
         for (int h = 0; h < c->n_kv_heads; h++) {
             void *keys = head_keys(c, l, h), *values = head_values(c, l, h);
-            const size_t vsize = kv_size(c->value_type);
+            const size_t vrow = kv_row_bytes(c->value_type, hd);
             for (int i = 0; i < n; i++) {
+                float k[1024]; // head_dim <= 1024 (loader.c)
                 for (int p = 0; p < hd / 2; p++) { // RoPE's pair (x0, x1) turned by -angle
-                    const float x0 = kv_get(keys, c->key_type, key_at(hd, from + i, 2 * p));
-                    const float x1 = kv_get(keys, c->key_type, key_at(hd, from + i, 2 * p + 1));
+                    const float x0 = key_get(keys, c->key_type, hd, from + i, 2 * p);
+                    const float x1 = key_get(keys, c->key_type, hd, from + i, 2 * p + 1);
                     const float cs = cos ? cos[p] : 1, sn = sin ? sin[p] : 0;
-                    kv_put(keys, c->key_type, key_at(hd, to + i, 2 * p), x0 * cs + x1 * sn);
-                    kv_put(keys, c->key_type, key_at(hd, to + i, 2 * p + 1), x1 * cs - x0 * sn);
+                    k[2 * p] = x0 * cs + x1 * sn;
+                    k[2 * p + 1] = x1 * cs - x0 * sn;
                 }
-                memmove((char *)values + (size_t)(to + i) * hd * vsize,
-                        (char *)values + (size_t)(from + i) * hd * vsize, hd * vsize);
+                key_put(keys, c->key_type, hd, to + i, k);
+                memmove((char *)values + (size_t)(to + i) * vrow, (char *)values + (size_t)(from + i) * vrow, vrow);
             }
         }
 }
 
 float kv_key(const KVCache *c, int layer, int pos, int i) {
-    return kv_get(head_keys(c, layer, i / c->head_dim), c->key_type, key_at(c->head_dim, pos, i % c->head_dim));
+    return key_get(head_keys(c, layer, i / c->head_dim), c->key_type, c->head_dim, pos, i % c->head_dim);
 }
 
 // Rotation table: per block of KV_RUN positions and pair p of coordinates (2p, 2p+1), KV_RUN cosines
@@ -296,7 +365,7 @@ float kv_key_seen(const KVCache *c, int layer, int pos, int i) { return key_turn
 float kv_key_far(const KVCache *c, int layer, int pos, int i) { return key_turned(c, c->rotation_far, layer, pos, i); }
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
-    return kv_get(head_values(c, layer, i / c->head_dim), c->value_type, (size_t)pos * c->head_dim + i % c->head_dim);
+    return value_get(head_values(c, layer, i / c->head_dim), c->value_type, c->head_dim, pos, i % c->head_dim);
 }
 
 // Attention as written in the paper, for every query i and head h: scores over the positions
@@ -718,35 +787,61 @@ static PLAIN void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const 
             out[t * ldo + j] = c[t][j];
 }
 
-// A block of keys kt (hd, KV_RUN) of type t turned by RoPE with its block of the rotation table:
-// rows 2p and 2p+1 (pair p) of out are (x0 cos - x1 sin, x0 sin + x1 cos) with cos and sin rows 2p
-// and 2p+1 of rot. Used for the keys of dynamic NTK, which the cache holds un-rotated.
-static void rotate_block(float *out, const void *kt, DType t, const float *rot, int hd) {
+// A block of keys kt (hd, KV_RUN) of type t as floats, into out (hd * KV_RUN).
+static void key_block_floats(float *out, const void *kt, DType t, int hd) {
+    const size_t n = (size_t)hd * KV_RUN;
+    if (t == DTYPE_F32) {
+        memcpy(out, kt, n * sizeof(float));
+    } else if (t == DTYPE_F16) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = (float)((const _Float16 *)kt)[i];
+    } else { // q8_0: q (hd, KV_RUN), then d (hd / 32, KV_RUN)
+        const int8_t *q = kt;
+        const _Float16 *d = (const _Float16 *)(q + n);
+        for (int c = 0; c < hd; c++)
+#pragma omp simd
+            for (int i = 0; i < KV_RUN; i++)
+                out[(size_t)c * KV_RUN + i] = q[(size_t)c * KV_RUN + i] * (float)d[(size_t)(c / Q8_BLOCK) * KV_RUN + i];
+    }
+}
+
+// n cached values v (n rows of type t) as floats, into out (n, hd).
+static void value_rows_floats(float *out, const void *v, DType t, int hd, int n) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < hd; d++)
+            out[(size_t)j * hd + d] = value_get(v, t, hd, j, d);
+}
+
+// A block of keys k (hd, KV_RUN) turned by RoPE in place with its block of the rotation table: rows
+// 2p and 2p+1 (pair p) become (x0 cos - x1 sin, x0 sin + x1 cos) with cos and sin rows 2p and 2p+1
+// of rot. Used for the keys of dynamic NTK and ReRoPE, which the cache holds un-rotated.
+static void rotate_block(float *k, const float *rot, int hd) {
     for (int p = 0; p < hd / 2; p++) {
         const size_t r0 = (size_t)2 * p * KV_RUN, r1 = r0 + KV_RUN;
 #pragma omp simd
         for (int i = 0; i < KV_RUN; i++) {
-            const float x0 = kv_get(kt, t, r0 + i), x1 = kv_get(kt, t, r1 + i), c = rot[r0 + i], s = rot[r1 + i];
-            out[r0 + i] = x0 * c - x1 * s;
-            out[r1 + i] = x0 * s + x1 * c;
+            const float x0 = k[r0 + i], x1 = k[r1 + i], c = rot[r0 + i], s = rot[r1 + i];
+            k[r0 + i] = x0 * c - x1 * s;
+            k[r1 + i] = x0 * s + x1 * c;
         }
     }
 }
 
 // Attention, scores: att[r, j] = sum_d qs[r, d] k_j[d] for rows r < rows and positions j < len,
-// over one head's keys kt (of type t) in the cache's blocks of KV_RUN; att rows are ld apart. With
-// a rotation table rot, each block is first turned into `turned` (hd * KV_RUN floats). A block's
-// KV_RUN scores are summed in a local array while all hd coordinates go by, so each row reads the
-// keys once, in order.
+// over one head's keys kt (of type t) in the cache's blocks of KV_RUN; att rows are ld apart. A
+// block other than float32, or with a rotation table, is first made floats (and turned) in
+// `turned` (hd * KV_RUN floats). A block's KV_RUN scores are summed in a local array while all hd
+// coordinates go by, so each row reads the keys once, in order.
 static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t,
                                          const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
         const int run = len - j < KV_RUN ? len - j : KV_RUN;
-        const void *block = (const char *)kt + (size_t)j * hd * kv_size(t); // block j / KV_RUN
-        DType bt = t;
-        if (rot) {
-            rotate_block(turned, block, t, rot + (size_t)j * hd, hd);
-            block = turned, bt = DTYPE_F32;
+        const void *block = (const char *)kt + (size_t)j * kv_row_bytes(t, hd); // block j / KV_RUN
+        const float *keys = block;
+        if (t != DTYPE_F32 || rot) {
+            key_block_floats(turned, block, t, hd);
+            if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
+            keys = turned;
         }
         for (int r = 0; r < rows; r++) {
             float acc[KV_RUN] = {0};
@@ -754,7 +849,7 @@ static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs,
                 const float qd = qs[(size_t)r * hd + d];
 #pragma omp simd
                 for (int i = 0; i < run; i++)
-                    acc[i] += qd * kv_get(block, bt, (size_t)d * KV_RUN + i);
+                    acc[i] += qd * keys[(size_t)d * KV_RUN + i];
             }
             memcpy(att + r * ld + j, acc, (size_t)run * sizeof(float));
         }
@@ -762,23 +857,33 @@ static PLAIN void attention_scores_plain(float *att, size_t ld, const float *qs,
 }
 
 // Attention, mix: o[r, d] = sum_j att[r, j] v[j, d] for rows r < rows and d < hd, over one head's
-// values v (len, hd) of type t, o (rows, hd); OUT_RUN output coordinates at a time in a local
-// array while the positions go by.
+// values v (len, hd) of type t, o (rows, hd); in runs of MIX_RUN positions (other than float32:
+// made floats in `wide` first), OUT_RUN output coordinates at a time in a local array while the
+// positions of the run go by. Each output is summed in position order.
 static PLAIN void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const void *v, DType t,
                                       float *wide, int len, int hd) {
-    (void)wide; // the vector code's room for widened values
-    for (int r = 0; r < rows; r++) {
-        for (int d0 = 0; d0 < hd; d0 += OUT_RUN) {
-            const int width = hd - d0 < OUT_RUN ? hd - d0 : OUT_RUN;
-            float acc[OUT_RUN] = {0};
-            for (int j = 0; j < len; j++) {
-                const float p = att[r * ld + j];
-                const size_t vj = (size_t)j * hd + d0;
+    memset(o, 0, (size_t)rows * hd * sizeof(float));
+    for (int j0 = 0; j0 < len; j0 += MIX_RUN) {
+        const int run = len - j0 < MIX_RUN ? len - j0 : MIX_RUN;
+        const void *from = (const char *)v + (size_t)j0 * kv_row_bytes(t, hd);
+        const float *vals = from;
+        if (t != DTYPE_F32) {
+            value_rows_floats(wide, from, t, hd, run);
+            vals = wide;
+        }
+        for (int r = 0; r < rows; r++) {
+            for (int d0 = 0; d0 < hd; d0 += OUT_RUN) {
+                const int width = hd - d0 < OUT_RUN ? hd - d0 : OUT_RUN;
+                float acc[OUT_RUN];
+                memcpy(acc, o + (size_t)r * hd + d0, (size_t)width * sizeof(float));
+                for (int j = 0; j < run; j++) {
+                    const float p = att[r * ld + j0 + j];
 #pragma omp simd
-                for (int d = 0; d < width; d++)
-                    acc[d] += p * kv_get(v, t, vj + d);
+                    for (int d = 0; d < width; d++)
+                        acc[d] += p * vals[(size_t)j * hd + d0 + d];
+                }
+                memcpy(o + (size_t)r * hd + d0, acc, (size_t)width * sizeof(float));
             }
-            memcpy(o + (size_t)r * hd + d0, acc, (size_t)width * sizeof(float));
         }
     }
 }
@@ -1092,7 +1197,7 @@ static void rerope_scores(float *att, float *near, size_t ld, const float *qs, c
               near_start = first - W + 1 > 0 ? (first - W + 1) / KV_RUN * KV_RUN : 0;
     if (far_end > 0) attention_scores(att, ld, qf, rows, kt, c->key_type, c->rotation_far, turned, hd, far_end);
     if (near_start >= len) return;
-    attention_scores(near + near_start, ld, qs, rows, (const char *)kt + (size_t)near_start * hd * kv_size(c->key_type),
+    attention_scores(near + near_start, ld, qs, rows, (const char *)kt + (size_t)near_start * kv_row_bytes(c->key_type, c->head_dim),
                      c->key_type, c->rotation + (size_t)near_start * hd, turned, hd, len - near_start);
     for (int r = 0; r < rows; r++) {
         const int m = first + r / group, from = m - W + 1 > near_start ? m - W + 1 : near_start; // near: p > m - W

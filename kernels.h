@@ -71,7 +71,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
 typedef struct {
     void *keys;   // per layer and kv head: (ctx, head_dim) keys, in transposed blocks (kernels.c)
     void *values; // per layer and kv head: (ctx, head_dim)
-    DType key_type, value_type; // f32 or f16 (kv_type_ok)
+    DType key_type, value_type; // f32, f16 or q8_0 (kv_type_ok)
     int n_layers, ctx, n_heads, n_kv_heads, head_dim;
     // NULL: the keys are cached rotated to their positions. Else they are cached as they came out of
     // wk (dynamic NTK, whose frequencies change with the length; ReRoPE, which scores a key at two
@@ -85,8 +85,9 @@ typedef struct {
     const float *rotation_far;
 } KVCache;
 
-// Whether keys or values can be cached in type t (f32, f16).
-int kv_type_ok(DType t);
+// Whether keys or values of head_dim coordinates can be cached in type t: f32, f16, or q8_0 when
+// head_dim is a multiple of 32 (its blocks).
+int kv_type_ok(DType t, int head_dim);
 // Bytes of keys (or values) of type t for this shape: a little more than
 // n_layers * ctx * kv_dim values, since the layout pads; 0 if t is not a cache type or the size
 // does not fit in size_t.

@@ -736,6 +736,22 @@ static inline void widen(float *out, const void *h, size_t n) {
         _mm256_storeu_ps(out + i, half8((const _Float16 *)h + i));
 }
 
+// n q8_0 values v (rows of hd int8 and hd / 32 halves) as floats, into out (n, hd): 32 at a time.
+static inline void value_rows_q8(float *out, const void *v, int hd, int n) {
+    const size_t row = kv_row_bytes(DTYPE_Q8_0, hd);
+    for (int j = 0; j < n; j++) {
+        const int8_t *q = (const int8_t *)v + (size_t)j * row;
+        const _Float16 *d = (const _Float16 *)(q + hd);
+        for (int b = 0; b < hd / 32; b++) {
+            const __m256 scale = _mm256_set1_ps((float)d[b]);
+            for (int c = 0; c < 32; c += 8) {
+                const __m256i q8 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 32 * b + c)));
+                _mm256_storeu_ps(out + (size_t)j * hd + 32 * b + c, _mm256_mul_ps(_mm256_cvtepi32_ps(q8), scale));
+            }
+        }
+    }
+}
+
 // The scores of rows trios against one block (hd, 32) of keys of type T.
 ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, const void *block, const DType T, int hd) {
     for (int r = 0; r < rows; r += 3) {
@@ -752,14 +768,16 @@ ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, con
 
 // All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
 // att's row, which is stride long, and are never read), three rows at a time, the block coming
-// from L1 for every trio after the first; with a rotation table, the block turned first (plain C's
-// rotate_block, which the compiler vectorizes).
+// from L1 for every trio after the first. With a rotation table, the block is made floats and
+// turned first (plain C's key_block_floats and rotate_block, which the compiler vectorizes); q8_0
+// blocks are made floats first too.
 ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T,
                          const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
-        const char *block = (const char *)kt + (size_t)j * hd * kv_size(T); // block j / 32
-        if (rot) {
-            rotate_block(turned, block, T, rot + (size_t)j * hd, hd);
+        const char *block = (const char *)kt + (size_t)j * kv_row_bytes(T, hd); // block j / 32
+        if (rot || T == DTYPE_Q8_0) {
+            key_block_floats(turned, block, T, hd);
+            if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
         } else if (T == DTYPE_F16 && rows > 3) { // several trios: widen the block once, not per trio
             widen(turned, block, (size_t)hd * KV_RUN);
@@ -774,6 +792,8 @@ static void attention_scores_x86(float *att, size_t ld, const float *qs, int row
                                  const float *rot, float *turned, int hd, int len) {
     if (t == DTYPE_F16)
         scores_all(att, ld, qs, rows, kt, DTYPE_F16, rot, turned, hd, len);
+    else if (t == DTYPE_Q8_0)
+        scores_all(att, ld, qs, rows, kt, DTYPE_Q8_0, rot, turned, hd, len);
     else
         scores_all(att, ld, qs, rows, kt, DTYPE_F32, rot, turned, hd, len);
 }
@@ -833,11 +853,15 @@ ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const voi
     memset(o, 0, (size_t)rows * hd * sizeof(float));
     for (int j = 0; j < len; j += MIX_RUN) {
         const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
+        const char *from = (const char *)v + (size_t)j * kv_row_bytes(T, hd);
         if (T == DTYPE_F16 && rows > 3) {
-            widen(wide, (const _Float16 *)v + (size_t)j * hd, ((size_t)run * hd + 7) / 8 * 8);
+            widen(wide, from, ((size_t)run * hd + 7) / 8 * 8);
+            mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
+        } else if (T == DTYPE_Q8_0) { // head_dim a multiple of 32: whole rows, no padding read
+            value_rows_q8(wide, from, hd, run);
             mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
         } else {
-            mix_run(o, att + j, ld, rows, (const char *)v + (size_t)j * hd * kv_size(T), T, run, hd);
+            mix_run(o, att + j, ld, rows, from, T, run, hd);
         }
     }
 }
@@ -846,6 +870,8 @@ static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, c
                               int len, int hd) {
     if (t == DTYPE_F16)
         mix_all(o, att, ld, rows, v, DTYPE_F16, wide, len, hd);
+    else if (t == DTYPE_Q8_0)
+        mix_all(o, att, ld, rows, v, DTYPE_Q8_0, wide, len, hd);
     else
         mix_all(o, att, ld, rows, v, DTYPE_F32, wide, len, hd);
 }

@@ -118,8 +118,8 @@ static void usage(FILE *f) {
                "                           (default: the trained context)\n"
                "      --threads N          OpenMP threads [1, 1024] (default: all cores)\n"
                "  -b, --batch-size N       prompt tokens per forward pass [1, 4096] (default 512)\n"
-               "  -ctk, --cache-type-k T   type of the cached keys: f32 | f16 (default f32)\n"
-               "  -ctv, --cache-type-v T   type of the cached values: f32 | f16 (default f32)\n"
+               "  -ctk, --cache-type-k T   type of the cached keys: f32 | f16 | q8_0 (default f32)\n"
+               "  -ctv, --cache-type-v T   type of the cached values: f32 | f16 | q8_0 (default f32)\n"
                "\n"
                "Chat (see README, \"Chat\"), the user's turns one line each on stdin:\n"
                "  -m, --mode MODE          generate (default) or chat; in chat, -i is the first turn\n"
@@ -886,9 +886,14 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
     DType *set[2] = {&run->cache_k, &run->cache_v};
     for (int i = 0; i < 2; i++) {
-        if (dtype_from_name(types[i], set[i]) || !kv_type_ok(*set[i])) {
-            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: f32 or f16)\n", types[i],
+        if (dtype_from_name(types[i], set[i]) || !kv_type_ok(*set[i], Q8_BLOCK)) {
+            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: f32, f16 or q8_0)\n", types[i],
                     i ? "--cache-type-v" : "--cache-type-k");
+            return 2;
+        }
+        if (!kv_type_ok(*set[i], c->head_dim)) {
+            fprintf(stderr, "error: %s q8_0 needs a head_dim that is a multiple of 32, and this model's is %d "
+                            "(hint: f16)\n", i ? "--cache-type-v" : "--cache-type-k", c->head_dim);
             return 2;
         }
     }
@@ -928,7 +933,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
                 "error: --ctx %d needs %.2f GiB for the KV cache and activations, more than the %.2f GiB "
                 "of memory available (hint: a smaller --ctx%s)\n",
                 run->ctx, overflow ? INFINITY : bytes / 1073741824.0, avail / 1073741824.0,
-                f32_cache ? ", or -ctk f16 -ctv f16 for a cache of half the size" : "");
+                f32_cache ? ", or -ctk f16 -ctv f16 for a cache of half the size (q8_0: 0.27x)" : "");
         return 1;
     }
     return 0;

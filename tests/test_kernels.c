@@ -517,14 +517,18 @@ int main(int argc, char **argv) {
                                    {24, 1, 16}};
     static const int lens[] = {1, 15, 16, 33, 64, 100, 1000};
     static const int blocks[] = {1, 5, 37}; // one query (decode), a block, several tasks' worth
+    static const DType types[][2] = {{DTYPE_F32, DTYPE_F32}, {DTYPE_F16, DTYPE_F32},  {DTYPE_F32, DTYPE_F16},
+                                     {DTYPE_F16, DTYPE_F16}, {DTYPE_Q8_0, DTYPE_F32}, {DTYPE_F32, DTYPE_Q8_0},
+                                     {DTYPE_Q8_0, DTYPE_Q8_0}}; // q8_0: head_dim 64 and 128
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
         for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
             for (size_t b = 0; b < sizeof blocks / sizeof blocks[0] && blocks[b] <= lens[j]; b++)
-                for (int kv = 0; kv < 4; kv++) // keys and values cached as f32 or f16: every pairing,
-                    if (kv == 0 || blocks[b] <= 5) // the halves on the smaller blocks
-                        check_attention(kv & 1 ? DTYPE_F16 : DTYPE_F32, kv & 2 ? DTYPE_F16 : DTYPE_F32, heads[i][0],
-                                        heads[i][1], heads[i][2], lens[j], blocks[b],
-                                        kv < 2 && (lens[j] < 1000 || blocks[b] == 1)); // ReRoPE: f32, f16 keys
+                for (size_t kv = 0; kv < sizeof types / sizeof types[0]; kv++) // cached keys, values
+                    if ((kv == 0 || blocks[b] <= 5) && kv_type_ok(types[kv][0], heads[i][2]) &&
+                        kv_type_ok(types[kv][1], heads[i][2])) // the other types on the smaller blocks
+                        check_attention(types[kv][0], types[kv][1], heads[i][0], heads[i][1], heads[i][2], lens[j],
+                                        blocks[b], // ReRoPE: with float32 values
+                                        types[kv][1] == DTYPE_F32 && (lens[j] < 1000 || blocks[b] == 1));
     check_softmax();
     check_rmsnorm();
     check_quantize_q8();

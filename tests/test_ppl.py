@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import reference
-from conftest import HELDOUT, PYTHON, REPO, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
+from conftest import HELDOUT, PYTHON, REPO, STORIES_BIN, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
 
 HF_DIR = STORIES_HF
 WINDOW, WINDOWS = 1024, 2
@@ -151,15 +151,28 @@ def test_tiny64_matches_documented_reference(c_tools, tiny64, ctx, mode, expecte
     assert rel < 1e-4
 
 
+@pytest.mark.parametrize("cache,tolerance", [("f16", 1e-3), ("q8_0", 1e-2)])
 @pytest.mark.parametrize("mode", ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope"])
-def test_f16_cache_at_4x_context(c_tools, tiny64, mode):
-    """-ctk f16 -ctv f16 round every cached key and value to a half. At 4x the trained context (one
-    window of 2048 tokens of the held-out text), perplexity stays within 0.1% of the f32 cache's in
-    every mode; and it is not the same number (negative control: the flags took effect)."""
+def test_cache_types_at_4x_context(c_tools, tiny64, mode, cache, tolerance):
+    """-ctk T -ctv T round every cached key and value to a half (f16) or to 8 bits per value with a scale
+    per 32 (q8_0). At 4x the trained context (one window of 2048 tokens of the held-out text),
+    perplexity stays within 0.1% (f16) or 1% (q8_0) of the f32 cache's in every mode; and it is not
+    the same number (negative control: the flags took effect)."""
     flags = ["--ctx", 2048, "--ppl-windows", 1, "--rope-scaling", mode]
     f32, _ = run_ppl(tiny64, HELDOUT, *flags)
-    f16, _ = run_ppl(tiny64, HELDOUT, *flags, "-ctk", "f16", "-ctv", "f16")
-    rel = abs(f16 - f32) / f32
-    print(f"{mode}: perplexity f32 cache {f32:.6f}, f16 cache {f16:.6f}, relative difference {rel:.1e}")
-    assert rel < 1e-3
-    assert f16 != f32
+    other, _ = run_ppl(tiny64, HELDOUT, *flags, "-ctk", cache, "-ctv", cache)
+    rel = abs(other - f32) / f32
+    print(f"{mode}: perplexity f32 cache {f32:.6f}, {cache} cache {other:.6f}, relative difference {rel:.1e}")
+    assert rel < tolerance
+    assert other != f32
+
+
+def test_context_shift_of_q8_0_keys(c_tools, tiny64):
+    """tests/test_model's context shift check with q8_0 keys, which need a head_dim that is a multiple
+    of 32 (stories260K's is 8): the keys turned to their new positions, quantized anew, against a
+    fresh run at those positions, in every mode (the output lists each, with its negative control)."""
+    proc = subprocess.run([str(REPO / "tests" / "test_model"), str(STORIES_BIN), str(tiny64)],
+                          capture_output=True, text=True)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("keys q8_0") == 8
