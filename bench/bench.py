@@ -10,6 +10,9 @@ What it measures, per model x weight type x thread count, each the median of --r
   tg@4k  decode at position ~4000: a 4000-token prompt with --ctx 4096 --rope-scaling ntk, then 32
          tokens; and the same with --rope-scaling dynamic, run for run after it, whose time per
          token over ntk's is the cost of re-basing every key at every step (issue: dynamic at full speed)
+  KV cache types (--kv-types f32 f16 q8_0): tg@4k with each type of cached keys and values
+         (-ctk T -ctv T, run for run), its ratio to the first type's, and one 4096-token --ppl
+         window with each (what a smaller cache costs or saves in prefill)
   RSS  peak resident memory of the process (GNU time), next to the banner's weights + KV cache
 and the read bandwidth (bench/bwprobe, measured again before each cell, since other processes on a
 shared machine change it), from which the decode roofline:
@@ -118,14 +121,17 @@ def read_header(path):
     return h
 
 
-def decode_bytes(h, pos):
+KV_BYTES = {"f32": 4, "f16": 2, "q8_0": 34 / 32}  # bytes per cached number (q8_0: 32 int8 + a half scale)
+
+
+def decode_bytes(h, pos, kv_type="f32"):
     """Bytes one decode step at position pos reads: every weight matrix once (the embedding only
-    as the classifier when it is shared), the rows of keys and values 0..pos in float32."""
+    as the classifier when it is shared), the rows of keys and values 0..pos in the cache's type."""
     weights = sum(modelfile.matrix_bytes(*shape, h["dtype"]) for name, shape, kind in modelfile.tensors(h)
                   if kind == "matrix" and name != "token_embedding")
     if h["shared_classifier"]:
         weights += modelfile.matrix_bytes(h["vocab_size"], h["dim"], h["dtype"])
-    kv = 2 * h["n_layers"] * (pos + 1) * h["n_kv_heads"] * h["head_dim"] * 4
+    kv = 2 * h["n_layers"] * (pos + 1) * h["n_kv_heads"] * h["head_dim"] * KV_BYTES[kv_type]
     return weights, kv
 
 
@@ -186,10 +192,20 @@ def measure(model, tokenizer, prompt, n_gen, threads, ctx, runs, expect_prompt, 
     return results if len(modes) > 1 else results[0]
 
 
-def window_speed(model, tokenizer, batch, threads, runs):
+def kv_args(kv_type):
+    return ("-ctk", kv_type, "-ctv", kv_type)
+
+
+def kv_types_for(h, types):
+    """The cache types a model can use: q8_0 needs a head_dim that is a multiple of 32."""
+    return [t for t in types if t != "q8_0" or h["head_dim"] % 32 == 0]
+
+
+def window_speed(model, tokenizer, batch, threads, runs, kv_type="f32"):
     """Median tokens/s of ./run --ppl over one WINDOW-token window with -b batch."""
     cmd = [str(REPO / "run"), str(model), "-z", str(tokenizer), "--ppl", str(TEXT), "--ctx", str(WINDOW),
-           "--ppl-windows", "1", "--rope-scaling", "pi", "-b", str(batch), "--threads", str(threads)]
+           "--ppl-windows", "1", "--rope-scaling", "pi", "-b", str(batch), "--threads", str(threads),
+           *kv_args(kv_type)]
     speeds = []
     for _ in range(runs):
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=RUN_ENV)
@@ -229,6 +245,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
     ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000")
     ap.add_argument("--no-window", action="store_true", help="skip the 4096-token window, batched vs one by one")
+    ap.add_argument("--kv-types", nargs="+", choices=tuple(KV_BYTES), default=["f32"],
+                    help="KV cache types for tg@4k and the window, run for run (default: f32)")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LRUN_BENCH_CACHE",
                                                                       Path.home() / ".cache" / "lrun-bench")))
     ap.add_argument("--out", type=Path, help="the table's file (default: bench/results.md, or bench/versus.md "
@@ -255,7 +273,7 @@ def main():
     # The committed tables hold full runs: a subset writes elsewhere unless --out says otherwise.
     committed = REPO / "bench" / ("versus.md" if args.llama_cpp else "results.md")
     full = (args.shape == list(SHAPES) and args.dtype == list(DTYPES) and args.threads == [1, 2] and args.runs == 5
-            and not args.no_long and not args.no_window and not args.env)
+            and not args.no_long and not args.no_window and not args.env and args.kv_types == ["f32"])
     if args.out is None:
         args.out = committed if full else REPO / "build" / f"{committed.stem}-subset.md"
         if not full:
@@ -282,9 +300,13 @@ def main():
                 log(f"bench: {shape} {dtype} threads {threads}")
                 fresh_pages(model)
                 short = measure(model, tok, prompt, GEN_TOKENS, threads, CTX, args.runs, PROMPT_TOKENS)
-                long, dyn = (None, None) if args.no_long else measure(
+                # tg@4k: ntk with each KV cache type, then dynamic with the first, run for run
+                kv_types = kv_types_for(header, args.kv_types)
+                deep = None if args.no_long else measure(
                     model, tok, long_prompt, LONG_GEN, threads, LONG_CTX, args.runs, LONG_PROMPT,
-                    modes=(("--rope-scaling", "ntk"), ("--rope-scaling", "dynamic")))
+                    modes=[("--rope-scaling", "ntk", *kv_args(t)) for t in kv_types]
+                    + [("--rope-scaling", "dynamic", *kv_args(kv_types[0]))])
+                long, dyn = (None, None) if deep is None else (deep[0], deep[-1])
                 w, kv = decode_bytes(header, PROMPT_TOKENS + GEN_TOKENS // 2)
                 bw = bandwidth()
                 for t, g in bw.items():
@@ -296,10 +318,14 @@ def main():
                            weights=short[0]["weights"], kv=short[0]["kv"], read=(w + kv) * tg / 1e9,
                            roof=(w + kv) * tg / 1e9 / gbps)
                 if long:
-                    lw, lkv = decode_bytes(header, LONG_PROMPT + LONG_GEN // 2)
+                    lw, lkv = decode_bytes(header, LONG_PROMPT + LONG_GEN // 2, kv_types[0])
                     row.update(tg4k=median_of(long, "tg"), rss4k=max(r["rss"] for r in long),
                                kv4k=long[0]["kv"], roof4k=(lw + lkv) * median_of(long, "tg") / 1e9 / gbps,
                                dyn4k=median_of(dyn, "tg"))
+                    row["by_kv"] = {t: (median_of(runs, "tg"), runs[0]["kv"],
+                                        sum(decode_bytes(header, LONG_PROMPT + LONG_GEN // 2, t))
+                                        * median_of(runs, "tg") / 1e9 / gbps)
+                                    for t, runs in zip(kv_types, deep)}
                 row["gbps"] = gbps
                 rows.append(row)
                 log(f"bench:   pp {row['pp']:.1f} tok/s, tg {tg:.2f} tok/s ({row['roof']:.0%} of roofline)"
@@ -310,8 +336,10 @@ def main():
         if shape in args.shape:
             log(f"bench: {shape} {dtype}: one {WINDOW}-token window, -b 512 and -b 1")
             model, tok = checkpoint(args.cache, shape, dtype), SHAPES[shape]["tokenizer"]
-            windows.append((shape, dtype, window_speed(model, tok, 512, 2, args.runs),
-                            window_speed(model, tok, 1, 2, args.runs)))
+            fresh_pages(model)
+            for t in kv_types_for(read_header(model), args.kv_types):
+                windows.append((shape, dtype, t, window_speed(model, tok, 512, 2, args.runs, t),
+                                window_speed(model, tok, 1, 2, args.runs, t)))
 
     lines = [f"# Benchmark: ./run, {started:%Y-%m-%d %H:%M}", "",
              f"Machine: {machine()}; Linux {os.uname().release}; commit "
@@ -343,12 +371,27 @@ def main():
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | {r['pp']:.1f} | {r['tg']:.2f}"
                      f"{'' if r['n_gen'] == GEN_TOKENS else ' (' + str(r['n_gen']) + ' tokens)'} | {r['read']:.1f} ({r['gbps']:.1f}) "
                      f"| {r['roof']:.0%} | {tg4k} | {roof4k} | {dyn4k} | {rss} | {budget} |")
+    if len(args.kv_types) > 1 and any("by_kv" in r for r in rows):
+        first = args.kv_types[0]
+        lines += ["", f"Decode at depth {LONG_PROMPT} (tg@4k, --rope-scaling ntk) by KV cache type (`-ctk T -ctv T`, "
+                  "run for run in one loop); roofline counts the cache's own bytes:", "",
+                  "| model | weights | threads | " + " | ".join(f"{t} tok/s (KV MiB, roofline)" for t in args.kv_types)
+                  + " | " + " | ".join(f"{t} / {first}" for t in args.kv_types[1:]) + " |",
+                  "|---|---|---|" + "---|" * (2 * len(args.kv_types) - 1)]
+        for r in rows:
+            if "by_kv" in r:
+                by = r["by_kv"]
+                lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | "
+                             + " | ".join(f"{by[t][0]:.2f} ({by[t][1]:.0f}, {by[t][2]:.0%})" if t in by else "-"
+                                          for t in args.kv_types)
+                             + " | " + " | ".join(f"{by[t][0] / by[first][0]:.2f}x" if t in by and first in by
+                                                  else "-" for t in args.kv_types[1:]) + " |")
     if windows:
         lines += ["", f"One {WINDOW}-token window of `--ppl` (2 threads): blocks of 512 tokens (matrix x matrix) "
                   "against one token at a time (`-b 1`, matrix x vector):", "",
-                  "| model | weights | -b 512 tok/s | -b 1 tok/s | speedup |", "|---|---|---|---|---|"]
-        for shape, dtype, batched, single in windows:
-            lines.append(f"| {shape} | {dtype} | {batched:.1f} | {single:.1f} | {batched / single:.1f}x |")
+                  "| model | weights | KV cache | -b 512 tok/s | -b 1 tok/s | speedup |", "|---|---|---|---|---|---|"]
+        for shape, dtype, kv_type, batched, single in windows:
+            lines.append(f"| {shape} | {dtype} | {kv_type} | {batched:.1f} | {single:.1f} | {batched / single:.1f}x |")
     table = "\n".join(lines) + "\n"
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
