@@ -232,22 +232,22 @@ static float key_get(const void *keys, DType t, int hd, int j, int d) {
     }
 }
 static void key_put(void *keys, DType t, int hd, int j, const float *x) {
-    for (int d0 = 0; d0 < hd; d0 += Q8_BLOCK) {
-        const int n = hd - d0 < Q8_BLOCK ? hd - d0 : Q8_BLOCK;
-        int8_t q[Q8_BLOCK];
-        float scale;
-        int32_t sum;
-        if (t == DTYPE_Q8_0) {
-            quantize_block_q8(q, &scale, &sum, x + d0, n);
+    if (t == DTYPE_F32) {
+        for (int d = 0; d < hd; d++)
+            ((float *)keys)[key_at(hd, j, d)] = x[d];
+    } else if (t == DTYPE_F16) {
+        for (int d = 0; d < hd; d++)
+            ((_Float16 *)keys)[key_at(hd, j, d)] = (_Float16)x[d];
+    } else { // q8_0: head_dim a multiple of 32 (kv_type_ok)
+        for (int d0 = 0; d0 < hd; d0 += Q8_BLOCK) {
+            int8_t q[Q8_BLOCK];
+            float scale;
+            int32_t sum;
+            quantize_block_q8(q, &scale, &sum, x + d0, Q8_BLOCK);
             *key_scale(keys, hd, j, d0) = (_Float16)scale;
-        }
-        for (int d = d0; d < d0 + n; d++)
-            if (t == DTYPE_F16)
-                ((_Float16 *)keys)[key_at(hd, j, d)] = (_Float16)x[d];
-            else if (t == DTYPE_Q8_0)
+            for (int d = d0; d < d0 + Q8_BLOCK; d++)
                 *key_q(keys, hd, j, d) = q[d - d0];
-            else
-                ((float *)keys)[key_at(hd, j, d)] = x[d];
+        }
     }
 }
 static float value_get(const void *values, DType t, int hd, int j, int d) {
@@ -263,26 +263,24 @@ static float value_get(const void *values, DType t, int hd, int j, int d) {
 }
 static void value_put(void *values, DType t, int hd, int j, const float *x) {
     char *row = (char *)values + (size_t)j * kv_row_bytes(t, hd);
-    for (int d0 = 0; d0 < hd; d0 += Q8_BLOCK) {
-        const int n = hd - d0 < Q8_BLOCK ? hd - d0 : Q8_BLOCK;
-        float scale;
-        int32_t sum;
-        if (t == DTYPE_Q8_0) {
-            int8_t q[Q8_BLOCK];
-            quantize_block_q8(q, &scale, &sum, x + d0, n);
-            memcpy(row + d0, q, (size_t)n);
+    if (t == DTYPE_F32) {
+        memcpy(row, x, (size_t)hd * sizeof(float));
+    } else if (t == DTYPE_F16) {
+        for (int d = 0; d < hd; d++)
+            ((_Float16 *)row)[d] = (_Float16)x[d];
+    } else { // q8_0: head_dim a multiple of 32 (kv_type_ok)
+        for (int d0 = 0; d0 < hd; d0 += Q8_BLOCK) {
+            float scale;
+            int32_t sum;
+            quantize_block_q8((int8_t *)row + d0, &scale, &sum, x + d0, Q8_BLOCK);
             ((_Float16 *)(row + hd))[d0 / Q8_BLOCK] = (_Float16)scale;
         }
-        for (int d = d0; d < d0 + n && t != DTYPE_Q8_0; d++)
-            if (t == DTYPE_F16)
-                ((_Float16 *)row)[d] = (_Float16)x[d];
-            else
-                ((float *)row)[d] = x[d];
     }
 }
 
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n) {
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+#pragma omp parallel for collapse(2) if ((size_t)n * kvd >= 65536) // a prompt's keys over the threads
     for (int h = 0; h < c->n_kv_heads; h++)
         for (int i = 0; i < n; i++) {
             const size_t at = (size_t)i * kvd + (size_t)h * hd;
@@ -421,6 +419,7 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
 
 // HF LlamaRMSNorm: hidden_states * torch.rsqrt(variance + self.variance_epsilon), times self.weight.
 void rmsnorm(float *out, const float *x, const float *w, int n, int size, float eps) {
+#pragma omp parallel for if ((size_t)n * size >= 65536) // a prompt's rows over the threads
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * size;
         float *ot = out + (size_t)t * size;
