@@ -705,8 +705,17 @@ ATT_TILE __m256 kv_load8(const void *a, size_t i, const DType T) {
     return T == DTYPE_F16 ? half8((const _Float16 *)a + i) : _mm256_loadu_ps((const float *)a + i);
 }
 
+// 8 q8_0 numbers as floats: 8 int8 q times their 8 scales d (halves), or times one scale s.
+ATT_TILE __m256 q8_load8(const int8_t *q, const _Float16 *d) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))), half8(d));
+}
+ATT_TILE __m256 q8_load8s(const int8_t *q, __m256 s) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))), s);
+}
+
 // Scores: att[r, j .. j+31] = sum_d qs[r, d] k_{j .. j+31}[d] over one block of the cache, kt
-// (hd, 32): the whole block, even past the last real position.
+// (hd, 32): the whole block, even past the last real position. A q8_0 block's coordinate d is its
+// row d of q times row d / 32 of its scales (kernels.c, the KV cache's layout).
 ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS, const void *kt, const DType T,
                           int hd) {
     __m256 a[3][4];
@@ -715,8 +724,16 @@ ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS
             a[r][c] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d++) {
         const size_t k = (size_t)d * KV_RUN;
-        const __m256 k0 = kv_load8(kt, k, T), k1 = kv_load8(kt, k + 8, T), k2 = kv_load8(kt, k + 16, T),
-                     k3 = kv_load8(kt, k + 24, T);
+        __m256 k0, k1, k2, k3;
+        if (T == DTYPE_Q8_0) {
+            const int8_t *q = (const int8_t *)kt + k;
+            const _Float16 *sc = (const _Float16 *)((const int8_t *)kt + (size_t)hd * KV_RUN) + (size_t)(d / 32) * KV_RUN;
+            k0 = q8_load8(q, sc), k1 = q8_load8(q + 8, sc + 8), k2 = q8_load8(q + 16, sc + 16),
+            k3 = q8_load8(q + 24, sc + 24);
+        } else {
+            k0 = kv_load8(kt, k, T), k1 = kv_load8(kt, k + 8, T), k2 = kv_load8(kt, k + 16, T),
+            k3 = kv_load8(kt, k + 24, T);
+        }
         for (int r = 0; r < ROWS; r++) {
             const __m256 qd = _mm256_broadcast_ss(qs + (size_t)r * hd + d);
             a[r][0] = _mm256_fmadd_ps(qd, k0, a[r][0]);
@@ -769,13 +786,13 @@ ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, con
 // All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
 // att's row, which is stride long, and are never read), three rows at a time, the block coming
 // from L1 for every trio after the first. With a rotation table, the block is made floats and
-// turned first (plain C's key_block_floats and rotate_block, which the compiler vectorizes); q8_0
-// blocks are made floats first too.
+// turned first (plain C's key_block_floats and rotate_block, which the compiler vectorizes); so are
+// half and q8_0 blocks that more than one trio of rows will read.
 ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T,
                          const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
         const char *block = (const char *)kt + (size_t)j * kv_row_bytes(T, hd); // block j / 32
-        if (rot || T == DTYPE_Q8_0) {
+        if (rot || (T == DTYPE_Q8_0 && rows > 3)) {
             key_block_floats(turned, block, T, hd);
             if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
@@ -799,19 +816,28 @@ static void attention_scores_x86(float *att, size_t ld, const float *qs, int row
 }
 
 // Mix: o[r, d0 .. d0+width) += sum_{j < len} att[r, j] v[j, d0 .. d0+31] for width <= 32 real
-// coordinates, v the values from coordinate d0 of position 0 on. Loads 32 coordinates of every
-// value row (past a head's last coordinate: the next position's, or the cache's padding after the
-// last row), loads and stores only the real ones of o.
+// coordinates, v the values from position 0 on. Loads 32 coordinates of every value row (past a
+// head's last coordinate: the next position's, or the cache's padding after the last row), loads
+// and stores only the real ones of o. A q8_0 row's 32 coordinates from d0 (a multiple of 32, since
+// head_dim is) are one block: its q times its one scale.
 ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int ROWS, const void *v, const DType T,
-                       int len, int width) {
+                       int len, int d0, int width) {
     __m256 a[3][4];
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < 4; c++)
             a[r][c] = load_first8(o + (size_t)r * hd + 8 * c, width - 8 * c);
     for (int j = 0; j < len; j++) {
-        const size_t vj = (size_t)j * hd;
-        const __m256 v0 = kv_load8(v, vj, T), v1 = kv_load8(v, vj + 8, T), v2 = kv_load8(v, vj + 16, T),
-                     v3 = kv_load8(v, vj + 24, T);
+        __m256 v0, v1, v2, v3;
+        if (T == DTYPE_Q8_0) {
+            const int8_t *q = (const int8_t *)v + (size_t)j * kv_row_bytes(DTYPE_Q8_0, hd);
+            const __m256 sc = _mm256_set1_ps((float)((const _Float16 *)(q + hd))[d0 / 32]);
+            v0 = q8_load8s(q + d0, sc), v1 = q8_load8s(q + d0 + 8, sc), v2 = q8_load8s(q + d0 + 16, sc),
+            v3 = q8_load8s(q + d0 + 24, sc);
+        } else {
+            const size_t vj = (size_t)j * hd + d0;
+            v0 = kv_load8(v, vj, T), v1 = kv_load8(v, vj + 8, T), v2 = kv_load8(v, vj + 16, T),
+            v3 = kv_load8(v, vj + 24, T);
+        }
         for (int r = 0; r < ROWS; r++) {
             const __m256 p = _mm256_broadcast_ss(att + r * ld + j);
             a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
@@ -830,16 +856,15 @@ ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int 
 ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, int run, int hd) {
     for (int d0 = 0; d0 < hd; d0 += 32) {
         const int width = hd - d0 < 32 ? hd - d0 : 32;
-        const char *vd = (const char *)v + (size_t)d0 * kv_size(T);
         for (int r = 0; r < rows; r += 3) {
             float *out = o + (size_t)r * hd + d0;
             const float *p = att + r * ld;
             if (rows - r >= 3)
-                mix_tile(out, hd, p, ld, 3, vd, T, run, width);
+                mix_tile(out, hd, p, ld, 3, v, T, run, d0, width);
             else if (rows - r == 2)
-                mix_tile(out, hd, p, ld, 2, vd, T, run, width);
+                mix_tile(out, hd, p, ld, 2, v, T, run, d0, width);
             else
-                mix_tile(out, hd, p, ld, 1, vd, T, run, width);
+                mix_tile(out, hd, p, ld, 1, v, T, run, d0, width);
         }
     }
 }
@@ -847,7 +872,7 @@ ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const voi
 // All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
 // for hd 64 in float32) stay in cache while every trio of rows and every 32 coordinates go over
 // them; each output is summed in position order whatever the runs, as in the plain version. Halves
-// are widened into `wide` once per run when more than one trio will read them.
+// (and q8_0 values) are widened into `wide` once per run when more than one trio will read them.
 ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, float *wide,
                       int len, int hd) {
     memset(o, 0, (size_t)rows * hd * sizeof(float));
@@ -857,7 +882,7 @@ ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const voi
         if (T == DTYPE_F16 && rows > 3) {
             widen(wide, from, ((size_t)run * hd + 7) / 8 * 8);
             mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
-        } else if (T == DTYPE_Q8_0) { // head_dim a multiple of 32: whole rows, no padding read
+        } else if (T == DTYPE_Q8_0 && rows > 3) { // head_dim a multiple of 32: whole rows, no padding read
             value_rows_q8(wide, from, hd, run);
             mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
         } else {
