@@ -178,11 +178,16 @@ void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
 // head_dim / 32 d. Only these functions and attention() know the layout.
 static size_t kv_stride(int ctx) { return ((size_t)ctx + KV_RUN - 1) / KV_RUN * KV_RUN; }
 
-static size_t kv_size(DType t) { return t == DTYPE_F16 ? sizeof(_Float16) : sizeof(float); }
-
 // Bytes of one position's keys (or values) of one kv head.
 static size_t kv_row_bytes(DType t, int hd) {
-    return t == DTYPE_Q8_0 ? (size_t)hd + (size_t)hd / Q8_BLOCK * sizeof(_Float16) : (size_t)hd * kv_size(t);
+    switch (t) {
+    case DTYPE_F16:
+        return (size_t)hd * sizeof(_Float16);
+    case DTYPE_Q8_0:
+        return (size_t)hd + (size_t)hd / Q8_BLOCK * sizeof(_Float16);
+    default:
+        return (size_t)hd * sizeof(float);
+    }
 }
 
 int kv_type_ok(DType t, int head_dim) {

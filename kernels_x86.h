@@ -761,10 +761,8 @@ static inline void value_rows_q8(float *out, const void *v, int hd, int n) {
         const _Float16 *d = (const _Float16 *)(q + hd);
         for (int b = 0; b < hd / 32; b++) {
             const __m256 scale = _mm256_set1_ps((float)d[b]);
-            for (int c = 0; c < 32; c += 8) {
-                const __m256i q8 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 32 * b + c)));
-                _mm256_storeu_ps(out + (size_t)j * hd + 32 * b + c, _mm256_mul_ps(_mm256_cvtepi32_ps(q8), scale));
-            }
+            for (int c = 0; c < 32; c += 8)
+                _mm256_storeu_ps(out + (size_t)j * hd + 32 * b + c, q8_load8s(q + 32 * b + c, scale));
         }
     }
 }

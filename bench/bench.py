@@ -317,15 +317,14 @@ def main():
                            n_gen=min(r["n_gen"] for r in short), rss=max(r["rss"] for r in short),
                            weights=short[0]["weights"], kv=short[0]["kv"], read=(w + kv) * tg / 1e9,
                            roof=(w + kv) * tg / 1e9 / gbps)
-                if long:
-                    lw, lkv = decode_bytes(header, LONG_PROMPT + LONG_GEN // 2, kv_types[0])
-                    row.update(tg4k=median_of(long, "tg"), rss4k=max(r["rss"] for r in long),
-                               kv4k=long[0]["kv"], roof4k=(lw + lkv) * median_of(long, "tg") / 1e9 / gbps,
-                               dyn4k=median_of(dyn, "tg"))
+                if long:  # per cache type: tok/s, KV MiB, roofline (deep[0] is long, with kv_types[0])
                     row["by_kv"] = {t: (median_of(runs, "tg"), runs[0]["kv"],
                                         sum(decode_bytes(header, LONG_PROMPT + LONG_GEN // 2, t))
                                         * median_of(runs, "tg") / 1e9 / gbps)
                                     for t, runs in zip(kv_types, deep)}
+                    tg4k, kv4k, roof4k = row["by_kv"][kv_types[0]]
+                    row.update(tg4k=tg4k, rss4k=max(r["rss"] for r in long), kv4k=kv4k, roof4k=roof4k,
+                               dyn4k=median_of(dyn, "tg"))
                 row["gbps"] = gbps
                 rows.append(row)
                 log(f"bench:   pp {row['pp']:.1f} tok/s, tg {tg:.2f} tok/s ({row['roof']:.0%} of roofline)"
