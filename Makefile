@@ -94,12 +94,17 @@ bench: run $(BENCH_TOOLS)
 plots: tests/tools/rope_dump
 	$(PYTHON) scripts/plot_rope.py
 
-# `make results`: docs/ppl_results.md and docs/ppl_buckets.png, perplexity of stories260K on the
-# TinyStories text for ctx 512..4096 and every mode (scripts/ppl_results.py; the whole text, a long
-# run). A quick look, RESULTS_ARGS="--tokens 65536 --threads 2", writes build/ppl-quick/ instead.
+# `make results`: docs/ppl_results.md and docs/ppl_buckets.png, perplexity of the trained head_dim-64
+# model tiny64x512 on its held-out text at 1x..16x its trained context, every mode with and without
+# log-n (scripts/ppl_results.py; 80 runs, minutes). RESULTS_ARGS="--ctx 512,2048 --modes none,rerope"
+# (any subset) writes build/ppl-quick/ instead.
 RESULTS_ARGS ?=
-results: run
-	$(PYTHON) scripts/ppl_results.py --threads 1 $(RESULTS_ARGS)
+results: run build/tiny64.bin
+	$(PYTHON) scripts/ppl_results.py $(RESULTS_ARGS)
+
+build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safetensors export/export.py
+	mkdir -p build
+	$(PYTHON) export/export.py data/tiny64x512-hf $@ > /dev/null
 
 clean:
 	rm -f run *.o $(TOOLS) $(BENCH_TOOLS)

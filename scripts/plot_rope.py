@@ -49,6 +49,8 @@ STYLE = {  # mode -> (colour, marker, line style); none is the black baseline
     "dynamic": ("tab:green", "v", "-."),
     "yarn": ("tab:red", "D", ":"),
     "llama3": ("tab:purple", "x", "--"),
+    "rerope": ("tab:brown", "P", "-"),
+    "leaky-rerope": ("tab:cyan", "*", "-"),
 }
 
 

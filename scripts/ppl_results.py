@@ -1,27 +1,29 @@
 """ppl_results.py - perplexity past the trained context, for every RoPE scaling mode: the results table.
 
 Usage:
-  /usr/bin/python3 scripts/ppl_results.py [--model M.bin] [-z TOK.model] [--text FILE] [--ctx 512,1024,2048,4096]
-                                          [--modes none,pi,ntk,dynamic,yarn,llama3] [--ppl-windows K | --tokens N]
-                                          [--threads N] [--out-dir docs] [--json FILE] [--from-json FILE]
+  /usr/bin/python3 scripts/ppl_results.py [--model M.bin] [-z TOK.model] [--text FILE]
+                                          [--ctx 512,1024,2048,4096,8192] [--modes none,ntk,rerope+logn,...]
+                                          [--ppl-windows K | --tokens N] [--threads N] [--out-dir docs]
+                                          [--json FILE] [--from-json FILE]
 
-Runs `./run MODEL --ppl TEXT --ctx N --rope-scaling MODE` for every context N and mode, reads the
-`perplexity:` line and the per-bucket table from its stdout, and writes
+Runs `./run MODEL --ppl TEXT --ctx N --rope-scaling MODE [--attn-logn]` for every context N and mode
+(a mode written `M+logn` is M with --attn-logn), reads the `perplexity:` line and the per-bucket
+table from its stdout, and writes
   docs/ppl_results.md   overall perplexity (rows: mode, columns: context) and perplexity by position
                         bucket [0, L), [L, 2L), [2L, 4L), ... (L = the trained context)
-  docs/ppl_buckets.png  perplexity per position bucket, one line per mode, one panel per context > L.
-Defaults: stories260K (trained at L = 512) on data/text/tinystories_validation_head.txt,
-all of it (~393k tokens; every context sees nearly the same text). llama3 is there although the
-model is no Llama 3: with L = 512 it keeps pairs 0-1 and divides pairs 2-3 by s, which is YaRN
-without its ramp and its attention factor, a useful control. A full run is 24 ./run calls and
-takes a long while on two busy cores (see the README); for a quick look, --ppl-windows K evaluates
-K windows per run, and --tokens N the first N tokens at every context (N / ctx windows), which keeps
-the text the same across the columns. A run that is not the full default one writes to
-build/ppl-quick/ unless --out-dir says otherwise: docs/ holds the full run. --json saves the parsed numbers and --from-json redraws the
+  docs/ppl_buckets.png  left: perplexity against the context, one line per mode; right: perplexity by
+                        position bucket at the largest context.
+Defaults: tiny64x512 (data/tiny64x512-hf exported to build/tiny64.bin by `make results`; head_dim
+64, trained at L = 512) on the held-out tenth of the TinyStories text it never saw in training,
+the first 32768 tokens at every context (64 windows of 512 ... 4 of 8192: the same text in every
+column), 1x to 16x, the eight modes with and without log-n: 80 ./run calls, a few minutes on two
+cores. A run that is not the full default one writes to build/ppl-quick/ unless --out-dir says
+otherwise: docs/ holds the full run. --json saves the parsed numbers and --from-json redraws the
 table and the plot from them without running anything.
 
-What this is not: a benchmark of the modes in general. A 260K-parameter model with head_dim 8 has
-four rotation frequencies; what that implies is in the README, "Measuring long context".
+What this is not: a benchmark of the modes in general. One 3M-parameter model on one kind of text
+(short stories, so far positions mostly look back at unrelated stories) says whether distance
+hurts, not whether a long context is used; the README, "Results", reads the table.
 """
 import argparse
 import json
@@ -38,6 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
+MODES = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope"]
 from passkey import run_env  # noqa: E402  (scripts/ beside this file: OMP_WAIT_POLICY=passive)
 from plot_rope import STYLE  # noqa: E402  (the same colour per mode in every plot)
 
@@ -65,8 +68,13 @@ def parse_ppl(stdout):
     return {"perplexity": float(m[1]), "buckets": buckets}
 
 
-def run_ppl(run, model, tok, text, ctx, mode, windows=None, threads=None, L=None):
+def run_ppl(run, model, tok, text, ctx, row, windows=None, threads=None, L=None):
+    """One row of the table at one context: row is a --rope-scaling mode, or `mode+logn` for the mode
+    with --attn-logn."""
+    mode, logn = row.removesuffix("+logn"), row.endswith("+logn")
     cmd = [str(run), str(model), "-z", str(tok), "--ppl", str(text), "--ctx", str(ctx), "--rope-scaling", mode]
+    if logn:
+        cmd.append("--attn-logn")
     if mode == "dynamic" and L and ctx > L:  # transformers' dynamic with factor ctx / L (./run's default is 1)
         cmd += ["--rope-factor", repr(ctx / L)]
     if windows:
@@ -86,7 +94,7 @@ def run_ppl(run, model, tok, text, ctx, mode, windows=None, threads=None, L=None
     res["windows"] = int(w[1]) if w else None
     # Every window of ctx tokens makes ctx - 1 predictions, and every one falls in some bucket.
     if res["windows"] and sum(b["tokens"] for b in res["buckets"]) != res["windows"] * (ctx - 1):
-        sys.exit(f"error: --ctx {ctx} {mode}: the bucket counts do not add up to {res['windows']} x {ctx - 1}")
+        sys.exit(f"error: --ctx {ctx} {row}: the bucket counts do not add up to {res['windows']} x {ctx - 1}")
     return res
 
 
@@ -105,8 +113,10 @@ def markdown(res, ctxs, modes, meta):
     out = [f"# Perplexity of {meta['model']} past its trained context",
            "",
            f"Generated by `{meta['command']}`. Text: `{meta['text']}`; "
-           f"{meta['scope']}. Trained context L = {meta['L']}; for every --ctx above L the "
-           f"factor is s = ctx / L (`./run`'s default, and `--rope-factor` for dynamic, whose default is 1). Lower is better; the [0, {meta['L']}) column of the bucket tables is "
+           f"{meta['scope']}. Trained context L = {meta['L']}; every mode with `./run`'s defaults at each --ctx "
+           f"(s = ctx / L; rerope's window W = L / 4, leaky-rerope's rate K = (ctx - W) / (L - W)), except "
+           f"dynamic, run with `--rope-factor ctx/L` (its default is 1, which makes one window the ntk row). "
+           f"`+logn`: with `--attn-logn`. Lower is better; the [0, {meta['L']}) column of the bucket tables is "
            f"the model inside its trained range.",
            "",
            "## Overall perplexity (rows: --rope-scaling, columns: --ctx)",
@@ -115,6 +125,12 @@ def markdown(res, ctxs, modes, meta):
            "|---|" + "---:|" * len(ctxs)]
     for m in modes:
         out.append(f"| {m} | " + " | ".join(fmt(res[str(c)][m]["perplexity"]) for c in ctxs) + " |")
+    if len(ctxs) > 1:
+        lo, hi = str(ctxs[0]), str(ctxs[-1])
+        best = min(modes, key=lambda m: res[hi][m]["perplexity"])
+        ratio = res[hi][best]["perplexity"] / res[lo][best]["perplexity"]
+        out += ["", f"Best at --ctx {hi}: {best}, {fmt(res[hi][best]['perplexity'])}, {ratio:.3f}x its value at "
+                f"--ctx {lo}."]
     for c in sorted(ctxs, reverse=True):
         names = [bucket_name(b) for b in res[str(c)][modes[0]]["buckets"]]
         if len(names) < 2:
@@ -132,33 +148,54 @@ def markdown(res, ctxs, modes, meta):
     return "\n".join(out) + "\n"
 
 
+def line_style(row):
+    """The mode's colour and marker (plot_rope.STYLE); with log-n, the same colour, thinner and dotted."""
+    colour, marker, ls = STYLE.get(row.removesuffix("+logn"), ("grey", ".", "-"))
+    return dict(color=colour, marker=marker, ls=":" if row.endswith("+logn") else ls,
+                lw=1 if row.endswith("+logn") else 1.6, ms=4 if row.endswith("+logn") else 6,
+                markerfacecolor="none", label=row.replace("+logn", " + log-n"))
+
+
 def plot(res, ctxs, modes, L, path, title):
-    panels = [c for c in ctxs if c > L]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), sharey=True, squeeze=False)
-    base = res[str(L)]["none"]["perplexity"] if str(L) in res and "none" in modes else None
-    for ax, c in zip(axes[0], panels):
-        for m in modes:
-            bs = res[str(c)][m]["buckets"]
-            colour, marker, ls = STYLE.get(m, ("grey", ".", "-"))
-            ax.plot(range(len(bs)), [b["ppl"] for b in bs], color=colour, marker=marker, ls=ls, label=m,
-                    markerfacecolor="none")
-        names = [bucket_name(b) for b in res[str(c)][modes[0]]["buckets"]]
-        ax.set_xticks(range(len(names)))
-        ax.set_xticklabels(names, fontsize=8)
+    top = max(ctxs)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    base = res[str(L)][modes[0]]["perplexity"] if str(L) in res else None
+    for m in modes:
+        left.plot([c / L for c in ctxs], [res[str(c)][m]["perplexity"] for c in ctxs], **line_style(m))
+        bs = res[str(top)][m]["buckets"]
+        right.plot(range(len(bs)), [b["ppl"] for b in bs], **line_style(m))
+    left.set_xscale("log", base=2)
+    left.set_xticks([c / L for c in ctxs])
+    left.set_xticklabels([f"{c}\n({c / L:g}x)" for c in ctxs], fontsize=8)
+    left.set_xlabel("--ctx (and s = ctx / L)")
+    left.set_title("perplexity of the whole window")
+    names = [bucket_name(b) for b in res[str(top)][modes[0]]["buckets"]]
+    right.set_xticks(range(len(names)))
+    right.set_xticklabels(names, fontsize=8)
+    right.set_xlabel("position of the predicting token in the window")
+    right.set_title(f"by position, --ctx {top} (s = {top / L:g})")
+    # The scale is set for the modes that work; a row above it (pi, none) is in the table.
+    top_y = min(60, max(max(r["perplexity"] for r in res[str(top)].values()),
+                        max(b["ppl"] for r in res[str(top)].values() for b in r["buckets"])) * 1.1)
+    for ax in (left, right):
+        ax.set_ylim(base * 0.85 if base else None, top_y)
         if base:
             ax.axhline(base, color="grey", lw=1, ls="--")
-        ax.set_title(f"--ctx {c} (s = {c / L:g})")
-        ax.set_xlabel("positions in the window")
+            ax.axhline(1.3 * base, color="grey", lw=0.8, ls="-.")
         ax.set_yscale("log")
-        ax.grid(alpha=0.3, which="both")
-    axes[0][0].set_ylabel("perplexity (log scale)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+        ticks = [t for t in (5, 6, 7, 8, 10, 12, 15, 20, 30, 40, 60, 100, 200, 400) if t <= top_y]
+        ax.set_yticks(ticks, [str(t) for t in ticks], minor=False)
+        ax.set_yticks([], minor=True)
+        ax.grid(alpha=0.3)
+    left.set_ylabel("perplexity (log scale; lower is better)")
+    handles, labels = left.get_legend_handles_labels()
     if base:
-        handles.append(plt.Line2D([], [], color="grey", lw=1, ls="--"))
-        labels.append(f"none at --ctx {L}")
-    axes[0][0].legend(handles, labels, fontsize=8, loc="upper left")  # the panel with room at the top
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        handles += [plt.Line2D([], [], color="grey", lw=1, ls="--"), plt.Line2D([], [], color="grey", lw=0.8, ls="-.")]
+        labels += [f"{modes[0]} at --ctx {L}", "1.3x that"]
+    fig.legend(handles, labels, fontsize=8, loc="center right")
+    fig.suptitle(title + (f"\n(cut at perplexity {top_y:.0f}: the rows above it are in the table)" if top_y == 60
+                          else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.83, 1))
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
@@ -176,14 +213,17 @@ def parse_list(text, conv, what):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Perplexity per context length and RoPE scaling mode, as a "
                                  "markdown table and a plot.")
-    ap.add_argument("--model", default=str(DATA / "stories260K/stories260K.bin"))
-    ap.add_argument("-z", "--tokenizer", default=str(DATA / "stories260K/tokenizer.model"))
-    ap.add_argument("--text", default=str(DATA / "text/tinystories_validation_head.txt"))
-    ap.add_argument("--ctx", default="512,1024,2048,4096", help="context lengths (the smallest should be L)")
-    ap.add_argument("--modes", default="none,pi,ntk,dynamic,yarn,llama3")
+    ap.add_argument("--model", default=str(REPO / "build/tiny64.bin"), help="default: data/tiny64x512-hf as "
+                    "`make build/tiny64.bin` exports it")
+    ap.add_argument("-z", "--tokenizer", default=str(DATA / "tiny64x512-hf/tokenizer.model"))
+    ap.add_argument("--text", default=str(DATA / "text/tinystories_heldout_tail.txt"))
+    ap.add_argument("--ctx", default="512,1024,2048,4096,8192", help="context lengths (the smallest should be L)")
+    ap.add_argument("--modes", default=",".join(MODES + [m + "+logn" for m in MODES]),
+                    help="--rope-scaling modes; M+logn is M with --attn-logn")
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--ppl-windows", type=int, help="at most K windows per run (default: the whole text)")
-    g.add_argument("--tokens", type=int, help="the first N tokens at every context: N // ctx windows")
+    g.add_argument("--ppl-windows", type=int, help="at most K windows per run")
+    g.add_argument("--tokens", type=int, default=32768, help="the first N tokens at every context: N // ctx "
+                   "windows (default 32768; 0: the whole text)")
     ap.add_argument("--threads", type=int, help="passed to ./run (default: its own, all cores)")
     ap.add_argument("--run", default=str(REPO / "run"))
     ap.add_argument("--out-dir", help="where ppl_results.md and ppl_buckets.png go (default: docs/ for a full "
@@ -209,6 +249,8 @@ def main(argv=None):
     else:
         if not Path(a.run).exists():
             sys.exit(f"error: {a.run}: not found (hint: `make` first)")
+        if not Path(a.model).exists():
+            sys.exit(f"error: {a.model}: not found (hint: `make build/tiny64.bin` exports the default model)")
         res = {}
         t_all = time.monotonic()
         for c in ctxs:
@@ -217,7 +259,7 @@ def main(argv=None):
             for m in modes:
                 r = run_ppl(a.run, a.model, a.tokenizer, a.text, c, m, windows, a.threads, L=min(ctxs))
                 res[str(c)][m] = r
-                print(f"--ctx {c:5d} {m:8s} perplexity {r['perplexity']:12.4f}  ({r['windows']} windows, "
+                print(f"--ctx {c:5d} {m:17s} perplexity {r['perplexity']:12.4f}  ({r['windows']} windows, "
                       f"{r['seconds']:.1f} s)", file=sys.stderr)
         if a.ppl_windows:
             scope = f"at most {a.ppl_windows} window(s) per run"
@@ -239,7 +281,7 @@ def main(argv=None):
     (out / "ppl_results.md").write_text(md)
     if max(ctxs) > meta["L"]:  # the plot has one panel per context past L
         plot(res, ctxs, modes, meta["L"], out / "ppl_buckets.png",
-             f"{meta['model']} (trained at L = {meta['L']}): perplexity by position in the window, per RoPE scaling mode")
+             f"{meta['model']} (trained at L = {meta['L']}) on {meta['text']}, per RoPE scaling mode")
     print(md)
     print(f"wrote {out / 'ppl_results.md'}" + (f" and {out / 'ppl_buckets.png'}" if max(ctxs) > meta["L"] else ""),
           file=sys.stderr)

@@ -84,31 +84,36 @@ def test_progress_and_wording(c_tools, setup):
         assert re.search(rf"^{windows} {noun} in ", proc.stderr, re.M), proc.stderr
 
 
-def test_results_doc_shows_the_current_banner(c_tools):
-    """docs/ppl_results.md (make results) ends with the RoPE line of ./run's banner for every mode at its
+def test_results_doc_shows_the_current_banner(c_tools, tiny64):
+    """docs/ppl_results.md (make results) ends with the RoPE line of ./run's banner for every row at its
     largest context; ./run must still print exactly that, or the document is out of date."""
     doc = (REPO / "docs" / "ppl_results.md").read_text()
     ctx, lines = doc.split("## RoPE as `./run` reported it at --ctx ")[1].split("\n", 1)
-    rows = re.findall(r"^- `(\w+)`: (.*)$", lines, re.M)
-    assert [m for m, _ in rows] == ["none", "pi", "ntk", "dynamic", "yarn", "llama3"]
-    for mode, banner in rows:
+    rows = re.findall(r"^- `([\w+-]+)`: (.*)$", lines, re.M)
+    modes = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope"]
+    assert [m for m, _ in rows] == modes + [m + "+logn" for m in modes]
+    for row, banner in rows:
+        mode = row.removesuffix("+logn")
+        extra = ["--attn-logn"] if row.endswith("+logn") else []
         # dynamic was run with --rope-factor ctx / L (scripts/ppl_results.py), the others with the default
-        extra = ["--rope-factor", str(int(ctx) // 512)] if mode == "dynamic" else []
-        proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "--ctx", ctx,
-                               "--rope-scaling", mode, *extra, "-n", "0"], capture_output=True, text=True, timeout=60)
+        extra += ["--rope-factor", str(int(ctx) // 512)] if mode == "dynamic" else []
+        proc = subprocess.run([str(REPO / "run"), str(tiny64), "--ctx", ctx, "--rope-scaling", mode, *extra, "-n", "0"],
+                              capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        assert f"rope: {banner}" in proc.stderr.splitlines(), (mode, banner, proc.stderr)
+        assert f"rope: {banner}" in proc.stderr.splitlines(), (row, banner, proc.stderr)
 
 
-def test_quick_results_leave_docs_alone(c_tools):
+def test_quick_results_leave_docs_alone(c_tools, tiny64):
     """scripts/ppl_results.py on a subset writes to build/ppl-quick/ and says so; docs/ keeps the full run."""
     before = (REPO / "docs" / "ppl_results.md").read_bytes()
-    proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--ctx", "512,1024", "--modes",
-                           "none", "--ppl-windows", "1"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx", "512,1024",
+                           "--modes", "none,rerope+logn", "--ppl-windows", "1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     quick = REPO / "build" / "ppl-quick"
     assert f"the results go to {quick}, not docs/" in proc.stderr, proc.stderr
-    assert "at most 1 window(s) per run" in (quick / "ppl_results.md").read_text()
+    doc = (quick / "ppl_results.md").read_text()
+    assert "at most 1 window(s) per run" in doc
+    assert re.search(r"^- `rerope\+logn`: rerope, .*log-n", doc, re.M), doc  # the row ran with --attn-logn
     assert (quick / "ppl_buckets.png").stat().st_size > 0
     assert (REPO / "docs" / "ppl_results.md").read_bytes() == before
 
