@@ -823,9 +823,23 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 // ---------------------------------------------------------------------------------------------
 // main
 
-static void banner(const Transformer *t, const char *path) {
+// What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
+static size_t available_memory(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb) return (size_t)kb * 1024;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+}
+
+// The banner's first two lines, before anything is allocated: the model, and what the run will
+// allocate (the KV cache and the activations; the weights are mmapped) against what is available.
+static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
     const Config *c = &t->config;
-    const Rope *r = &t->rope;
     fprintf(stderr,
             "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d\n",
@@ -835,16 +849,22 @@ static void banner(const Transformer *t, const char *path) {
                            : "lrun v1",
             dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
             c->vocab_size);
-    const size_t kv = transformer_kv_bytes(c, &t->run);
+    int overflow;
+    const size_t kv = transformer_kv_bytes(c, run), all = transformer_state_bytes(c, run, max_threads(), &overflow);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->max_pos != c->rope.orig_ctx)
         snprintf(supports, sizeof supports, " (supports %d with its scaling)", c->max_pos);
     fprintf(stderr,
             "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s%s, "
-            "values %s), activations %.2f MiB | kernels %s\n",
-            c->rope.orig_ctx, supports, t->run.ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
-            dtype_name(t->run.cache_k), t->state.rotation ? " un-rotated" : "", dtype_name(t->run.cache_v),
-            (t->state_bytes - kv) / 1048576.0, kernels_isa());
+            "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s\n",
+            c->rope.orig_ctx, supports, run->ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
+            dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
+            (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa());
+}
+
+// The banner's RoPE line, once the tables are made.
+static void banner_rope(const Transformer *t) {
+    const Rope *r = &t->rope;
     fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
     if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
         double inv_freq[r->p.head_dim / 2], mscale, at_ctx;
@@ -863,18 +883,6 @@ static void banner(const Transformer *t, const char *path) {
             t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
-// What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
-static size_t available_memory(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb) return (size_t)kb * 1024;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
-}
 
 // The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
 // another error (both reported).
@@ -996,12 +1004,13 @@ int main(int argc, char **argv) {
 
     RunConfig run;
     int status = configure(&t, &o, &run);
+    if (status == 0) banner_memory(&t, &run, o.model);
     PrepareStatus prepared = status ? PREPARE_OK : transformer_prepare(&t, &run, err, sizeof err);
     if (prepared != PREPARE_OK) {
         fprintf(stderr, "error: %s%s\n", err, prepared == PREPARE_BAD_ROPE ? "" : " (hint: a smaller --ctx)");
         status = 1;
     } else if (status == 0) {
-        banner(&t, o.model);
+        banner_rope(&t);
         if (run.ctx > run.rope.orig_ctx && run.rope.mode == ROPE_SCALING_NONE)
             fprintf(stderr,
                     "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "

@@ -28,7 +28,7 @@ def setup(tmp_path_factory):
 
 def run_ppl(model, text, *flags):
     proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(text), *map(str, flags)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     total = float(re.search(r"^perplexity: (\S+)$", proc.stdout, re.M).group(1))
     buckets = [(int(lo), int(hi), int(n), float(nll), float(ppl)) for lo, hi, n, nll, ppl in
@@ -181,3 +181,41 @@ def test_context_shift_of_q8_0_keys(c_tools, tiny64):
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("keys q8_0") == 8
+
+
+# --- Long windows: 32768 tokens ---------------------------------------------------------------------
+
+def test_32k_window(c_tools, tiny64):
+    """One 32768-token window of the held-out text, 64x tiny64x512's trained context, with leaky ReRoPE
+    and log-n: every bucket is counted and the perplexity is that of a model that still reads (8.19;
+    at 1x it is 7.64, docs/ppl_results.md). Control: plain RoPE on the same window, which falls apart
+    past L, is far above the bound. (One token at a time, -b 1, gives the same 8.188923, but takes 4x
+    as long: the README, "Long windows", has the command.)"""
+    leaky, buckets = run_ppl(tiny64, HELDOUT, "--ctx", 32768, "--ppl-windows", 1, "--rope-scaling", "leaky-rerope",
+                             "--attn-logn")
+    plain, _ = run_ppl(tiny64, HELDOUT, "--ctx", 32768, "--ppl-windows", 1)
+    print(f"32768-token window: leaky-rerope + log-n {leaky:.6f} (buckets " + ", ".join(f"{b[4]:.2f}" for b in buckets)
+          + f"), none {plain:.3f}")
+    assert [(lo, hi) for lo, hi, *_ in buckets][-1] == (16384, 32768) and sum(b[2] for b in buckets) == 32767
+    assert leaky < 10 and plain > 10
+
+
+def test_32k_generation_fills_the_context_and_shifts(c_tools, tiny64, tmp_path):
+    """Generation in a 32768-token context: a 32627-token prompt (BOS and the held-out text's first
+    65000 characters), then 300 tokens, which fill the context and shift it once (keep 4, drop half of
+    the rest) and go on. The continuation after 32k positions is still the model's English: most of
+    its words are words of the training text."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(HELDOUT.read_text()[:65000])
+    proc = subprocess.run([str(REPO / "run"), str(tiny64), "-z", str(TOK512), "-f", str(prompt), "--ctx", "32768",
+                           "-n", "300", "-t", "0", "--rope-scaling", "leaky-rerope", "--attn-logn"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"prompt: 32627 tokens .* generation: 300 tokens, 299 decode steps .* context shifts: 1 "
+                     r"\(kept 4, dropped 16382 each\)", proc.stderr), proc.stderr
+    text = prompt.read_text()
+    assert proc.stdout.startswith(text[:1000])  # ./run echoes the prompt, then the 300 new tokens
+    words = re.findall(r"[a-z]+", proc.stdout[len(text):].lower())
+    known = set(re.findall(r"[a-z]+", TEXT.read_text().lower()))
+    print(f"last words: {' '.join(words[-40:])}; {sum(w in known for w in words)} of {len(words)} known")
+    assert len(words) > 100 and sum(w in known for w in words) > 0.9 * len(words)
