@@ -727,7 +727,7 @@ ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS
         __m256 k0, k1, k2, k3;
         if (T == DTYPE_Q8_0) {
             const int8_t *q = (const int8_t *)kt + k;
-            const _Float16 *sc = (const _Float16 *)((const int8_t *)kt + (size_t)hd * KV_RUN) + (size_t)(d / 32) * KV_RUN;
+            const _Float16 *sc = (const _Float16 *)((const int8_t *)kt + (size_t)hd * KV_RUN) + (size_t)(d / Q8_BLOCK) * KV_RUN;
             k0 = q8_load8(q, sc), k1 = q8_load8(q + 8, sc + 8), k2 = q8_load8(q + 16, sc + 16),
             k3 = q8_load8(q + 24, sc + 24);
         } else {
@@ -781,21 +781,36 @@ ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, con
     }
 }
 
+// A block of keys kt (hd, 32) of type T as floats, into out: halves widened, q8_0 values times their
+// scales (kernels.c, the KV cache's layout), in registers; float32 copied.
+ATT_TILE void key_block_x86(float *out, const void *kt, const DType T, int hd) {
+    const size_t n = (size_t)hd * KV_RUN;
+    if (T == DTYPE_F16) {
+        widen(out, kt, n);
+    } else if (T == DTYPE_Q8_0) {
+        const int8_t *q = kt;
+        const _Float16 *d = (const _Float16 *)(q + n);
+        for (int c = 0; c < hd; c++)
+            for (int i = 0; i < KV_RUN; i += 8)
+                _mm256_storeu_ps(out + (size_t)c * KV_RUN + i,
+                                 q8_load8(q + (size_t)c * KV_RUN + i, d + (size_t)(c / Q8_BLOCK) * KV_RUN + i));
+    } else {
+        memcpy(out, kt, n * sizeof(float));
+    }
+}
+
 // All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
 // att's row, which is stride long, and are never read), three rows at a time, the block coming
 // from L1 for every trio after the first. With a rotation table, the block is made floats and
-// turned first (plain C's key_block_floats and rotate_block, which the compiler vectorizes); so are
-// half and q8_0 blocks that more than one trio of rows will read.
+// turned first (rotate_block, plain C, which the compiler vectorizes); so are half and q8_0 blocks
+// that more than one trio of rows will read, once rather than per trio.
 ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T,
                          const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
         const char *block = (const char *)kt + (size_t)j * kv_row_bytes(T, hd); // block j / 32
-        if (rot || (T == DTYPE_Q8_0 && rows > 3)) {
-            key_block_floats(turned, block, T, hd);
+        if (rot || (T != DTYPE_F32 && rows > 3)) {
+            key_block_x86(turned, block, T, hd);
             if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
-            scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
-        } else if (T == DTYPE_F16 && rows > 3) { // several trios: widen the block once, not per trio
-            widen(turned, block, (size_t)hd * KV_RUN);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
         } else {
             scores_block(att + j, ld, qs, rows, block, T, hd);

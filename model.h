@@ -129,7 +129,7 @@ typedef struct {
 typedef struct {
     int ctx;       // KV cache length in tokens
     int max_batch; // most tokens one forward call takes (prefill block)
-    DType cache_k, cache_v; // types of the cached keys and values: DTYPE_F32 or DTYPE_F16
+    DType cache_k, cache_v; // types of the cached keys and values: DTYPE_F32, DTYPE_F16 or DTYPE_Q8_0
     RopeParams rope;
     int attn_logn; // 1: a query at position m >= L scaled by ln(m + 1) / ln(L) (--attn-logn; model.c)
 } RunConfig;

@@ -883,7 +883,6 @@ static void banner_rope(const Transformer *t) {
             t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
-
 // The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
 // another error (both reported).
 static int configure(const Transformer *t, const Options *o, RunConfig *run) {
@@ -894,6 +893,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
     DType *set[2] = {&run->cache_k, &run->cache_v};
     for (int i = 0; i < 2; i++) {
+        // a cache type at all (with a head_dim q8_0 accepts); this model's head_dim is checked below
         if (dtype_from_name(types[i], set[i]) || !kv_type_ok(*set[i], Q8_BLOCK)) {
             fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: f32, f16 or q8_0)\n", types[i],
                     i ? "--cache-type-v" : "--cache-type-k");

@@ -201,19 +201,24 @@ def kv_types_for(h, types):
     return [t for t in types if t != "q8_0" or h["head_dim"] % 32 == 0]
 
 
-def window_speed(model, tokenizer, batch, threads, runs, kv_type="f32"):
-    """Median tokens/s of ./run --ppl over one WINDOW-token window with -b batch."""
-    cmd = [str(REPO / "run"), str(model), "-z", str(tokenizer), "--ppl", str(TEXT), "--ctx", str(WINDOW),
-           "--ppl-windows", "1", "--rope-scaling", "pi", "-b", str(batch), "--threads", str(threads),
-           *kv_args(kv_type)]
-    speeds = []
+def window_speeds(model, tokenizer, threads, runs, kv_types, batches=(512, 1)):
+    """{(kv_type, batch): median tokens/s} of ./run --ppl over one WINDOW-token window, with each -b of
+    batches for each cache type, the cases alternating run for run (the machine's speed drifts between
+    minutes, and a case whose runs all came in a slow minute would look slower than it is)."""
+    speeds = {(t, b): [] for t in kv_types for b in batches}
     for _ in range(runs):
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=RUN_ENV)
-        m = PPL_TIMING.search(proc.stderr)
-        if proc.returncode != 0 or not m:
-            raise SystemExit(f"bench: {' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-        speeds.append(float(m.group(3)))
-    return statistics.median(speeds)
+        for t, batch in speeds:
+            cmd = [str(REPO / "run"), str(model), "-z", str(tokenizer), "--ppl", str(TEXT), "--ctx", str(WINDOW),
+                   "--ppl-windows", "1", "--rope-scaling", "pi", "-b", str(batch), "--threads", str(threads),
+                   *kv_args(t)]
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=RUN_ENV)
+            m = PPL_TIMING.search(proc.stderr)
+            if proc.returncode != 0 or not m:
+                raise SystemExit(f"bench: {' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+            speeds[t, batch].append(float(m.group(3)))
+    log("bench:   window runs " + "; ".join(f"{t} -b {b}: " + " ".join(f"{x:.0f}" for x in v)
+                                     for (t, b), v in speeds.items()))
+    return {k: statistics.median(v) for k, v in speeds.items()}
 
 
 def bandwidth():
@@ -336,9 +341,9 @@ def main():
             log(f"bench: {shape} {dtype}: one {WINDOW}-token window, -b 512 and -b 1")
             model, tok = checkpoint(args.cache, shape, dtype), SHAPES[shape]["tokenizer"]
             fresh_pages(model)
-            for t in kv_types_for(read_header(model), args.kv_types):
-                windows.append((shape, dtype, t, window_speed(model, tok, 512, 2, args.runs, t),
-                                window_speed(model, tok, 1, 2, args.runs, t)))
+            types = kv_types_for(read_header(model), args.kv_types)
+            speed = window_speeds(model, tok, 2, args.runs, types)
+            windows += [(shape, dtype, t, speed[t, 512], speed[t, 1]) for t in types]
 
     lines = [f"# Benchmark: ./run, {started:%Y-%m-%d %H:%M}", "",
              f"Machine: {machine()}; Linux {os.uname().release}; commit "

@@ -133,8 +133,8 @@ def main(args):
                 row = dict(shape=shape, dtype=dtype, threads=threads, probe=bw, probes=probes)
                 for cell, (a, b) in got.items():
                     if a:
-                        row[cell] = (statistics.median(a), statistics.median(b))
-                row["gbps"] = tuple(v * wbytes / 1e9 for v in row["tg"])
+                        row[cell] = (statistics.median(a), statistics.median(b), [x / y for x, y in zip(a, b)])
+                row["gbps"] = tuple(v * wbytes / 1e9 for v in row["tg"][:2])
                 rows.append(row)
                 bench.log(f"versus:   tg ours {row['tg'][0]:.2f} llama.cpp {row['tg'][1]:.2f} tok/s, "
                           f"{row['gbps'][0] / bw:.0%} / {row['gbps'][1] / bw:.0%} of the probe ({bw:.1f} GB/s)")
@@ -146,7 +146,8 @@ def main(args):
              f"({(bench.datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
              f"Medians of {args.runs} interleaved rounds. tg = {TG} decode steps from an empty context; pp = a {PP}-token "
              f"prompt; tg@4k = {DEEP_GEN} steps after {DEEP} tokens (--ctx {DEEP_CTX}); win4k = one {WIN}-token window. "
-             "Cells: ours / llama.cpp tok/s (ratio). GB/s: decode (tg) x bytes of the weight matrices per step, "
+             "Cells: ours / llama.cpp tok/s (ratio of the medians, and the lowest and highest ratio within one "
+             "round: the two programs run minutes apart at most, so a round's ratio survives the drift between rounds). GB/s: decode (tg) x bytes of the weight matrices per step, "
              "and its fraction of the probe (bench/bwprobe before and after the round, the larger; same threads).", "",
              "| model | weights | threads | tg | pp | tg@4k | win4k | probe GB/s | tg GB/s ours (of probe) "
              "| tg GB/s llama.cpp (of probe) |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -154,8 +155,9 @@ def main(args):
         cells = []
         for cell in CELLS:
             if cell in r:
-                a, b = r[cell]
-                cells.append(f"{a:.1f} / {b:.1f} ({a / b:.2f}x)")
+                a, b, each = r[cell]
+                spread = f", rounds {min(each):.2f}-{max(each):.2f}" if len(each) > 1 else ""
+                cells.append(f"{a:.1f} / {b:.1f} ({a / b:.2f}x{spread})")
             else:
                 cells.append("-")
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | " + " | ".join(cells)
