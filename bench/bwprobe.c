@@ -12,7 +12,8 @@
 // four weight rows at a time do; one sequential stream suits the prefetcher of other machines).
 // On the AMD EPYC (Zen 3) four such streams read 1.2x-1.3x faster than one. It reports the best stream count's best pass, in GB/s = 1e9 bytes/s: a roof is the
 // most the machine did, not its typical speed.
-// What it is not: a STREAM copy/triad benchmark (those also write), nor a latency probe.
+// Last, a compute line per thread count (compute_rate): the cores' speed, to tell a slow vCPU from
+// slow memory. What it is not: a STREAM copy/triad benchmark (those also write), nor a latency probe.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,34 @@ static double read_bandwidth(const unsigned char *buf, size_t bytes, int threads
     return best;
 }
 
+// The cores' own speed, beside the memory's: 64 independent multiply-adds per thread per step, all
+// in registers, best of 3 tries, in GFLOP/s. On a virtual machine the share of the host a vCPU
+// gets can drop for minutes; prefill (compute-bound) and decode then slow together while the
+// bandwidth above stays high, and only this line shows it (docs/speed.md, "Noise").
+static double compute_rate(int threads, float *sink) {
+    enum { STEPS = 60000000, CHAINS = 64 };
+    double best = 0;
+    for (int t = 0; t < 3; t++) {
+        float s = 0;
+        double t0 = now();
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+        {
+            float acc[CHAINS];
+            for (int j = 0; j < CHAINS; j++)
+                acc[j] = (float)j * 1e-3f;
+            for (long i = 0; i < STEPS; i++)
+                for (int j = 0; j < CHAINS; j++)
+                    acc[j] = acc[j] * 0.99999f + 1e-5f;
+            for (int j = 0; j < CHAINS; j++)
+                s += acc[j];
+        }
+        double rate = 2.0 * CHAINS * STEPS * threads / (now() - t0);
+        best = rate > best ? rate : best;
+        *sink += s;
+    }
+    return best / 1e9;
+}
+
 int main(int argc, char **argv) {
     size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 1024;
     int passes = argc > 2 ? atoi(argv[2]) : 7;
@@ -158,6 +187,11 @@ int main(int argc, char **argv) {
         }
         printf("threads %d: %.2f GB/s (1, 2, 4 streams: %.1f, %.1f, %.1f)\n", counts[i], best, by[0], by[1], by[2]);
     }
+    float fsink = 0;
+    for (int i = 0; i < 3; i++)
+        if (counts[i] <= max_threads && !(i == 2 && max_threads <= 2))
+            printf("compute, threads %d: %.1f GFLOP/s\n", counts[i], compute_rate(counts[i], &fsink));
+    if (fsink == 12345.0f) sink ^= 1; // keep the sums alive
     fprintf(stderr, "(checksum %llx)\n", (unsigned long long)sink);
     munmap(buf, bytes);
     return 0;

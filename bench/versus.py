@@ -86,9 +86,11 @@ def theirs(bindir, gguf, cell, threads):
     return float(rows[-1]["avg_ts"])
 
 
-def probe(threads):
+def probe(threads, compute):
+    """bench/bwprobe's read bandwidth at this thread count, GB/s; its compute line goes into compute."""
     out = run([str(bench.REPO / "bench" / "bwprobe"), "1024", "3"]).stdout
-    return float(re.search(rf"threads {threads}: ([\d.]+) GB/s", out).group(1))
+    compute.append(float(re.search(rf"compute, threads {threads}: ([\d.]+) GFLOP/s", out).group(1)))
+    return float(re.search(rf"^threads {threads}: ([\d.]+) GB/s", out, re.M).group(1))
 
 
 def main(args):
@@ -115,22 +117,22 @@ def main(args):
             wbytes = weight_bytes(h, dtype)
             for threads in args.threads:
                 got = {c: ([], []) for c in CELLS}
-                probes = []
+                probes, compute = [], []
                 bench.fresh_pages(model, gguf)
                 ours(model, tok, "tg", threads, prompts)  # warm up: both files in the page cache
                 theirs(bindir, gguf, "tg", threads)
                 for r in range(args.runs):
                     bench.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
                     bench.fresh_pages(model, gguf)
-                    before = probe(threads)
+                    before = probe(threads, compute)
                     for cell in CELLS:
                         if cell == "tg@4k" and args.no_long or cell == "win4k" and args.no_window:
                             continue
                         got[cell][0].append(ours(model, tok, cell, threads, prompts))
                         got[cell][1].append(theirs(bindir, gguf, cell, threads))
-                    probes.append(max(before, probe(threads)))
+                    probes.append(max(before, probe(threads, compute)))
                 bw = statistics.median(probes)
-                row = dict(shape=shape, dtype=dtype, threads=threads, probe=bw, probes=probes)
+                row = dict(shape=shape, dtype=dtype, threads=threads, probe=bw, probes=probes, compute=compute)
                 for cell, (a, b) in got.items():
                     if a:
                         row[cell] = (statistics.median(a), statistics.median(b), [x / y for x, y in zip(a, b)])
@@ -148,7 +150,9 @@ def main(args):
              f"prompt; tg@4k = {DEEP_GEN} steps after {DEEP} tokens (--ctx {DEEP_CTX}); win4k = one {WIN}-token window. "
              "Cells: ours / llama.cpp tok/s (ratio of the medians, and the lowest and highest ratio within one "
              "round: the two programs run minutes apart at most, so a round's ratio survives the drift between rounds). GB/s: decode (tg) x bytes of the weight matrices per step, "
-             "and its fraction of the probe (bench/bwprobe before and after the round, the larger; same threads).", "",
+             "and its fraction of the probe (bench/bwprobe before and after the round, the larger; same threads). The probe "
+             "column also gives the range of bwprobe's compute line over the rounds: a low one marks rounds in which "
+             "the vCPU itself was slow (docs/speed.md, \"Noise\").", "",
              "| model | weights | threads | tg | pp | tg@4k | win4k | probe GB/s | tg GB/s ours (of probe) "
              "| tg GB/s llama.cpp (of probe) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -161,7 +165,8 @@ def main(args):
             else:
                 cells.append("-")
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | " + " | ".join(cells)
-                     + f" | {r['probe']:.1f} ({min(r['probes']):.1f}-{max(r['probes']):.1f}) "
+                     + f" | {r['probe']:.1f} ({min(r['probes']):.1f}-{max(r['probes']):.1f}; "
+                     f"compute {min(r['compute']):.0f}-{max(r['compute']):.0f} GFLOP/s) "
                      f"| {r['gbps'][0]:.1f} ({r['gbps'][0] / r['probe']:.0%}) "
                      f"| {r['gbps'][1]:.1f} ({r['gbps'][1] / r['probe']:.0%}) |")
     if skipped:
