@@ -713,6 +713,12 @@ ATT_TILE __m256 q8_load8s(const int8_t *q, __m256 s) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))), s);
 }
 
+// The 32 scales (halves) of coordinate d in a q8_0 block of keys kt (hd, 32): after its hd rows of
+// 32 int8, one row of scales per 32 coordinates (kernels.c, the KV cache's layout).
+ATT_TILE const _Float16 *q8_key_scales(const void *kt, int hd, int d) {
+    return (const _Float16 *)((const int8_t *)kt + (size_t)hd * KV_RUN) + (size_t)(d / Q8_BLOCK) * KV_RUN;
+}
+
 // Scores: att[r, j .. j+31] = sum_d qs[r, d] k_{j .. j+31}[d] over one block of the cache, kt
 // (hd, 32): the whole block, even past the last real position. A q8_0 block's coordinate d is its
 // row d of q times row d / 32 of its scales (kernels.c, the KV cache's layout).
@@ -727,7 +733,7 @@ ATT_TILE void scores_tile(float *att, size_t ld, const float *qs, const int ROWS
         __m256 k0, k1, k2, k3;
         if (T == DTYPE_Q8_0) {
             const int8_t *q = (const int8_t *)kt + k;
-            const _Float16 *sc = (const _Float16 *)((const int8_t *)kt + (size_t)hd * KV_RUN) + (size_t)(d / Q8_BLOCK) * KV_RUN;
+            const _Float16 *sc = q8_key_scales(kt, hd, d);
             k0 = q8_load8(q, sc), k1 = q8_load8(q + 8, sc + 8), k2 = q8_load8(q + 16, sc + 16),
             k3 = q8_load8(q + 24, sc + 24);
         } else {
@@ -788,12 +794,10 @@ ATT_TILE void key_block_x86(float *out, const void *kt, const DType T, int hd) {
     if (T == DTYPE_F16) {
         widen(out, kt, n);
     } else if (T == DTYPE_Q8_0) {
-        const int8_t *q = kt;
-        const _Float16 *d = (const _Float16 *)(q + n);
         for (int c = 0; c < hd; c++)
             for (int i = 0; i < KV_RUN; i += 8)
                 _mm256_storeu_ps(out + (size_t)c * KV_RUN + i,
-                                 q8_load8(q + (size_t)c * KV_RUN + i, d + (size_t)(c / Q8_BLOCK) * KV_RUN + i));
+                                 q8_load8((const int8_t *)kt + (size_t)c * KV_RUN + i, q8_key_scales(kt, hd, c) + i));
     } else {
         memcpy(out, kt, n * sizeof(float));
     }
@@ -843,7 +847,7 @@ ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int 
         __m256 v0, v1, v2, v3;
         if (T == DTYPE_Q8_0) {
             const int8_t *q = (const int8_t *)v + (size_t)j * kv_row_bytes(DTYPE_Q8_0, hd);
-            const __m256 sc = _mm256_set1_ps((float)((const _Float16 *)(q + hd))[d0 / 32]);
+            const __m256 sc = _mm256_set1_ps((float)((const _Float16 *)(q + hd))[d0 / Q8_BLOCK]);
             v0 = q8_load8s(q + d0, sc), v1 = q8_load8s(q + d0 + 8, sc), v2 = q8_load8s(q + d0 + 16, sc),
             v3 = q8_load8s(q + d0 + 24, sc);
         } else {

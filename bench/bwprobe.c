@@ -177,9 +177,8 @@ int main(int argc, char **argv) {
 #endif
     uint64_t sink = 0;
     printf("buffer %zu MiB, best of %d passes and of 1, 2, 4 streams per thread (%d KiB apart)\n", mib, passes, GAP >> 10);
-    int counts[3] = {1, 2, max_threads}; // 1 thread, 2 threads, and every core if more
-    for (int i = 0; i < 3; i++) {
-        if (counts[i] > max_threads || (i == 2 && max_threads <= 2)) continue;
+    int counts[3] = {1, 2, max_threads}, n = max_threads > 2 ? 3 : max_threads; // 1, 2, every core if more
+    for (int i = 0; i < n; i++) {
         double best = 0, by[3];
         for (int k = 0; k < 3; k++) {
             by[k] = read_bandwidth(buf, bytes, counts[i], 1 << k, passes, &sink) / 1e9;
@@ -188,11 +187,9 @@ int main(int argc, char **argv) {
         printf("threads %d: %.2f GB/s (1, 2, 4 streams: %.1f, %.1f, %.1f)\n", counts[i], best, by[0], by[1], by[2]);
     }
     float fsink = 0;
-    for (int i = 0; i < 3; i++)
-        if (counts[i] <= max_threads && !(i == 2 && max_threads <= 2))
-            printf("compute, threads %d: %.1f GFLOP/s\n", counts[i], compute_rate(counts[i], &fsink));
-    if (fsink == 12345.0f) sink ^= 1; // keep the sums alive
-    fprintf(stderr, "(checksum %llx)\n", (unsigned long long)sink);
+    for (int i = 0; i < n; i++)
+        printf("compute, threads %d: %.1f GFLOP/s\n", counts[i], compute_rate(counts[i], &fsink));
+    fprintf(stderr, "(checksums %llx, %g)\n", (unsigned long long)sink, fsink); // the folds are used: not optimized away
     munmap(buf, bytes);
     return 0;
 }

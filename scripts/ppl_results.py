@@ -151,8 +151,8 @@ def markdown(res, ctxs, modes, meta):
 def line_style(row):
     """The mode's colour and marker (plot_rope.STYLE); with log-n, the same colour, thinner and dotted."""
     colour, marker, ls = STYLE.get(row.removesuffix("+logn"), ("grey", ".", "-"))
-    return dict(color=colour, marker=marker, ls=":" if row.endswith("+logn") else ls,
-                lw=1 if row.endswith("+logn") else 1.6, ms=4 if row.endswith("+logn") else 6,
+    logn = row.endswith("+logn")
+    return dict(color=colour, marker=marker, ls=":" if logn else ls, lw=1 if logn else 1.6, ms=4 if logn else 6,
                 markerfacecolor="none", label=row.replace("+logn", " + log-n"))
 
 
@@ -279,7 +279,7 @@ def main(argv=None):
 
     md = markdown(res, ctxs, modes, meta)
     (out / "ppl_results.md").write_text(md)
-    if max(ctxs) > meta["L"]:  # the plot has one panel per context past L
+    if max(ctxs) > meta["L"]:  # the plot needs a context past L
         plot(res, ctxs, modes, meta["L"], out / "ppl_buckets.png",
              f"{meta['model']} (trained at L = {meta['L']}) on {meta['text']}, per RoPE scaling mode")
     print(md)
