@@ -26,6 +26,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ enum {
     ATT_ROWS = 16,       // attention: query rows (queries x heads of one kv head) per task, at most
     DOT_ROWS = 4,        // decode: weight rows one call of dot_rows reads (at once in the vector code),
     ROW_SPREAD = 64,     // ... this many rows apart
+    PIECE_GROUPS = 16,   // decode: groups of DOT_ROWS rows a thread takes at a time (matvec)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -566,7 +568,7 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads) {
     const size_t n = (size_t)max_n, cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, max_cols), nb = cp / Q8_BLOCK;
     const size_t kc = cp < KC_MAX ? cp : KC_MAX, th = (size_t)n_threads, pad = 64 * 12;
     const size_t tiles = (n + MR - 1) / MR, tiles_q8 = (n + MR_Q8 - 1) / MR_Q8;
-    const size_t quantized = 2 * n * cp + 3 * n * nb * 4;
+    const size_t quantized = 2 * n * cp + 3 * n * nb * 4 + th * 64; // and decode's PieceRuns
     const size_t f32 = tiles * MR * cp * 4 + th * kc * NR * 4;
     const size_t q8 = quantized + tiles_q8 * MR_Q8 * (cp + 2 * nb * 4) + th * (2 * kc * NR + kc / Q8_BLOCK * NR * 4);
     return (f32 > q8 ? f32 : q8) + pad;
@@ -973,14 +975,22 @@ const char *kernels_isa(void) {
 
 // ---------------------------------------------------------------------------------------------
 // Decode: matrix x vector. out[i] (n, m[i]->rows) = x (n, cols) @ m[i]^T for the `count` matrices,
-// which share cols and dtype: their rows are shared out together in one parallel loop, each thread
-// one contiguous run of tiles (schedule static), which it streams start to end. Handing out 16 rows
-// at a time instead (schedule dynamic) made two threads 1.3x to 1.8x slower on an AMD EPYC, where
-// the threads' interleaved pieces defeat the hardware prefetcher. Within a tile of 4 x 64 rows, one
-// call reads 4 rows 64 apart at once (dot_rows): four streams in flight, each far enough from the
-// others to be its own sequential run. On the AMD EPYC (Zen 3) that streamed 1.1x-1.3x faster than
-// one row at a time, where 4 neighbouring rows (interleaved accesses within the same few pages) were
-// up to 2x slower. A row is never split, so the sum order does not depend on the thread count.
+// which share cols and dtype: their rows are shared out together in one parallel region. Within a
+// tile of 4 x 64 rows, one call reads 4 rows 64 apart at once (dot_rows): four streams in flight,
+// each far enough from the others to be its own sequential run. On the AMD EPYC (Zen 3) that
+// streamed 1.1x-1.3x faster than one row at a time, where 4 neighbouring rows (interleaved accesses
+// within the same few pages) were up to 2x slower. A row is never split, so the sum order does not
+// depend on the thread count, nor on which thread sums it.
+//
+// Sharing out: each thread owns one contiguous run of the stack's row groups, cut in pieces of
+// PIECE_GROUPS groups, and takes its pieces front to back, so that it streams its run start to end
+// as one static share would. A thread whose run is done takes pieces from the back of the others'
+// runs until none are left. Handing out small pieces to whichever thread asks (schedule dynamic)
+// made two threads 1.3x to 1.8x slower on an AMD EPYC, where the threads' interleaved pieces defeat
+// the hardware prefetcher; a plain static split left the faster thread waiting at the end of every
+// product, since two vCPUs need not stream equally fast (bench/bwprobe pinned to each of the two
+// vCPUs of the Zen 5 read 32-33 and 37-39 GB/s): 15% of two threads' time in OpenMP's barrier, 5-7%
+// with stealing (perf, 1.1B q8_0 decode).
 
 // The groups of a matrix of `rows` rows: tiles of DOT_ROWS x ROW_SPREAD rows, each read as
 // ROW_SPREAD groups of rows j, j + ROW_SPREAD, ...; a last, shorter tile of t rows spreads its
@@ -990,32 +1000,65 @@ static int row_groups(int rows) {
     return rows / tile * ROW_SPREAD + (t + DOT_ROWS - 1) / DOT_ROWS;
 }
 
+// Group g of the stack of matrices, for each of the n activation rows.
+static void matvec_group(float *const *out, const float *x, const Matrix *const *m, int g, int n,
+                         const QuantizedRows *qx) {
+    int i = 0, j = g; // group g of the stack is group j of matrix i
+    while (j >= row_groups(m[i]->rows))
+        j -= row_groups(m[i++]->rows);
+    const int rows = m[i]->rows, cols = m[i]->cols, base = j / ROW_SPREAD * DOT_ROWS * ROW_SPREAD;
+    const int left = rows - base, step = left >= DOT_ROWS * ROW_SPREAD ? ROW_SPREAD : (left + DOT_ROWS - 1) / DOT_ROWS;
+    const int r = base + j % ROW_SPREAD, ahead = (rows - r + step - 1) / step; // rows r, r + step, ..
+    const int nr = ahead < DOT_ROWS ? ahead : DOT_ROWS;
+    const size_t cp = (size_t)matrix_cols_stored(m[i]->dtype, cols), nb = cp / Q8_BLOCK;
+    for (int t = 0; t < n; t++) {
+        const QuantizedRow xq = qx->q ? row_of(qx, t, cp, nb) : (QuantizedRow){0};
+        float v[DOT_ROWS];
+        dot_rows(v, m[i], r, step, nr, x + (size_t)t * cols, &xq);
+        for (int k = 0; k < nr; k++)
+            out[i][(size_t)t * rows + r + k * step] = v[k];
+    }
+}
+
+// One thread's run of pieces: its next piece and its end, in one word, so that the owner taking
+// from the front and another thread taking from the back cannot both get the last piece.
+typedef struct {
+    _Alignas(64) _Atomic uint64_t next_end; // next (low 32 bits), end (high 32 bits); a cache line each
+} PieceRun;
+
+// The next piece of a run, from its front or its back; -1 when the run is empty.
+static int take_piece(PieceRun *run, int from_back) {
+    uint64_t v = atomic_load_explicit(&run->next_end, memory_order_relaxed);
+    for (;;) {
+        const uint32_t next = (uint32_t)v, end = (uint32_t)(v >> 32);
+        if (next >= end) return -1;
+        const uint64_t taken = from_back ? (uint64_t)(end - 1) << 32 | next : v + 1;
+        if (atomic_compare_exchange_weak_explicit(&run->next_end, &v, taken, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int)(from_back ? end - 1 : next);
+    }
+}
+
 static int matvec(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
                   int n) {
-    (void)threads; // unused without OpenMP
-    const int cols = m[0]->cols;
-    const size_t cp = (size_t)matrix_cols_stored(m[0]->dtype, cols), nb = cp / Q8_BLOCK;
     int groups = 0;
     for (int i = 0; i < count; i++)
         groups += row_groups(m[i]->rows);
+    const int pieces = (groups + PIECE_GROUPS - 1) / PIECE_GROUPS;
+    threads = threads < pieces ? threads : pieces;
     QuantizedRows qx = {0};
-    if (quantized(m[0]->dtype) && quantize_rows_q8(ws, &qx, x, n, cols, m[0]->dtype == DTYPE_Q4_0)) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int g = 0; g < groups; g++) {
-        int i = 0, j = g; // group g of the stack is group j of matrix i
-        while (j >= row_groups(m[i]->rows))
-            j -= row_groups(m[i++]->rows);
-        const int rows = m[i]->rows, base = j / ROW_SPREAD * DOT_ROWS * ROW_SPREAD, left = rows - base;
-        const int step = left >= DOT_ROWS * ROW_SPREAD ? ROW_SPREAD : (left + DOT_ROWS - 1) / DOT_ROWS;
-        const int r = base + j % ROW_SPREAD, ahead = (rows - r + step - 1) / step; // rows r, r + step, ..
-        const int nr = ahead < DOT_ROWS ? ahead : DOT_ROWS;
-        for (int t = 0; t < n; t++) {
-            const QuantizedRow xq = qx.q ? row_of(&qx, t, cp, nb) : (QuantizedRow){0};
-            float v[DOT_ROWS];
-            dot_rows(v, m[i], r, step, nr, x + (size_t)t * cols, &xq);
-            for (int k = 0; k < nr; k++)
-                out[i][(size_t)t * rows + r + k * step] = v[k];
-        }
+    if (quantized(m[0]->dtype) && quantize_rows_q8(ws, &qx, x, n, m[0]->cols, m[0]->dtype == DTYPE_Q4_0)) return -1;
+    PieceRun *runs = carve(ws, (size_t)threads * sizeof(PieceRun));
+    if (!runs) return -1;
+    for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)
+        atomic_init(&runs[t].next_end, (uint64_t)((int64_t)pieces * (t + 1) / threads) << 32 |
+                                           (uint64_t)((int64_t)pieces * t / threads));
+#pragma omp parallel num_threads(threads)
+    for (int k = 0; k < threads; k++) { // its own run from the front, then the others' from the back
+        PieceRun *run = &runs[(thread_num() + k) % threads];
+        for (int p; (p = take_piece(run, k > 0)) >= 0;)
+            for (int g = p * PIECE_GROUPS; g < groups && g < (p + 1) * PIECE_GROUPS; g++)
+                matvec_group(out, x, m, g, n, &qx);
     }
     return 0;
 }
