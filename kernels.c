@@ -1000,9 +1000,10 @@ static int row_groups(int rows) {
     return rows / tile * ROW_SPREAD + (t + DOT_ROWS - 1) / DOT_ROWS;
 }
 
-// Group g of the stack of matrices, for each of the n activation rows.
+// Group g of the stack of matrices, for each of the n activation rows; cp bytes (or values) and nb
+// blocks a stored row, the same for every matrix of the stack (they share cols and dtype).
 static void matvec_group(float *const *out, const float *x, const Matrix *const *m, int g, int n,
-                         const QuantizedRows *qx) {
+                         const QuantizedRows *qx, size_t cp, size_t nb) {
     int i = 0, j = g; // group g of the stack is group j of matrix i
     while (j >= row_groups(m[i]->rows))
         j -= row_groups(m[i++]->rows);
@@ -1010,7 +1011,6 @@ static void matvec_group(float *const *out, const float *x, const Matrix *const 
     const int left = rows - base, step = left >= DOT_ROWS * ROW_SPREAD ? ROW_SPREAD : (left + DOT_ROWS - 1) / DOT_ROWS;
     const int r = base + j % ROW_SPREAD, ahead = (rows - r + step - 1) / step; // rows r, r + step, ..
     const int nr = ahead < DOT_ROWS ? ahead : DOT_ROWS;
-    const size_t cp = (size_t)matrix_cols_stored(m[i]->dtype, cols), nb = cp / Q8_BLOCK;
     for (int t = 0; t < n; t++) {
         const QuantizedRow xq = qx->q ? row_of(qx, t, cp, nb) : (QuantizedRow){0};
         float v[DOT_ROWS];
@@ -1046,6 +1046,7 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
         groups += row_groups(m[i]->rows);
     const int pieces = (groups + PIECE_GROUPS - 1) / PIECE_GROUPS;
     threads = threads < pieces ? threads : pieces;
+    const size_t cp = (size_t)matrix_cols_stored(m[0]->dtype, m[0]->cols), nb = cp / Q8_BLOCK;
     QuantizedRows qx = {0};
     if (quantized(m[0]->dtype) && quantize_rows_q8(ws, &qx, x, n, m[0]->cols, m[0]->dtype == DTYPE_Q4_0)) return -1;
     PieceRun *runs = carve(ws, (size_t)threads * sizeof(PieceRun));
@@ -1058,7 +1059,7 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
         PieceRun *run = &runs[(thread_num() + k) % threads];
         for (int p; (p = take_piece(run, k > 0)) >= 0;)
             for (int g = p * PIECE_GROUPS; g < groups && g < (p + 1) * PIECE_GROUPS; g++)
-                matvec_group(out, x, m, g, n, &qx);
+                matvec_group(out, x, m, g, n, &qx, cp, nb);
     }
     return 0;
 }
