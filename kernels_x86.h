@@ -104,6 +104,7 @@ static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r, int step, 
     }
 }
 
+#ifndef DECODE_512
 // The end of a q4_0 dot product whose first b blocks (a multiple of 8) went through a vector loop
 // without their -8s, summing to `vector`: the -8s come off as sum_j dw_j * c8_j (QuantizedRows'
 // c8_j = 8 dx_j sum(x_j)), then blocks b .. nb-1 are added one at a time, from x in its own order.
@@ -114,10 +115,9 @@ static inline float q4_finish(float vector, const uint8_t *w, const _Float16 *dw
         corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + j))), _mm256_loadu_ps(xr->c8 + j),
                                corr);
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
-    return vector - hsum8(corr) + dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b);
+    return vector - hsum8(corr) + (b < nb ? dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b) : 0);
 }
 
-#ifndef DECODE_512
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
 static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
     const int n = m->cols;
@@ -201,7 +201,7 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r, int step, i
     }
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
     for (int k = 0; k < nr; k++)
-        out[k] = hsum8(acc[k]) + dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b);
+        out[k] = hsum8(acc[k]) + (b < nb ? dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b) : 0);
 }
 
 // q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
@@ -275,6 +275,22 @@ static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, c
 // keeps up: on the AMD EPYC Zen 5, rows in L2, 1.26x (q4_0), 1.40x (q8_0) and 1.38x (f16) the
 // 256-bit kernels (docs/speed.md).
 
+// The sums of the 16 lanes of each of four vectors, into out[0 .. nr-1]: halves added, then three
+// horizontal adds that leave [a0, a1, a2, a3] in each 128-bit half (13 instructions for the four,
+// where four separate reductions take 32; on the 110M shape's rows of 768 values they were a tenth
+// of a decode step's instructions).
+static inline void sum4_512(float *out, const __m512 a[DOT_ROWS], int nr) {
+    __m256 h[DOT_ROWS];
+    for (int k = 0; k < DOT_ROWS; k++)
+        h[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+    float s[4];
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    for (int k = 0; k < nr; k++)
+        out[k] = s[k];
+}
+
 static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
     const int n = m->cols;
     const _Float16 *w[DOT_ROWS];
@@ -340,19 +356,22 @@ static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r, int step, i
             }
         }
     }
+    sum4_512(out, acc, nr);
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
-    for (int k = 0; k < nr; k++)
-        out[k] = _mm512_reduce_add_ps(acc[k]) + dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b);
+    for (int k = 0; k < nr && b < nb; k++)
+        out[k] += dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b);
 }
 
 // q4_0: one 64-byte load holds the nibbles of four blocks, whose low nibbles (values 0-15, masked)
 // and high ones (16-31, shifted) meet x in the order QuantizedRows.split has for groups of four
 // blocks. Two vpdpbusd (nibbles unsigned, x signed) sum each block's 32 products into its 128-bit
-// lane; lanes then get their block's dw * dx by a permute. The -8s come off at the end as in AVX2.
+// lane; lanes then get their block's dw * dx by a permute. The -8s come off in the integer sums:
+// each of a block's four lanes starts from -2 sum(x_b) instead of 0, so the four add up to exactly
+// sum_i (q_i - 8) x_i, and no correction is left for the end (the AVX2 version's c8 sum).
 static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
     const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
     const int nb = (int)(cp / Q8_BLOCK);
-    const __m512i low = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    const __m512i low = _mm512_set1_epi8(15);
     const __m512i sel0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i sel1 = _mm512_add_epi32(sel0, _mm512_set1_epi32(4));
     const uint8_t *w[DOT_ROWS];
@@ -367,6 +386,9 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r, int step, i
     int b = 0;
     for (; b + 8 <= nb; b += 8) {
         const __m256 dx = _mm256_loadu_ps(xr->d + b);
+        const __m256i sum = _mm256_loadu_si256((const __m256i *)(xr->sum + b));
+        const __m512i start8 = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_add_epi32(sum, sum)));
+        const __m512i start[2] = {_mm512_permutexvar_epi32(sel0, start8), _mm512_permutexvar_epi32(sel1, start8)};
         __m512 d[DOT_ROWS][2];
         for (int k = 0; k < DOT_ROWS; k++) {
             const __m512 dk = _mm512_castps256_ps512(
@@ -382,13 +404,15 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r, int step, i
             for (int k = 0; k < DOT_ROWS; k++) {
                 const __m512i v = _mm512_loadu_si512(w[k] + (size_t)(b + 4 * g) * Q8_BLOCK / 2);
                 const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xlo), hi, xhi);
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[g], lo, xlo), hi, xhi);
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d[k][g], acc[k]);
             }
         }
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = q4_finish(_mm512_reduce_add_ps(acc[k]), w[k], dw[k], xr, b, nb);
+    sum4_512(out, acc, nr);
+    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+    for (int k = 0; k < nr && b < nb; k++)
+        out[k] += dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b);
 }
 
 static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x, const QuantizedRow *xq) {
