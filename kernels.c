@@ -1000,23 +1000,31 @@ static int row_groups(int rows) {
     return rows / tile * ROW_SPREAD + (t + DOT_ROWS - 1) / DOT_ROWS;
 }
 
-// Group g of the stack of matrices, for each of the n activation rows; cp bytes (or values) and nb
-// blocks a stored row, the same for every matrix of the stack (they share cols and dtype).
-static void matvec_group(float *const *out, const float *x, const Matrix *const *m, int g, int n,
+// Groups g0 .. g1-1 of the stack of matrices (one piece), for each of the n activation rows; cp
+// bytes (or values) and nb blocks a stored row, the same for every matrix of the stack (they share
+// cols and dtype). The piece's first group is found once; from there each group is the next one of
+// its matrix, or the first of the next matrix.
+static void matvec_piece(float *const *out, const float *x, const Matrix *const *m, int g0, int g1, int n,
                          const QuantizedRows *qx, size_t cp, size_t nb) {
-    int i = 0, j = g; // group g of the stack is group j of matrix i
+    int i = 0, j = g0; // group g0 of the stack is group j of matrix i
     while (j >= row_groups(m[i]->rows))
         j -= row_groups(m[i++]->rows);
-    const int rows = m[i]->rows, cols = m[i]->cols, base = j / ROW_SPREAD * DOT_ROWS * ROW_SPREAD;
-    const int left = rows - base, step = left >= DOT_ROWS * ROW_SPREAD ? ROW_SPREAD : (left + DOT_ROWS - 1) / DOT_ROWS;
-    const int r = base + j % ROW_SPREAD, ahead = (rows - r + step - 1) / step; // rows r, r + step, ..
-    const int nr = ahead < DOT_ROWS ? ahead : DOT_ROWS;
-    for (int t = 0; t < n; t++) {
-        const QuantizedRow xq = qx->q ? row_of(qx, t, cp, nb) : (QuantizedRow){0};
-        float v[DOT_ROWS];
-        dot_rows(v, m[i], r, step, nr, x + (size_t)t * cols, &xq);
-        for (int k = 0; k < nr; k++)
-            out[i][(size_t)t * rows + r + k * step] = v[k];
+    for (int g = g0; g < g1; g++, j++) {
+        if (j == row_groups(m[i]->rows)) i++, j = 0;
+        const int rows = m[i]->rows, cols = m[i]->cols, base = j / ROW_SPREAD * DOT_ROWS * ROW_SPREAD;
+        int r = base + j % ROW_SPREAD, step = ROW_SPREAD, nr = DOT_ROWS; // rows r, r + step, ..
+        if (rows - base < DOT_ROWS * ROW_SPREAD) {                       // the last, shorter tile
+            step = (rows - base + DOT_ROWS - 1) / DOT_ROWS;
+            const int ahead = (rows - r + step - 1) / step;
+            nr = ahead < DOT_ROWS ? ahead : DOT_ROWS;
+        }
+        for (int t = 0; t < n; t++) {
+            const QuantizedRow xq = qx->q ? row_of(qx, t, cp, nb) : (QuantizedRow){0};
+            float v[DOT_ROWS];
+            dot_rows(v, m[i], r, step, nr, x + (size_t)t * cols, &xq);
+            for (int k = 0; k < nr; k++)
+                out[i][(size_t)t * rows + r + k * step] = v[k];
+        }
     }
 }
 
@@ -1058,8 +1066,7 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
     for (int k = 0; k < threads; k++) { // its own run from the front, then the others' from the back
         PieceRun *run = &runs[(thread_num() + k) % threads];
         for (int p; (p = take_piece(run, k > 0)) >= 0;)
-            for (int g = p * PIECE_GROUPS; g < groups && g < (p + 1) * PIECE_GROUPS; g++)
-                matvec_group(out, x, m, g, n, &qx, cp, nb);
+            matvec_piece(out, x, m, p * PIECE_GROUPS, p < pieces - 1 ? (p + 1) * PIECE_GROUPS : groups, n, &qx, cp, nb);
     }
     return 0;
 }
