@@ -491,7 +491,7 @@ typedef struct {
     // of the group, then the values 16-31 of each: for two blocks [b 0-15, b+1 0-15, b 16-31, b+1 16-31],
     // the order of q4_0's low and high nibbles as one vector load of the weights holds them.
     int8_t *split;
-    float *c8; // (n, cp/Q8_BLOCK) 8 * d * sum of each block: what the -8 of q4_0 takes off
+    float *c8; // (n, cp/Q8_BLOCK) 8 * d * sum of each block: what the -8 of q4_0 takes off (AVX2 decode)
 } QuantizedRows;
 
 // One token's row of a QuantizedRows, as the decode dot products read it.
