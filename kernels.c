@@ -53,6 +53,12 @@
 // A plain C microkernel that a vector build replaces is still compiled (and read), not called.
 #define PLAIN __attribute__((unused))
 
+// No parallel region for work one thread does (one token's norms, keys and activations; everything
+// at --threads 1): the code calls it directly. An OpenMP region whose if clause is false, or which
+// has one thread, still makes GCC's libgomp start and end a team, and the end's barrier makes a
+// futex system call every time: 1.5 us on the 2-vCPU Zen 5 virtual machine, where one decoded token
+// of the 110M shape opened ~180 such regions (docs/speed.md, "No team for one thread").
+
 enum {
     GEMM_MIN_N = 4, // from this many tokens on, matrix x matrix
     NR = 32,        // weight rows per panel: two 16-float vectors
@@ -285,9 +291,9 @@ static void value_put(void *values, DType t, int hd, int j, const float *x) {
     }
 }
 
+// One thread (no team, top of the file): a 4096-token window's keys and values take a few ms a layer.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n) {
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
-#pragma omp parallel for collapse(2) if ((size_t)n * kvd >= 65536) // a prompt's keys over the threads
     for (int h = 0; h < c->n_kv_heads; h++)
         for (int i = 0; i < n; i++) {
             const size_t at = (size_t)i * kvd + (size_t)h * hd;
@@ -425,8 +431,8 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
 // Layer math that is not a product: RMSNorm and the softmax of attention.
 
 // HF LlamaRMSNorm: hidden_states * torch.rsqrt(variance + self.variance_epsilon), times self.weight.
+// One thread: a 4096-token window's rows of 2048 values take ~2 ms, a thousandth of the window.
 void rmsnorm(float *out, const float *x, const float *w, int n, int size, float eps) {
-#pragma omp parallel for if ((size_t)n * size >= 65536) // a prompt's rows over the threads
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * size;
         float *ot = out + (size_t)t * size;
@@ -942,9 +948,12 @@ static int quantize_rows_q8(Carver *c, QuantizedRows *qr, const float *x, int n,
     qr->split = with_split ? carve(c, (size_t)n * cp) : NULL;
     qr->c8 = with_split ? carve(c, (size_t)n * nb * sizeof(float)) : NULL;
     if (!qr->q || !qr->d || !qr->sum || (with_split && (!qr->split || !qr->c8))) return -1;
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; t++)
-        quantize_row_q8(qr->q + t * cp, qr->d + t * nb, qr->sum + t * nb, x + (size_t)t * cols, cols);
+    if (n == 1) // one token: no team (top of the file)
+        quantize_row_q8(qr->q, qr->d, qr->sum, x, cols);
+    else
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++)
+            quantize_row_q8(qr->q + t * cp, qr->d + t * nb, qr->sum + t * nb, x + (size_t)t * cols, cols);
     for (size_t t = 0; with_split && t < (size_t)n; t++) {
         const int8_t *q = qr->q + t * cp;
         int8_t *p = qr->split + t * cp;
@@ -1047,6 +1056,16 @@ static int take_piece(PieceRun *run, int from_back) {
     }
 }
 
+// Thread `self` of `threads`: its own run from the front, then the others' from the back.
+static void matvec_runs(PieceRun *runs, int self, int threads, int pieces, int groups, float *const *out,
+                        const float *x, const Matrix *const *m, int n, const QuantizedRows *qx, size_t cp, size_t nb) {
+    for (int k = 0; k < threads; k++) {
+        PieceRun *run = &runs[(self + k) % threads];
+        for (int p; (p = take_piece(run, k > 0)) >= 0;)
+            matvec_piece(out, x, m, p * PIECE_GROUPS, p < pieces - 1 ? (p + 1) * PIECE_GROUPS : groups, n, qx, cp, nb);
+    }
+}
+
 static int matvec(Carver *ws, int threads, float *const *out, const float *x, const Matrix *const *m, int count,
                   int n) {
     int groups = 0;
@@ -1062,12 +1081,12 @@ static int matvec(Carver *ws, int threads, float *const *out, const float *x, co
     for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)
         atomic_init(&runs[t].next_end, (uint64_t)((int64_t)pieces * (t + 1) / threads) << 32 |
                                            (uint64_t)((int64_t)pieces * t / threads));
-#pragma omp parallel num_threads(threads)
-    for (int k = 0; k < threads; k++) { // its own run from the front, then the others' from the back
-        PieceRun *run = &runs[(thread_num() + k) % threads];
-        for (int p; (p = take_piece(run, k > 0)) >= 0;)
-            matvec_piece(out, x, m, p * PIECE_GROUPS, p < pieces - 1 ? (p + 1) * PIECE_GROUPS : groups, n, &qx, cp, nb);
+    if (threads == 1) { // no team for one thread (top of the file)
+        matvec_runs(runs, 0, 1, pieces, groups, out, x, m, n, &qx, cp, nb);
+        return 0;
     }
+#pragma omp parallel num_threads(threads)
+    matvec_runs(runs, thread_num(), threads, pieces, groups, out, x, m, n, &qx, cp, nb);
     return 0;
 }
 
@@ -1260,46 +1279,53 @@ static void rerope_scores(float *att, float *near, size_t ld, const float *qs, c
     }
 }
 
+// One task of attention: kv head kvh's query rows for queries t * per .. (at most per of them).
+static void attention_task(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n,
+                           int pos, float *scratch, int kvh, int t) {
+    const int hd = c->head_dim, qd = c->n_heads * hd, two = c->window > 0;
+    const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads), max_rows = per * group;
+    const size_t stride = kv_stride(c->ctx);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
+    float *qs = scratch, *o = qs + (size_t)max_rows * hd;
+    float *att = o + (size_t)max_rows * hd, *turned = att + (size_t)max_rows * stride;
+    float *qf = turned, *near = qf + (size_t)max_rows * hd; // ReRoPE's far queries and near scores
+    if (two) turned = near + (size_t)max_rows * stride;
+    for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
+        const size_t at = (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
+        for (int d = 0; d < hd; d++)
+            qs[(size_t)r * hd + d] = q[at + d] * scale;
+        for (int d = 0; two && d < hd; d++)
+            qf[(size_t)r * hd + d] = q_far[at + d] * scale;
+    }
+    if (two) // q . k_j / sqrt(d), near or far
+        rerope_scores(att, near, stride, qs, qf, rows, group, c, head_keys(c, layer, kvh), turned, pos + i0, len);
+    else
+        attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, c->rotation, turned, hd,
+                         len); // q . k_j / sqrt(d)
+    for (int r = 0; r < rows; r++) {
+        const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1
+        softmax(att + r * stride, own);
+        memset(att + r * stride + own, 0, (size_t)(len - own) * sizeof(float));
+    }
+    attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, turned, len, hd); // sum_j p_j v_j
+    for (int r = 0; r < rows; r++)
+        memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd, o + (size_t)r * hd,
+               (size_t)hd * sizeof(float));
+}
+
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                float *scratch, int scratch_rows) {
-    (void)scratch_rows; // unused without OpenMP
-    const int hd = c->head_dim, qd = c->n_heads * hd, two = c->window > 0;
-    const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads);
-    const int tasks = (n + per - 1) / per, max_rows = per * group;
-    const size_t stride = kv_stride(c->ctx),
-                 each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, hd, two);
-    const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(scratch_rows)
-    for (int kvh = 0; kvh < c->n_kv_heads; kvh++) {
-        for (int t = 0; t < tasks; t++) {
-            const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
-            float *qs = scratch + (size_t)thread_num() * each, *o = qs + (size_t)max_rows * hd;
-            float *att = o + (size_t)max_rows * hd, *turned = att + (size_t)max_rows * stride;
-            float *qf = turned, *near = qf + (size_t)max_rows * hd; // ReRoPE's far queries and near scores
-            if (two) turned = near + (size_t)max_rows * stride;
-            for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
-                const size_t at = (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
-                for (int d = 0; d < hd; d++)
-                    qs[(size_t)r * hd + d] = q[at + d] * scale;
-                for (int d = 0; two && d < hd; d++)
-                    qf[(size_t)r * hd + d] = q_far[at + d] * scale;
-            }
-            if (two) // q . k_j / sqrt(d), near or far
-                rerope_scores(att, near, stride, qs, qf, rows, group, c, head_keys(c, layer, kvh), turned, pos + i0,
-                              len);
-            else
-                attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, c->rotation, turned, hd,
-                                 len); // q . k_j / sqrt(d)
-            for (int r = 0; r < rows; r++) {
-                const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1
-                softmax(att + r * stride, own);
-                memset(att + r * stride + own, 0, (size_t)(len - own) * sizeof(float));
-            }
-            attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, turned, len,
-                          hd); // sum_j p_j v_j
-            for (int r = 0; r < rows; r++)
-                memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd, o + (size_t)r * hd,
-                       (size_t)hd * sizeof(float));
-        }
+    const int per = att_queries(c->n_heads, c->n_kv_heads), tasks = (n + per - 1) / per;
+    const size_t each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, c->window > 0);
+    if (scratch_rows == 1) { // no team for one thread (top of the file)
+        for (int kvh = 0; kvh < c->n_kv_heads; kvh++)
+            for (int t = 0; t < tasks; t++)
+                attention_task(out, q, q_far, c, layer, n, pos, scratch, kvh, t);
+        return;
     }
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(scratch_rows)
+    for (int kvh = 0; kvh < c->n_kv_heads; kvh++)
+        for (int t = 0; t < tasks; t++)
+            attention_task(out, q, q_far, c, layer, n, pos, scratch + (size_t)thread_num() * each, kvh, t);
 }
