@@ -56,8 +56,8 @@
 // No parallel region for work one thread does (one token's norms, keys and activations; everything
 // at --threads 1): the code calls it directly. An OpenMP region whose if clause is false, or which
 // has one thread, still makes GCC's libgomp start and end a team, and the end's barrier makes a
-// futex system call every time: 1.5 us on the 2-vCPU Zen 5 virtual machine, where one decoded token
-// of the 110M shape opened ~180 such regions (docs/speed.md, "No team for one thread").
+// futex system call every time: 1.5 us a region on the 2-vCPU Zen 5 virtual machine, where one
+// decoded token of the 110M shape made ~195 such calls (docs/speed.md, "No team for one thread").
 
 enum {
     GEMM_MIN_N = 4, // from this many tokens on, matrix x matrix
@@ -627,7 +627,8 @@ static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const
 }
 
 // Decode: out[k] = row r + k step of m . one activation row, for k < nr <= DOT_ROWS; x as floats,
-// and quantized (xq) for q8_0 and q4_0 weights.
+// and quantized (xq) for q8_0 and q4_0 weights. out has room for DOT_ROWS values: the vector
+// versions may fill those past nr too.
 static PLAIN void dot_rows_plain(float *out, const Matrix *m, int r, int step, int nr, const float *x,
                                  const QuantizedRow *xq) {
     const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols), nb = cp / Q8_BLOCK;

@@ -275,20 +275,18 @@ static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, c
 // keeps up: on the AMD EPYC Zen 5, rows in L2, 1.26x (q4_0), 1.40x (q8_0) and 1.38x (f16) the
 // 256-bit kernels (docs/speed.md).
 
-// The sums of the 16 lanes of each of four vectors, into out[0 .. nr-1]: halves added, then three
+// The sums of the 16 lanes of each of four vectors, into out[0 .. 3]: halves added, then three
 // horizontal adds that leave [a0, a1, a2, a3] in each 128-bit half (13 instructions for the four,
 // where four separate reductions take 32; on the 110M shape's rows of 768 values they were a tenth
-// of a decode step's instructions).
-static inline void sum4_512(float *out, const __m512 a[DOT_ROWS], int nr) {
+// of a decode step's instructions). All four are stored, also past nr (the caller's out has room):
+// a loop storing only nr of them became a call to memcpy in every group.
+static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
     __m256 h[DOT_ROWS];
     for (int k = 0; k < DOT_ROWS; k++)
         h[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]),
                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
     const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
-    float s[4];
-    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-    for (int k = 0; k < nr; k++)
-        out[k] = s[k];
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
 
 static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
@@ -356,7 +354,7 @@ static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r, int step, i
             }
         }
     }
-    sum4_512(out, acc, nr);
+    sum4_512(out, acc);
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
     for (int k = 0; k < nr && b < nb; k++)
         out[k] += dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b);
@@ -409,7 +407,7 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r, int step, i
             }
         }
     }
-    sum4_512(out, acc, nr);
+    sum4_512(out, acc);
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
     for (int k = 0; k < nr && b < nb; k++)
         out[k] += dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b);
