@@ -5,7 +5,8 @@
 
 What it measures, per model shape x weight type x thread count (1 and 2), each the median of --runs
 rounds; within a round the programs and the bandwidth probe run one after the other, so that the
-machine's drift (20-30% between minutes here) hits all of them alike:
+machine's drift (20-30% between minutes here) hits all of them alike, and which program runs first
+in a cell alternates from round to round:
   tg      decode from an empty context, 64 steps: ./run with an empty prompt and -n 65 against
           llama-bench -p 0 -n 64
   pp      a 512-token prompt: ./run's prompt speed against llama-bench -p 512 -n 0
@@ -128,8 +129,12 @@ def main(args):
                     for cell in CELLS:
                         if cell == "tg@4k" and args.no_long or cell == "win4k" and args.no_window:
                             continue
-                        got[cell][0].append(ours(model, tok, cell, threads, prompts))
-                        got[cell][1].append(theirs(bindir, gguf, cell, threads))
+                        # Who goes first alternates round by round (ours, theirs; theirs, ours; ...), so that
+                        # what the step before leaves behind (the probe's minute of full load, a file just
+                        # reread) does not always fall on the same program.
+                        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                            got[cell][side].append(ours(model, tok, cell, threads, prompts) if side == 0
+                                                   else theirs(bindir, gguf, cell, threads))
                     probes.append(max(before, probe(threads, compute)))
                 bw = statistics.median(probes)
                 row = dict(shape=shape, dtype=dtype, threads=threads, probe=bw, probes=probes, compute=compute)
