@@ -205,11 +205,11 @@ static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
 }
 
 // RoPE on the block's queries and keys: every (token, head) pair is rotated on its own, so a
-// prompt's pairs are shared out over the threads; one decoded token's heads are a few microseconds
-// of work, which one thread does without a parallel region (kernels.c: a region of one thread
-// still costs a system call). Values are never rotated, nor are keys under dynamic NTK and ReRoPE:
-// the cache keeps them as they are and attention turns them as it reads them (kv_set_rotation).
-// ReRoPE: each query also gets its far rotation, in q_far.
+// prompt's pairs are shared out over the threads; one decoded token's heads (or a few tokens') are
+// a few microseconds of work, which one thread does without a parallel region (kernels.c: a region
+// of one thread still costs a system call). Values are never rotated, nor are keys under dynamic
+// NTK and ReRoPE: the cache keeps them as they are and attention turns them as it reads them
+// (kv_set_rotation). ReRoPE: each query also gets its far rotation, in q_far.
 static void rope_head(Transformer *t, int i, int h, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
@@ -227,9 +227,10 @@ static void rope_head(Transformer *t, int i, int h, int pos) {
 static void rope_qk(Transformer *t, int n, int pos) {
     const Config *p = &t->config;
     const int heads = p->n_heads + (t->state.rotation ? 0 : p->n_kv_heads);
-    if (n == 1) {
-        for (int h = 0; h < heads; h++)
-            rope_head(t, 0, h, pos);
+    if ((size_t)n * heads * p->head_dim < 16384) {
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < heads; h++)
+                rope_head(t, i, h, pos);
         return;
     }
 #pragma omp parallel for collapse(2) num_threads(t->state.n_threads)
@@ -262,11 +263,12 @@ static void logn_queries(Transformer *t, int n, int pos) {
 
 // silu(gate) * up, in place in hb: HF act_fn(gate_proj(x)) * up_proj(x), silu(g) = g * sigmoid(g).
 // A prompt's block is shared out over the threads (libm's expf is a few ns a value: a 512-token
-// block of the 110M shape spends ~7 ms here per layer); one token's is not worth a parallel region.
+// block of the 110M shape spends ~7 ms here per layer); one token's is not worth a parallel region
+// (kernels.c: a region of one thread still costs a system call).
 static float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-static void swiglu(float *hb, const float *hb2, size_t n, int tokens) {
-    if (tokens == 1) {
+static void swiglu(float *hb, const float *hb2, size_t n) {
+    if (n < 65536) {
         for (size_t i = 0; i < n; i++)
             hb[i] = silu_times(hb[i], hb2[i]);
         return;
@@ -333,7 +335,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
         // MLP: x = x + w2(silu(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
         rmsnorm(s->xb, s->x, lw->rms_ffn, n, D, p->norm_eps);
         bad |= gate_up_proj(s, lw, n); // hb, hb2 (n, H)
-        swiglu(s->hb, s->hb2, (size_t)n * H, n);
+        swiglu(s->hb, s->hb2, (size_t)n * H);
         bad |= matmul(&s->work, s->xb2, s->hb, &lw->w2, n); // (n, H) -> (n, D)
         add_rows(s->x, s->xb2, (size_t)n * D);
     }
