@@ -64,7 +64,8 @@ static inline void store_first8(float *p, int k, __m256 v) {
 #endif
 
 // Decode: DOT_ROWS = 4 weight rows at once (rows r, r + step, ..., chosen by matvec) against one
-// activation row, in 256-bit vectors (the 512-bit versions follow). Four rows far apart keep
+// activation row, in 256-bit vectors (the 512-bit versions follow), for each group of a run
+// (dot_rows_plain in kernels.c says what a run is). Four rows far apart keep
 // four streams of the weights in flight, where one row at a time is one stream; each activation
 // vector loaded serves the four rows. Rows past nr (the end of a matrix) repeat the last real row
 // and are not stored, so a row is summed in the same order whichever group it falls in. No software
@@ -79,28 +80,31 @@ static inline size_t group_row(int r, int step, int k, int nr) { return (size_t)
 #define DECODE_512 1
 #endif
 
-static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
+static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
-    const float *w[DOT_ROWS];
-    __m256 a[DOT_ROWS][2];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        w[k] = (const float *)m->data + group_row(r, step, k, nr) * n;
-        a[k][0] = a[k][1] = _mm256_setzero_ps();
-    }
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-#pragma GCC unroll 4
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const float *w[DOT_ROWS];
+        __m256 a[DOT_ROWS][2];
         for (int k = 0; k < DOT_ROWS; k++) {
-            a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i), x0, a[k][0]);
-            a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i + 8), x1, a[k][1]);
+            w[k] = (const float *)m->data + group_row(r, step, k, nr) * n;
+            a[k][0] = a[k][1] = _mm256_setzero_ps();
         }
-    }
-    for (int k = 0; k < nr; k++) {
-        float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
-        for (int j = i; j < n; j++)
-            sum += w[k][j] * x[j];
-        out[k] = sum;
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i), x0, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i + 8), x1, a[k][1]);
+            }
+        }
+        for (int k = 0; k < nr; k++) {
+            float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
+            for (int j = i; j < n; j++)
+                sum += w[k][j] * x[j];
+            out[r + k * step] = sum;
+        }
     }
 }
 
@@ -119,36 +123,39 @@ static inline float q4_finish(float vector, const uint8_t *w, const _Float16 *dw
 }
 
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
-static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
+static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
-    const _Float16 *w[DOT_ROWS];
-    __m256 a[DOT_ROWS][2];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
-        a[k][0] = a[k][1] = _mm256_setzero_ps();
-    }
-    int i = 0;
-    for (; i + 32 <= n; i += 32) { // 64 bytes of each row
-        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-        const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
-#pragma GCC unroll 4
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const _Float16 *w[DOT_ROWS];
+        __m256 a[DOT_ROWS][2];
         for (int k = 0; k < DOT_ROWS; k++) {
-            a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
-            a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 8), x1, a[k][1]);
-            a[k][0] = _mm256_fmadd_ps(half8(w[k] + i + 16), x2, a[k][0]);
-            a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 24), x3, a[k][1]);
+            w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
+            a[k][0] = a[k][1] = _mm256_setzero_ps();
         }
-    }
-    for (; i + 8 <= n; i += 8) {
-        const __m256 x0 = _mm256_loadu_ps(x + i);
-        for (int k = 0; k < DOT_ROWS; k++)
-            a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
-    }
-    for (int k = 0; k < nr; k++) {
-        float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
-        for (int j = i; j < n; j++)
-            sum += (float)w[k][j] * x[j];
-        out[k] = sum;
+        int i = 0;
+        for (; i + 32 <= n; i += 32) { // 64 bytes of each row
+            const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+            const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 8), x1, a[k][1]);
+                a[k][0] = _mm256_fmadd_ps(half8(w[k] + i + 16), x2, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 24), x3, a[k][1]);
+            }
+        }
+        for (; i + 8 <= n; i += 8) {
+            const __m256 x0 = _mm256_loadu_ps(x + i);
+            for (int k = 0; k < DOT_ROWS; k++)
+                a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
+        }
+        for (int k = 0; k < nr; k++) {
+            float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
+            for (int j = i; j < n; j++)
+                sum += (float)w[k][j] * x[j];
+            out[r + k * step] = sum;
+        }
     }
 }
 
@@ -166,42 +173,46 @@ static inline __m256i dot_i8_block(__m256i ax, __m256i sw) {
 }
 
 // Eight blocks per step.
-static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
+static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
     const int nb = (int)(cp / Q8_BLOCK);
-    const int8_t *w[DOT_ROWS];
-    const float *dw[DOT_ROWS];
-    __m256 acc[DOT_ROWS];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        const size_t row = group_row(r, step, k, nr);
-        w[k] = (const int8_t *)m->data + row * cp;
-        dw[k] = (const float *)m->scale + row * nb;
-        acc[k] = _mm256_setzero_ps();
-    }
-    int b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        // Each row's eight dw * dx go through memory, from where block i's is broadcast by a load
-        // (vbroadcastss: no shuffle; a permute across lanes per block was 3x the cost on Zen 3).
-        const __m256 dx = _mm256_loadu_ps(xr->d + b);
-        float d[DOT_ROWS][8];
-        for (int k = 0; k < DOT_ROWS; k++)
-            _mm256_storeu_ps(d[k], _mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx));
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const int8_t *w[DOT_ROWS];
+        const float *dw[DOT_ROWS];
+        __m256 acc[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const size_t row = group_row(r, step, k, nr);
+            w[k] = (const int8_t *)m->data + row * cp;
+            dw[k] = (const float *)m->scale + row * nb;
+            acc[k] = _mm256_setzero_ps();
+        }
+        int b = 0;
+        for (; b + 8 <= nb; b += 8) {
+            // Each row's eight dw * dx go through memory, from where block i's is broadcast by a load
+            // (vbroadcastss: no shuffle; a permute across lanes per block was 3x the cost on Zen 3).
+            const __m256 dx = _mm256_loadu_ps(xr->d + b);
+            float d[DOT_ROWS][8];
+            for (int k = 0; k < DOT_ROWS; k++)
+                _mm256_storeu_ps(d[k], _mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx));
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            const size_t at = (size_t)(b + i) * Q8_BLOCK; // block b + i
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(xr->q + at));
-            const __m256i ax = _mm256_sign_epi8(x, x);
+            for (int i = 0; i < 8; i++) {
+                const size_t at = (size_t)(b + i) * Q8_BLOCK; // block b + i
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xr->q + at));
+                const __m256i ax = _mm256_sign_epi8(x, x);
 #pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                const int8_t *p = w[k] + at;
-                const __m256i s = dot_i8_block(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)p), x));
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(&d[k][i]), acc[k]);
+                for (int k = 0; k < DOT_ROWS; k++) {
+                    const int8_t *p = w[k] + at;
+                    const __m256i s = dot_i8_block(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)p), x));
+                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(&d[k][i]), acc[k]);
+                }
             }
         }
+        const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] =
+                hsum8(acc[k]) + (b < nb ? dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b) : 0);
     }
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
-    for (int k = 0; k < nr; k++)
-        out[k] = hsum8(acc[k]) + (b < nb ? dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b) : 0);
 }
 
 // q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
@@ -211,60 +222,64 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r, int step, i
 // 4 * 15 * 127: no saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and
 // 4-7 block b+1's, each scaled by its dw * dx. The -8 of every weight comes off at the end as
 // sum_b dw_b * (8 dx_b sum(x_b)), the c8 of QuantizedRows, instead of a correction per block.
-static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
+static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
     const int nb = (int)(cp / Q8_BLOCK);
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const uint8_t *w[DOT_ROWS];
-    const _Float16 *dw[DOT_ROWS];
-    __m256 acc[DOT_ROWS];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        const size_t row = group_row(r, step, k, nr);
-        w[k] = (const uint8_t *)m->data + row * cp / 2;
-        dw[k] = (const _Float16 *)m->scale + row * nb;
-        acc[k] = _mm256_setzero_ps();
-    }
-    int b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        const __m256 dx = _mm256_loadu_ps(xr->d + b);
-        __m256 d[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx);
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const uint8_t *w[DOT_ROWS];
+        const _Float16 *dw[DOT_ROWS];
+        __m256 acc[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const size_t row = group_row(r, step, k, nr);
+            w[k] = (const uint8_t *)m->data + row * cp / 2;
+            dw[k] = (const _Float16 *)m->scale + row * nb;
+            acc[k] = _mm256_setzero_ps();
+        }
+        int b = 0;
+        for (; b + 8 <= nb; b += 8) {
+            const __m256 dx = _mm256_loadu_ps(xr->d + b);
+            __m256 d[DOT_ROWS];
+            for (int k = 0; k < DOT_ROWS; k++)
+                d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx);
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
-            const int8_t *xp = xr->split + (size_t)(b + 2 * p) * Q8_BLOCK;
-            const __m256i xlo = _mm256_loadu_si256((const __m256i *)xp);
-            const __m256i xhi = _mm256_loadu_si256((const __m256i *)(xp + 32));
-            const __m256i sel =
-                _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+            for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
+                const int8_t *xp = xr->split + (size_t)(b + 2 * p) * Q8_BLOCK;
+                const __m256i xlo = _mm256_loadu_si256((const __m256i *)xp);
+                const __m256i xhi = _mm256_loadu_si256((const __m256i *)(xp + 32));
+                const __m256i sel =
+                    _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
 #pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                const uint8_t *wb = w[k] + (size_t)(b + 2 * p) * Q8_BLOCK / 2;
-                const __m256i v = _mm256_loadu_si256((const __m256i *)wb);
-                const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-                const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
-                                         _mm256_permutevar8x32_ps(d[k], sel), acc[k]);
+                for (int k = 0; k < DOT_ROWS; k++) {
+                    const uint8_t *wb = w[k] + (size_t)(b + 2 * p) * Q8_BLOCK / 2;
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)wb);
+                    const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
+                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
+                                             _mm256_permutevar8x32_ps(d[k], sel), acc[k]);
+                }
             }
         }
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] = q4_finish(hsum8(acc[k]), w[k], dw[k], xr, b, nb);
     }
-    for (int k = 0; k < nr; k++)
-        out[k] = q4_finish(hsum8(acc[k]), w[k], dw[k], xr, b, nb);
 }
 
-static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x, const QuantizedRow *xq) {
+static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x,
+                         const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
-        dots_f32_x86(out, m, r, step, nr, x);
+        dots_f32_x86(out, m, r, step, count, x);
         break;
     case DTYPE_F16:
-        dots_f16_x86(out, m, r, step, nr, x);
+        dots_f16_x86(out, m, r, step, count, x);
         break;
     case DTYPE_Q8_0:
-        dots_q8_x86(out, m, r, step, nr, xq);
+        dots_q8_x86(out, m, r, step, count, xq);
         break;
     default:
-        dots_q4_x86(out, m, r, step, nr, xq);
+        dots_q4_x86(out, m, r, step, count, xq);
         break;
     }
 }
@@ -278,8 +293,8 @@ static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, c
 // The sums of the 16 lanes of each of four vectors, into out[0 .. 3]: halves added, then three
 // horizontal adds that leave [a0, a1, a2, a3] in each 128-bit half (13 instructions for the four,
 // where four separate reductions take 32; on the 110M shape's rows of 768 values they were a tenth
-// of a decode step's instructions). All four are stored, also past nr (the caller's out has room):
-// a loop storing only nr of them became a call to memcpy in every group.
+// of a decode step's instructions). All four are stored (out has room for DOT_ROWS): a loop storing
+// only nr of them became a call to memcpy in every group.
 static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
     __m256 h[DOT_ROWS];
     for (int k = 0; k < DOT_ROWS; k++)
@@ -289,29 +304,33 @@ static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
 
-static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r, int step, int nr, const float *x) {
+static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
-    const _Float16 *w[DOT_ROWS];
-    __m512 a[DOT_ROWS][2];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
-        a[k][0] = a[k][1] = _mm512_setzero_ps();
-    }
-    int i = 0;
-    for (; i + 32 <= n; i += 32) { // 64 bytes of each row, widened 16 halves at a time
-        const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-#pragma GCC unroll 4
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const _Float16 *w[DOT_ROWS];
+        __m512 a[DOT_ROWS][2];
         for (int k = 0; k < DOT_ROWS; k++) {
-            a[k][0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k] + i))), x0, a[k][0]);
-            a[k][1] =
-                _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k] + i + 16))), x1, a[k][1]);
+            w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
+            a[k][0] = a[k][1] = _mm512_setzero_ps();
         }
-    }
-    for (int k = 0; k < nr; k++) {
-        float sum = _mm512_reduce_add_ps(_mm512_add_ps(a[k][0], a[k][1]));
-        for (int j = i; j < n; j++)
-            sum += (float)w[k][j] * x[j];
-        out[k] = sum;
+        int i = 0;
+        for (; i + 32 <= n; i += 32) { // 64 bytes of each row, widened 16 halves at a time
+            const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                a[k][0] =
+                    _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k] + i))), x0, a[k][0]);
+                a[k][1] =
+                    _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k] + i + 16))), x1, a[k][1]);
+            }
+        }
+        for (int k = 0; k < nr; k++) {
+            float sum = _mm512_reduce_add_ps(_mm512_add_ps(a[k][0], a[k][1]));
+            for (int j = i; j < n; j++)
+                sum += (float)w[k][j] * x[j];
+            out[r + k * step] = sum;
+        }
     }
 }
 
@@ -319,45 +338,49 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r, int step, 
 // is w with the lanes where x < 0 subtracted from zero (a masked vpsubb), fed to vpdpbusd with |x|.
 // Lanes 0-7 hold block i's sums and 8-15 block i+1's; each gets its dw * dx by a permute of the
 // step's eight scales.
-static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
+static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
     const int nb = (int)(cp / Q8_BLOCK);
-    const int8_t *w[DOT_ROWS];
-    const float *dw[DOT_ROWS];
-    __m512 acc[DOT_ROWS];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        const size_t row = group_row(r, step, k, nr);
-        w[k] = (const int8_t *)m->data + row * cp;
-        dw[k] = (const float *)m->scale + row * nb;
-        acc[k] = _mm512_setzero_ps();
-    }
-    const __m512i zero = _mm512_setzero_si512();
-    int b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        const __m256 dx = _mm256_loadu_ps(xr->d + b);
-        __m512 d[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            d[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx));
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const int8_t *w[DOT_ROWS];
+        const float *dw[DOT_ROWS];
+        __m512 acc[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const size_t row = group_row(r, step, k, nr);
+            w[k] = (const int8_t *)m->data + row * cp;
+            dw[k] = (const float *)m->scale + row * nb;
+            acc[k] = _mm512_setzero_ps();
+        }
+        const __m512i zero = _mm512_setzero_si512();
+        int b = 0;
+        for (; b + 8 <= nb; b += 8) {
+            const __m256 dx = _mm256_loadu_ps(xr->d + b);
+            __m512 d[DOT_ROWS];
+            for (int k = 0; k < DOT_ROWS; k++)
+                d[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx));
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) { // blocks b + 2i and b + 2i + 1
-            const size_t at = (size_t)(b + 2 * i) * Q8_BLOCK;
-            const __m512i x = _mm512_loadu_si512(xr->q + at), ax = _mm512_abs_epi8(x);
-            const __mmask64 neg = _mm512_movepi8_mask(x);
-            const __m512i sel =
-                _mm512_set_epi32(2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
-                                 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i);
+            for (int i = 0; i < 4; i++) { // blocks b + 2i and b + 2i + 1
+                const size_t at = (size_t)(b + 2 * i) * Q8_BLOCK;
+                const __m512i x = _mm512_loadu_si512(xr->q + at), ax = _mm512_abs_epi8(x);
+                const __mmask64 neg = _mm512_movepi8_mask(x);
+                const __m512i sel =
+                    _mm512_set_epi32(2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
+                                     2 * i + 1, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i);
 #pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                const __m512i v = _mm512_loadu_si512(w[k] + at);
-                const __m512i s = _mm512_dpbusd_epi32(zero, ax, _mm512_mask_sub_epi8(v, neg, zero, v));
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(sel, d[k]), acc[k]);
+                for (int k = 0; k < DOT_ROWS; k++) {
+                    const __m512i v = _mm512_loadu_si512(w[k] + at);
+                    const __m512i s = _mm512_dpbusd_epi32(zero, ax, _mm512_mask_sub_epi8(v, neg, zero, v));
+                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(sel, d[k]), acc[k]);
+                }
             }
         }
+        float sums[DOT_ROWS];
+        sum4_512(sums, acc);
+        const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] = sums[k] + (b < nb ? dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b) : 0);
     }
-    sum4_512(out, acc);
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
-    for (int k = 0; k < nr && b < nb; k++)
-        out[k] += dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b);
 }
 
 // q4_0: one 64-byte load holds the nibbles of four blocks, whose low nibbles (values 0-15, masked)
@@ -366,66 +389,73 @@ static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r, int step, i
 // lane; lanes then get their block's dw * dx by a permute. The -8s come off in the integer sums:
 // each of a block's four lanes starts from -2 sum(x_b) instead of 0, so the four add up to exactly
 // sum_i (q_i - 8) x_i, and no correction is left for the end (the AVX2 version's c8 sum).
-static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r, int step, int nr, const QuantizedRow *xr) {
+static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
     const int nb = (int)(cp / Q8_BLOCK);
     const __m512i low = _mm512_set1_epi8(15);
     const __m512i sel0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i sel1 = _mm512_add_epi32(sel0, _mm512_set1_epi32(4));
-    const uint8_t *w[DOT_ROWS];
-    const _Float16 *dw[DOT_ROWS];
-    __m512 acc[DOT_ROWS];
-    for (int k = 0; k < DOT_ROWS; k++) {
-        const size_t row = group_row(r, step, k, nr);
-        w[k] = (const uint8_t *)m->data + row * cp / 2;
-        dw[k] = (const _Float16 *)m->scale + row * nb;
-        acc[k] = _mm512_setzero_ps();
-    }
-    int b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        const __m256 dx = _mm256_loadu_ps(xr->d + b);
-        const __m256i sum = _mm256_loadu_si256((const __m256i *)(xr->sum + b));
-        const __m512i start8 = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_add_epi32(sum, sum)));
-        const __m512i start[2] = {_mm512_permutexvar_epi32(sel0, start8), _mm512_permutexvar_epi32(sel1, start8)};
-        __m512 d[DOT_ROWS][2];
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        const int nr = group_rows(m->rows, r, step);
+        const uint8_t *w[DOT_ROWS];
+        const _Float16 *dw[DOT_ROWS];
+        __m512 acc[DOT_ROWS];
         for (int k = 0; k < DOT_ROWS; k++) {
-            const __m512 dk = _mm512_castps256_ps512(
-                _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx));
-            d[k][0] = _mm512_permutexvar_ps(sel0, dk);
-            d[k][1] = _mm512_permutexvar_ps(sel1, dk);
+            const size_t row = group_row(r, step, k, nr);
+            w[k] = (const uint8_t *)m->data + row * cp / 2;
+            dw[k] = (const _Float16 *)m->scale + row * nb;
+            acc[k] = _mm512_setzero_ps();
         }
-#pragma GCC unroll 2
-        for (int g = 0; g < 2; g++) { // blocks b + 4g .. b + 4g + 3
-            const int8_t *xs = xr->split + (size_t)(b + 4 * g) * Q8_BLOCK;
-            const __m512i xlo = _mm512_loadu_si512(xs), xhi = _mm512_loadu_si512(xs + 64);
-#pragma GCC unroll 4
+        int b = 0;
+        for (; b + 8 <= nb; b += 8) {
+            const __m256 dx = _mm256_loadu_ps(xr->d + b);
+            const __m256i sum = _mm256_loadu_si256((const __m256i *)(xr->sum + b));
+            const __m512i start8 =
+                _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_add_epi32(sum, sum)));
+            const __m512i start[2] = {_mm512_permutexvar_epi32(sel0, start8), _mm512_permutexvar_epi32(sel1, start8)};
+            __m512 d[DOT_ROWS][2];
             for (int k = 0; k < DOT_ROWS; k++) {
-                const __m512i v = _mm512_loadu_si512(w[k] + (size_t)(b + 4 * g) * Q8_BLOCK / 2);
-                const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[g], lo, xlo), hi, xhi);
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d[k][g], acc[k]);
+                const __m512 dk = _mm512_castps256_ps512(
+                    _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx));
+                d[k][0] = _mm512_permutexvar_ps(sel0, dk);
+                d[k][1] = _mm512_permutexvar_ps(sel1, dk);
+            }
+#pragma GCC unroll 2
+            for (int g = 0; g < 2; g++) { // blocks b + 4g .. b + 4g + 3
+                const int8_t *xs = xr->split + (size_t)(b + 4 * g) * Q8_BLOCK;
+                const __m512i xlo = _mm512_loadu_si512(xs), xhi = _mm512_loadu_si512(xs + 64);
+#pragma GCC unroll 4
+                for (int k = 0; k < DOT_ROWS; k++) {
+                    const __m512i v = _mm512_loadu_si512(w[k] + (size_t)(b + 4 * g) * Q8_BLOCK / 2);
+                    const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                    const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[g], lo, xlo), hi, xhi);
+                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d[k][g], acc[k]);
+                }
             }
         }
+        float sums[DOT_ROWS];
+        sum4_512(sums, acc);
+        const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] =
+                sums[k] + (b < nb ? dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b) : 0);
     }
-    sum4_512(out, acc);
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
-    for (int k = 0; k < nr && b < nb; k++)
-        out[k] += dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b);
 }
 
-static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int nr, const float *x, const QuantizedRow *xq) {
+static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x,
+                         const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
-        dots_f32_x86(out, m, r, step, nr, x);
+        dots_f32_x86(out, m, r, step, count, x);
         break; // 512-bit: 0.63x on Zen 5
     case DTYPE_F16:
-        dots_f16_512(out, m, r, step, nr, x);
+        dots_f16_512(out, m, r, step, count, x);
         break;
     case DTYPE_Q8_0:
-        dots_q8_512(out, m, r, step, nr, xq);
+        dots_q8_512(out, m, r, step, count, xq);
         break;
     default:
-        dots_q4_512(out, m, r, step, nr, xq);
+        dots_q4_512(out, m, r, step, count, xq);
         break;
     }
 }
