@@ -41,8 +41,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: sizes and repeats must be positive (repeats <= 1000)\n");
         return 2;
     }
+    // 64-byte aligned, as the loader places every matrix and its scales (model.h, MODEL_ALIGN): from
+    // malloc's 16-byte alignment every 64-byte load of a row would straddle two cache lines.
     const size_t data = matrix_data_bytes(t, rows, cols), scales = matrix_scale_bytes(t, rows, cols);
-    uint8_t *w = malloc(data + scales);
+    const size_t data_padded = (data + 63) / 64 * 64;
+    uint8_t *w = aligned_alloc(64, data_padded + (scales + 63) / 64 * 64);
     float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
     if (!w || !x || !out) {
         fprintf(stderr, "error: out of memory\n");
@@ -55,12 +58,12 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < data / 4; i++)
             ((float *)w)[i] = 0.001f * (float)(i % 97);
     for (size_t i = 0; t == DTYPE_Q8_0 && i < scales / 4; i++)
-        ((float *)(w + data))[i] = 1e-3f;
+        ((float *)(w + data_padded))[i] = 1e-3f;
     for (size_t i = 0; t == DTYPE_Q4_0 && i < scales / 2; i++)
-        ((_Float16 *)(w + data))[i] = (_Float16)1e-3f;
+        ((_Float16 *)(w + data_padded))[i] = (_Float16)1e-3f;
     for (size_t i = 0; i < (size_t)n * cols; i++)
         x[i] = (float)(i % 13) - 6;
-    Matrix m = {w, scales ? w + data : NULL, rows, cols, t};
+    Matrix m = {w, scales ? w + data_padded : NULL, rows, cols, t};
 
     // Wall time, and CPU time of the whole process: on a busy machine the wall time includes the
     // time the threads waited for a core; CPU time / threads does not.
@@ -73,7 +76,9 @@ int main(int argc, char **argv) {
     }
     matmul(&ws, out, x, &m, n); // warm up: page in, start the threads
     for (int r = 0; r < repeats; r++) {
-        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        // The CPU-time clock is a system call (~1 us in a VM), the monotonic one is not: read it
+        // outside the wall-clock interval, which a product of a few microseconds would notice.
+        const double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_s(CLOCK_MONOTONIC);
         matmul(&ws, out, x, &m, n);
         secs[r] = clock_s(CLOCK_MONOTONIC) - t0;
         cpu[r] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
