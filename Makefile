@@ -78,13 +78,16 @@ test: tools
 # type, 1 and 2 threads (bench/bench.py; checkpoints cached in ~/.cache/lrun-bench), into
 # bench/results.md. A subset goes to build/bench-subset.md instead:
 # make bench BENCH_ARGS="--shape 110m --dtype f32 --runs 3"
-BENCH_TOOLS = bench/bwprobe bench/matmul_bench
+BENCH_TOOLS = bench/bwprobe bench/matmul_bench bench/stepread
 BENCH_ARGS ?=
 
 bench/bwprobe: bench/bwprobe.c
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
 bench/matmul_bench: bench/matmul_bench.c kernels.o
+	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
+
+bench/stepread: bench/stepread.c $(CORE)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
 bench: run $(BENCH_TOOLS)
