@@ -73,7 +73,7 @@ enum {
     MIX_RUN = 128,       // attention: positions of values the weighted sum takes at a time (vector code)
     ATT_ROWS = 16,       // attention: query rows (queries x heads of one kv head) per task, at most
     DOT_ROWS = 4,        // decode: weight rows a group of dot_rows reads (at once in the vector code),
-    ROW_SPREAD = 64,     // ... this many rows apart
+                         // each from its own quarter of the matrix
     PIECE_GROUPS = 16,   // decode: groups of DOT_ROWS rows a thread takes at a time (matvec)
 };
 
@@ -997,12 +997,16 @@ const char *kernels_isa(void) {
 
 // ---------------------------------------------------------------------------------------------
 // Decode: matrix x vector. out[i] (n, m[i]->rows) = x (n, cols) @ m[i]^T for the `count` matrices,
-// which share cols and dtype: their rows are shared out together in one parallel region. Within a
-// tile of 4 x 64 rows, each group is 4 rows 64 apart read at once (dot_rows): four streams in flight,
-// each far enough from the others to be its own sequential run. On the AMD EPYC (Zen 3) that
-// streamed 1.1x-1.3x faster than one row at a time, where 4 neighbouring rows (interleaved accesses
-// within the same few pages) were up to 2x slower. A row is never split, so the sum order does not
-// depend on the thread count, nor on which thread sums it.
+// which share cols and dtype: their rows are shared out together in one parallel region. A matrix
+// of R rows is read as ceil(R / 4) groups: group j is rows j, j + R/4, j + 2R/4, j + 3R/4, read at
+// once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
+// sequential runs, as bench/bwprobe reads. Runs of 64 rows (rows 64 apart, tiles of 256 rows)
+// streamed 1.1x-1.3x faster than one row at a time on the AMD EPYC (Zen 3), and 4 neighbouring rows
+// (interleaved accesses within the same few pages) were up to 2x slower; on the Zen 5, the quarters
+// made the decode's products 1.02x-1.12x faster than runs of 64 rows on the 1.1B shape and 1.05x-1.5x
+// on the 110M, whose short rows made runs of 64 rows only 24-48 KB long: the hardware prefetcher
+// starts over at every run (docs/speed.md, "Longer runs"). A row is never split, so the sum order
+// does not depend on the thread count, nor on which thread sums it.
 //
 // Sharing out: each thread owns one contiguous run of the stack's row groups, cut in pieces of
 // PIECE_GROUPS groups, and takes its pieces front to back, so that it streams its run start to end
@@ -1014,18 +1018,13 @@ const char *kernels_isa(void) {
 // vCPUs of the Zen 5 read 32-33 and 37-39 GB/s): 15% of two threads' time in OpenMP's barrier, 5-7%
 // with stealing (perf, 1.1B q8_0 decode).
 
-// The groups of a matrix of `rows` rows: tiles of DOT_ROWS x ROW_SPREAD rows, each read as
-// ROW_SPREAD groups of rows j, j + ROW_SPREAD, ...; a last, shorter tile of t rows spreads its
-// groups ceil(t / DOT_ROWS) rows apart.
-static int row_groups(int rows) {
-    const int tile = DOT_ROWS * ROW_SPREAD, t = rows % tile;
-    return rows / tile * ROW_SPREAD + (t + DOT_ROWS - 1) / DOT_ROWS;
-}
+// The groups of a matrix of `rows` rows, which is also how far apart a group's rows are.
+static int row_groups(int rows) { return (rows + DOT_ROWS - 1) / DOT_ROWS; }
 
 // Groups g0 .. g1-1 of the stack of matrices (one piece), for each of the n activation rows; cp
 // bytes (or values) and nb blocks a stored row, the same for every matrix of the stack (they share
 // cols and dtype). The piece's first group is found once; from there the piece goes as runs of
-// groups within one tile (consecutive rows r, r + 1, ..), one dot_rows call per run.
+// groups within one matrix (consecutive rows r, r + 1, ..), one dot_rows call per run.
 static void matvec_piece(float *const *out, const float *x, const Matrix *const *m, int g0, int g1, int n,
                          const QuantizedRows *qx, size_t cp, size_t nb) {
     int i = 0, j = g0; // group g0 of the stack is group j of matrix i
@@ -1033,15 +1032,11 @@ static void matvec_piece(float *const *out, const float *x, const Matrix *const 
         j -= row_groups(m[i++]->rows);
     for (int g = g0; g < g1;) {
         if (j == row_groups(m[i]->rows)) i++, j = 0;
-        const int rows = m[i]->rows, cols = m[i]->cols, base = j / ROW_SPREAD * DOT_ROWS * ROW_SPREAD;
-        int step = ROW_SPREAD;                   // the tile's groups: rows base + j, + step, ..
-        if (rows - base < DOT_ROWS * ROW_SPREAD) // the last, shorter tile has step groups
-            step = (rows - base + DOT_ROWS - 1) / DOT_ROWS;
-        const int first = j % ROW_SPREAD, left = step - first; // this tile's groups from j on
-        const int count = left < g1 - g ? left : g1 - g;
+        const int rows = m[i]->rows, cols = m[i]->cols, step = row_groups(rows); // group j: rows j, j + step, ..
+        const int count = step - j < g1 - g ? step - j : g1 - g;
         for (int t = 0; t < n; t++) {
             const QuantizedRow xq = qx->q ? row_of(qx, t, cp, nb) : (QuantizedRow){0};
-            dot_rows(out[i] + (size_t)t * rows, m[i], base + first, step, count, x + (size_t)t * cols, &xq);
+            dot_rows(out[i] + (size_t)t * rows, m[i], j, step, count, x + (size_t)t * cols, &xq);
         }
         g += count, j += count;
     }

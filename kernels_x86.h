@@ -11,8 +11,9 @@
 // a native, an AVX2 and a plain C build.
 //
 // What the vector versions add, and why (docs/speed.md has the measurements):
-//   - decode reads four weight rows 64 apart at once, with wide loads into independent sums: four
-//     streams of the weights in flight, and each activation vector loaded serves four rows;
+//   - decode reads four weight rows at once, one from each quarter of the matrix, with wide loads
+//     into independent sums: four streams of the weights in flight, and each activation vector
+//     loaded serves four rows;
 //   - q8_0 and q4_0 dot products are exact integer sums of byte products. The multiply instructions
 //     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
 //     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already;

@@ -498,7 +498,7 @@ static void check_many(DType t, int cols, int n) {
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill;
-    // decode's tiles of 256 rows (4 rows 64 apart at a time) full, short, and both in one matrix.
+    // decode's groups (a row from each quarter of the matrix) with 4, 3 or fewer rows.
     static const int cases[][3] = {
         {1, 1, 1},     {3, 5, 1},     {5, 7, 4},     {33, 172, 1},  {33, 172, 5},    {67, 172, 13},   {100, 64, 12},
         {31, 300, 25}, {257, 96, 64}, {64, 2048, 1}, {64, 2048, 3}, {45, 1000, 300}, {40, 1000, 600}, {17, 5000, 37},
