@@ -1002,11 +1002,12 @@ const char *kernels_isa(void) {
 // once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
 // sequential runs, as bench/bwprobe reads. Runs of 64 rows (rows 64 apart, tiles of 256 rows)
 // streamed 1.1x-1.3x faster than one row at a time on the AMD EPYC (Zen 3), and 4 neighbouring rows
-// (interleaved accesses within the same few pages) were up to 2x slower; on the Zen 5, the quarters
-// made the decode's products 1.02x-1.12x faster than runs of 64 rows on the 1.1B shape and 1.05x-1.5x
-// on the 110M, whose short rows made runs of 64 rows only 24-48 KB long: the hardware prefetcher
-// starts over at every run (docs/speed.md, "Longer runs"). A row is never split, so the sum order
-// does not depend on the thread count, nor on which thread sums it.
+// (interleaved accesses within the same few pages) were up to 2x slower. On the Zen 5 the quarters
+// made the decode's products up to 1.13x faster than runs of 64 rows on the 1.1B shape (q4_0; f16
+// and f32 the same) and 1.02x-1.56x on the 110M, whose short rows made runs of 64 rows 24-192 KB
+// long: the hardware prefetcher starts over at every run (docs/speed.md, "Where a step's reads go,
+// and longer runs"). A row is never split, so the sum order does not depend on the thread count,
+// nor on which thread sums it.
 //
 // Sharing out: each thread owns one contiguous run of the stack's row groups, cut in pieces of
 // PIECE_GROUPS groups, and takes its pieces front to back, so that it streams its run start to end
