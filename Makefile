@@ -81,14 +81,14 @@ test: tools
 BENCH_TOOLS = bench/bwprobe bench/matmul_bench bench/stepread
 BENCH_ARGS ?=
 
-bench/bwprobe: bench/bwprobe.c
+bench/bwprobe: bench/bwprobe.c bench/fold.h
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
 bench/matmul_bench: bench/matmul_bench.c kernels.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-bench/stepread: bench/stepread.c $(CORE)
-	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
+bench/stepread: bench/stepread.c bench/fold.h $(CORE)
+	$(CC) $(CFLAGS) -I. -o $@ $(filter-out %.h,$^) -lm
 
 bench: run $(BENCH_TOOLS)
 	$(PYTHON) bench/bench.py $(BENCH_ARGS)

@@ -23,9 +23,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
+
+#include "fold.h"
 
 enum { GAP = 256 << 10 }; // bytes between the streams of one thread (decode: a quarter of a matrix)
 
@@ -35,63 +34,17 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// xor of `bytes` bytes (a multiple of 64, 64-byte aligned) at each of S places GAP bytes apart
-// from p, 64 bytes of each place in turn, as the decoder reads S weight rows at once; 64 bytes per
-// load (two 32-byte loads where the machine has AVX2 but not AVX-512), an independent fold per load.
-static inline __attribute__((always_inline)) uint64_t fold(const unsigned char *p, size_t bytes, int S) {
-#if defined(__AVX512F__)
-    __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-    for (size_t i = 0; i < bytes; i += 64)
-        for (int s = 0; s < S; s++)
-            a[s] = _mm512_xor_si512(a[s], _mm512_load_si512(p + (size_t)s * GAP + i));
-    for (int s = 1; s < S; s++)
-        a[0] = _mm512_xor_si512(a[0], a[s]);
-    uint64_t lanes[8], x = 0;
-    _mm512_storeu_si512(lanes, a[0]);
-    for (int j = 0; j < 8; j++)
-        x ^= lanes[j];
-    return x;
-#elif defined(__AVX2__)
-    __m256i a[8];
-    for (int j = 0; j < 8; j++)
-        a[j] = _mm256_setzero_si256();
-    for (size_t i = 0; i < bytes; i += 64)
-        for (int s = 0; s < S; s++) {
-            a[2 * s] = _mm256_xor_si256(a[2 * s], _mm256_load_si256((const __m256i *)(p + (size_t)s * GAP + i)));
-            a[2 * s + 1] =
-                _mm256_xor_si256(a[2 * s + 1], _mm256_load_si256((const __m256i *)(p + (size_t)s * GAP + i + 32)));
-        }
-    for (int j = 1; j < 2 * S; j++)
-        a[0] = _mm256_xor_si256(a[0], a[j]);
-    uint64_t lanes[4], x = 0;
-    _mm256_storeu_si256((__m256i *)lanes, a[0]);
-    for (int j = 0; j < 4; j++)
-        x ^= lanes[j];
-    return x;
-#else
-    uint64_t acc[8] = {0}, x = 0;
-    for (size_t i = 0; i < bytes; i += 64)
-        for (int s = 0; s < S; s++)
-            for (int j = 0; j < 8; j++) {
-                uint64_t v;
-                memcpy(&v, p + (size_t)s * GAP + i + 8 * j, 8);
-                acc[j] ^= v;
-            }
-    for (int j = 0; j < 8; j++)
-        x ^= acc[j];
-    return x;
-#endif
-}
-
 // One thread's share [lo, hi) (multiples of GAP) read in tiles of `streams` x GAP bytes, each
 // tile as `streams` places read side by side; what is left over as one stream.
 static uint64_t read_share(const unsigned char *buf, size_t lo, size_t hi, int streams) {
     const size_t tile = (size_t)streams * GAP;
     uint64_t x = 0;
     for (; lo + tile <= hi; lo += tile)
-        x ^= streams == 4 ? fold(buf + lo, GAP, 4) : streams == 2 ? fold(buf + lo, GAP, 2) : fold(buf + lo, GAP, 1);
+        x ^= streams == 4   ? fold(buf + lo, GAP, GAP, 4)
+             : streams == 2 ? fold(buf + lo, GAP, GAP, 2)
+                            : fold(buf + lo, GAP, GAP, 1);
     for (; lo < hi; lo += GAP)
-        x ^= fold(buf + lo, GAP, 1);
+        x ^= fold(buf + lo, GAP, GAP, 1);
     return x;
 }
 

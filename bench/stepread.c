@@ -24,10 +24,8 @@
 #include <string.h>
 #include <time.h>
 #include <omp.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
+#include "fold.h"
 #include "kernels.h"
 #include "model.h"
 
@@ -37,33 +35,6 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// XOR of `streams` runs of `len` bytes, `gap` apart, read side by side; 64-byte loads.
-static uint64_t fold(const unsigned char *p, size_t len, size_t gap, int streams) {
-#if defined(__AVX512F__)
-    __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-    for (size_t i = 0; i + 64 <= len; i += 64)
-        for (int s = 0; s < streams; s++)
-            a[s] = _mm512_xor_si512(a[s], _mm512_loadu_si512(p + s * gap + i));
-    uint64_t lanes[8], x = 0;
-    _mm512_storeu_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a[0], a[1]), _mm512_xor_si512(a[2], a[3])));
-    for (int j = 0; j < 8; j++)
-        x ^= lanes[j];
-    return x;
-#else
-    uint64_t a[8] = {0}, x = 0;
-    for (size_t i = 0; i + 64 <= len; i += 64)
-        for (int s = 0; s < streams; s++)
-            for (int j = 0; j < 8; j++) {
-                uint64_t v;
-                memcpy(&v, p + s * gap + i + 8 * j, 8);
-                a[j] ^= v;
-            }
-    for (int j = 0; j < 8; j++)
-        x ^= a[j];
-    return x;
-#endif
 }
 
 // One thread's share of [p, p + bytes): as four streams side by side, the way bwprobe reads.
