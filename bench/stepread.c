@@ -59,19 +59,18 @@ static uint64_t read_region(const void *p, size_t bytes) {
     return x;
 }
 
-static size_t matrix_bytes(const Matrix *m) {
-    return matrix_data_bytes(m->dtype, m->rows, m->cols) + matrix_scale_bytes(m->dtype, m->rows, m->cols);
-}
-
 // A stack of matrices the products take in one parallel region: here too, each thread reading its
-// share of every matrix's weights, then of its scales.
-static uint64_t read_stack(const Matrix *const *m, int count) {
+// share of every matrix's weights, then of its scales. Adds the bytes of the stack to *bytes.
+static uint64_t read_stack(const Matrix *const *m, int count, size_t *bytes) {
     uint64_t x = 0;
 #pragma omp parallel reduction(^ : x)
     for (int i = 0; i < count; i++) {
         x ^= read_share(m[i]->data, matrix_data_bytes(m[i]->dtype, m[i]->rows, m[i]->cols));
         if (m[i]->scale) x ^= read_share(m[i]->scale, matrix_scale_bytes(m[i]->dtype, m[i]->rows, m[i]->cols));
     }
+    for (int i = 0; i < count; i++)
+        *bytes += matrix_data_bytes(m[i]->dtype, m[i]->rows, m[i]->cols) +
+                  matrix_scale_bytes(m[i]->dtype, m[i]->rows, m[i]->cols);
     return x;
 }
 
@@ -90,16 +89,18 @@ static void products(Transformer *t) {
     matmul(&s->work, s->logits, s->xb, &t->weights.wcls, 1);
 }
 
-static uint64_t reads(const Transformer *t) {
+// The products' matrices, read; *bytes gains what a decode step reads.
+static uint64_t reads(const Transformer *t, size_t *bytes) {
     uint64_t x = 0;
     for (int l = 0; l < t->config.n_layers; l++) {
         const LayerWeights *lw = &t->weights.layers[l];
         const Matrix *qkv[3] = {&lw->wq, &lw->wk, &lw->wv}, *o = &lw->wo, *gate_up[2] = {&lw->w1, &lw->w3},
                      *down = &lw->w2;
-        x ^= read_stack(qkv, 3) ^ read_stack(&o, 1) ^ read_stack(gate_up, 2) ^ read_stack(&down, 1);
+        x ^= read_stack(qkv, 3, bytes) ^ read_stack(&o, 1, bytes) ^ read_stack(gate_up, 2, bytes) ^
+             read_stack(&down, 1, bytes);
     }
     const Matrix *cls = &t->weights.wcls;
-    return x ^ read_stack(&cls, 1);
+    return x ^ read_stack(&cls, 1, bytes);
 }
 
 static int by_value(const void *a, const void *b) {
@@ -131,26 +132,27 @@ int main(int argc, char **argv) {
     for (int i = 0; i < c->hidden_dim; i++)
         s->hb[i] = 0.01f * (float)((i * 41) % 103 - 51);
 
-    // The step's weight bytes: every matrix a decode step reads, the probe's span runs over them.
-    size_t bytes = matrix_bytes(&t.weights.wcls);
+    // The step's weight bytes, counted by a first pass of reads (which also maps the pages), and the
+    // layers' weights in file order, which the probe reads: from the first layer's wq to the end of
+    // the last matrix of the last layer.
+    size_t bytes = 0, ignored = 0;
+    uint64_t sink = reads(&t, &bytes);
     const unsigned char *lo = t.weights.layers[0].wq.data, *hi = lo;
     for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *lw = &t.weights.layers[l];
-        bytes += matrix_bytes(&lw->wq) + matrix_bytes(&lw->wk) + matrix_bytes(&lw->wv) + matrix_bytes(&lw->wo) +
-                 matrix_bytes(&lw->w1) + matrix_bytes(&lw->w2) + matrix_bytes(&lw->w3);
-        const unsigned char *end = (const unsigned char *)lw->w3.data + matrix_bytes(&lw->w3);
+        const Matrix *w3 = &t.weights.layers[l].w3;
+        const unsigned char *end = (const unsigned char *)w3->data + matrix_data_bytes(w3->dtype, w3->rows, w3->cols) +
+                                   matrix_scale_bytes(w3->dtype, w3->rows, w3->cols);
         hi = end > hi ? end : hi;
     }
-    const size_t span = (size_t)(hi - lo); // the layers' weights, in file order: what the probe reads
+    const size_t span = (size_t)(hi - lo);
 
     static double secs[3][MAX_ROUNDS];
-    uint64_t sink = 0;
-    for (int r = -1; r < rounds; r++) // round -1 maps the pages and is not counted
+    for (int r = -1; r < rounds; r++) // round -1 warms up and is not counted
         for (int k = 0; k < 3; k++) {
             const int pass = (k + (r < 0 ? 0 : r)) % 3;
             const double t0 = now();
             if (pass == 0) products(&t);
-            else if (pass == 1) sink ^= reads(&t);
+            else if (pass == 1) sink ^= reads(&t, &ignored);
             else sink ^= read_region(lo, span);
             if (r >= 0) secs[pass][r] = (now() - t0) / (pass == 2 ? (double)span / (double)bytes : 1.0);
         }
