@@ -3,21 +3,23 @@
 //
 //   bench/stepread MODEL.bin [rounds]        threads: OMP_NUM_THREADS (default: all cores)
 //
-// Each round runs three passes, in a different order every round, and times each:
+// Each round runs four passes, in a different order every round, and times each:
 //   products  every matrix product of one decode step (q, k, v; o; gate, up; down; the classifier),
 //             called as model.c calls them, one token, on fixed activations
 //   reads     the same matrices (weights and scales) in the same order and in the same parallel
 //             regions as the products, XORed with 64-byte loads: the step's reads without arithmetic
 //   probe     bench/bwprobe's pattern (4 streams per thread, 256 KiB apart) over the same bytes in one
 //             region: what the machine streams when nothing else happens
+//   step      the whole decode step: transformer_forward of one token at position STEP_POS, with that
+//             many positions in the KV cache (the products, and attention, norms, RoPE, the cache)
 // and prints the medians over the rounds as GB/s of the step's weight bytes. Taking turns in one
-// process puts all three in the same minute: this machine's bandwidth drifts 20-30% from one minute
+// process puts all four in the same minute: this machine's bandwidth drifts 20-30% from one minute
 // to the next (docs/speed.md, "Noise"), which swamps a comparison of separate runs.
 //
 // What the ratios say: products / reads is what the arithmetic costs on top of reading (1.0 = the
 // products hide entirely behind memory); reads / probe is what cutting the step into ~150 matrices
-// costs. Not the whole decode step: attention, norms and the rest are left out (perf: 2-7% of a
-// step). The end-to-end comparison is bench/versus.py.
+// costs; step / products what the rest of a step costs at a shallow depth; step / probe is the
+// decode's fraction of the roof. The end-to-end comparison is bench/versus.py.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +31,7 @@
 #include "kernels.h"
 #include "model.h"
 
-enum { GAP = 256 << 10, MAX_ROUNDS = 1000 };
+enum { GAP = 256 << 10, MAX_ROUNDS = 1000, PASSES = 4, STEP_POS = 32 };
 
 static double now(void) {
     struct timespec ts;
@@ -121,7 +123,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const Config *c = &t.config;
-    const RunConfig run = {.ctx = 64, .max_batch = 1, .cache_k = DTYPE_F32, .cache_v = DTYPE_F32, .rope = c->rope};
+    const RunConfig run = {.ctx = STEP_POS + 1, .max_batch = 1, .cache_k = DTYPE_F16, .cache_v = DTYPE_F16, .rope = c->rope};
     if (transformer_prepare(&t, &run, err, sizeof err) != PREPARE_OK) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
@@ -146,18 +148,29 @@ int main(int argc, char **argv) {
     }
     const size_t span = (size_t)(hi - lo);
 
-    static double secs[3][MAX_ROUNDS];
+    // The step's cache: positions 0 .. STEP_POS - 1 written once, so that every timed step attends
+    // over STEP_POS + 1 positions, as the generator's early steps do.
+    const int token = 1;
+    float *logits;
+    for (int pos = 0; pos < STEP_POS; pos++)
+        if (transformer_forward(&t, &token, 1, pos, pos + 1, 0, &logits, err, sizeof err)) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
+        }
+
+    static double secs[PASSES][MAX_ROUNDS];
     for (int r = -1; r < rounds; r++) // round -1 warms up and is not counted
-        for (int k = 0; k < 3; k++) {
-            const int pass = (k + (r < 0 ? 0 : r)) % 3;
+        for (int k = 0; k < PASSES; k++) {
+            const int pass = (k + (r < 0 ? 0 : r)) % PASSES;
             const double t0 = now();
             if (pass == 0) products(&t);
             else if (pass == 1) sink ^= reads(&t, &ignored);
-            else sink ^= read_region(lo, span);
+            else if (pass == 2) sink ^= read_region(lo, span);
+            else transformer_forward(&t, &token, 1, STEP_POS, STEP_POS + 1, 0, &logits, err, sizeof err);
             if (r >= 0) secs[pass][r] = (now() - t0) / (pass == 2 ? (double)span / (double)bytes : 1.0);
         }
-    double rate[3];
-    for (int p = 0; p < 3; p++) {
+    double rate[PASSES];
+    for (int p = 0; p < PASSES; p++) {
         qsort(secs[p], rounds, sizeof(double), by_value);
         rate[p] = (double)bytes / secs[p][rounds / 2] / 1e9;
     }
@@ -166,6 +179,8 @@ int main(int argc, char **argv) {
     printf("products %.1f GB/s | reads %.1f GB/s | probe %.1f GB/s | products/reads %.2f, reads/probe %.2f, "
            "products/probe %.2f\n",
            rate[0], rate[1], rate[2], rate[0] / rate[1], rate[1] / rate[2], rate[0] / rate[2]);
+    printf("step %.1f GB/s (one token at position %d) | step/products %.2f, step/probe %.2f\n", rate[3], STEP_POS,
+           rate[3] / rate[0], rate[3] / rate[2]);
     transformer_free(&t);
     return 0;
 }
