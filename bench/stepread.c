@@ -123,7 +123,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const Config *c = &t.config;
-    const RunConfig run = {.ctx = STEP_POS + 1, .max_batch = 1, .cache_k = DTYPE_F16, .cache_v = DTYPE_F16, .rope = c->rope};
+    const RunConfig run = {
+        .ctx = STEP_POS + 1, .max_batch = 1, .cache_k = DTYPE_F16, .cache_v = DTYPE_F16, .rope = c->rope};
     if (transformer_prepare(&t, &run, err, sizeof err) != PREPARE_OK) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
@@ -163,10 +164,14 @@ int main(int argc, char **argv) {
         for (int k = 0; k < PASSES; k++) {
             const int pass = (k + (r < 0 ? 0 : r)) % PASSES;
             const double t0 = now();
-            if (pass == 0) products(&t);
-            else if (pass == 1) sink ^= reads(&t, &ignored);
-            else if (pass == 2) sink ^= read_region(lo, span);
-            else transformer_forward(&t, &token, 1, STEP_POS, STEP_POS + 1, 0, &logits, err, sizeof err);
+            if (pass == 0)
+                products(&t);
+            else if (pass == 1)
+                sink ^= reads(&t, &ignored);
+            else if (pass == 2)
+                sink ^= read_region(lo, span);
+            else
+                transformer_forward(&t, &token, 1, STEP_POS, STEP_POS + 1, 0, &logits, err, sizeof err);
             if (r >= 0) secs[pass][r] = (now() - t0) / (pass == 2 ? (double)span / (double)bytes : 1.0);
         }
     double rate[PASSES];
