@@ -16,12 +16,18 @@ converted: run.c reads SentencePiece's tokenizer.model itself, so it is copied b
 
 Errors go to stderr as `error: <what>: <why> (hint: <fix>)` with exit status 1, and no output file
 is left behind: everything is written to OUT.tmp-XXXX and renamed over OUT only at the very end.
+Where it writes is checked before anything is written: OUT must be a regular file or a new path
+(a device, FIFO, socket or directory is refused and left as it is; a symlink is written through to
+its target, which must pass the same checks), and the tokenizer files it copies beside OUT must not
+replace another model's (see check_tokenizer_files).
 """
 import argparse
+import filecmp
 import json
 import math
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -409,27 +415,98 @@ def describe_rope(c):
     return text
 
 
-def place_tokenizer(hf_dir, out):
-    """./run looks for its tokenizer beside the model file: copy the checkpoint's there, the
-    SentencePiece tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json
-    (chat templates) with it. A file that is already there is left alone (with a warning if it
-    differs: ./run -z picks another)."""
-    names = [n for n in ("tokenizer.model", "tokenizer.json") if os.path.isfile(os.path.join(hf_dir, n))][:1]
+# --- Where the files go: checked before anything is written ------------------------------------
+
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json")
+OWN_FOLDER = "export into a folder of its own (e.g. OUT_DIR/model-name/model.bin)"
+
+
+def file_kind(mode):
+    """What a non-regular file is, in words."""
+    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISLNK, "symlink that does not resolve (a loop?)")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def destination(path, hint):
+    """The file that writing `path` replaces: `path` itself, or the target of a symlink (written
+    through, so the link stays a link). Returns (the resolved path, whether it exists); refuses
+    anything but a regular file or a new path in an existing directory, before a byte is written."""
+    real = os.path.realpath(path)
+    where = f"{path} (a symlink to {real})" if os.path.islink(path) else path
+    try:
+        mode = os.lstat(real).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(real)
+        if not os.path.isdir(parent):
+            raise CheckpointError(where, f"its directory {parent} does not exist or is not a directory",
+                                  "give a file path in an existing directory")
+        return real, False
+    except NotADirectoryError:
+        raise CheckpointError(where, f"its directory {os.path.dirname(real)} is not a directory",
+                              "give a file path in an existing directory")
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(where, f"is a {file_kind(mode)}, not a regular file", hint)
+    return real, True
+
+
+def check_tokenizer_files(hf_dir, out_dir):
+    """./run looks for its tokenizer beside the model file: the checkpoint's SentencePiece
+    tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json (chat
+    templates) with it, are copied to out_dir. Returns the [(source, destination)] still to copy.
+
+    Another model's tokenizer files are never replaced or mixed with this one's: when something is
+    copied, each of the three names already in out_dir must be the same bytes as the checkpoint's
+    file of that name (a second export of the same model, or a model with the same tokenizer),
+    otherwise this refuses, before anything is written."""
+    names = [n for n in TOKENIZER_FILES[:2] if os.path.isfile(os.path.join(hf_dir, n))][:1]
     if not names:
         print(f"note: {hf_dir} has no tokenizer.model or tokenizer.json; give ./run one with -z", file=sys.stderr)
-    elif os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
+        return []
+    if os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
         names.append("tokenizer_config.json")
-    for name in names:
-        src = os.path.join(hf_dir, name)
-        dst = os.path.join(os.path.dirname(os.path.abspath(out)), name)
-        if not os.path.exists(dst):
-            tmp = dst + ".tmp-export"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
-            print(f"copied {src} to {dst}", file=sys.stderr)
-        elif open(src, "rb").read() != open(dst, "rb").read():
-            print(f"warning: {dst} exists and is not {src}; it was left as it is, so run this model with "
-                  f"-z {src}", file=sys.stderr)
+    copies = []
+    for name in TOKENIZER_FILES:
+        src, dst = os.path.join(hf_dir, name), os.path.join(out_dir, name)
+        dst, exists = destination(dst, f"move it away, or {OWN_FOLDER}")
+        if not exists:
+            if name in names:
+                copies.append((src, dst))
+        elif not os.path.isfile(src):
+            raise CheckpointError(dst, f"is another model's ({hf_dir} has no {name}), and the two models' "
+                                  "tokenizer files would mix", OWN_FOLDER)
+        elif not filecmp.cmp(src, dst, shallow=False):
+            raise CheckpointError(dst, f"is another model's (it differs from {src}), and would be replaced",
+                                  OWN_FOLDER)
+    return copies
+
+
+def publish(tmp, dst):
+    """Rename the finished temp file over dst, with the permissions a new file would have (mkstemp
+    makes 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, dst)
+
+
+def copy_tokenizer_files(copies):
+    for src, dst in copies:
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(dst) + ".tmp-", dir=os.path.dirname(dst))
+        try:
+            with os.fdopen(fd, "wb") as f, open(src, "rb") as g:
+                shutil.copyfileobj(g, f)
+            publish(tmp, dst)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        print(f"copied {src} to {dst}", file=sys.stderr)
 
 
 def export(hf_dir, out, dtype):
@@ -440,11 +517,14 @@ def export(hf_dir, out, dtype):
     plan = tensor_plan(c)
     check_tensors(ckpt, plan, hf_dir)  # all checks done before a single byte is written
 
-    out_dir = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(out_dir) or os.path.isdir(out):
-        raise CheckpointError(out, "is a directory, or its directory does not exist",
-                              "give a file path in an existing directory")
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out) + ".tmp-", dir=out_dir)
+    # Where it goes: OUT (through a symlink: its target) and the tokenizer files beside it.
+    link = os.path.islink(out)
+    target, _ = destination(out, "give a path to a regular file or a new one")
+    out_dir = os.path.dirname(target)
+    if os.path.basename(target) in TOKENIZER_FILES:
+        raise CheckpointError(out, "is where a tokenizer file goes beside the model", "call it model.bin")
+    copies = check_tokenizer_files(hf_dir, out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(target) + ".tmp-", dir=out_dir)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(pack_header(c))  # 128 bytes of fields, 128 reserved zeros
@@ -462,21 +542,19 @@ def export(hf_dir, out, dtype):
                       + (" (rows interleaved)" if kind in ("q", "k") else ""), file=sys.stderr)
                 del w
             size = f.tell()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, out)
+        publish(tmp, target)  # atomic: the same directory as the target
     except BaseException:  # including KeyboardInterrupt: never leave a half-written file behind
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    print(f"wrote {out}: dim {c['dim']} hidden {c['hidden_dim']} layers {c['n_layers']} "
+    print(f"wrote {out}{f' (through the symlink, to {target})' if link else ''}: dim {c['dim']} "
+          f"hidden {c['hidden_dim']} layers {c['n_layers']} "
           f"heads {c['n_heads']}/{c['n_kv_heads']} kv head_dim {c['head_dim']} vocab {c['vocab_size']} "
           f"seq_len {c['seq_len']}, {'shared' if c['shared_classifier'] else 'separate'} classifier; "
           f"{n_params:,} params, {dtype}, {size:,} bytes; {describe_rope(c)}", file=sys.stderr)
-    place_tokenizer(hf_dir, out)
+    copy_tokenizer_files(copies)
 
 
 def main(argv=None):

@@ -9,7 +9,10 @@ in every dtype). So these tests check the exporter against the specification:
   - the q/k row permutation, element by element from its index formula, on random weights and on
     the real stories260K (whose legacy llama2.c file already holds interleaved rows);
   - every input dtype and file layout gives the same bytes; f16 and q8_0 within their precision;
-  - each refusal exits 1 with a message naming the key or tensor, and leaves no file behind.
+  - each refusal exits 1 with a message naming the key or tensor, and leaves no file behind;
+  - where it writes: only a regular file or a new path (a device, FIFO, socket or directory is
+    refused and left as it is; a symlink is written through), and never over another model's
+    tokenizer files (checked before anything is written).
 What this is not: a test of the C side (loading these files), which is tested elsewhere.
 
 Run: /usr/bin/python3 -m pytest -q tests/test_export.py
@@ -18,6 +21,9 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import socket
+import stat
 import struct
 import subprocess
 
@@ -687,14 +693,201 @@ def test_tokenizer_copied_beside_the_model(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "tokenizer.model"]
 
 
-def test_existing_different_tokenizer_is_kept(tmp_path):
-    hf = STORIES_HF
+def snapshot(d):
+    """{name: (file type, bytes of a regular file, symlink target)} of everything in d."""
+    out = {}
+    for p in sorted(d.iterdir()):
+        mode = os.lstat(p).st_mode
+        out[p.name] = (stat.S_IFMT(mode), p.read_bytes() if stat.S_ISREG(mode) else None,
+                       os.readlink(p) if stat.S_ISLNK(mode) else None)
+    return out
+
+
+def other_model(tmp_path, tokenizer=LLAMA_TOK, **extra_files):
+    """stories260K's weights with another tokenizer.model (or none) and extra files: a second model."""
+    hf = tmp_path / "other-hf"
+    hf.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(STORIES_HF / name, hf / name)
+    if tokenizer:
+        shutil.copy(tokenizer, hf / "tokenizer.model")
+    for name, data in extra_files.items():
+        (hf / name.replace("_json", ".json")).write_bytes(data)
+    return hf
+
+
+def test_existing_different_tokenizer_is_refused(tmp_path):
+    """A tokenizer.model of another model beside OUT: refused before anything is written (neither
+    OUT nor a temp file), the file left as it was, and the hint says to use a folder of its own."""
     other = LLAMA_TOK.read_bytes()
     (tmp_path / "tokenizer.model").write_bytes(other)
-    proc = run_export(hf, tmp_path / "m.bin")
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "tokenizer.model").read_bytes() == other
-    assert "warning" in proc.stderr and "-z" in proc.stderr
+    proc = run_export(STORIES_HF, tmp_path / "m.bin")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert f"{tmp_path / 'tokenizer.model'}: is another model's" in proc.stderr, proc.stderr
+    assert "export into a folder of its own (e.g. OUT_DIR/model-name/model.bin)" in proc.stderr
+    assert os.listdir(tmp_path) == ["tokenizer.model"] and (tmp_path / "tokenizer.model").read_bytes() == other
+
+
+def test_two_models_one_folder(tmp_path):
+    """The issue's case: a second model with another tokenizer exported beside the first is refused,
+    and the first's files are byte for byte what they were (its model file and its tokenizer)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run_export(STORIES_HF, out / "a.bin").returncode == 0
+    before = snapshot(out)
+    assert sorted(before) == ["a.bin", "tokenizer.model"]
+    proc = run_export(other_model(tmp_path), out / "b.bin")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"error: {out / 'tokenizer.model'}: is another model's" in proc.stderr, proc.stderr
+    assert "folder of its own" in proc.stderr
+    assert snapshot(out) == before
+
+
+def test_same_model_twice_one_folder(tmp_path, capsys):
+    """The same checkpoint exported twice into one folder (or two dtypes of it): the tokenizer
+    already there is the same bytes, so it is left as it is and both exports succeed."""
+    a, b = export_ok(capsys, STORIES_HF, tmp_path / "a.bin"), None
+    tok = tmp_path / "tokenizer.model"
+    stamp = os.stat(tok).st_mtime_ns, os.stat(tok).st_ino
+    code, err = export_inprocess(capsys, STORIES_HF, tmp_path / "b.bin", "--dtype", "q8_0")
+    assert code == 0, err
+    assert "copied" not in err and (os.stat(tok).st_mtime_ns, os.stat(tok).st_ino) == stamp
+    code, err = export_inprocess(capsys, STORIES_HF, tmp_path / "a.bin")  # over itself: the same bytes again
+    assert code == 0, err
+    assert read_model(tmp_path / "a.bin")[0] == a[0]
+    assert sorted(os.listdir(tmp_path)) == ["a.bin", "b.bin", "tokenizer.model"]
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_tokenizer_files_of_another_model_do_not_mix(tmp_path, capsys, name):
+    """A tokenizer file of another name that this checkpoint does not have (another model's
+    tokenizer.json, or a chat template) is not mixed with this model's tokenizer.model: ./run would
+    pick the wrong tokenizer for one of the two models, or chat would take the other's template."""
+    (tmp_path / name).write_bytes(b"{}")
+    before = snapshot(tmp_path)
+    code, err = export_inprocess(capsys, STORIES_HF, tmp_path / "m.bin")
+    assert code == 1 and err.startswith("error: "), err
+    assert f"{tmp_path / name}: is another model's ({STORIES_HF} has no {name})" in err and "folder of its own" in err
+    assert snapshot(tmp_path) == before
+
+
+def test_tokenizer_file_of_this_checkpoint_is_accepted(tmp_path, capsys):
+    """A checkpoint with tokenizer.model, tokenizer.json and tokenizer_config.json: tokenizer.model
+    and the config are copied; a tokenizer.json already there is accepted when it is this one's."""
+    hf = other_model(tmp_path, tokenizer=STORIES_HF / "tokenizer.model", tokenizer_json=b'{"a": 1}',
+                     tokenizer_config_json=b'{"chat_template": "x"}')
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(hf / "tokenizer.json", out / "tokenizer.json")
+    export_ok(capsys, hf, out / "m.bin")
+    assert sorted(os.listdir(out)) == ["m.bin", "tokenizer.json", "tokenizer.model", "tokenizer_config.json"]
+    assert (out / "tokenizer_config.json").read_bytes() == b'{"chat_template": "x"}'
+    (out / "tokenizer_config.json").write_bytes(b'{"chat_template": "y"}')  # now another model's
+    code, err = export_inprocess(capsys, hf, out / "m2.bin")
+    assert code == 1 and f"{out / 'tokenizer_config.json'}: is another model's (it differs from" in err, err
+    assert not (out / "m2.bin").exists()
+
+
+# --- Where the model file goes: a regular file or a new path, checked before writing ---------------
+
+def make_fifo(p):
+    os.mkfifo(p)
+
+
+def make_socket(p):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(p))
+    return s
+
+
+def make_symlink_to_fifo(p):
+    os.mkfifo(p.parent / "fifo")
+    os.symlink("fifo", p)
+
+
+def make_symlink_to_directory(p):
+    os.mkdir(p.parent / "d")
+    os.symlink("d", p)
+
+
+NOT_REGULAR = {  # name -> (make it at path p, words of the error)
+    "fifo": (make_fifo, ["m.bin: is a FIFO, not a regular file"]),
+    "socket": (make_socket, ["m.bin: is a socket, not a regular file"]),
+    "directory": (os.mkdir, ["m.bin: is a directory, not a regular file"]),
+    "symlink-to-fifo": (make_symlink_to_fifo, ["m.bin (a symlink to ", "fifo): is a FIFO"]),
+    "symlink-to-directory": (make_symlink_to_directory, ["m.bin (a symlink to ", "/d): is a directory"]),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_REGULAR))
+def test_output_not_a_regular_file(tmp_path, capsys, case):
+    """OUT a FIFO, socket or directory (or a symlink to one): refused with exit 1 before anything is
+    written; it is still what it was, and nothing else appeared (no temp file, no tokenizer)."""
+    make, words = NOT_REGULAR[case]
+    kept = make(tmp_path / "m.bin")
+    try:
+        before = snapshot(tmp_path)
+        code, err = export_inprocess(capsys, STORIES_HF, tmp_path / "m.bin")
+        assert code == 1 and err.startswith("error: ") and err.count("\n") == 1, err
+        for w in words:
+            assert w in err, f"{w!r} not in {err!r}"
+        assert "(hint: give a path to a regular file or a new one)" in err
+        assert snapshot(tmp_path) == before
+    finally:
+        if kept is not None:
+            kept.close()
+
+
+def test_output_character_device(capsys, monkeypatch):
+    """/dev/null as OUT (a character device, like the issue's /dev/full): refused before any file
+    is created or renamed. The writers are disabled first, so a broken check cannot replace the
+    device even when the tests run as root."""
+    def never(*args, **kwargs):
+        raise AssertionError("the exporter tried to write")
+    monkeypatch.setattr(exporter.tempfile, "mkstemp", never)
+    monkeypatch.setattr(exporter.os, "replace", never)
+    code, err = export_inprocess(capsys, STORIES_HF, "/dev/null")
+    assert code == 1 and err == ("error: /dev/null: is a character device, not a regular file (hint: give a path "
+                                 "to a regular file or a new one)\n"), err
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_output_symlink_written_through(tmp_path, capsys):
+    """OUT a symlink to a regular file: the target gets the new model (atomically, renamed over it in
+    its own directory), the symlink stays a symlink to it, and the tokenizer goes beside the target.
+    A dangling symlink is written through the same way: its target is created."""
+    direct = tmp_path / "direct"
+    direct.mkdir()
+    export_ok(capsys, STORIES_HF, direct / "m.bin")
+    store, links = tmp_path / "store", tmp_path / "links"
+    store.mkdir()
+    links.mkdir()
+    (store / "m.bin").write_bytes(b"old model")
+    os.symlink(store / "m.bin", links / "m.bin")
+    code, err = export_inprocess(capsys, STORIES_HF, links / "m.bin")
+    assert code == 0, err
+    assert f"wrote {links / 'm.bin'} (through the symlink, to {store / 'm.bin'})" in err
+    assert os.path.islink(links / "m.bin") and os.readlink(links / "m.bin") == str(store / "m.bin")
+    assert (store / "m.bin").read_bytes() == (direct / "m.bin").read_bytes()
+    assert sorted(os.listdir(store)) == ["m.bin", "tokenizer.model"] and os.listdir(links) == ["m.bin"]
+    os.symlink("new.bin", store / "dangling.bin")
+    export_ok(capsys, STORIES_HF, store / "dangling.bin")
+    assert os.path.islink(store / "dangling.bin")
+    assert (store / "new.bin").read_bytes() == (direct / "m.bin").read_bytes()
+
+
+def test_tokenizer_destination_not_a_regular_file(tmp_path, capsys):
+    """A directory where tokenizer.model would go: refused before OUT is written, and left as it is."""
+    (tmp_path / "tokenizer.model").mkdir()
+    code, err = export_inprocess(capsys, STORIES_HF, tmp_path / "m.bin")
+    assert code == 1 and f"{tmp_path / 'tokenizer.model'}: is a directory, not a regular file" in err, err
+    assert "folder of its own" in err
+    assert os.listdir(tmp_path) == ["tokenizer.model"] and (tmp_path / "tokenizer.model").is_dir()
+
+
+def test_output_named_like_a_tokenizer_file(tmp_path, capsys):
+    code, err = export_inprocess(capsys, STORIES_HF, tmp_path / "tokenizer.model")
+    assert code == 1 and "is where a tokenizer file goes" in err and os.listdir(tmp_path) == []
 
 
 # --- Context names: the trained context L against the largest one the scaling supports -----------
