@@ -13,8 +13,10 @@ CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lstdc++ -lm -fopenmp
 
 CORE = model.o loader.o rope.o kernels.o
+# The program around the model: flags (cli), chat templates, the sampler; run.c is main.
+APP = run.o cli.o chat.o sampler.o
 TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump \
-	tests/tools/chat_ids $(KERNEL_TESTS)
+	tests/tools/chat_ids tests/tools/sample_dump $(KERNEL_TESTS)
 # The kernel test, built for this machine, for plain C (what other machines compile), and on
 # x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
 KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
@@ -24,7 +26,7 @@ endif
 
 all: run
 
-run: run.o $(CORE) tokenizer.o bpe.o
+run: $(APP) $(CORE) tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 %.o: %.c *.h
@@ -48,8 +50,11 @@ tests/tools/dump_logits: tests/tools/dump_logits.c $(CORE)
 tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
 
-tests/tools/chat_ids: tests/tools/chat_ids.c run.c $(CORE) tokenizer.o bpe.o
-	$(CC) $(CFLAGS) -I. -o $@ tests/tools/chat_ids.c $(CORE) tokenizer.o bpe.o $(LDLIBS)
+tests/tools/chat_ids: tests/tools/chat_ids.c chat.o tokenizer.o bpe.o
+	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
+
+tests/tools/sample_dump: tests/tools/sample_dump.c sampler.o
+	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
 tests/test_kernels: tests/test_kernels.c kernels.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
@@ -143,7 +148,7 @@ build/valgrind/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
 	@mkdir -p build/valgrind
 	$(CXX) -O2 -g -std=c++17 -Wall -Wextra -c -o $@ $<
 
-build/valgrind/run: build/valgrind/run.o $(CORE:%=build/valgrind/%) build/valgrind/tokenizer.o build/valgrind/bpe.o
+build/valgrind/run: $(APP:%=build/valgrind/%) $(CORE:%=build/valgrind/%) build/valgrind/tokenizer.o build/valgrind/bpe.o
 	$(CC) $(VALGRIND_CFLAGS) -o $@ $^ $(LDLIBS)
 
 # `make fuzz`: each libFuzzer target for FUZZ_SECONDS, from its seed corpus fuzz/corpus/NAME; what
@@ -160,7 +165,7 @@ FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
 FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
-FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o bpe.o)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o bpe.o cli.o chat.o sampler.o)
 
 build/fuzz/%.o: %.c *.h
 	@mkdir -p build/fuzz
@@ -170,12 +175,12 @@ build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
 	@mkdir -p build/fuzz
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -std=c++17 -c -o $@ $<
 
-build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS) run.c *.h
+build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS) *.h
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -DDATA_DIR='"$(abspath data)"' \
 		-c -o $@.o $<
 	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -o $@ $@.o $(FUZZ_OBJS) $(FUZZ_LIBS)
 
-.SECONDARY: $(FUZZ_OBJS) $(CORE:%=build/valgrind/%) build/valgrind/run.o build/valgrind/tokenizer.o build/valgrind/bpe.o
+.SECONDARY: $(FUZZ_OBJS) $(CORE:%=build/valgrind/%) $(APP:%=build/valgrind/%) build/valgrind/tokenizer.o build/valgrind/bpe.o
 
 fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZ_SECONDS) || exit 1; done

@@ -53,7 +53,8 @@ typedef struct {
 
 struct Bpe {
     int n_ids;              // vocab size: 1 + the largest id
-    int bos_id;             // -1: none
+    int has_template;       // 1: a TemplateProcessing post-processor decides BOS and EOS
+    int bos_id, eos_id;     // the special tokens its template puts before and after the text; -1: none
     char *bytes;            // the decoded bytes of every token, back to back
     size_t *bytes_off;      // [n_ids + 1]: token id is bytes[bytes_off[id] .. bytes_off[id+1])
     unsigned char *special; // [n_ids]
@@ -557,10 +558,25 @@ static int build_bytes(Bpe *b, const char *name, char *err, size_t errlen) {
     return 0;
 }
 
-// The BOS token: a TemplateProcessing post-processor whose "single" template starts with a
-// special token (Llama 3's "<|begin_of_text|> $A"). ByteLevel's post-processor adds nothing.
+// The template's id of one special token of its "single" list, or -2 if the entry is not a
+// SpecialToken (the text, $A, is a Sequence entry), -1 after an error (reported).
+static int template_id(Bpe *b, const cJSON *p, const cJSON *entry, const char *name, char *err, size_t errlen) {
+    const cJSON *special = get(get(entry, "SpecialToken"), "id");
+    if (!get(entry, "SpecialToken")) return -2;
+    const cJSON *tok = cJSON_IsString(special) ? get(get(p, "special_tokens"), special->valuestring) : NULL;
+    const cJSON *ids = get(tok, "ids");
+    if (!cJSON_IsArray(ids) || cJSON_GetArraySize(ids) != 1 || json_id(ids->child) < 0 ||
+        json_id(ids->child) >= b->n_ids)
+        return fail(err, errlen, name, "post_processor: a special token of the template has no single id in "
+                                       "special_tokens");
+    return json_id(ids->child);
+}
+
+// What goes around the text: a TemplateProcessing post-processor's "single" template, such as
+// Llama 3's "<|begin_of_text|> $A" (BOS first) or "<s> $A </s>" (BOS and EOS). ByteLevel's
+// post-processor adds nothing, and decides nothing: run.c then asks tokenizer_config.json and the
+// checkpoint (tokenizer.h).
 static int load_post_processor(Bpe *b, const cJSON *p, const char *name, char *err, size_t errlen) {
-    b->bos_id = -1;
     if (!p || cJSON_IsNull(p)) return 0;
     const char *type = type_of(p);
     if (type && !strcmp(type, "ByteLevel")) return 0;
@@ -570,16 +586,15 @@ static int load_post_processor(Bpe *b, const cJSON *p, const char *name, char *e
         return 0;
     }
     if (type && !strcmp(type, "TemplateProcessing")) {
-        const cJSON *single = get(p, "single"), *first = single ? single->child : NULL;
-        const cJSON *special = get(get(first, "SpecialToken"), "id");
-        if (!first || !get(first, "SpecialToken")) return 0; // the text comes first: no BOS
-        const cJSON *entry = cJSON_IsString(special) ? get(get(p, "special_tokens"), special->valuestring) : NULL;
-        const cJSON *ids = get(entry, "ids");
-        if (!cJSON_IsArray(ids) || cJSON_GetArraySize(ids) != 1 || json_id(ids->child) < 0 ||
-            json_id(ids->child) >= b->n_ids)
-            return fail(err, errlen, name,
-                        "post_processor: the template's first special token has no single id in special_tokens");
-        b->bos_id = json_id(ids->child);
+        const cJSON *single = get(p, "single"), *first = single ? single->child : NULL, *last = first;
+        while (last && last->next)
+            last = last->next;
+        const int bos = first ? template_id(b, p, first, name, err, errlen) : -2;
+        const int eos = last && last != first ? template_id(b, p, last, name, err, errlen) : -2;
+        if (bos == -1 || eos == -1) return -1;
+        b->has_template = 1;
+        b->bos_id = bos < 0 ? -1 : bos;
+        b->eos_id = eos < 0 ? -1 : eos;
         return 0;
     }
     char msg[200];
@@ -642,6 +657,7 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
         return fail(err, errlen, name, msg);
     }
     if (build_bytes(b, name, err, errlen)) return -1;
+    b->bos_id = b->eos_id = -1;
     return load_post_processor(b, get(root, "post_processor"), name, err, errlen);
 }
 
@@ -708,7 +724,11 @@ void bpe_free(Bpe *b) {
 }
 
 int bpe_vocab_size(const Bpe *b) { return b->n_ids; }
-int bpe_bos_id(const Bpe *b) { return b->bos_id; }
+int bpe_template(const Bpe *b, int *bos, int *eos) {
+    *bos = b->bos_id;
+    *eos = b->eos_id;
+    return b->has_template;
+}
 
 const char *bpe_token_bytes(const Bpe *b, int id, size_t *len, int *special) {
     *len = b->bytes_off[id + 1] - b->bytes_off[id];

@@ -20,7 +20,9 @@ Bpe *bpe_load_json(const char *json, size_t len, const char *name, char *err, si
 void bpe_free(Bpe *b);
 
 int bpe_vocab_size(const Bpe *b); // 1 + the largest id of the vocab and the added tokens
-int bpe_bos_id(const Bpe *b);     // the token the post-processor puts first, -1 if none
+// 1 if a TemplateProcessing post-processor decides what goes around an encoded text, with the
+// ids it puts first (*bos) and last (*eos), -1 for none; 0 if the file leaves it open.
+int bpe_template(const Bpe *b, int *bos, int *eos);
 
 // Encode len bytes of text (invalid UTF-8 is first replaced by U+FFFD, see bpe.c) into ids.
 // Returns a malloc'ed array of *n ids (free it), NULL when out of memory.

@@ -9,6 +9,7 @@
 // This file owns the process: it parses the flags, loads the model and tokenizer, runs the
 // generation loop with its sampler, prints the banner and timings on stderr, and is the only
 // place that decides to exit. Exit status: 0 ok, 1 runtime or file error, 2 usage error.
+#define _GNU_SOURCE // memmem
 #include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
@@ -22,302 +23,14 @@
 #include <omp.h>
 #endif
 
-#include <cjson/cJSON.h>
+#include <signal.h>
+#include <sys/random.h>
 
+#include "chat.h"
+#include "cli.h"
 #include "model.h"
+#include "sampler.h"
 #include "tokenizer.h"
-
-// ---------------------------------------------------------------------------------------------
-// Command line
-
-typedef struct {
-    const char *model;
-    const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
-    const char *prompt;
-    const char *prompt_file; // -f: the prompt is this file's bytes
-    int n_predict;           // tokens to generate
-    int keep;                // --keep: positions a context shift keeps at the start
-    double temp;             // 0 = greedy
-    double top_p;
-    long seed;
-    int ctx;               // 0 = the trained context
-    int threads;           // 0 = OpenMP's default
-    int batch;             // prompt tokens per forward call
-    const char *ppl;       // --ppl FILE: evaluate perplexity instead of generating
-    int ppl_windows;       // 0 = all windows
-    const char *rope_mode; // --rope-scaling; NULL = the checkpoint's own
-    const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
-    int attn_logn;                 // --attn-logn (a switch)
-    RopeOverrides rope;
-    const char *gen_flag;      // the first generation-only flag given (-i -f -n -t -p -s), which --ppl refuses
-    const char *mode;          // -m: "generate" (default) or "chat"
-    const char *system;        // -y: chat's system prompt
-    const char *chat_template; // --chat-template NAME; NULL: recognised from tokenizer_config.json
-} Options;
-
-// The flags: names, what kind of value, where it goes, its allowed range [lo, hi] (lo excluded
-// when open), and whether only generation uses it. Every flag takes a value but the switches
-// (FLAG_SWITCH: the flag alone sets an int to 1). usage() shows the
-// same ranges; tests/test_errors.py checks the two agree.
-typedef enum { FLAG_TEXT, FLAG_INT, FLAG_LONG, FLAG_REAL, FLAG_SWITCH } FlagKind;
-
-typedef struct {
-    const char *names[3];
-    FlagKind kind;
-    size_t offset; // of the field in Options
-    double lo, hi;
-    int open;       // 1: the value must be > lo
-    int generation; // 1: used only when generating text (refused with --ppl)
-} Flag;
-
-static const Flag FLAGS[] = {
-    {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0, 1},
-    {{"-f", "--file"}, FLAG_TEXT, offsetof(Options, prompt_file), 0, 0, 0, 1},
-    {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0, 0},
-    {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), 0, 1 << 30, 0, 1},
-    {{"--keep"}, FLAG_INT, offsetof(Options, keep), 0, 1 << 24, 0, 1},
-    {{"-t", "--temp"}, FLAG_REAL, offsetof(Options, temp), 0, 1e6, 0, 1},
-    {{"-p", "--top-p"}, FLAG_REAL, offsetof(Options, top_p), 0, 1, 1, 1},
-    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0, 1},
-    {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0, 0},
-    {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0, 0},
-    {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0, 0},
-    {{"-ctk", "--cache-type-k"}, FLAG_TEXT, offsetof(Options, cache_k), 0, 0, 0, 0},
-    {{"-ctv", "--cache-type-v"}, FLAG_TEXT, offsetof(Options, cache_v), 0, 0, 0, 0},
-    {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0, 0},
-    {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, 1 << 30, 0, 0},
-    {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0, 0},
-    {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
-    {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
-    {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
-    {{"--rope-window"}, FLAG_INT, offsetof(Options, rope.window), 1, 1 << 24, 0, 0},
-    {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
-    {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
-    {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
-    {{"--chat-template"}, FLAG_TEXT, offsetof(Options, chat_template), 0, 0, 0, 1},
-};
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: run MODEL.bin [options]\n"
-               "\n"
-               "Generate text from a Llama checkpoint (export/export.py output or a llama2.c legacy .bin).\n"
-               "Allowed values in [brackets].\n"
-               "\n"
-               "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
-               "  -f, --file FILE          the prompt is the text of FILE (instead of -i)\n"
-               "  -n, --n-predict N        tokens to generate [0, 1073741824] (default 256); past a full\n"
-               "                           context the oldest half of it is dropped (context shift)\n"
-               "      --keep N             a context shift keeps the first N tokens [0, 16777216]\n"
-               "                           (default 4: BOS and 3 more, attention's sinks)\n"
-               "  -t, --temp T             temperature, 0 = greedy [0, 1e6] (default 1.0)\n"
-               "  -p, --top-p P            nucleus sampling (0, 1] (default 0.9)\n"
-               "  -s, --seed N             random seed [0, 9000000000000000000] (default: time)\n"
-               "  -z, --tokenizer PATH     tokenizer.model (SentencePiece) or tokenizer.json (byte-level\n"
-               "                           BPE) (default: the one beside MODEL, tokenizer.model first)\n"
-               "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens [1, 16777216]\n"
-               "                           (default: the trained context)\n"
-               "      --threads N          OpenMP threads [1, 1024] (default: all cores)\n"
-               "  -b, --batch-size N       prompt tokens per forward pass [1, 4096] (default 512)\n"
-               "  -ctk, --cache-type-k T   type of the cached keys: f32 | f16 | q8_0 (default f32)\n"
-               "  -ctv, --cache-type-v T   type of the cached values: f32 | f16 | q8_0 (default f32)\n"
-               "\n"
-               "Chat (see README, \"Chat\"), the user's turns one line each on stdin:\n"
-               "  -m, --mode MODE          generate (default) or chat; in chat, -i is the first turn\n"
-               "  -y, --system TEXT        chat: the system prompt\n"
-               "      --chat-template NAME chat: llama2 | llama3 | zephyr | chatml | mistral (default:\n"
-               "                           recognised from tokenizer_config.json beside the tokenizer)\n"
-               "\n"
-               "Perplexity, instead of generating (see README, \"Measuring long context\"):\n"
-               "      --ppl FILE           perplexity of FILE in windows of --ctx tokens, by position\n"
-               "      --ppl-windows K      with --ppl: at most K windows [1, 1073741824] (default: all)\n"
-               "\n"
-               "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
-               "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3 |\n"
-               "                           rerope | leaky-rerope (default: the checkpoint's own, else none)\n"
-               "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
-               "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
-               "                           as length / trained ctx); leaky-rerope: the rate K > 1 past\n"
-               "                           the window (default (ctx - W) / (L - W): ctx maps to L)\n"
-               "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
-               "                           (alias --rope-freq-base)\n"
-               "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
-               "      --rope-window W      rerope, leaky-rerope: the window [1, 16777216] (default L / 4):\n"
-               "                           a distance r >= W is scored as W (leaky: W + (r - W) / K);\n"
-               "                           W <= L, the trained context (leaky-rerope: W < L)\n"
-               "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
-               "                           ln(m + 1) / ln(L); combines with every mode\n"
-               "  -h, --help               this text\n");
-}
-
-// Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), no
-// overflow, no NaN, inside the flag's range.
-static int parse_value(const Flag *f, const char *v, Options *o) {
-    char *field = (char *)o + f->offset, *end;
-    if (f->kind == FLAG_TEXT) {
-        *(const char **)field = v;
-        return 0;
-    }
-    errno = 0;
-    long n = 0; // integers are compared as integers: 9e18 + 1 is 9e18 as a double
-    double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)(n = strtol(v, &end, 10));
-    if (errno || end == v || *end || isspace((unsigned char)*v) || !isfinite(x) || x < f->lo || x > f->hi ||
-        (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
-        return -1;
-    if (f->kind == FLAG_INT)
-        *(int *)field = (int)n;
-    else if (f->kind == FLAG_LONG)
-        *(long *)field = n;
-    else
-        *(double *)field = x;
-    return 0;
-}
-
-// Returns 0 to run, 1 after --help, -1 on a usage error (already reported).
-static int parse_args(int argc, char **argv, Options *o) {
-    *o = (Options){
-        .n_predict = 256, .keep = 4, .temp = 1.0, .top_p = 0.9, .seed = (long)time(NULL), .batch = 512, .rope = {.mode = -1}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (a[0] != '-' || !a[1]) {
-            if (o->model) {
-                fprintf(stderr, "error: unexpected argument '%s': only one model file is taken\n", a);
-                return -1;
-            }
-            o->model = a;
-            continue;
-        }
-        const Flag *f = NULL;
-        for (size_t k = 0; !f && k < sizeof FLAGS / sizeof FLAGS[0]; k++)
-            for (int j = 0; j < 3 && FLAGS[k].names[j]; j++)
-                if (!strcmp(a, FLAGS[k].names[j])) f = &FLAGS[k];
-        if (!f) {
-            fprintf(stderr, "error: unknown option '%s' (see --help)\n", a);
-            return -1;
-        }
-        if (f->kind == FLAG_SWITCH) {
-            *(int *)((char *)o + f->offset) = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "error: %s needs a value (see --help)\n", a);
-            return -1;
-        }
-        if (parse_value(f, argv[++i], o)) {
-            fprintf(stderr, "error: invalid value '%s' for %s (see --help for the allowed range)\n", argv[i], a);
-            return -1;
-        }
-        if (f->generation && !o->gen_flag) o->gen_flag = a;
-    }
-    const int chat = o->mode && !strcmp(o->mode, "chat");
-    if (o->mode && !chat && strcmp(o->mode, "generate")) {
-        fprintf(stderr, "error: invalid value '%s' for -m (generate, chat)\n", o->mode);
-        return -1;
-    }
-    if (!chat && (o->system || o->chat_template)) {
-        fprintf(stderr, "error: %s is for chat (hint: add -m chat)\n", o->system ? "-y" : "--chat-template");
-        return -1;
-    }
-    if (chat && o->prompt_file) {
-        fprintf(stderr, "error: -f gives a prompt to continue, and chat reads its turns from stdin (hint: -i for "
-                        "the first turn)\n");
-        return -1;
-    }
-    if (o->prompt && o->prompt_file) {
-        fprintf(stderr, "error: -i and -f both give the prompt (hint: one of them)\n");
-        return -1;
-    }
-    // Flags that would do nothing are refused rather than ignored.
-    if (o->ppl_windows && !o->ppl) {
-        fprintf(stderr, "error: --ppl-windows limits a perplexity run and needs --ppl FILE\n");
-        return -1;
-    }
-    if (o->ppl && o->gen_flag) {
-        fprintf(stderr, "error: %s is for generating text, and --ppl does not generate (hint: drop %s or --ppl)\n",
-                o->gen_flag, o->gen_flag);
-        return -1;
-    }
-    RopeScaling mode;
-    if (o->rope_mode) {
-        if (rope_scaling_from_name(o->rope_mode, &mode)) {
-            fprintf(stderr,
-                    "error: invalid value '%s' for --rope-scaling (none, pi, linear, ntk, dynamic, yarn, "
-                    "llama3, rerope, leaky-rerope)\n",
-                    o->rope_mode);
-            return -1;
-        }
-        o->rope.mode = (int)mode;
-    }
-    if (!o->model) {
-        fprintf(stderr, "error: no model file given\n");
-        return -1;
-    }
-    return 0;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The sampler: greedy, or temperature + top-p (nucleus, Holtzman et al. 2019).
-
-typedef struct {
-    float prob;
-    int id;
-} Candidate;
-
-static unsigned long long rng_next(unsigned long long *state) { // xorshift64*
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    return *state * 0x2545F4914F6CDD1DULL;
-}
-
-static float rng_float(unsigned long long *state) { return (rng_next(state) >> 40) / 16777216.0f; }
-
-static int by_prob_desc(const void *a, const void *b) {
-    float pa = ((const Candidate *)a)->prob, pb = ((const Candidate *)b)->prob;
-    return (pa < pb) - (pa > pb);
-}
-
-static int sample(float *logits, int n, float temp, float top_p, Candidate *cand, unsigned long long *rng) {
-    if (temp == 0) { // greedy: the most likely token; ties go to the lowest id
-        int best = 0;
-        for (int i = 1; i < n; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
-    float max = logits[0], sum = 0;
-    for (int i = 1; i < n; i++)
-        max = logits[i] > max ? logits[i] : max;
-    for (int i = 0; i < n; i++)
-        sum += (logits[i] = expf((logits[i] - max) / temp));
-    // Top-p: keep the most likely tokens whose probabilities add up to top_p. Tokens below
-    // (1 - top_p) / (n - 1) can never be among them, so drop them before sorting.
-    const float cutoff = (1.0f - top_p) / (n > 1 ? n - 1 : 1);
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (logits[i] / sum >= cutoff) cand[k++] = (Candidate){logits[i] / sum, i};
-    // None left: top_p < 1/n over (near-)equal probabilities, where the nucleus is the likeliest
-    // token alone, or NaN logits from a damaged model. Either way, take the likeliest.
-    if (k == 0) return sample(logits, n, 0, top_p, cand, rng);
-    qsort(cand, k, sizeof *cand, by_prob_desc);
-    float kept = 0;
-    int last = k - 1;
-    for (int i = 0; i < k; i++) {
-        kept += cand[i].prob;
-        if (kept >= top_p) {
-            last = i;
-            break;
-        }
-    }
-    float r = rng_float(rng) * kept, acc = 0;
-    for (int i = 0; i <= last; i++) {
-        acc += cand[i].prob;
-        if (r < acc) return cand[i].id;
-    }
-    return cand[last].id;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Generation
@@ -354,11 +67,75 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void emit(Tokenizer *tok, int prev, int id) {
+// The output: stdout, every write checked. A failed write (a full disk, a closed file) ends the run
+// with exit 1; a closed pipe (| head) ends it by SIGPIPE, as for any Unix filter.
+static int output_failed; // errno of the first failed write; 0 while all went well
+
+static void out_write(const void *bytes, size_t len) {
+    if (output_failed) return;
+    errno = 0;
+    if ((len && fwrite(bytes, 1, len, stdout) != len) || fflush(stdout)) output_failed = errno ? errno : EIO;
+}
+
+// Reported once, where the run ends; returns 1 (the exit status) if a write failed.
+static int output_status(void) {
+    if (!output_failed) return 0;
+    fprintf(stderr, "error: cannot write the output: %s\n", strerror(output_failed));
+    return 1;
+}
+
+// Ctrl-C: the first one stops the run where it is, which then prints its timing line and exits
+// with 130 (128 + SIGINT, as a shell reports it); a second one ends the process at once (the
+// handler is reset after the first, SA_RESETHAND).
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+// -r/--reverse-prompt: stop when the output shows one of these texts. A text may end inside a
+// token and begin several tokens back, so the last bytes of the output are kept: enough for the
+// longest text less one byte, plus the newest piece, which any new match must end in.
+typedef struct {
+    const char *const *texts;
+    int n;
+    size_t longest;
+    char *tail;
+    size_t len;
+    const char *hit; // the text seen; NULL while none
+} Stop;
+
+static void stop_feed(Stop *s, const char *piece, size_t len) {
+    if (!s->n || s->hit || !len) return;
+    char *buf = realloc(s->tail, s->len + len);
+    if (!buf) { // nothing to match against: stop rather than run past the user's stop text
+        s->hit = s->texts[0];
+        return;
+    }
+    memcpy(buf + s->len, piece, len);
+    s->tail = buf, s->len += len;
+    for (int i = 0; i < s->n && !s->hit; i++)
+        if (memmem(buf, s->len, s->texts[i], strlen(s->texts[i]))) s->hit = s->texts[i];
+    if (s->len >= s->longest) {
+        memmove(buf, buf + s->len - (s->longest - 1), s->longest - 1);
+        s->len = s->longest - 1;
+    }
+}
+
+static Stop stop_new(const Options *o) {
+    Stop s = {.texts = o->reverse, .n = o->n_reverse, .longest = 1};
+    for (int i = 0; i < o->n_reverse; i++)
+        if (strlen(o->reverse[i]) > s.longest) s.longest = strlen(o->reverse[i]);
+    return s;
+}
+
+static void emit(Tokenizer *tok, int prev, int id, Stop *stop) {
     size_t len;
     const char *piece = tokenizer_decode_piece(tok, prev, id, &len);
-    if (piece && len) fwrite(piece, 1, len, stdout);
-    fflush(stdout);
+    if (!piece || !len) return;
+    out_write(piece, len);
+    if (stop) stop_feed(stop, piece, len);
 }
 
 // Does token id end the text? EOS, every other end token the checkpoint lists (Llama 3 instruct:
@@ -385,6 +162,43 @@ static int make_room(Transformer *t, int keep, int *pos, int need, int *shifts, 
     return 0;
 }
 
+// The positions a context shift keeps: --keep, or 4 (attention's sinks: BOS and three more),
+// fewer in a context of 4 or less.
+static int keep_of(const Options *o, int ctx) { return o->keep >= 0 ? o->keep : ctx - 1 < 4 ? ctx - 1 : 4; }
+
+// The run's sampler: the flags, and a seed from the kernel when -s is not given. The seed goes on
+// stderr so that a run can be repeated exactly with -s.
+static Sampler *make_sampler(const Options *o, int vocab_size, int ctx) {
+    unsigned long long seed = (unsigned long long)o->seed;
+    if (o->seed < 0) {
+        unsigned long long r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (unsigned long long)time(NULL) ^ (unsigned long long)getpid() << 32;
+        seed = r % 9000000000000000000ULL;
+    }
+    SamplerParams p = {.temp = o->temp, .top_p = o->top_p, .min_p = o->min_p, .repeat_penalty = o->repeat_penalty,
+                       .top_k = o->top_k, .repeat_last_n = o->repeat_last_n < 0 ? ctx : o->repeat_last_n};
+    fprintf(stderr, "sampling: seed %llu%s | ", seed, o->seed < 0 ? " (random; -s repeats it)" : "");
+    if (o->repeat_penalty != 1 && p.repeat_last_n)
+        fprintf(stderr, "repeat-penalty %g over the last %d, ", o->repeat_penalty, p.repeat_last_n);
+    if (o->temp == 0)
+        fprintf(stderr, "greedy (-t 0)\n");
+    else
+        fprintf(stderr, "top-k %d, top-p %g, min-p %g, temp %g\n", o->top_k, o->top_p, o->min_p, o->temp);
+    Sampler *s = sampler_new(&p, vocab_size, seed);
+    if (!s) fprintf(stderr, "error: out of memory\n");
+    return s;
+}
+
+// --verbose-prompt: each id and its text, as llama.cpp prints them.
+static void show_prompt(Tokenizer *tok, const int *ids, int n) {
+    fprintf(stderr, "prompt: %d token%s\n", n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        const char *piece = tokenizer_decode_piece(tok, i ? ids[i - 1] : -1, ids[i], &len);
+        fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", len ? "" : " (special)");
+    }
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
@@ -401,6 +215,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         fprintf(stderr, "error: the tokenizer could not encode the prompt\n");
         return 1;
     }
+    if (o->verbose_prompt) show_prompt(tok, ids, n_prompt);
     if (n_prompt == 0) { // nothing to start from: an empty prompt and no BOS token
         fprintf(stderr, "error: the prompt is empty and the tokenizer has no BOS token to start from (hint: give a "
                         "prompt with -i)\n");
@@ -415,294 +230,201 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         free(ids);
         return 1;
     }
-    Candidate *cand = malloc((size_t)c->vocab_size * sizeof *cand);
-    if (!cand) {
-        fprintf(stderr, "error: out of memory\n");
+    Sampler *sampler = make_sampler(o, c->vocab_size, t->run.ctx);
+    if (!sampler) {
         free(ids);
         return 1;
     }
-    unsigned long long rng = o->seed ? o->seed : 1;
+    Stop stop = stop_new(o);
+    const int keep = keep_of(o, t->run.ctx);
 
     // Prompt: echo it, then run it through the network in blocks, all of them one sequence of
     // n_prompt tokens (as one Hugging Face forward pass over the prompt would be).
-    for (int i = 0; i < n_prompt; i++)
-        emit(tok, i ? ids[i - 1] : -1, ids[i]);
+    for (int i = 0; i < n_prompt; i++) {
+        emit(tok, i ? ids[i - 1] : -1, ids[i], NULL);
+        sampler_accept(sampler, ids[i]);
+    }
     double t0 = now();
     float *logits = NULL;
     char err[300];
-    int status = 0;
-    for (int b = 0; b < n_prompt && !status; b += t->run.max_batch) {
+    int status = 0, prompt_done = 0;
+    for (int b = 0; b < n_prompt && !status && !interrupted; b += t->run.max_batch) {
         int len = n_prompt - b < t->run.max_batch ? n_prompt - b : t->run.max_batch;
         status = transformer_forward(t, ids + b, len, b, n_prompt, 0, &logits, err, sizeof err);
+        prompt_done = b + len;
     }
     double t1 = now();
 
-    // Decode: sample, print, feed back, until n_predict tokens or an end of text. When the context
-    // is full, a context shift (README, "Past the end of the context") keeps the first --keep
-    // positions, drops the oldest half of the rest and moves the others down to make room.
+    // Decode: sample, print, feed back, until n_predict tokens (-1: no limit) or an end of text.
+    // When the context is full, a context shift (README, "Past the end of the context") keeps the
+    // first `keep` positions, drops the oldest half of the rest and moves the others down.
     int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0, steps = 0, shifts = 0;
-    const char *stop = NULL;
-    while (!status && generated < o->n_predict) {
-        int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
+    const char *why = interrupted ? "interrupted (Ctrl-C)" : NULL;
+    char hit[128];
+    while (!status && !why && (o->n_predict < 0 || generated < o->n_predict)) {
+        int next = sampler_sample(sampler, logits);
         if (is_end(c, next)) {
-            stop = "end of text";
+            why = "end of text";
             break;
         }
-        emit(tok, prev, next);
+        emit(tok, prev, next, &stop);
+        sampler_accept(sampler, next);
         generated++;
         prev = next;
+        if (output_failed) break;
+        if (stop.hit) {
+            snprintf(hit, sizeof hit, "reverse prompt '%.100s'", stop.hit);
+            why = hit;
+            break;
+        }
         if (generated == o->n_predict) break;
-        const int room = make_room(t, o->keep, &pos, 1, &shifts, err, sizeof err);
+        if (interrupted) {
+            why = "interrupted (Ctrl-C)";
+            break;
+        }
+        const int room = make_room(t, keep, &pos, 1, &shifts, err, sizeof err);
         if (room > 0) {
-            stop = "context full (hint: a larger --ctx or a smaller --keep)";
+            why = "context full (hint: a larger --ctx or a smaller --keep)";
             break;
         }
         status = room < 0 || transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
         pos++, steps++;
     }
     double t2 = now();
+    sampler_free(sampler);
+    free(stop.tail);
+    free(ids);
     if (status) {
         fprintf(stderr, "\nerror: %s\n", err);
-        free(cand);
-        free(ids);
         return 1;
     }
+    out_write("\n", 1);
+    if (output_status()) return 1;
     // The first token came from the prompt's logits: generation's speed counts forward passes.
-    printf("\n");
-    fflush(stdout);
     char shifted[80] = "";
     if (shifts)
-        snprintf(shifted, sizeof shifted, " | context shifts: %d (kept %d, dropped %d each)", shifts, o->keep,
-                 (t->run.ctx - o->keep) / 2);
+        snprintf(shifted, sizeof shifted, " | context shifts: %d (kept %d, dropped %d each)", shifts, keep,
+                 (t->run.ctx - keep) / 2);
     fprintf(stderr,
             "\nprompt: %d token%s in %.3f s (%.1f tok/s) | generation: %d token%s, %d decode step%s in %.3f s "
             "(%.1f tok/s) | threads %d%s%s%s\n",
-            n_prompt, plural(n_prompt), t1 - t0, n_prompt / (t1 - t0), generated, plural(generated), steps,
+            prompt_done, plural(prompt_done), t1 - t0, prompt_done / (t1 - t0), generated, plural(generated), steps,
             plural(steps), t2 - t1, steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, shifted,
-            stop ? " | stopped: " : "", stop ? stop : "");
-    free(cand);
-    free(ids);
-    return 0;
+            why ? " | stopped: " : "", why ? why : "");
+    return interrupted ? 130 : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Chat: llama2.c's interface (-m chat, -y system prompt), the user's turns read from stdin one line
 // each, the assistant's replies streamed to stdout. The KV cache is kept across turns: each turn
 // feeds only its new tokens (the template's text around the user's line), after the reply and the
-// end token that closed it.
-//
-// A chat model was trained on one template. Hugging Face writes it as Jinja in
-// tokenizer_config.json (chat_template); this program does not run Jinja, it recognises which of
-// five known templates the file holds by a string only that template has, and renders it in C:
-//   llama2   <s>[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] REPLY </s><s>[INST] USER [/INST]
-//   llama3   <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nSYSTEM<|eot_id|>
-//            <|start_header_id|>user<|end_header_id|>\n\nUSER<|eot_id|><|start_header_id|>assistant...
-//   zephyr   <|system|>\nSYSTEM</s>\n<|user|>\nUSER</s>\n<|assistant|>\nREPLY</s>\n  (TinyLlama-Chat)
-//   chatml   <|im_start|>system\nSYSTEM<|im_end|>\n<|im_start|>user\nUSER<|im_end|>\n<|im_start|>assistant\n
-//   mistral  <s>[INST] USER [/INST]REPLY</s>[INST] USER [/INST]    (no system role)
-// "<s>" and "</s>" are the checkpoint's BOS and EOS ids, not text: a SentencePiece tokenizer would
-// spell them out. The other markers are added tokens of their tokenizer.json, which bpe.c matches.
+// end token that closed it. chat.c knows the templates.
 
-typedef enum { CHAT_LLAMA2, CHAT_LLAMA3, CHAT_ZEPHYR, CHAT_CHATML, CHAT_MISTRAL, CHAT_COUNT } ChatTemplate;
-static const char *const CHAT_NAMES[CHAT_COUNT] = {"llama2", "llama3", "zephyr", "chatml", "mistral"};
-// The string that tells each template apart, in the order they are tried (llama2's has [INST] too).
-static const char *const CHAT_MARKS[CHAT_COUNT] = {"<<SYS>>", "<|start_header_id|>", "<|user|>", "<|im_start|>",
-                                                   "[INST]"};
+#define KEEP_FILLS "the context is full and --keep leaves nothing to drop (hint: a smaller --keep or a larger --ctx)"
 
-// The template of tokenizer_config.json in dir (the tokenizer's directory): its index, or -1 after
-// an error (reported).
-static int chat_template_of(const char *tok_path) {
+// The template: --chat-template, else the one tokenizer_config.json beside the tokenizer holds. -1
+// after an error (reported).
+static int chat_template_of(const Options *o, const char *tok_path) {
+    if (o->chat_template) return chat_template_from_name(o->chat_template); // checked by parse_args
     const char *slash = strrchr(tok_path, '/');
     char path[4096];
     snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - tok_path + 1) : 0, tok_path);
     size_t len;
     char *text = read_file(path, &len);
     if (!text) {
-        fprintf(stderr,
-                "error: %s: cannot read it for the chat template: %s (hint: --chat-template llama2|llama3|"
-                "zephyr|chatml|mistral)\n",
-                path, strerror(errno));
+        fprintf(stderr, "error: %s: cannot read it for the chat template: %s (hint: --chat-template %s)\n", path,
+                strerror(errno), CHAT_TEMPLATE_NAMES);
         return -1;
     }
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const int k = chat_template_detect(text, len, path);
     free(text);
-    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-    if (cJSON_IsArray(tmpl)) { // [{"name": "default", "template": ...}, ...]
-        const cJSON *e = tmpl->child;
-        while (e && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "name")))
-            e = e->next;
-        for (const cJSON *x = tmpl->child; x; x = x->next) {
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
-            if (cJSON_IsString(name) && !strcmp(name->valuestring, "default")) e = x;
-        }
-        tmpl = e ? cJSON_GetObjectItemCaseSensitive(e, "template") : NULL;
-    }
-    int found = -1;
-    for (int k = 0; cJSON_IsString(tmpl) && found < 0 && k < CHAT_COUNT; k++)
-        if (strstr(tmpl->valuestring, CHAT_MARKS[k])) found = k;
-    if (found < 0)
-        fprintf(stderr,
-                "error: %s: %s (hint: --chat-template llama2|llama3|zephyr|chatml|mistral names the "
-                "model's template)\n",
-                path,
-                !root                   ? "not valid JSON"
-                : !cJSON_IsString(tmpl) ? "no chat_template"
-                                        : "the chat_template is none "
-                                          "this program knows");
-    cJSON_Delete(root);
-    return found;
+    return k;
 }
-
-// The templates of SentencePiece models, whose "<s>" and "</s>" are BOS and EOS.
-static int chat_sentencepiece(ChatTemplate k) { return k == CHAT_LLAMA2 || k == CHAT_ZEPHYR || k == CHAT_MISTRAL; }
-
-// Append the ids of text to *ids; with markers, "<s>" and "</s>" as the BOS and EOS ids (a
-// tokenizer.json matches its own special tokens). Returns 0, -1 if the tokenizer failed or memory
-// ran out.
-static int chat_encode(Tokenizer *tok, const Config *c, int markers, const char *text, int **ids, int *n, int *cap) {
-    while (*text) {
-        const char *bos = markers ? strstr(text, "<s>") : NULL, *eos = markers ? strstr(text, "</s>") : NULL;
-        const char *mark = bos && (!eos || bos < eos) ? bos : eos;
-        size_t len = mark ? (size_t)(mark - text) : strlen(text);
-        int m = 0, *part = len ? tokenizer_encode(tok, text, len, 0, &m) : NULL;
-        if (len && !part) return -1;
-        if (*n + m + 1 > *cap) {
-            int *bigger = realloc(*ids, (size_t)(*cap = 2 * (*n + m + 1)) * sizeof **ids);
-            if (!bigger) {
-                free(part);
-                return -1;
-            }
-            *ids = bigger;
-        }
-        if (m) memcpy(*ids + *n, part, (size_t)m * sizeof *part);
-        *n += m;
-        free(part);
-        if (!mark) break;
-        (*ids)[(*n)++] = mark == bos ? c->bos_id : c->eos_id;
-        text = mark + (mark == bos ? 3 : 4);
-    }
-    return 0;
-}
-
-// The text of the user's turn (and before it, on the first turn, the system prompt), up to where
-// the model writes its reply. first: the first turn of the conversation.
-static char *chat_render(ChatTemplate k, int first, const char *system, const char *user) {
-    const char *sys = first ? system : NULL; // the system prompt opens the conversation, once
-    size_t size = (sys ? strlen(sys) : 0) + strlen(user) + 256;
-    char *out = malloc(size);
-    if (!out) return NULL;
-    switch (k) {
-    case CHAT_LLAMA2:
-        if (sys)
-            snprintf(out, size, "<s>[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", sys, user);
-        else
-            snprintf(out, size, "<s>[INST] %s [/INST]", user);
-        break;
-    case CHAT_LLAMA3:
-        snprintf(out, size,
-                 "%s%s%s%s<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|>"
-                 "<|start_header_id|>assistant<|end_header_id|>\n\n",
-                 first ? "<|begin_of_text|>" : "", sys ? "<|start_header_id|>system<|end_header_id|>\n\n" : "",
-                 sys ? sys : "", sys ? "<|eot_id|>" : "", user);
-        break;
-    case CHAT_ZEPHYR:
-        snprintf(out, size, "%s%s%s%s<|user|>\n%s</s>\n<|assistant|>\n", first ? "" : "\n", sys ? "<|system|>\n" : "",
-                 sys ? sys : "", sys ? "</s>\n" : "", user);
-        break;
-    case CHAT_CHATML:
-        snprintf(out, size, "%s%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", first ? "" : "\n",
-                 sys ? "<|im_start|>system\n" : "", sys ? sys : "", sys ? "<|im_end|>\n" : "", user);
-        break;
-    default: // CHAT_MISTRAL
-        snprintf(out, size, "%s[INST] %s [/INST]", first ? "<s>" : "", user);
-        break;
-    }
-    return out;
-}
-
-// What closes the assistant's turn in the template, fed when a reply ends without it (-n reached).
-static const char *chat_close(ChatTemplate k) {
-    return k == CHAT_LLAMA3 ? "<|eot_id|>" : k == CHAT_CHATML ? "<|im_end|>" : k == CHAT_LLAMA2 ? " </s>" : "</s>";
-}
-
-#define KEEP_FILLS "the context is full and --keep leaves nothing to drop (hint: a smaller --keep or a larger --ctx)"
 
 static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Options *o) {
     const Config *c = &t->config;
-    int k = -1;
-    if (o->chat_template) {
-        for (int i = 0; i < CHAT_COUNT; i++)
-            if (!strcmp(o->chat_template, CHAT_NAMES[i])) k = i;
-        if (k < 0) {
-            fprintf(stderr,
-                    "error: invalid value '%s' for --chat-template (llama2, llama3, zephyr, chatml, "
-                    "mistral)\n",
-                    o->chat_template);
-            return 2;
-        }
-    } else if ((k = chat_template_of(tok_path)) < 0) {
-        return 1;
-    }
+    const int k = chat_template_of(o, tok_path);
+    if (k < 0) return 1;
     if (k == CHAT_MISTRAL && o->system) {
         fprintf(stderr, "error: -y: the mistral template has no system prompt (hint: put it in the first turn)\n");
         return 2;
     }
-    fprintf(stderr, "chat: template %s%s\n", CHAT_NAMES[k], o->chat_template ? " (--chat-template)" : "");
-    Candidate *cand = malloc((size_t)c->vocab_size * sizeof *cand);
-    unsigned long long rng = o->seed ? o->seed : 1;
+    const int tty = isatty(STDIN_FILENO) && isatty(STDERR_FILENO); // a person types the turns
+    fprintf(stderr, "chat: template %s%s%s\n", CHAT_NAMES[k], o->chat_template ? " (--chat-template)" : "",
+            tty ? "; one line a turn, Ctrl-D ends the chat" : "");
+    Sampler *sampler = make_sampler(o, c->vocab_size, t->run.ctx);
+    const int keep = keep_of(o, t->run.ctx);
     char *line = NULL, err[300];
     size_t line_cap = 0;
-    int *ids = NULL, cap = 0, pos = 0, shifts = 0, status = cand ? 0 : 1;
-    for (int turn = 0; !status; turn++) {
+    int *ids = NULL, cap = 0, pos = 0, shifts = 0, status = sampler ? 0 : 1, turns = 0, refused = 0;
+    long prompt_tokens = 0, reply_tokens = 0;
+    double prompt_secs = 0, reply_secs = 0;
+    for (int turn = 0; !status && !interrupted; turn++) {
         const char *user = turn == 0 && o->prompt ? o->prompt : NULL;
         if (!user) {
+            if (tty) fprintf(stderr, "> ");
             ssize_t got = getline(&line, &line_cap, stdin);
-            if (got < 0) break; // end of input: the conversation is over
+            if (got < 0) break; // end of input (or Ctrl-C): the conversation is over
             if (got && line[got - 1] == '\n') line[got - 1] = 0;
             user = line;
         }
-        char *text = chat_render((ChatTemplate)k, turn == 0, o->system, user);
+        const int first = pos == 0; // nothing in the cache yet: the turn opens the conversation
+        char *text = chat_render((ChatTemplate)k, first, o->system, user);
         int n = 0;
-        if (!text || chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap)) status = 1;
-        free(text);
-        // A full context shifts (make_room), as in generate: the conversation goes on, its oldest
-        // turns dropped (all but the first --keep positions).
-        const int room = status ? 0 : make_room(t, o->keep, &pos, n, &shifts, err, sizeof err);
-        if (status || room) {
-            if (status) fprintf(stderr, "error: could not encode the turn\n");
-            if (room > 0)
-                fprintf(stderr,
-                        "error: the turn is %d tokens, more than the context of %d holds after the first %d kept "
-                        "(hint: a larger --ctx or a smaller --keep)\n",
-                        n, t->run.ctx, o->keep);
-            if (room < 0) fprintf(stderr, "error: %s\n", err);
+        if (!text || chat_encode(tok, c->bos_id, c->eos_id, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap)) {
+            free(text);
+            fprintf(stderr, "error: could not encode the turn\n");
             status = 1;
             break;
         }
+        free(text);
+        if (keep + n > t->run.ctx) { // no context shift can make room for it: refuse it, go on
+            fprintf(stderr,
+                    "chat: this turn is %d tokens, more than the context of %d holds after the first %d kept; it "
+                    "was not sent (hint: a shorter line, or a larger --ctx)\n",
+                    n, t->run.ctx, keep);
+            refused++;
+            continue;
+        }
+        // A full context shifts (make_room), as in generate: the conversation goes on, its oldest
+        // turns dropped (all but the first `keep` positions).
+        if (make_room(t, keep, &pos, n, &shifts, err, sizeof err)) {
+            fprintf(stderr, "error: %s\n", err);
+            status = 1;
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            sampler_accept(sampler, ids[i]);
+        double t0 = now();
         float *logits = NULL;
         for (int b = 0; b < n && !status; b += t->run.max_batch) { // the turn, in blocks
             int len = n - b < t->run.max_batch ? n - b : t->run.max_batch;
             status = transformer_forward(t, ids + b, len, pos + b, pos + n, 0, &logits, err, sizeof err);
         }
-        pos += n;
+        double t1 = now();
+        pos += n, turns++, prompt_tokens += n, prompt_secs += t1 - t0;
+        Stop stop = stop_new(o);
         int prev = ids[n - 1], generated = 0, ended = 0;
-        while (!status && generated < o->n_predict) { // the reply
-            int next = sample(logits, c->vocab_size, (float)o->temp, (float)o->top_p, cand, &rng);
+        while (!status && !interrupted && !stop.hit && (o->n_predict < 0 || generated < o->n_predict)) { // the reply
+            int next = sampler_sample(sampler, logits);
             ended = is_end(c, next);
-            if (!ended) emit(tok, prev, next);
-            const int room = make_room(t, o->keep, &pos, 1, &shifts, err, sizeof err);
+            if (!ended) emit(tok, prev, next, &stop);
+            sampler_accept(sampler, next);
+            const int room = make_room(t, keep, &pos, 1, &shifts, err, sizeof err);
             if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
             status = room != 0 || transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
             pos++, generated++, prev = next;
-            if (ended) break; // the end token is in the cache, as the template has it after the reply
+            if (ended || output_failed) break; // an end token is in the cache, as the template has it after the reply
         }
-        printf("\n");
-        fflush(stdout);
-        if (!status && !ended) { // cut by -n: close the turn as the template would
+        free(stop.tail);
+        reply_tokens += generated, reply_secs += now() - t1;
+        out_write("\n", 1);
+        if (output_failed) break;
+        if (!status && !ended && !interrupted) { // cut by -n or -r: close the turn as the template would
             n = 0;
-            const int bad = chat_encode(tok, c, chat_sentencepiece((ChatTemplate)k), chat_close((ChatTemplate)k),
-                                        &ids, &n, &cap);
-            const int room = bad ? 0 : make_room(t, o->keep, &pos, n, &shifts, err, sizeof err);
+            const int bad = chat_encode(tok, c->bos_id, c->eos_id, chat_sentencepiece((ChatTemplate)k),
+                                        chat_close((ChatTemplate)k), &ids, &n, &cap);
+            const int room = bad ? 0 : make_room(t, keep, &pos, n, &shifts, err, sizeof err);
             if (bad) snprintf(err, sizeof err, "could not encode the end of the turn");
             if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
             status = bad || room != 0;
@@ -711,20 +433,32 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
         }
         if (status) fprintf(stderr, "error: %s\n", err);
     }
+    char shifted[120] = "", skipped[60] = "";
     if (shifts)
-        fprintf(stderr, "chat: context shifts: %d (each kept the first %d positions and dropped the oldest half of "
-                        "the rest)\n", shifts, o->keep);
+        snprintf(shifted, sizeof shifted, " | context shifts: %d (kept %d, dropped the oldest half of the rest)",
+                 shifts, keep);
+    if (refused) snprintf(skipped, sizeof skipped, " | %d turn%s too long, not sent", refused, plural(refused));
+    fprintf(stderr,
+            "\nchat: %d turn%s%s | prompt: %ld token%s in %.3f s (%.1f tok/s) | replies: %ld token%s in %.3f s "
+            "(%.1f tok/s) | threads %d%s%s\n",
+            turns, plural(turns), skipped, prompt_tokens, plural(prompt_tokens), prompt_secs,
+            prompt_secs > 0 ? prompt_tokens / prompt_secs : 0.0, reply_tokens, plural(reply_tokens), reply_secs,
+            reply_secs > 0 ? reply_tokens / reply_secs : 0.0, t->state.n_threads, shifted,
+            interrupted ? " | stopped: interrupted (Ctrl-C)" : "");
     free(line);
     free(ids);
-    free(cand);
-    return status;
+    sampler_free(sampler);
+    if (output_status()) return 1;
+    return status ? status : interrupted ? 130 : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Perplexity: how surprised the model is by real text, position by position.
 //
 // The text (BOS first) is cut into consecutive windows of ctx tokens; each window starts at
-// position 0 with an empty cache, and each of its tokens t = 0 .. ctx-2 predicts token t+1. The
+// position 0 with an empty cache and, when the tokenizer adds one, with BOS in place of its first
+// token (as llama.cpp's perplexity does: a window is scored as the start of a text), and each of
+// its tokens t = 0 .. ctx-2 predicts token t+1. The
 // negative log-likelihood -log p(token t+1 | tokens 0..t) is summed per bucket of the position t:
 // [0, L), [L, 2L), [2L, 4L), ... with L the trained context, so the table shows where a scaling
 // mode stops extrapolating. perplexity = exp(mean NLL).
@@ -766,18 +500,27 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     fprintf(stderr, "perplexity: %d token%s, %d window%s of %d\n", n_tokens, plural(n_tokens), windows, plural(windows),
             N);
 
+    int *win = malloc((size_t)N * sizeof *win);
+    if (!win) {
+        fprintf(stderr, "error: out of memory\n");
+        free(ids);
+        return 1;
+    }
     double nll[MAX_BUCKETS] = {0};
     long count[MAX_BUCKETS] = {0};
     const int tty = isatty(fileno(stderr)); // a progress bar on a terminal, a line per window otherwise
     double t0 = now();
-    for (int w = 0; w < windows; w++) {
-        const int *win = ids + (size_t)w * N;
+    int w = 0;
+    for (; w < windows && !interrupted; w++) {
+        memcpy(win, ids + (size_t)w * N, (size_t)N * sizeof *win);
+        if (tokenizer_bos_id(tok) >= 0) win[0] = tokenizer_bos_id(tok);
         for (int b = 0; b < N; b += t->run.max_batch) { // one sequence of N tokens, as one HF forward pass
             int n = N - b < t->run.max_batch ? N - b : t->run.max_batch;
             float *logits;
             char err[300];
             if (transformer_forward(t, win + b, n, b, N, 1, &logits, err, sizeof err)) {
                 fprintf(stderr, "\nerror: %s\n", err);
+                free(win);
                 free(ids);
                 return 1;
             }
@@ -798,8 +541,13 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         if (!tty) fprintf(stderr, "window %d/%d\n", w + 1, windows);
     }
     double secs = now() - t0;
-    fprintf(stderr, "%s%d window%s in %.2f s (%.1f tok/s) | threads %d\n", tty ? "\r" : "", windows, plural(windows),
-            secs, windows * (double)N / secs, t->state.n_threads);
+    free(win);
+    fprintf(stderr, "%s%d window%s in %.2f s (%.1f tok/s) | threads %d%s\n", tty ? "\r" : "", w, plural(w), secs,
+            w * (double)N / secs, t->state.n_threads, interrupted ? " | stopped: interrupted (Ctrl-C)" : "");
+    if (interrupted) {
+        free(ids);
+        return 130;
+    }
 
     double total = 0;
     long total_count = 0;
@@ -809,6 +557,7 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     }
     printf("perplexity: %.6f\n", exp(total / total_count));
     printf("%-20s %10s %10s %12s\n", "positions", "tokens", "mean NLL", "perplexity");
+    errno = 0;
     for (int k = 0; k < MAX_BUCKETS; k++) {
         if (!count[k]) continue;
         long lo = k ? (long)L << (k - 1) : 0, hi = (long)L << k;
@@ -817,7 +566,8 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         printf("%-20s %10ld %10.6f %12.6f\n", range, count[k], nll[k] / count[k], exp(nll[k] / count[k]));
     }
     free(ids);
-    return 0;
+    if (fflush(stdout) || ferror(stdout)) output_failed = errno ? errno : EIO;
+    return output_status();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -883,6 +633,50 @@ static void banner_rope(const Transformer *t) {
             t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
+// The banner's tokenizer line: the file, and what goes around a prompt (tokenizer.h).
+static void banner_tokenizer(const Tokenizer *tok, const char *path) {
+    fprintf(stderr, "tokenizer: %s (vocab %d) | ", path, tokenizer_vocab_size(tok));
+    if (tokenizer_bos_id(tok) >= 0)
+        fprintf(stderr, "BOS %d first", tokenizer_bos_id(tok));
+    else
+        fprintf(stderr, "no BOS");
+    fprintf(stderr, " (%s)", tokenizer_bos_reason(tok));
+    if (tokenizer_eos_id(tok) >= 0) fprintf(stderr, " | EOS %d last (tokenizer_config.json add_eos_token)", tokenizer_eos_id(tok));
+    fprintf(stderr, "\n");
+}
+
+// Runs that go ahead but probably not as meant say so, each with the fix.
+static void warn_context(const Config *c, const RunConfig *run, const Options *o) {
+    const RopeParams *p = &run->rope;
+    const int L = p->orig_ctx, ctx = run->ctx;
+    const int own = (o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode) && o->rope.factor == 0;
+    if (ctx > L && p->mode == ROPE_SCALING_NONE)
+        fprintf(stderr,
+                "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
+                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope)\n",
+                ctx, L, L);
+    if (own && c->max_pos > L && ctx > c->max_pos)
+        fprintf(stderr,
+                "warning: --ctx %d is beyond the %d positions the checkpoint says it supports with its own %s "
+                "scaling (max_position_embeddings) (hint: --ctx %d, or a larger --rope-factor)\n",
+                ctx, c->max_pos, rope_scaling_name(c->rope.mode), c->max_pos);
+    // The positions a factor covers: s L (leaky-rerope: distances up to W + K (L - W) land inside L).
+    // Dynamic's factor grows with the length and covers any; rerope has none. A checkpoint's own
+    // factor covers what it says it supports (Llama 3.1: factor 8 of 8192, said good to 131072).
+    double covers = 0, fix = 0;
+    if (p->mode == ROPE_SCALING_PI || p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_YARN ||
+        p->mode == ROPE_SCALING_LLAMA3)
+        covers = p->factor * L, fix = (double)ctx / L;
+    else if (p->mode == ROPE_SCALING_LEAKY_REROPE)
+        covers = p->window + p->factor * (L - p->window), fix = (double)(ctx - p->window) / (L - p->window);
+    if (own && c->max_pos > covers) covers = c->max_pos;
+    if (covers && covers < ctx)
+        fprintf(stderr,
+                "warning: %s with --rope-factor %g covers %g positions, fewer than --ctx %d: positions past %g are "
+                "extrapolated (hint: --rope-factor %g, or leave it out: the default covers --ctx)\n",
+                rope_scaling_name(p->mode), p->factor, covers, ctx, covers, fix);
+}
+
 // The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
 // another error (both reported).
 static int configure(const Transformer *t, const Options *o, RunConfig *run) {
@@ -907,8 +701,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     }
     const int mode = o->rope.mode >= 0 ? o->rope.mode : (int)c->rope.mode;
     if (mode == ROPE_SCALING_NONE && o->rope.factor > 0) {
-        fprintf(stderr,
-                "error: --rope-factor needs a scaling mode (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3)\n");
+        fprintf(stderr, "error: --rope-factor needs a scaling mode (hint: --rope-scaling "
+                        "pi|ntk|dynamic|yarn|llama3|leaky-rerope; rerope takes --rope-window, not a factor)\n");
         return 2;
     }
     if (mode != ROPE_SCALING_NTK && o->rope.alpha > 0) {
@@ -927,6 +721,11 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     if (mode == ROPE_SCALING_LEAKY_REROPE && o->rope.factor == 1) {
         fprintf(stderr, "error: leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
                         "--rope-scaling none)\n");
+        return 2;
+    }
+    if (o->keep >= 0 && o->keep >= run->ctx - 1) { // parse_args checked this against an explicit --ctx
+        fprintf(stderr, "error: --keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
+                        "smaller --keep or a larger --ctx)\n", o->keep, run->ctx);
         return 2;
     }
     if (rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err)) {
@@ -967,10 +766,10 @@ static char *default_tokenizer(const char *model) {
 int main(int argc, char **argv) {
     Options o;
     int parsed = parse_args(argc, argv, &o);
-    if (parsed) {
-        if (parsed < 0) usage(stderr);
-        return parsed < 0 ? 2 : 0;
-    }
+    if (parsed) return parsed < 0 ? 2 : 0;
+    struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESETHAND}; // no SA_RESTART: getline returns
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
 #ifdef _OPENMP
     if (o.threads) omp_set_num_threads(o.threads);
 #endif
@@ -1002,28 +801,21 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    tokenizer_use_checkpoint(tok, c->bos_id, c->eos_id);
+
     RunConfig run;
     int status = configure(&t, &o, &run);
-    if (status == 0) banner_memory(&t, &run, o.model);
+    if (status == 0) {
+        banner_memory(&t, &run, o.model);
+        banner_tokenizer(tok, tok_path);
+    }
     PrepareStatus prepared = status ? PREPARE_OK : transformer_prepare(&t, &run, err, sizeof err);
     if (prepared != PREPARE_OK) {
         fprintf(stderr, "error: %s%s\n", err, prepared == PREPARE_BAD_ROPE ? "" : " (hint: a smaller --ctx)");
         status = 1;
     } else if (status == 0) {
         banner_rope(&t);
-        if (run.ctx > run.rope.orig_ctx && run.rope.mode == ROPE_SCALING_NONE)
-            fprintf(stderr,
-                    "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE "
-                    "scaling: expect the text to fall apart past %d (hint: --rope-scaling "
-                    "pi|ntk|dynamic|yarn|llama3)\n",
-                    run.ctx, run.rope.orig_ctx, run.rope.orig_ctx);
-        if (run.rope.mode == ROPE_SCALING_PI && run.rope.factor * run.rope.orig_ctx < run.ctx)
-            fprintf(stderr,
-                    "warning: --rope-factor %g maps only %g positions onto the %d trained ones, fewer than --ctx "
-                    "%d: positions past %g are extrapolated (hint: --rope-factor %g, or leave it out: the "
-                    "default is ctx / L)\n",
-                    run.rope.factor, run.rope.factor * run.rope.orig_ctx, run.rope.orig_ctx, run.ctx,
-                    run.rope.factor * run.rope.orig_ctx, (double)run.ctx / run.rope.orig_ctx);
+        warn_context(c, &run, &o);
         status = o.ppl                               ? perplexity(&t, tok, &o)
                  : o.mode && !strcmp(o.mode, "chat") ? chat(&t, tok, tok_path, &o)
                                                      : generate(&t, tok, &o);
@@ -1031,5 +823,9 @@ int main(int argc, char **argv) {
     tokenizer_free(tok);
     free(tok_default);
     transformer_free(&t);
+    if (!status && fclose(stdout)) { // what stdio still held, written now
+        fprintf(stderr, "error: cannot write the output: %s\n", strerror(errno));
+        status = 1;
+    }
     return status;
 }

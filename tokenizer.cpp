@@ -5,6 +5,7 @@
 
 #include "bpe.h"
 
+#include <cjson/cJSON.h>
 #include <sentencepiece_processor.h>
 
 #include <cstdio>
@@ -14,11 +15,116 @@
 #include <string>
 #include <vector>
 
+// What tokenizer_config.json says of one special token (BOS or EOS); see tokenizer.h.
+struct Special {
+    int add = -1;          // add_bos_token / add_eos_token: 1, 0, or -1 when not set
+    int named = 0;         // 1: bos_token / eos_token is set (to a token, or to null)
+    std::string name;      // its content; empty for null
+    int id = -1;           // the decision: the id added, -1 none
+    const char *reason = "";
+};
+
 struct Tokenizer {
     Bpe *bpe; // a tokenizer.json; NULL for a SentencePiece model, which is then in sp
     sentencepiece::SentencePieceProcessor sp;
     std::string piece; // what tokenizer_decode_piece returned last
+    Special bos, eos;
+    int gpt2_class = 0; // tokenizer_class GPT2Tokenizer(Fast): no BOS unless add_bos_token says so
+    int checkpoint_bos = -1, checkpoint_eos = -1;
 };
+
+extern "C" int tokenizer_token_id(const Tokenizer *t, const char *piece) {
+    if (!t->bpe) {
+        const int id = t->sp.PieceToId(piece);
+        return id == t->sp.unk_id() && t->sp.IdToPiece(id) != piece ? -1 : id;
+    }
+    const size_t want = strlen(piece);
+    for (int id = 0, n = bpe_vocab_size(t->bpe); id < n; id++) {
+        size_t len;
+        int special;
+        const char *bytes = bpe_token_bytes(t->bpe, id, &len, &special);
+        if (len == want && !memcmp(bytes, piece, len)) return id;
+    }
+    return -1;
+}
+
+// tokenizer_config.json's add_X_token and X_token ("<s>", {"content": "<s>", ...} or null).
+static void read_special(const cJSON *root, const char *add_key, const char *key, Special *s) {
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(root, add_key);
+    if (cJSON_IsBool(add)) s->add = cJSON_IsTrue(add);
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsObject(tok)) tok = cJSON_GetObjectItemCaseSensitive(tok, "content");
+    if (cJSON_IsNull(tok) || cJSON_IsString(tok)) s->named = 1;
+    if (cJSON_IsString(tok)) s->name = tok->valuestring;
+}
+
+extern "C" void tokenizer_config_json(Tokenizer *t, const char *text, size_t len) {
+    t->bos = Special(), t->eos = Special(), t->gpt2_class = 0;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (cJSON_IsObject(root)) {
+        read_special(root, "add_bos_token", "bos_token", &t->bos);
+        read_special(root, "add_eos_token", "eos_token", &t->eos);
+        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "tokenizer_class");
+        t->gpt2_class = cJSON_IsString(cls) && !strncmp(cls->valuestring, "GPT2Tokenizer", 13);
+    }
+    cJSON_Delete(root);
+    tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);
+}
+
+// tokenizer_config.json beside the tokenizer file, if there is one.
+static void read_config(Tokenizer *t, const char *tok_path) {
+    const char *slash = strrchr(tok_path, '/');
+    std::string path = std::string(tok_path, slash ? slash - tok_path + 1 : 0) + "tokenizer_config.json";
+    FILE *f = fopen(path.c_str(), "rb");
+    std::string text;
+    if (f) {
+        char buf[1 << 16];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+            text.append(buf, got);
+        fclose(f);
+    }
+    tokenizer_config_json(t, text.data(), text.size());
+}
+
+// The decision of tokenizer.h for one special token. is_bos: BOS (added by default), else EOS.
+static void decide(const Tokenizer *t, Special *s, int is_bos) {
+    int tmpl_bos = -1, tmpl_eos = -1;
+    const int tmpl = t->bpe && bpe_template(t->bpe, &tmpl_bos, &tmpl_eos);
+    const int tmpl_id = is_bos ? tmpl_bos : tmpl_eos;
+    const int own = t->bpe ? -1 : is_bos ? t->sp.bos_id() : t->sp.eos_id();
+    const int checkpoint = is_bos ? t->checkpoint_bos : t->checkpoint_eos;
+    int id;
+    if (tmpl_id >= 0)
+        id = tmpl_id;
+    else if (s->named)
+        id = s->name.empty() ? -1 : tokenizer_token_id(t, s->name.c_str());
+    else
+        id = t->bpe ? checkpoint : own; // a SentencePiece model knows its own (or has none)
+    int add;
+    if (s->add >= 0) {
+        add = s->add;
+        s->reason = is_bos ? "tokenizer_config.json add_bos_token" : "tokenizer_config.json add_eos_token";
+    } else if (tmpl) {
+        add = tmpl_id >= 0;
+        s->reason = "the template of tokenizer.json";
+    } else if (is_bos && t->gpt2_class) {
+        add = 0;
+        s->reason = "tokenizer_class GPT2Tokenizer";
+    } else {
+        add = is_bos;
+        s->reason = !is_bos      ? "the default"
+                    : t->bpe     ? (s->named ? "tokenizer_config.json bos_token" : "the checkpoint's bos_token_id")
+                                 : "SentencePiece's default";
+    }
+    s->id = add ? id : -1;
+}
+
+extern "C" void tokenizer_use_checkpoint(Tokenizer *t, int bos_id, int eos_id) {
+    t->checkpoint_bos = bos_id, t->checkpoint_eos = eos_id;
+    decide(t, &t->bos, 1);
+    decide(t, &t->eos, 0);
+}
 
 // A tokenizer.json is JSON, an object: its first byte that is not white space is '{'. A
 // SentencePiece model is a protocol buffer, whose first byte is a field tag (0x0A).
@@ -45,6 +151,7 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
             delete t;
             return nullptr;
         }
+        read_config(t, path);
         return t;
     }
     try {
@@ -60,6 +167,7 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
         delete t;
         return nullptr;
     }
+    read_config(t, path);
     return t;
 }
 
@@ -71,12 +179,12 @@ extern "C" void tokenizer_free(Tokenizer *t) {
 extern "C" int tokenizer_vocab_size(const Tokenizer *t) {
     return t->bpe ? bpe_vocab_size(t->bpe) : t->sp.GetPieceSize();
 }
-extern "C" int tokenizer_bos_id(const Tokenizer *t) { return t->bpe ? bpe_bos_id(t->bpe) : t->sp.bos_id(); }
-extern "C" int tokenizer_eos_id(const Tokenizer *t) { return t->bpe ? -1 : t->sp.eos_id(); }
+extern "C" int tokenizer_bos_id(const Tokenizer *t) { return t->bos.id; }
+extern "C" int tokenizer_eos_id(const Tokenizer *t) { return t->eos.id; }
+extern "C" const char *tokenizer_bos_reason(const Tokenizer *t) { return t->bos.reason; }
 
-extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int bos, int *n) {
+extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int specials, int *n) {
     std::vector<int> ids;
-    const int bos_id = tokenizer_bos_id(t);
     if (t->bpe) {
         int m;
         int *raw = bpe_encode(t->bpe, text, len, &m);
@@ -90,12 +198,13 @@ extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t le
             return nullptr;
         }
     }
-    const size_t first = bos && bos_id >= 0 ? 1 : 0;
-    int *out = static_cast<int *>(malloc((ids.size() + first + 1) * sizeof(int)));
+    const size_t first = specials && t->bos.id >= 0, last = specials && t->eos.id >= 0;
+    int *out = static_cast<int *>(malloc((ids.size() + first + last + 1) * sizeof(int)));
     if (!out) return nullptr;
-    if (first) out[0] = bos_id;
+    if (first) out[0] = t->bos.id;
     std::copy(ids.begin(), ids.end(), out + first);
-    *n = static_cast<int>(ids.size() + first);
+    if (last) out[first + ids.size()] = t->eos.id;
+    *n = static_cast<int>(ids.size() + first + last);
     return out;
 }
 

@@ -21,13 +21,33 @@ Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen);
 void tokenizer_free(Tokenizer *t);
 
 int tokenizer_vocab_size(const Tokenizer *t);
-int tokenizer_bos_id(const Tokenizer *t); // -1 if the model has none (tokenizer.json: if no template adds one)
-int tokenizer_eos_id(const Tokenizer *t); // -1 for a tokenizer.json, which does not say (the checkpoint does)
+// What tokenizer_encode puts around a text when asked to (specials = 1): BOS first, EOS last.
+// Hugging Face decides this in three places and this program reads all three, decided at load
+// and again when tokenizer_use_checkpoint gives the checkpoint's own ids:
+//   added or not   tokenizer_config.json's add_bos_token / add_eos_token, when it sets them; else a
+//                  tokenizer.json's TemplateProcessing (Llama 3.1: "<|begin_of_text|> $A"); else
+//                  BOS yes, EOS no, as Meta's reference code and llama.cpp do for Llama (the
+//                  original Llama 3 tokenizer.json has only a ByteLevel post-processor, which
+//                  adds nothing, yet the model was trained with BOS first). One exception, as
+//                  transformers' class default: tokenizer_class GPT2Tokenizer adds no BOS.
+//   which token    the template's; else tokenizer_config.json's bos_token / eos_token (null: none);
+//                  else SentencePiece's own; for a tokenizer.json, the checkpoint's bos_token_id
+//                  / eos_token_id.
+// tokenizer_config.json is the file of that name beside the tokenizer; a missing or unreadable
+// one says nothing.
+void tokenizer_use_checkpoint(Tokenizer *t, int bos_id, int eos_id); // -1: the checkpoint has none
+// tokenizer_load reads tokenizer_config.json itself; this takes its text from elsewhere (the fuzzer),
+// replacing what the file said. Text that is not a JSON object says nothing.
+void tokenizer_config_json(Tokenizer *t, const char *text, size_t len);
+int tokenizer_bos_id(const Tokenizer *t); // the id put first; -1: none
+int tokenizer_eos_id(const Tokenizer *t); // the id put last; -1: none
+const char *tokenizer_bos_reason(const Tokenizer *t); // why, for the banner: "tokenizer_config.json add_bos_token"
+int tokenizer_token_id(const Tokenizer *t, const char *piece); // the id of a token by its text; -1: none
 
 // Encode len bytes of text (any bytes; invalid UTF-8 is SentencePiece's to handle, and becomes U+FFFD
-// for a tokenizer.json), with the BOS id first if bos. Special tokens written in the text
+// for a tokenizer.json), with BOS and EOS around it as above if specials. Special tokens written in the text
 // ("<|eot_id|>") are matched by a tokenizer.json, as Hugging Face does; SentencePiece spells them. Returns a malloc'ed array of *n ids (free it), or NULL on failure.
-int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int bos, int *n);
+int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int specials, int *n);
 
 // The bytes that token id adds to the text when it follows token prev (prev < 0: nothing before
 // it). The leading-space marker becomes ' ' except at the very start, byte-fallback pieces such

@@ -6,6 +6,9 @@
 //                           decoded after the one before it as generation streams them; an id
 //                           or a previous id outside the vocabulary must give NULL, never a read
 //                           out of bounds.
+//   tokenizer_config_json   when the first byte has bit 2 set, the rest is tokenizer_config.json
+//                           instead (any bytes; JSON or not): what it decides must be -1 or a
+//                           token, and a text encoded with BOS and EOS must stay in the vocabulary.
 // The first byte picks the tokenizer: tok512 (stories260K) or the Llama 2 one (32000 pieces),
 // both from the repository's data/ folder (DATA_DIR, set by the Makefile; LRUN_DATA_DIR at run
 // time overrides it).
@@ -47,6 +50,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int vocab = tokenizer_vocab_size(tok);
     const char *text = (const char *)data + 1;
     const size_t len = size - 1;
+    if (data[0] & 4) { // the bytes as tokenizer_config.json, with a checkpoint BOS of 1 or none
+        tokenizer_use_checkpoint(tok, data[0] & 8 ? 1 : -1, data[0] & 8 ? 2 : -1);
+        tokenizer_config_json(tok, text, len);
+        const int bos = tokenizer_bos_id(tok), eos = tokenizer_eos_id(tok);
+        if (bos < -1 || bos >= vocab || eos < -1 || eos >= vocab || !tokenizer_bos_reason(tok)) abort();
+        int n = -1;
+        int *ids = tokenizer_encode(tok, "Hello", 5, 1, &n);
+        for (int i = 0; ids && i < n; i++)
+            if (ids[i] < 0 || ids[i] >= vocab) abort();
+        if (ids && (bos >= 0) != (ids[0] == bos)) abort();
+        free(ids);
+        tokenizer_config_json(tok, "", 0); // back to saying nothing, for the next input
+        tokenizer_use_checkpoint(tok, -1, -1);
+        return 0;
+    }
 
     // Encode, then stream the ids back out.
     int n = -1;

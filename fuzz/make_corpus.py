@@ -9,7 +9,8 @@ few small valid inputs and a few hand-made edge cases:
               (lrun/hf_random.py) by export/export.py; two tiny llama2.c legacy files (shared and
               separate classifier); and broken files: a header alone, a bare magic, "ak42".
   tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
-              UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range).
+              UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range); with
+              bit 2 set, the rest is a tokenizer_config.json (BOS and EOS settings) instead.
   cli/        command lines, arguments separated by NUL bytes.
   bpe/        a tiny byte-level tokenizer.json (256 bytes and a few merges) in each arrangement
               bpe.c reads (GPT-2's ByteLevel regex; Llama 3's Split + ByteLevel, ignore_merges,
@@ -78,6 +79,16 @@ def tokenizer_seeds():
     ids = [-1, 0, 1, 2, 3, 13, 100, 259, 511, 512, 31999, 32000, 13, -(2**31), 2**31 - 1, 5]
     seeds["ids"] = b"\x01" + struct.pack(f"<{len(ids)}i", *ids)
     seeds["ids-tok512"] = b"\x00" + struct.pack("<7i", 1, 300, 259, 2, 511, 512, 300)
+    # tokenizer_config.json (first byte bit 2; bit 3: the checkpoint has BOS 1 and EOS 2)
+    configs = {
+        "config-llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
+        "config-add-both": {"add_bos_token": True, "add_eos_token": True, "bos_token": {"content": "<s>"}},
+        "config-no-bos": {"add_bos_token": False, "bos_token": None, "tokenizer_class": "GPT2Tokenizer"},
+        "config-unknown-name": {"bos_token": "<nope>", "add_eos_token": True, "eos_token": 7},
+    }
+    for k, (name, cfg) in enumerate(configs.items()):
+        seeds[name] = bytes([4 | (k & 1) | (8 if k & 2 else 0)]) + json.dumps(cfg).encode()
+    seeds["config-not-json"] = b"\x0c{\"add_bos_token\": tru"
     return seeds
 
 
@@ -154,6 +165,12 @@ def cli_seeds():
         "missing-value": ["m.bin", "--top-p"],
         "help": ["--help"],
         "unknown": ["m.bin", "--bogus", "1", "-"],
+        "sampler": ["m.bin", "--top-k", "40", "--min-p", "0.05", "--repeat-penalty", "1.1", "--repeat-last-n", "-1",
+                    "-n", "-1", "-s", "7"],
+        "reverse-prompts": ["m.bin", "-r", "User:", "--reverse-prompt", "\n\n", "-r", "x", "--verbose-prompt"],
+        "equals": ["m.bin", "--ctx=64", "--top-k=0", "--rope-scaling=yarn", "--temp=", "--attn-logn=1", "-n=3"],
+        "llama-cpp": ["-m", "m.bin", "-p", "Once upon a time", "-t", "4", "-ngl", "99", "--tmep", "1", "--version"],
+        "chat-template": ["m.bin", "-m", "chat", "--chat-template", "chatml", "--keep", "63", "--ctx", "64"],
     }
     return {name: b"\0".join(a.encode() for a in args) for name, args in lines.items()}
 

