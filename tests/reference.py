@@ -420,8 +420,9 @@ class Reference:
         """Mean next-token NLL over consecutive non-overlapping windows of `window` tokens.
 
         tokens: ids (the caller tokenizes with BOS first, e.g. encode(text)) or a str to encode so.
-        Each window is evaluated on its own from position 0, giving window-1 predictions: position
-        j predicts token j+1. how: "prefill" one forward (logits), "recompute" logits_growing,
+        Each window is evaluated on its own from position 0, its first token replaced by BOS (as
+        ./run and llama.cpp's perplexity do: each window is scored as the start of a text), giving
+        window-1 predictions: position j predicts token j+1. how: "prefill" one forward (logits), "recompute" logits_growing,
         "raw" / "rotated" logits_cached with that kind of key cache (they differ only for dynamic).
         A trailing partial window is dropped. Predictions are bucketed by j: [0, L), [L, 2L), [2L, 4L), ... (L = the
         trained context), the last bucket cut at window-1.
@@ -447,7 +448,8 @@ class Reference:
         if max_windows is not None:
             n_windows = min(n_windows, max_windows)
         for w in range(n_windows):
-            seq = tokens[w * window:(w + 1) * window]
+            seq = tokens[w * window:(w + 1) * window].copy()
+            seq[0] = self.bos_id
             lg = run(seq)                                                          # (window, V)
             lg = lg[:-1]
             lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)

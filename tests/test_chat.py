@@ -168,12 +168,34 @@ def test_chat_goes_on_past_the_context(c_tools, llama3):
 
     roomy, tight = chat("--ctx", "1024"), chat("--ctx", "64")
     assert roomy.returncode == 0 and tight.returncode == 0, tight.stderr.decode()
-    shifts = re.search(rb"chat: context shifts: (\d+) \(each kept the first 4 positions", tight.stderr)
+    shifts = re.search(rb" \| context shifts: (\d+) \(kept 4, dropped the oldest half of the rest\)", tight.stderr)
     assert shifts and int(shifts.group(1)) >= 3 and b"context shifts" not in roomy.stderr, tight.stderr.decode()
     print(f"10 turns in --ctx 64: {shifts.group(1).decode()} shifts")
     assert tight.stdout.count(b"\n") == roomy.stdout.count(b"\n") == 10
     assert tight.stdout.split(b"\n")[0] == roomy.stdout.split(b"\n")[0]
-    kept = chat("--ctx", "64", "--keep", "60")
+    # The timing line at the end: turns, the tokens fed and generated.
+    assert re.search(rb"\nchat: 10 turns \| prompt: \d+ tokens in [\d.]+ s \([\d.]+ tok/s\) \| replies: \d+ tokens",
+                     tight.stderr), tight.stderr.decode()
+
+
+def test_chat_refuses_a_turn_that_does_not_fit_and_goes_on(c_tools, llama3):
+    """A line longer than the context is not sent: the chat says so and reads the next line, whose
+    reply is the one it gets when the long line was never typed. A --keep that leaves no room for
+    any turn refuses each of them the same way."""
+    _, out, _ = llama3
+
+    def chat(lines, *flags):
+        return subprocess.run([str(REPO / "run"), str(out), "-m", "chat", "-t", "0", "-n", "6", "--ctx", "64", *flags],
+                              input="".join(f"{x}\n" for x in lines).encode(), capture_output=True)
+    long_line = " ".join(["word"] * 200)
+    skipped, direct = chat([long_line, USER1]), chat([USER1])
+    err = skipped.stderr.decode()
+    assert skipped.returncode == 0, err
+    assert re.search(r"chat: this turn is \d+ tokens, more than the context of 64 holds after the first 4 kept; it was "
+                     r"not sent \(hint: a shorter line, or a larger --ctx\)", err), err
+    assert skipped.stdout == direct.stdout and skipped.stdout.count(b"\n") == 1
+    assert "chat: 1 turn | 1 turn too long, not sent | prompt: " in err
+    kept = chat([USER1, USER2], "--keep", "60")
     err = kept.stderr.decode()
-    assert kept.returncode == 1 and "more than the context of 64 holds after the first 60 kept" in err, err
-    assert "hint: a larger --ctx or a smaller --keep" in err
+    assert kept.returncode == 0 and err.count("more than the context of 64 holds after the first 60 kept") == 2, err
+    assert "chat: 0 turns | 2 turns too long, not sent" in err

