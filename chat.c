@@ -125,7 +125,6 @@ const char *chat_close(ChatTemplate k) {
     return k == CHAT_LLAMA3 ? "<|eot_id|>" : k == CHAT_CHATML ? "<|im_end|>" : k == CHAT_LLAMA2 ? " </s>" : "</s>";
 }
 
-
 int chat_template_from_name(const char *name) {
     for (int k = 0; k < CHAT_COUNT; k++)
         if (!strcmp(name, CHAT_NAMES[k])) return k;

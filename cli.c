@@ -16,9 +16,8 @@
 #include "chat.h"
 #include "kernels.h"
 
-#ifndef LRUN_VERSION
-#define LRUN_VERSION "0.35"
-#endif
+// The program's version, raised by hand when what a user sees changes (flags, output, file format).
+#define LRUN_VERSION "0.9.0"
 
 // What kind of value a flag takes. FLAG_SWITCH takes none (the flag alone sets an int to 1);
 // FLAG_LIST is text that may be given several times (-r).
@@ -95,8 +94,6 @@ static const char *const LLAMA_CPP[][2] = {
 };
 
 static void see_help(void) { fprintf(stderr, "see ./run --help\n"); }
-
-static const char *plural(long n) { return n == 1 ? "" : "s"; }
 
 // The edit distance of a and b, a swap of two neighbours counting as one edit (--tmep is one from
 // --temp), capped at 3: enough to tell a typo.
@@ -286,8 +283,10 @@ int parse_args(int argc, char **argv, Options *o) {
             if (!strcmp(name, f->names[j])) o->gen_flag = f->names[j];
         // llama.cpp's -t is its thread count: a whole number of 2 or more is probably meant as one.
         if (f->offset == offsetof(Options, temp) && o->temp >= 2 && o->temp == floor(o->temp) && name[1] != '-')
-            fprintf(stderr, "warning: -t %s is the temperature here (llama2.c's -t); the thread count is "
-                            "--threads\n", value);
+            fprintf(stderr,
+                    "warning: -t %s is the temperature here (llama2.c's -t); the thread count is "
+                    "--threads\n",
+                    value);
     }
     const int chat = o->mode && !strcmp(o->mode, "chat");
     if (o->mode && !chat && strcmp(o->mode, "generate")) {
@@ -317,8 +316,10 @@ int parse_args(int argc, char **argv, Options *o) {
                  o->gen_flag, o->gen_flag),
             problem = msg;
     else if (o->keep >= 0 && o->ctx && o->keep >= o->ctx - 1) // run.c checks it again against a trained ctx
-        snprintf(msg, sizeof msg, "--keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
-                                  "smaller --keep or a larger --ctx)", o->keep, o->ctx),
+        snprintf(msg, sizeof msg,
+                 "--keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
+                 "smaller --keep or a larger --ctx)",
+                 o->keep, o->ctx),
             problem = msg;
     if (problem) {
         fprintf(stderr, "error: %s\n", problem);
@@ -342,7 +343,6 @@ int parse_args(int argc, char **argv, Options *o) {
         see_help();
         return -1;
     }
-    (void)plural;
     return 0;
 }
 

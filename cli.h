@@ -13,24 +13,24 @@
 
 typedef struct {
     const char *model;
-    const char *tokenizer;   // -z; default: tokenizer.model, else tokenizer.json, beside the model
+    const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
     const char *prompt;
     const char *prompt_file; // -f: the prompt is this file's bytes
     int n_predict;           // tokens to generate; -1: until an end token
     int keep;                // --keep: positions a context shift keeps at the start; -1: 4 (run.c)
     double temp;             // 0 = greedy
     double top_p, min_p, repeat_penalty;
-    int top_k, repeat_last_n; // repeat_last_n -1: the whole context
-    long seed;               // -1: not given (run.c draws one)
-    int ctx;                 // 0 = the trained context
-    int threads;             // 0 = OpenMP's default
-    int batch;               // prompt tokens per forward call
-    const char *ppl;         // --ppl FILE: evaluate perplexity instead of generating
-    int ppl_windows;         // 0 = all windows
-    const char *rope_mode;   // --rope-scaling; NULL = the checkpoint's own
+    int top_k, repeat_last_n;      // repeat_last_n -1: the whole context
+    long seed;                     // -1: not given (run.c draws one)
+    int ctx;                       // 0 = the trained context
+    int threads;                   // 0 = OpenMP's default
+    int batch;                     // prompt tokens per forward call
+    const char *ppl;               // --ppl FILE: evaluate perplexity instead of generating
+    int ppl_windows;               // 0 = all windows
+    const char *rope_mode;         // --rope-scaling; NULL = the checkpoint's own
     const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
-    int attn_logn;           // --attn-logn (a switch)
-    int verbose_prompt;      // --verbose-prompt (a switch): the prompt's ids on stderr
+    int attn_logn;                 // --attn-logn (a switch)
+    int verbose_prompt;            // --verbose-prompt (a switch): the prompt's ids on stderr
     RopeOverrides rope;
     const char *reverse[MAX_REVERSE_PROMPTS]; // -r: stop when the output shows one of these
     int n_reverse;

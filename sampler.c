@@ -12,11 +12,11 @@
 struct Sampler {
     SamplerParams p;
     int n_vocab;
-    unsigned long long rng;   // xorshift64* state, never 0
-    int *recent, n_recent;    // the last repeat_last_n tokens, a ring; next write at head
+    unsigned long long rng; // xorshift64* state, never 0
+    int *recent, n_recent;  // the last repeat_last_n tokens, a ring; next write at head
     int head;
-    unsigned *seen, epoch;    // seen[id] == epoch: id already penalised in this step
-    Candidate *cand;          // [n_vocab]
+    unsigned *seen, epoch; // seen[id] == epoch: id already penalised in this step
+    Candidate *cand;       // [n_vocab]
 };
 
 Sampler *sampler_new(const SamplerParams *p, int vocab_size, unsigned long long seed) {
@@ -77,9 +77,7 @@ static int before(const Candidate *a, const Candidate *b) {
     return a->prob > b->prob || (a->prob == b->prob && a->id < b->id);
 }
 
-static int by_order(const void *a, const void *b) {
-    return before(b, a) - before(a, b);
-}
+static int by_order(const void *a, const void *b) { return before(b, a) - before(a, b); }
 
 // Rearrange c[0..n) so that its first k entries are the k first in the order (Hoare's selection).
 static void select_first(Candidate *c, int n, int k) {
@@ -88,13 +86,18 @@ static void select_first(Candidate *c, int n, int k) {
         Candidate pivot = c[lo + (hi - lo) / 2], t;
         int i = lo, j = hi;
         while (i <= j) {
-            while (before(&c[i], &pivot)) i++;
-            while (before(&pivot, &c[j])) j--;
+            while (before(&c[i], &pivot))
+                i++;
+            while (before(&pivot, &c[j]))
+                j--;
             if (i <= j) t = c[i], c[i++] = c[j], c[j--] = t;
         }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
     }
 }
 

@@ -67,8 +67,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         resolve(&o, &plain);
         resolve(&o, &yarn);
         enum { V = 97 };
-        const SamplerParams p = {.temp = o.temp, .top_p = o.top_p, .min_p = o.min_p,
-                                 .repeat_penalty = o.repeat_penalty, .top_k = o.top_k,
+        const SamplerParams p = {.temp = o.temp,
+                                 .top_p = o.top_p,
+                                 .min_p = o.min_p,
+                                 .repeat_penalty = o.repeat_penalty,
+                                 .top_k = o.top_k,
                                  .repeat_last_n = o.repeat_last_n < 0 ? 512 : o.repeat_last_n % 4096};
         Sampler *s = sampler_new(&p, V, (unsigned long long)o.seed);
         float logits[V];

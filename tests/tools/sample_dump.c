@@ -21,8 +21,9 @@ int main(int argc, char **argv) {
     }
     SamplerParams p;
     int v, h;
-    if (scanf("%lf %lf %lf %lf %d %d %d", &p.temp, &p.top_p, &p.min_p, &p.repeat_penalty, &p.top_k,
-              &p.repeat_last_n, &v) != 7 || v < 1) {
+    if (scanf("%lf %lf %lf %lf %d %d %d", &p.temp, &p.top_p, &p.min_p, &p.repeat_penalty, &p.top_k, &p.repeat_last_n,
+              &v) != 7 ||
+        v < 1) {
         fprintf(stderr, "error: bad parameters\n");
         return 1;
     }
