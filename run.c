@@ -6,25 +6,24 @@
 //   ./run model.bin --ctx 4096 --rope-scaling ntk   run past the trained context
 //   ./run model.bin --ppl text.txt --ctx 2048       perplexity, by position bucket
 //
-// This file owns the process: it parses the flags, loads the model and tokenizer, runs the
-// generation loop with its sampler, prints the banner and timings on stderr, and is the only
-// place that decides to exit. Exit status: 0 ok, 1 runtime or file error, 2 usage error.
+// This file owns the process: it loads the model and tokenizer with the flags cli.c parsed, runs
+// the generation loop with sampler.c's sampler, the chat loop with chat.c's templates, or the
+// perplexity, prints the banner and timings on stderr, and is the only place that decides to
+// exit. Exit status: 0 ok, 1 runtime or file error, 2 usage error, 130 after Ctrl-C.
 #define _GNU_SOURCE // memmem
-#include <ctype.h>
 #include <errno.h>
-#include <stddef.h>
 #include <math.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-#include <signal.h>
-#include <sys/random.h>
 
 #include "chat.h"
 #include "cli.h"
@@ -172,7 +171,8 @@ static Sampler *make_sampler(const Options *o, int vocab_size, int ctx) {
     unsigned long long seed = (unsigned long long)o->seed;
     if (o->seed < 0) {
         unsigned long long r = 0;
-        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (unsigned long long)time(NULL) ^ (unsigned long long)getpid() << 32;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) // no kernel source: time and pid
+            r = (unsigned long long)time(NULL) ^ (unsigned long long)getpid() << 32;
         seed = r % 9000000000000000000ULL;
     }
     SamplerParams p = {.temp = o->temp, .top_p = o->top_p, .min_p = o->min_p, .repeat_penalty = o->repeat_penalty,
@@ -193,7 +193,7 @@ static Sampler *make_sampler(const Options *o, int vocab_size, int ctx) {
 static void show_prompt(Tokenizer *tok, const int *ids, int n) {
     fprintf(stderr, "prompt: %d token%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
-        size_t len;
+        size_t len = 0;
         const char *piece = tokenizer_decode_piece(tok, i ? ids[i - 1] : -1, ids[i], &len);
         fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", len ? "" : " (special)");
     }
@@ -573,6 +573,38 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 // ---------------------------------------------------------------------------------------------
 // main
 
+// How long an OpenMP thread with nothing to do spins before it sleeps. libgomp's default is 300,000
+// spins (GOMP_SPINCOUNT); while another process holds one of the cores, the threads then spin
+// against each other at every region's end, and a 2-thread decode of the 110M shape with one core
+// busy took over 60 s where one thread took 1.1 s. 1000 spins cost nothing measurable on an idle
+// machine and keep a busy one at 2.3 s (passive, no spinning: 1.7 s busy but 1.44x slower idle);
+// docs/threads.md has the table. libgomp reads the variable once, as it loads, before main: so
+// when the user has set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets it and starts the
+// program again. If that exec fails (no /proc), the run goes on with libgomp's default.
+#define DEFAULT_SPINCOUNT "1000"
+
+static void default_spin(char **argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("GOMP_SPINCOUNT", DEFAULT_SPINCOUNT, 1) == 0) execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT"); // the exec failed: say nothing we did not do
+#else
+    (void)argv;
+#endif
+}
+
+// What the threads do while they wait, for the banner.
+static const char *wait_policy(char *buf, size_t len) {
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
+    if (policy)
+        snprintf(buf, len, "OMP_WAIT_POLICY=%.20s", policy);
+    else if (spins)
+        snprintf(buf, len, "GOMP_SPINCOUNT=%.20s%s", spins, strcmp(spins, DEFAULT_SPINCOUNT) ? "" : ", the default");
+    else
+        snprintf(buf, len, "libgomp's default wait");
+    return buf;
+}
+
 // What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
 static size_t available_memory(void) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -590,6 +622,7 @@ static size_t available_memory(void) {
 // allocate (the KV cache and the activations; the weights are mmapped) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
     const Config *c = &t->config;
+    char waiting[64];
     fprintf(stderr,
             "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d\n",
@@ -606,10 +639,11 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
         snprintf(supports, sizeof supports, " (supports %d with its scaling)", c->max_pos);
     fprintf(stderr,
             "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s%s, "
-            "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s\n",
+            "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
             c->rope.orig_ctx, supports, run->ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
             dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
-            (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa());
+            (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
+            wait_policy(waiting, sizeof waiting));
 }
 
 // The banner's RoPE line, once the tables are made.
@@ -764,6 +798,7 @@ static char *default_tokenizer(const char *model) {
 }
 
 int main(int argc, char **argv) {
+    default_spin(argv);
     Options o;
     int parsed = parse_args(argc, argv, &o);
     if (parsed) return parsed < 0 ? 2 : 0;

@@ -156,3 +156,14 @@ def test_repeat_penalty_changes_a_looping_greedy_run(c_tools):
     pen = run("-t", "0", "-n", "200", "-i", "Once upon a time", "--repeat-penalty", "1.3")[1]
     off = run("-t", "0", "-n", "200", "-i", "Once upon a time", "--repeat-penalty", "1.3", "--repeat-last-n", "0")[1]
     assert pen != base and off == base
+
+
+def test_default_spin_count_and_the_users_own(c_tools):
+    """With neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, ./run restarts itself with
+    GOMP_SPINCOUNT=1000 (README, "Threads") and says so; a setting of the user's is kept."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    for env, shown in ((clean, "(GOMP_SPINCOUNT=1000, the default)"),
+                       ({**clean, "OMP_WAIT_POLICY": "passive"}, "(OMP_WAIT_POLICY=passive)"),
+                       ({**clean, "GOMP_SPINCOUNT": "50"}, "(GOMP_SPINCOUNT=50)")):
+        p = subprocess.run([*M, "-n", "2", "-t", "0"], capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0 and re.search(r"\| threads \d+ " + re.escape(shown), p.stderr), p.stderr

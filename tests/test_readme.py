@@ -30,10 +30,10 @@ def test_quick_start_output(c_tools):
     def fixed(text):
         lines = [line for line in text.splitlines() if not line.startswith("prompt:")]
         lines = [re.sub(r"sampling: seed \d+ ", "sampling: seed * ", line) for line in lines]
-        return [re.sub(r"activations [\d.]+ MiB, of [\d.]+ GiB available \| kernels \S+",
-                       "activations *, of * available | kernels *", line) for line in lines]
+        return [re.sub(r"activations [\d.]+ MiB, of [\d.]+ GiB available \| kernels \S+ \| threads \d+",
+                       "activations *, of * available | kernels * | threads *", line) for line in lines]
     assert fixed(proc.stderr) == fixed(banner)
-    assert any("activations *, of * available | kernels *" in line for line in fixed(banner))
+    assert any("activations *, of * available | kernels * | threads *" in line for line in fixed(banner))
     timing = [line for line in proc.stderr.splitlines() if line.startswith("prompt:")]
     assert len(timing) == 1 and re.search(r"generation: 57 tokens, 56 decode steps", timing[0])
 
