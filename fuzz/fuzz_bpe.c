@@ -46,7 +46,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const int vocab = bpe_vocab_size(b);
-    if (bpe_bos_id(b) < -1 || bpe_bos_id(b) >= vocab) abort();
+    int bos, eos;
+    const int tmpl = bpe_template(b, &bos, &eos);
+    if (bos < -1 || bos >= vocab || eos < -1 || eos >= vocab || (!tmpl && (bos != -1 || eos != -1))) abort();
     int n = -1, m = -1;
     int *ids = bpe_encode(b, text, text_len, &n);
     if (!ids) abort(); // only out of memory, which these sizes never are
