@@ -29,13 +29,15 @@ llama-bench and llama-batched-bench, and GGUF_DIR holding SHAPE-DTYPE.gguf (110m
 converted from the same Hugging Face checkpoints that bench.py exports for ./run (docs/speed.md
 says how). Cells whose files are missing on either side are skipped and listed.
 """
+import datetime
 import json
+import os
 import re
 import statistics
 import subprocess
 from pathlib import Path
 
-import bench
+import common  # shared with bench.py (which starts this for --llama-cpp): checkpoints, prompts, timing line
 
 TG, PP, DEEP, DEEP_CTX, DEEP_GEN, WIN = 64, 512, 4000, 4096, 32, 4096
 CELLS = ("tg", "pp", "tg@4k", "win4k")
@@ -60,7 +62,7 @@ def run(cmd, env=None):
 
 
 def ours(model, tok, cell, threads, prompts):
-    base = [str(bench.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads),
+    base = [str(common.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads),
             "-ctk", "f16", "-ctv", "f16"]  # llama.cpp's default KV cache
     if cell == "tg":
         args = ["-i", "", "-n", str(TG + 1), "--ctx", "1024"]
@@ -70,7 +72,7 @@ def ours(model, tok, cell, threads, prompts):
         args = ["-i", prompts[WIN], "-n", "1", "--ctx", str(WIN)]
     else:
         args = ["-i", prompts[DEEP], "-n", str(DEEP_GEN + 1), "--ctx", str(DEEP_CTX)]
-    m = bench.TIMING.search(run(base + args, env=bench.RUN_ENV).stderr)
+    m = common.TIMING.search(run(base + args, env=common.RUN_ENV).stderr)
     return float(m.group(3)) if cell in ("pp", "win4k") else float(m.group(7))
 
 
@@ -89,7 +91,7 @@ def theirs(bindir, gguf, cell, threads):
 
 def probe(threads, compute):
     """bench/bwprobe's read bandwidth at this thread count, GB/s; its compute line goes into compute."""
-    out = run([str(bench.REPO / "bench" / "bwprobe"), "1024", "3"]).stdout
+    out = run([str(common.REPO / "bench" / "bwprobe"), "1024", "3"]).stdout
     compute.append(float(re.search(rf"compute, threads {threads}: ([\d.]+) GFLOP/s", out).group(1)))
     return float(re.search(rf"^threads {threads}: ([\d.]+) GB/s", out, re.M).group(1))
 
@@ -100,31 +102,31 @@ def main(args):
         if not (bindir / tool).exists():
             raise SystemExit(f"versus: no {tool} in {bindir} (hint: --llama-cpp is llama.cpp's build/bin folder)")
     rows, skipped = [], []
-    started, load_before = bench.datetime.datetime.now(), bench.loadavg()
+    started, load_before = datetime.datetime.now(), common.loadavg()
     prompts = {}
     for shape in args.shape:
         if shape == "stories260k":
             continue  # no GGUF of it: llama.cpp's converter wants a larger vocabulary layout
-        tok = bench.SHAPES[shape]["tokenizer"]
+        tok = common.SHAPES[shape]["tokenizer"]
         if not prompts:
-            prompts = {n: bench.prompt_text(tok, n) for n in (PP, DEEP, WIN)}
+            prompts = {n: common.prompt_text(tok, n) for n in (PP, DEEP, WIN)}
         for dtype in args.dtype:
             gguf = ggufs / f"{shape}-{dtype}.gguf"
-            model = bench.checkpoint(args.cache, shape, dtype)
+            model = common.checkpoint(args.cache, shape, dtype)
             if not gguf.exists():
                 skipped.append(f"{shape} {dtype} (no {gguf.name})")
                 continue
-            h = bench.read_header(model)
+            h = common.read_header(model)
             wbytes = weight_bytes(h, dtype)
             for threads in args.threads:
                 got = {c: ([], []) for c in CELLS}
                 probes, compute = [], []
-                bench.fresh_pages(model, gguf)
+                common.fresh_pages(model, gguf)
                 ours(model, tok, "tg", threads, prompts)  # warm up: both files in the page cache
                 theirs(bindir, gguf, "tg", threads)
                 for r in range(args.runs):
-                    bench.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
-                    bench.fresh_pages(model, gguf)
+                    common.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
+                    common.fresh_pages(model, gguf)
                     before = probe(threads, compute)
                     for cell in CELLS:
                         if cell == "tg@4k" and args.no_long or cell == "win4k" and args.no_window:
@@ -143,14 +145,12 @@ def main(args):
                         row[cell] = (statistics.median(a), statistics.median(b), [x / y for x, y in zip(a, b)])
                 row["gbps"] = tuple(v * wbytes / 1e9 for v in row["tg"][:2])
                 rows.append(row)
-                bench.log(f"versus:   tg ours {row['tg'][0]:.2f} llama.cpp {row['tg'][1]:.2f} tok/s, "
+                common.log(f"versus:   tg ours {row['tg'][0]:.2f} llama.cpp {row['tg'][1]:.2f} tok/s, "
                           f"{row['gbps'][0] / bw:.0%} / {row['gbps'][1] / bw:.0%} of the probe ({bw:.1f} GB/s)")
     lines = [f"# ./run against llama.cpp, {started:%Y-%m-%d %H:%M}", "",
-             f"Machine: {bench.machine()}; Linux {bench.os.uname().release}; commit "
-             + subprocess.run(["git", "-C", str(bench.REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip() + f"; llama.cpp: {bindir}",
-             f"Load average (1, 5, 15 min): {load_before} before, {bench.loadavg()} after "
-             f"({(bench.datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
+             f"Machine: {common.machine()}; Linux {os.uname().release}; commit {common.commit()}; llama.cpp: {bindir}",
+             f"Load average (1, 5, 15 min): {load_before} before, {common.loadavg()} after "
+             f"({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
              f"Medians of {args.runs} interleaved rounds. tg = {TG} decode steps from an empty context; pp = a {PP}-token "
              f"prompt; tg@4k = {DEEP_GEN} steps after {DEEP} tokens (--ctx {DEEP_CTX}); win4k = one {WIN}-token window. "
              "Cells: ours / llama.cpp tok/s (ratio of the medians, and the lowest and highest ratio within one "
@@ -179,4 +179,4 @@ def main(args):
     table = "\n".join(lines) + "\n"
     print(table)
     args.out.write_text(table)
-    bench.log(f"versus: wrote {args.out}")
+    common.log(f"versus: wrote {args.out}")
