@@ -161,6 +161,31 @@ static int make_room(Transformer *t, int keep, int *pos, int need, int *shifts, 
     return 0;
 }
 
+// Run n tokens at positions pos, pos + 1, ... in blocks of --batch-size, all of them one sequence
+// (as one Hugging Face forward pass over them would be); the last one's logits in *logits. Stops
+// early after Ctrl-C. Returns how many ran, -1 after an error (in err).
+static int prefill(Transformer *t, const int *ids, int n, int pos, float **logits, char *err, size_t errlen) {
+    int done = 0;
+    while (done < n && !interrupted) {
+        const int len = n - done < t->run.max_batch ? n - done : t->run.max_batch;
+        if (transformer_forward(t, ids + done, len, pos + done, pos + n, 0, logits, err, errlen)) return -1;
+        done += len;
+    }
+    return done;
+}
+
+// One decode step, the same for generation and chat: room for one more token (a context shift
+// when the context is full), then the token at *pos, which moves on by one. Returns 0; 1 when no
+// shift can make the room; -1 after an error (in err).
+static int decode_step(Transformer *t, int keep, int token, int *pos, int *shifts, float **logits, char *err,
+                       size_t errlen) {
+    const int room = make_room(t, keep, pos, 1, shifts, err, errlen);
+    if (room) return room;
+    if (transformer_forward(t, &token, 1, *pos, *pos + 1, 0, logits, err, errlen)) return -1;
+    (*pos)++;
+    return 0;
+}
+
 // The positions a context shift keeps: --keep, or 4 (attention's sinks: BOS and three more),
 // fewer in a context of 4 or less.
 static int keep_of(const Options *o, int ctx) { return o->keep >= 0 ? o->keep : ctx - 1 < 4 ? ctx - 1 : 4; }
@@ -238,8 +263,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     Stop stop = stop_new(o);
     const int keep = keep_of(o, t->run.ctx);
 
-    // Prompt: echo it, then run it through the network in blocks, all of them one sequence of
-    // n_prompt tokens (as one Hugging Face forward pass over the prompt would be).
+    // Prompt: echo it, then run it through the network.
     for (int i = 0; i < n_prompt; i++) {
         emit(tok, i ? ids[i - 1] : -1, ids[i], NULL);
         sampler_accept(sampler, ids[i]);
@@ -247,12 +271,8 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     double t0 = now();
     float *logits = NULL;
     char err[300];
-    int status = 0, prompt_done = 0;
-    for (int b = 0; b < n_prompt && !status && !interrupted; b += t->run.max_batch) {
-        int len = n_prompt - b < t->run.max_batch ? n_prompt - b : t->run.max_batch;
-        status = transformer_forward(t, ids + b, len, b, n_prompt, 0, &logits, err, sizeof err);
-        prompt_done = b + len;
-    }
+    const int prompt_done = prefill(t, ids, n_prompt, 0, &logits, err, sizeof err);
+    int status = prompt_done < 0;
     double t1 = now();
 
     // Decode: sample, print, feed back, until n_predict tokens (-1: no limit) or an end of text.
@@ -282,13 +302,13 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
             why = "interrupted (Ctrl-C)";
             break;
         }
-        const int room = make_room(t, keep, &pos, 1, &shifts, err, sizeof err);
-        if (room > 0) {
+        const int step = decode_step(t, keep, next, &pos, &shifts, &logits, err, sizeof err);
+        if (step > 0) {
             why = "context full (hint: a larger --ctx or a smaller --keep)";
             break;
         }
-        status = room < 0 || transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
-        pos++, steps++;
+        status = step < 0;
+        steps++;
     }
     double t2 = now();
     sampler_free(sampler);
@@ -397,12 +417,10 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
             sampler_accept(sampler, ids[i]);
         double t0 = now();
         float *logits = NULL;
-        for (int b = 0; b < n && !status; b += t->run.max_batch) { // the turn, in blocks
-            int len = n - b < t->run.max_batch ? n - b : t->run.max_batch;
-            status = transformer_forward(t, ids + b, len, pos + b, pos + n, 0, &logits, err, sizeof err);
-        }
+        const int fed = prefill(t, ids, n, pos, &logits, err, sizeof err);
         double t1 = now();
-        pos += n, turns++, prompt_tokens += n, prompt_secs += t1 - t0;
+        status = fed < 0;
+        pos += fed > 0 ? fed : 0, turns++, prompt_tokens += n, prompt_secs += t1 - t0;
         Stop stop = stop_new(o);
         int prev = ids[n - 1], generated = 0, ended = 0;
         while (!status && !interrupted && !stop.hit && (o->n_predict < 0 || generated < o->n_predict)) { // the reply
@@ -410,10 +428,10 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
             ended = is_end(c, next);
             if (!ended) emit(tok, prev, next, &stop);
             sampler_accept(sampler, next);
-            const int room = make_room(t, keep, &pos, 1, &shifts, err, sizeof err);
-            if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
-            status = room != 0 || transformer_forward(t, &next, 1, pos, pos + 1, 0, &logits, err, sizeof err);
-            pos++, generated++, prev = next;
+            const int step = decode_step(t, keep, next, &pos, &shifts, &logits, err, sizeof err);
+            if (step > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
+            status = step != 0;
+            generated++, prev = next;
             if (ended || output_failed) break; // an end token is in the cache, as the template has it after the reply
         }
         free(stop.tail);
@@ -427,9 +445,9 @@ static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Opti
             const int room = bad ? 0 : make_room(t, keep, &pos, n, &shifts, err, sizeof err);
             if (bad) snprintf(err, sizeof err, "could not encode the end of the turn");
             if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
-            status = bad || room != 0;
-            for (int i = 0; i < n && !status; i++, pos++)
-                status = transformer_forward(t, ids + i, 1, pos, pos + 1, 0, &logits, err, sizeof err);
+            const int fed = bad || room ? 0 : prefill(t, ids, n, pos, &logits, err, sizeof err);
+            status = bad || room != 0 || fed < 0;
+            pos += fed > 0 ? fed : 0;
         }
         if (status) fprintf(stderr, "error: %s\n", err);
     }
