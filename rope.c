@@ -110,8 +110,8 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     return 0;
 }
 
-int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
-                        size_t errlen) {
+RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
+                             size_t errlen) {
     *out = *trained;
     if (o->base > 0) out->base = o->base;
     if (o->mode >= 0 && o->mode != (int)trained->mode) {
@@ -122,22 +122,11 @@ int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, con
         out->attn_factor = out->beta_fast = out->beta_slow = 0;
         out->low_freq_factor = out->high_freq_factor = 0;
     }
-    if (out->mode == ROPE_SCALING_NONE && o->factor > 0) {
-        snprintf(err, errlen, "a scaling factor needs a scaling mode");
-        return -1;
-    }
-    if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) {
-        snprintf(err, errlen, "alpha is used only by the ntk mode");
-        return -1;
-    }
-    if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) {
-        snprintf(err, errlen, "rerope has no factor (leaky-rerope has one: the rate K past the window)");
-        return -1;
-    }
-    if (o->window > 0 && !rope_is_rerope(out)) {
-        snprintf(err, errlen, "a window is used only by rerope and leaky-rerope");
-        return -1;
-    }
+    if (out->mode == ROPE_SCALING_NONE && o->factor > 0) return ROPE_FACTOR_WITHOUT_MODE;
+    if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) return ROPE_ALPHA_NOT_NTK;
+    if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) return ROPE_REROPE_FACTOR;
+    if (out->mode == ROPE_SCALING_LEAKY_REROPE && o->factor == 1) return ROPE_LEAKY_FACTOR_ONE;
+    if (o->window > 0 && !rope_is_rerope(out)) return ROPE_WINDOW_NOT_REROPE;
     // ReRoPE's window (Su 2023, kexue.fm/archives/9708; bojone/rerope uses W = 512 for L = 4096, and
     // reports W = 1024 = L/4): by default L / 4, well inside the trained range, where every pair's
     // angles have been seen with plenty of training examples at each distance.
@@ -160,7 +149,7 @@ int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, con
     else if (out->factor == 0) // a mode the checkpoint does not carry: stretch L to the context
         out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
     out->alpha = o->alpha;
-    return rope_params_check(out, err, errlen);
+    return rope_params_check(out, err, errlen) ? ROPE_BAD_VALUE : ROPE_OK;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -76,10 +76,22 @@ typedef struct {
     int window;    // --rope-window (rerope, leaky-rerope); 0 = L / 4
 } RopeOverrides;
 
+// The rules an override can break, one code each: rope_params_resolve owns the rules, run.c says
+// which flag broke one and how to fix it.
+typedef enum {
+    ROPE_OK = 0,
+    ROPE_FACTOR_WITHOUT_MODE, // a factor, and the mode is none
+    ROPE_ALPHA_NOT_NTK,       // alpha, and the mode is not ntk
+    ROPE_WINDOW_NOT_REROPE,   // a window, and the mode is neither rerope nor leaky-rerope
+    ROPE_REROPE_FACTOR,       // rerope has no factor (every distance past W is scored as W)
+    ROPE_LEAKY_FACTOR_ONE,    // leaky-rerope with factor 1 is plain RoPE
+    ROPE_BAD_VALUE,           // a parameter out of its range (rope_params_check; err says which)
+} RopeRule;
+
 // The parameters for a run at context ctx: the checkpoint's own (trained), with the user's
-// overrides on top. Returns 0, or -1 with a message in err.
-int rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
-                        size_t errlen);
+// overrides on top. Returns ROPE_OK, or the rule broken (ROPE_BAD_VALUE with a message in err).
+RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
+                             size_t errlen);
 
 // Fill in the defaults a mode needs (beta_fast 32, ...) and check every field; on error writes a
 // message to err and returns -1.

@@ -751,37 +751,29 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
             return 2;
         }
     }
-    const int mode = o->rope.mode >= 0 ? o->rope.mode : (int)c->rope.mode;
-    if (mode == ROPE_SCALING_NONE && o->rope.factor > 0) {
-        fprintf(stderr, "error: --rope-factor needs a scaling mode (hint: --rope-scaling "
-                        "pi|ntk|dynamic|yarn|llama3|leaky-rerope; rerope takes --rope-window, not a factor)\n");
-        return 2;
-    }
-    if (mode != ROPE_SCALING_NTK && o->rope.alpha > 0) {
-        fprintf(stderr, "error: --rope-alpha is used only by --rope-scaling ntk\n");
-        return 2;
-    }
-    if (mode != ROPE_SCALING_REROPE && mode != ROPE_SCALING_LEAKY_REROPE && o->rope.window > 0) {
-        fprintf(stderr, "error: --rope-window is used only by --rope-scaling rerope and leaky-rerope\n");
-        return 2;
-    }
-    if (mode == ROPE_SCALING_REROPE && o->rope.factor > 0) {
-        fprintf(stderr, "error: rerope has no --rope-factor: every distance past the window is scored as the "
-                        "window (hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)\n");
-        return 2;
-    }
-    if (mode == ROPE_SCALING_LEAKY_REROPE && o->rope.factor == 1) {
-        fprintf(stderr, "error: leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
-                        "--rope-scaling none)\n");
-        return 2;
-    }
     if (o->keep >= 0 && o->keep >= run->ctx - 1) { // parse_args checked this against an explicit --ctx
         fprintf(stderr, "error: --keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
                         "smaller --keep or a larger --ctx)\n", o->keep, run->ctx);
         return 2;
     }
-    if (rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err)) {
+    // rope.c owns the rules; here each broken one gets its flag and its fix.
+    static const char *const RULE[] = {
+        [ROPE_FACTOR_WITHOUT_MODE] = "--rope-factor needs a scaling mode (hint: --rope-scaling "
+                                     "pi|ntk|dynamic|yarn|llama3|leaky-rerope; rerope takes --rope-window, not a factor)",
+        [ROPE_ALPHA_NOT_NTK] = "--rope-alpha is used only by --rope-scaling ntk",
+        [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope and leaky-rerope",
+        [ROPE_REROPE_FACTOR] = "rerope has no --rope-factor: every distance past the window is scored as the window "
+                               "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
+        [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
+                                  "--rope-scaling none)",
+    };
+    const RopeRule rule = rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err);
+    if (rule == ROPE_BAD_VALUE) {
         fprintf(stderr, "error: %s (hint: see --help for the RoPE flags)\n", err);
+        return 2;
+    }
+    if (rule) {
+        fprintf(stderr, "error: %s\n", RULE[rule]);
         return 2;
     }
     int overflow;

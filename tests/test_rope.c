@@ -159,10 +159,18 @@ static void test_resolve(void) {
     RopeOverrides ntk = {.mode = ROPE_SCALING_NTK, .alpha = 6};
     ok &= rope_params_resolve(&out, &trained, 1024, &ntk, err, sizeof(err)) == 0 && out.alpha == 6 && out.factor == 2;
     RopeOverrides none_factor = {.mode = ROPE_SCALING_NONE, .factor = 2};
-    ok &= rope_params_resolve(&out, &trained, 1024, &none_factor, err, sizeof(err)) == -1; // factor needs a mode
+    ok &= rope_params_resolve(&out, &trained, 1024, &none_factor, err, sizeof(err)) == ROPE_FACTOR_WITHOUT_MODE;
     ok &= rope_params_resolve(&out, &trained, 4096, &keep, err, sizeof(err)) == 0 && out.factor == 1; // none: 1
     RopeOverrides alpha_pi = {.mode = ROPE_SCALING_PI, .alpha = 6};
-    ok &= rope_params_resolve(&out, &trained, 1024, &alpha_pi, err, sizeof(err)) == -1;
+    ok &= rope_params_resolve(&out, &trained, 1024, &alpha_pi, err, sizeof(err)) == ROPE_ALPHA_NOT_NTK;
+    // One code per rule, each from the rule it names (run.c maps it to the flag and the fix).
+    RopeOverrides rerope_factor = {.mode = ROPE_SCALING_REROPE, .factor = 2},
+                  leaky_one = {.mode = ROPE_SCALING_LEAKY_REROPE, .factor = 1},
+                  window_ntk = {.mode = ROPE_SCALING_NTK, .window = 64}, wide = {.mode = ROPE_SCALING_REROPE, .window = 513};
+    ok &= rope_params_resolve(&out, &trained, 2048, &rerope_factor, err, sizeof(err)) == ROPE_REROPE_FACTOR;
+    ok &= rope_params_resolve(&out, &trained, 2048, &leaky_one, err, sizeof(err)) == ROPE_LEAKY_FACTOR_ONE;
+    ok &= rope_params_resolve(&out, &trained, 2048, &window_ntk, err, sizeof(err)) == ROPE_WINDOW_NOT_REROPE;
+    ok &= rope_params_resolve(&out, &trained, 2048, &wide, err, sizeof(err)) == ROPE_BAD_VALUE && strstr(err, "[1, L]");
     // A checkpoint with its own scaling (Llama 3.1) keeps its factor at any context.
     RopeParams l31 = params(ROPE_SCALING_LLAMA3, 128, 5e5, 8192, 8);
     ok &= rope_params_resolve(&out, &l31, 131072, &keep, err, sizeof(err)) == 0 && out.mode == ROPE_SCALING_LLAMA3 &&
