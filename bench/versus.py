@@ -20,9 +20,10 @@ in a cell alternates from round to round:
           round's programs; the round's probe is the larger of the two, since a probe that caught a
           slow moment is no roof (one such round once put both decoders above the probe's median)
 Decode GB/s = tok/s x the bytes of every weight matrix a step reads (all layers and the classifier,
-not the embedding lookup), the same count for both programs, since both store f32, f16, q8_0 (34
-bytes per 32 weights) and q4_0 (18 bytes per 32) at the same size. "of probe" is that over the
-probe of the same round.
+not the embedding lookup), counted the same for both programs with ggml's sizes: f32, f16, q8_0 (34
+bytes per 32 weights) and q4_0 (18 bytes per 32). ./run's q8_0 keeps a float32 scale (36 bytes per
+32), so its q8_0 decode reads 6% more than counted. "of probe" is that over the probe of the same
+round.
 
 What it needs (nothing of llama.cpp is built or converted here): a llama.cpp build directory with
 llama-bench and llama-batched-bench, and GGUF_DIR holding SHAPE-DTYPE.gguf (110m-f16.gguf, ...)
