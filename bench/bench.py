@@ -30,7 +30,7 @@ from data/stories260K-hf. The random models read the Llama 2 tokenizer; the
 prompts are TinyStories text cut to the exact token count.
 
 Output: a markdown table on stdout and in --out (default bench/results.md for a full run,
-build/bench-subset.md for a subset, so a quick run never replaces the committed table), with the
+build/bench-subset.md for a subset, so a quick run never replaces a full run's table), with the
 machine, the date and the load average before and after. The machine may be shared: every number
 is a median, and the load average says how busy it was. This is a benchmark, not a test: nothing
 here fails on speed.
