@@ -24,6 +24,7 @@
 // time from the compiler's target; then the algorithms (decode, prefill, attention), which call
 // the microkernels by name and never see an instruction set.
 #include "kernels.h"
+#include "rope.h" // the pair turn, ROPE_MAX_HEAD_DIM
 
 #include <math.h>
 #include <stdatomic.h>
@@ -315,13 +316,13 @@ void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float
             void *keys = head_keys(c, l, h), *values = head_values(c, l, h);
             const size_t vrow = kv_row_bytes(c->value_type, hd);
             for (int i = 0; i < n; i++) {
-                float k[1024];                     // head_dim <= 1024 (loader.c)
-                for (int p = 0; p < hd / 2; p++) { // RoPE's pair (x0, x1) turned by -angle
+                float k[ROPE_MAX_HEAD_DIM];
+                for (int p = 0; p < hd / 2; p++) { // RoPE's pair (x0, x1) turned back by the angle
                     const float x0 = key_get(keys, c->key_type, hd, from + i, 2 * p);
                     const float x1 = key_get(keys, c->key_type, hd, from + i, 2 * p + 1);
                     const float cs = cos ? cos[p] : 1, sn = sin ? sin[p] : 0;
-                    k[2 * p] = x0 * cs + x1 * sn;
-                    k[2 * p + 1] = x1 * cs - x0 * sn;
+                    k[2 * p] = rope_turn0(x0, x1, cs, -sn);
+                    k[2 * p + 1] = rope_turn1(x0, x1, cs, -sn);
                 }
                 key_put(keys, c->key_type, hd, to + i, k);
                 memmove((char *)values + (size_t)(to + i) * vrow, (char *)values + (size_t)(from + i) * vrow, vrow);
@@ -366,11 +367,11 @@ void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const
 static float key_turned(const KVCache *c, const float *t, int layer, int pos, int i) {
     const int hd = c->head_dim, d = i % hd;
     if (!t) return kv_key(c, layer, pos, i);
-    // RoPE on the pair (x0, x1) holding coordinate d: (x0 cos - x1 sin, x0 sin + x1 cos).
+    // RoPE on the pair (x0, x1) holding coordinate d.
     t += key_at(hd, pos, d & ~1);
     const float x0 = kv_key(c, layer, pos, i - (d & 1)), x1 = kv_key(c, layer, pos, i - (d & 1) + 1);
     const float cs = t[0], sn = t[KV_RUN];
-    return d & 1 ? x0 * sn + x1 * cs : x0 * cs - x1 * sn;
+    return d & 1 ? rope_turn1(x0, x1, cs, sn) : rope_turn0(x0, x1, cs, sn);
 }
 
 float kv_key_seen(const KVCache *c, int layer, int pos, int i) { return key_turned(c, c->rotation, layer, pos, i); }
@@ -846,8 +847,8 @@ static void rotate_block(float *k, const float *rot, int hd) {
 #pragma omp simd
         for (int i = 0; i < KV_RUN; i++) {
             const float x0 = k[r0 + i], x1 = k[r1 + i], c = rot[r0 + i], s = rot[r1 + i];
-            k[r0 + i] = x0 * c - x1 * s;
-            k[r1 + i] = x0 * s + x1 * c;
+            k[r0 + i] = rope_turn0(x0, x1, c, s);
+            k[r1 + i] = rope_turn1(x0, x1, c, s);
         }
     }
 }

@@ -149,7 +149,7 @@ static const char *check_shape(const Config *p) {
     if (p->n_heads < 1 || p->n_heads > 1024) return "n_heads must be in [1, 1024]";
     if (p->n_kv_heads < 1 || p->n_kv_heads > p->n_heads) return "n_kv_heads must be in [1, n_heads]";
     if (p->n_heads % p->n_kv_heads) return "n_heads must be a multiple of n_kv_heads";
-    if (p->head_dim < 2 || p->head_dim > 1024 || p->head_dim % 2) return "head_dim must be even, in [2, 1024]";
+    if (p->head_dim < 2 || p->head_dim > ROPE_MAX_HEAD_DIM || p->head_dim % 2) return "head_dim must be even, in [2, 1024]";
     if (p->vocab_size < 1 || p->vocab_size > 1 << 22) return "vocab_size must be in [1, 2^22]";
     if (p->max_pos < 1 || p->max_pos > 1 << 24) return "seq_len (max_position_embeddings) must be in [1, 2^24]";
     if (p->bos_id < -1 || p->bos_id >= p->vocab_size) return "bos_id must be -1 or a token id";

@@ -36,15 +36,11 @@ static int widest_input(const Config *p) {
     return p->hidden_dim > w ? p->hidden_dim : w;
 }
 
-// Rotation tables for un-rotated cached keys: dynamic NTK and ReRoPE one, leaky ReRoPE two (near, far).
-static int rotation_tables(const RopeParams *r) {
-    return r->mode == ROPE_SCALING_LEAKY_REROPE ? 2 : rope_keys_unrotated(r) ? 1 : 0;
-}
 
 // Bytes of the KV cache's parts for this run: part[0] keys and part[1] values in their types,
 // part[2] the rotation tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
 static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
-    const int tables = rotation_tables(&run->rope);
+    const int tables = rope_key_tables(&run->rope);
     part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
     part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
     part[2] =
@@ -110,10 +106,8 @@ size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_thre
     RunState s;
     *overflow = 0;
     size_t bytes = state_layout(&s, NULL, c, run, n_threads, overflow);
-    // + the cos and sin tables (rope.c): leaky ReRoPE has three pairs, ReRoPE one more row
-    const int rope_tables = run->rope.mode == ROPE_SCALING_LEAKY_REROPE ? 3 : 1;
-    size_t rope = mul_checked(mul_checked((size_t)run->ctx + (run->rope.mode == ROPE_SCALING_REROPE),
-                                          (size_t)c->head_dim * rope_tables, overflow),
+    // + the cos and sin tables (rope.c)
+    size_t rope = mul_checked(mul_checked(rope_table_rows(&run->rope, run->ctx), (size_t)c->head_dim, overflow),
                               sizeof(float), overflow);
     if (*overflow || bytes > SIZE_MAX - rope) {
         *overflow = 1;
@@ -367,12 +361,8 @@ int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, si
         snprintf(err, errlen, "shift: cannot keep %d and drop %d of %d cached positions", keep, drop, len);
         return -1;
     }
-    const int half = t->config.head_dim / 2;
-    float cos_d[512], sin_d[512]; // head_dim <= 1024 (loader.c)
-    for (int i = 0; i < half; i++) {
-        cos_d[i] = (float)cos(drop * t->rope.inv_freq[i]);
-        sin_d[i] = (float)sin(drop * t->rope.inv_freq[i]);
-    }
+    float cos_d[ROPE_MAX_PAIRS], sin_d[ROPE_MAX_PAIRS];
+    rope_shift_angles(&t->rope, drop, cos_d, sin_d);
     kv_shift(&s->kv, keep + drop, keep, len - keep - drop, s->rotation ? NULL : cos_d, s->rotation ? NULL : sin_d);
     return 0;
 }

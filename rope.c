@@ -73,8 +73,8 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     const char *bad = NULL;
     if (p->mode < 0 || p->mode >= ROPE_SCALING_COUNT)
         bad = "unknown scaling mode";
-    else if (p->head_dim < 2 || p->head_dim % 2)
-        bad = "head_dim must be even and at least 2";
+    else if (p->head_dim < 2 || p->head_dim % 2 || p->head_dim > ROPE_MAX_HEAD_DIM)
+        bad = "head_dim must be even, in [2, 1024]";
     else if (p->orig_ctx < 1)
         bad = "trained context must be at least 1";
     else if (!finite_pos(p->base))
@@ -339,6 +339,56 @@ int rope_is_rerope(const RopeParams *p) {
 
 int rope_keys_unrotated(const RopeParams *p) { return p->mode == ROPE_SCALING_DYNAMIC || rope_is_rerope(p); }
 
+int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
+
+int rope_key_tables(const RopeParams *p) {
+    return p->mode == ROPE_SCALING_LEAKY_REROPE ? 2 : rope_keys_unrotated(p) ? 1 : 0;
+}
+
+// rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope a far
+// and a key table of every position more.
+size_t rope_table_rows(const RopeParams *p, int ctx) {
+    return (size_t)ctx * (p->mode == ROPE_SCALING_LEAKY_REROPE ? 3 : 1) + (p->mode == ROPE_SCALING_REROPE);
+}
+
+double rope_covers(const RopeParams *p, int ctx, double *fix) {
+    const double L = p->orig_ctx, W = p->window;
+    switch (p->mode) {
+    case ROPE_SCALING_PI:
+    case ROPE_SCALING_NTK:
+    case ROPE_SCALING_YARN:
+    case ROPE_SCALING_LLAMA3:
+        *fix = ctx / L;
+        return p->factor * L;
+    case ROPE_SCALING_LEAKY_REROPE:
+        *fix = (ctx - W) / (L - W);
+        return W + p->factor * (L - W);
+    default:
+        *fix = 0;
+        return 0;
+    }
+}
+
+void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
+    const RopeParams *p = &r->p;
+    size_t n = (size_t)snprintf(buf, len, "%s, base %g", rope_scaling_name(p->mode), p->base);
+#define MORE(...) (n += n < len ? (size_t)snprintf(buf + n, len - n, __VA_ARGS__) : 0)
+    if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
+        double inv_freq[ROPE_MAX_PAIRS], mscale, at_ctx;
+        rope_inv_freq(p, ctx, inv_freq, &mscale, &at_ctx);
+        MORE(" (past L it grows with the length, to %g at %d)", at_ctx, ctx);
+    } else if (r->eff_base != p->base) {
+        MORE(" (effective %g)", r->eff_base);
+    }
+    if (p->mode == ROPE_SCALING_REROPE)
+        MORE(", window W = %d (distances past W scored as W)", p->window);
+    else if (p->mode == ROPE_SCALING_LEAKY_REROPE)
+        MORE(", window W = %d, K = %g (distance r past W scored as W + (r - W) / K)", p->window, p->factor);
+    if (!rope_is_rerope(p)) MORE(", factor %g", p->factor);
+    MORE(", trained context L = %d, attention factor %g", p->orig_ctx, r->mscale);
+#undef MORE
+}
+
 // Dynamic NTK: when the sequence grows past L, every frequency changes with it, so every cached
 // key must be rotated again (the caller watches `version`). Lengths up to L all share the
 // unscaled frequencies, so nothing changes there.
@@ -363,8 +413,15 @@ void rope_set_length(Rope *r, int length) {
 static void rotate_with(float *x, const float *c, const float *s, int half) {
     for (int i = 0; i < half; i++) {
         float x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = x0 * c[i] - x1 * s[i];
-        x[2 * i + 1] = x0 * s[i] + x1 * c[i];
+        x[2 * i] = rope_turn0(x0, x1, c[i], s[i]);
+        x[2 * i + 1] = rope_turn1(x0, x1, c[i], s[i]);
+    }
+}
+
+void rope_shift_angles(const Rope *r, int by, float *cos_by, float *sin_by) {
+    for (int i = 0; i < r->p.head_dim / 2; i++) {
+        cos_by[i] = (float)cos(by * r->inv_freq[i]);
+        sin_by[i] = (float)sin(by * r->inv_freq[i]);
     }
 }
 

@@ -14,6 +14,17 @@
 
 #include <stddef.h>
 
+// The widest head this program runs: the loader refuses a wider one, and every fixed array of a
+// head's pairs (the context shift's angles, a key turned back) is this long.
+#define ROPE_MAX_HEAD_DIM 1024
+#define ROPE_MAX_PAIRS (ROPE_MAX_HEAD_DIM / 2)
+
+// One RoPE pair turn, written once: the pair (x0, x1) turned by the angle whose cosine and sine are
+// c and s becomes (x0 c - x1 s, x0 s + x1 c); with -s it turns back. rope.c rotates queries and
+// keys with it, kernels.c turns cached keys as attention reads them and back at a context shift.
+static inline float rope_turn0(float x0, float x1, float c, float s) { return x0 * c - x1 * s; }
+static inline float rope_turn1(float x0, float x1, float c, float s) { return x0 * s + x1 * c; }
+
 // The numbers are stored in the model file header; do not reorder.
 typedef enum {
     ROPE_SCALING_NONE = 0,    // theta_i = b^(-2i/d)
@@ -116,9 +127,31 @@ void rope_set_length(Rope *r, int length);
 int rope_is_dynamic(const Rope *r);
 // True for rerope and leaky-rerope: attention scores far keys by another path (rope_rotate_far).
 int rope_is_rerope(const RopeParams *p);
+// True for every mode but none: something changes past the trained context.
+int rope_is_scaled(const RopeParams *p);
 // True when the keys must be cached un-rotated: dynamic (the frequencies change) and the rerope
 // modes (a key is scored at two rotations, near and far).
 int rope_keys_unrotated(const RopeParams *p);
+
+// How many rotation tables the un-rotated cached keys need when attention turns them (model.c):
+// 0 when keys are cached rotated, 1 for dynamic and rerope, 2 for leaky-rerope (near and far).
+int rope_key_tables(const RopeParams *p);
+// The rows of head_dim floats (cos and sin) rope_init allocates for a context of ctx positions.
+size_t rope_table_rows(const RopeParams *p, int ctx);
+
+// The positions the factor covers: s L for pi, ntk, yarn and llama3; W + K (L - W) for
+// leaky-rerope, whose farthest distance then lands on L. 0 for the modes whose factor covers any
+// length (dynamic's grows with it) or that have none (none, rerope). *fix: the factor that would
+// cover ctx.
+double rope_covers(const RopeParams *p, int ctx, double *fix);
+
+// The cosine and sine of every pair's angle for a move of `by` positions (the context shift turns
+// cached keys back by it): head_dim / 2 of each.
+void rope_shift_angles(const Rope *r, int by, float *cos, float *sin);
+
+// The banner's description of a run's RoPE: mode, base (and where dynamic's ends up at ctx),
+// window, factor, trained context, attention factor. Into buf, always NUL-terminated.
+void rope_describe(const Rope *r, int ctx, char *buf, size_t len);
 
 // Rotate one head x (head_dim floats, interleaved pairs) to position pos.
 void rope_rotate(const Rope *r, float *x, int pos);

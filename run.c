@@ -666,23 +666,9 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
 
 // The banner's RoPE line, once the tables are made.
 static void banner_rope(const Transformer *t) {
-    const Rope *r = &t->rope;
-    fprintf(stderr, "rope: %s, base %g", rope_scaling_name(r->p.mode), r->p.base);
-    if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
-        double inv_freq[r->p.head_dim / 2], mscale, at_ctx;
-        rope_inv_freq(&r->p, t->run.ctx, inv_freq, &mscale, &at_ctx);
-        fprintf(stderr, " (past L it grows with the length, to %g at %d)", at_ctx, t->run.ctx);
-    } else if (r->eff_base != r->p.base) {
-        fprintf(stderr, " (effective %g)", r->eff_base);
-    }
-    if (r->p.mode == ROPE_SCALING_REROPE)
-        fprintf(stderr, ", window W = %d (distances past W scored as W)", r->p.window);
-    else if (r->p.mode == ROPE_SCALING_LEAKY_REROPE)
-        fprintf(stderr, ", window W = %d, K = %g (distance r past W scored as W + (r - W) / K)", r->p.window,
-                r->p.factor);
-    if (!rope_is_rerope(&r->p)) fprintf(stderr, ", factor %g", r->p.factor);
-    fprintf(stderr, ", trained context L = %d, attention factor %g%s\n", r->p.orig_ctx, r->mscale,
-            t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
+    char what[400];
+    rope_describe(&t->rope, t->run.ctx, what, sizeof what);
+    fprintf(stderr, "rope: %s%s\n", what, t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
 // The banner's tokenizer line: the file, and what goes around a prompt (tokenizer.h).
@@ -702,7 +688,7 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     const RopeParams *p = &run->rope;
     const int L = p->orig_ctx, ctx = run->ctx;
     const int own = (o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode) && o->rope.factor == 0;
-    if (ctx > L && p->mode == ROPE_SCALING_NONE)
+    if (ctx > L && !rope_is_scaled(p))
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
                 "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope)\n",
@@ -712,15 +698,10 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
                 "warning: --ctx %d is beyond the %d positions the checkpoint says it supports with its own %s "
                 "scaling (max_position_embeddings) (hint: --ctx %d, or a larger --rope-factor)\n",
                 ctx, c->max_pos, rope_scaling_name(c->rope.mode), c->max_pos);
-    // The positions a factor covers: s L (leaky-rerope: distances up to W + K (L - W) land inside L).
-    // Dynamic's factor grows with the length and covers any; rerope has none. A checkpoint's own
-    // factor covers what it says it supports (Llama 3.1: factor 8 of 8192, said good to 131072).
-    double covers = 0, fix = 0;
-    if (p->mode == ROPE_SCALING_PI || p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_YARN ||
-        p->mode == ROPE_SCALING_LLAMA3)
-        covers = p->factor * L, fix = (double)ctx / L;
-    else if (p->mode == ROPE_SCALING_LEAKY_REROPE)
-        covers = p->window + p->factor * (L - p->window), fix = (double)(ctx - p->window) / (L - p->window);
+    // A factor covers s L positions (rope_covers); dynamic's grows with the length and rerope has
+    // none. A checkpoint's own factor covers what it says it supports (Llama 3.1: factor 8 of 8192,
+    // said good to 131072).
+    double fix, covers = rope_covers(p, ctx, &fix);
     if (own && c->max_pos > covers) covers = c->max_pos;
     if (covers && covers < ctx)
         fprintf(stderr,
