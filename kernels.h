@@ -108,7 +108,7 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
 // Context shift: move positions from .. from+n-1 of every layer to to .. to+n-1 (to < from), keys
 // turned by the angles -(from - to) theta_i, given as cos and sin (head_dim / 2 each): R(a) R(b) =
 // R(a + b), so a key rotated for position p becomes the key rotated for p - (from - to). NULL cos
-// and sin move the keys as they are (cached un-rotated: dynamic NTK).
+// and sin move the keys as they are (cached un-rotated: dynamic NTK, rerope, leaky-rerope).
 void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
 // kv_key_seen: the key coordinate as attention uses it, rotated by c->rotation when there is one;
