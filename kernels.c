@@ -57,8 +57,8 @@
 // No parallel region for work one thread does (one token's norms, keys and activations; everything
 // at --threads 1): the code calls it directly. An OpenMP region whose if clause is false, or which
 // has one thread, still makes GCC's libgomp start and end a team, and the end's barrier makes a
-// futex system call every time: 1.5 us a region on the 2-vCPU Zen 5 virtual machine, where one
-// decoded token of the 110M shape made ~195 such calls (docs/speed.md, "No team for one thread").
+// futex system call every time, a cost that a small model's decode pays hundreds of times a token
+// (docs/speed.md, "No team for one thread", has the figures).
 
 enum {
     GEMM_MIN_N = 4, // from this many tokens on, matrix x matrix
@@ -632,8 +632,7 @@ static PLAIN ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const
 // r + g, r + g + step, ..., DOT_ROWS of them or as many as the matrix has (group_rows); each row's
 // dot product with x goes to out[row], out being the activation row's output (m->rows values). x as
 // floats, and quantized (xq) for q8_0 and q4_0 weights. One call per run, not per group: the vector
-// versions set up once and keep the next group's loads going while one ends (110M shape, rows of
-// 768 values in L2, against a call per group: f16 1.1x, q8_0 1.26x, q4_0 1.35x; docs/speed.md).
+// versions set up once and keep the next group's loads going while one ends (docs/speed.md).
 static inline int group_rows(int rows, int r, int step) {
     const int ahead = (rows - r + step - 1) / step; // rows r, r + step, ... before the end
     return ahead < DOT_ROWS ? ahead : DOT_ROWS;
@@ -1001,24 +1000,18 @@ const char *kernels_isa(void) {
 // which share cols and dtype: their rows are shared out together in one parallel region. A matrix
 // of R rows is read as ceil(R / 4) groups: group j is rows j, j + R/4, j + 2R/4, j + 3R/4, read at
 // once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
-// sequential runs, as bench/bwprobe reads. Runs of 64 rows (rows 64 apart, tiles of 256 rows)
-// streamed 1.1x-1.3x faster than one row at a time on the AMD EPYC (Zen 3), and 4 neighbouring rows
-// (interleaved accesses within the same few pages) were up to 2x slower. On the Zen 5 the quarters
-// made the decode's products up to 1.13x faster than runs of 64 rows on the 1.1B shape (q4_0; f16
-// and f32 the same) and 1.02x-1.56x on the 110M, whose short rows made runs of 64 rows 24-192 KB
-// long: the hardware prefetcher starts over at every run (docs/speed.md, "Where a step's reads go,
-// and longer runs"). A row is never split, so the sum order does not depend on the thread count,
-// nor on which thread sums it.
+// sequential runs, as bench/bwprobe reads: the hardware prefetcher follows a few long streams and
+// starts over at every short one (docs/speed.md, "Where a step's reads go", has the layouts tried).
+// A row is never split, so the sum order does not depend on the thread count, nor on which thread
+// sums it.
 //
 // Sharing out: each thread owns one contiguous run of the stack's row groups, cut in pieces of
 // PIECE_GROUPS groups, and takes its pieces front to back, so that it streams its run start to end
 // as one static share would. A thread whose run is done takes pieces from the back of the others'
 // runs until none are left. Handing out small pieces to whichever thread asks (schedule dynamic)
-// made two threads 1.3x to 1.8x slower on an AMD EPYC, where the threads' interleaved pieces defeat
-// the hardware prefetcher; a plain static split left the faster thread waiting at the end of every
-// product, since two vCPUs need not stream equally fast (bench/bwprobe pinned to each of the two
-// vCPUs of the Zen 5 read 32-33 and 37-39 GB/s): 15% of two threads' time in OpenMP's barrier, 5-7%
-// with stealing (perf, 1.1B q8_0 decode).
+// interleaves the threads' reads and defeats the hardware prefetcher; a plain static split leaves
+// the faster thread waiting at the end of every product, since two vCPUs need not stream equally
+// fast (docs/speed.md has both measured).
 
 // The groups of a matrix of `rows` rows, which is also how far apart a group's rows are.
 static int row_groups(int rows) { return (rows + DOT_ROWS - 1) / DOT_ROWS; }

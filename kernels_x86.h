@@ -7,7 +7,7 @@
 // has a 256-bit one and, for AVX-512 with VNNI, 512-bit f16, q8_0 and q4_0 dot products (half the
 // instructions per byte, which counts once a core streams fast enough); the prefill tiles have two side by side,
 // 512-bit (AVX-512, with VNNI for the integer ones) and 256-bit (AVX2, for machines without
-// AVX-512, such as AMD's Zen 3). tests/test_kernels.c checks every path against the references, in
+// AVX-512). tests/test_kernels.c checks every path against the references, in
 // a native, an AVX2 and a plain C build.
 //
 // What the vector versions add, and why (docs/speed.md has the measurements):
@@ -19,7 +19,7 @@
 //     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already;
 //   - scales multiplied eight blocks at a time, as one vector, not one block at a time (q8_0 then
 //     hands each block its scale by a broadcast load, not by a permute across the halves of a
-//     vector, which is slow on Zen 3);
+//     vector, which some cores run slowly);
 //   - the prefill microkernels keep a tile of outputs in registers (24 of the 32 AVX-512 registers,
 //     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
 //   - attention works on tiles of up to 3 query rows x 32 positions (or coordinates) in registers,
@@ -51,8 +51,8 @@ static inline __m256i first_lanes8(int k) {
 }
 
 // The first k of 8 floats at p (the rest 0), and stored back: plain moves when all 8 are real.
-// AMD's Zen cores run a masked store (vmaskmovps) as a slow microcoded sequence, so the prefill
-// tiles, which load and store their outputs once per call, keep it for the ragged edges.
+// A masked store (vmaskmovps) is a slow microcoded sequence on some cores (AMD's among them), so the
+// prefill tiles, which load and store their outputs once per call, keep it for the ragged edges.
 static inline __m256 load_first8(const float *p, int k) {
     return k >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, first_lanes8(k));
 }
@@ -191,7 +191,7 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r0, int step, 
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             // Each row's eight dw * dx go through memory, from where block i's is broadcast by a load
-            // (vbroadcastss: no shuffle; a permute across lanes per block was 3x the cost on Zen 3).
+            // (vbroadcastss: no shuffle; a permute across lanes per block cost more, docs/speed.md).
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
             float d[DOT_ROWS][8];
             for (int k = 0; k < DOT_ROWS; k++)
@@ -288,8 +288,7 @@ static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count
 // The same four-row dot products in 512-bit vectors, for AVX-512 machines with VNNI (f32 keeps the
 // 256-bit one above, which was faster). The bytes in flight are the same; what halves is the
 // instructions per byte, which bounds the f16, q8_0 and q4_0 decode on one core once the memory
-// keeps up: on the AMD EPYC Zen 5, rows in L2, 1.26x (q4_0), 1.40x (q8_0) and 1.38x (f16) the
-// 256-bit kernels (docs/speed.md).
+// keeps up (docs/speed.md has the gain over the 256-bit kernels).
 
 // The sums of the 16 lanes of each of four vectors, into out[0 .. 3]: halves added, then three
 // horizontal adds that leave [a0, a1, a2, a3] in each 128-bit half (13 instructions for the four,
@@ -448,7 +447,7 @@ static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count
     switch (m->dtype) {
     case DTYPE_F32:
         dots_f32_x86(out, m, r, step, count, x);
-        break; // 512-bit: 0.63x on Zen 5
+        break; // 256-bit: the 512-bit f32 kernel was slower (docs/speed.md)
     case DTYPE_F16:
         dots_f16_512(out, m, r, step, count, x);
         break;
@@ -625,7 +624,7 @@ static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
 // over the accumulators has a constant count and the ragged edges go through lane masks, so the
 // compiler keeps the 12 in registers (a loop bounded by nt made it store them after every
 // multiply-add: half the speed). Not inlined (ONE_COPY): inside gemm's loops GCC kept a weight vector
-// in memory and loaded it again for every multiply-add (55-60 against 75-85 GFLOP/s).
+// in memory and loaded it again for every multiply-add (docs/speed.md).
 static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
                                     int accumulate) {
     for (int j0 = 0; j0 < nr; j0 += 16) {

@@ -297,10 +297,9 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     }
     // A hint, ignored where unsupported: the parts of the file not yet in the page cache are read in
     // 2 MiB pieces and mapped as 2 MiB pages (Linux 6.x, transparent huge pages on "madvise" or
-    // "always"), fewer address translations for decode, which reads every weight once a step. 1.1B
-    // q8_0, file out of the page cache before each run, 2 threads: 1.18 GB of the mapping in 2 MiB
-    // pages instead of 60 MB (FilePmdMapped in /proc/PID/smaps), decode 35.5-37.4 tok/s instead of
-    // 27.5-33.1. Parts already cached in 4 KiB pieces (a file just copied with cp) stay 4 KiB pages.
+    // "always"), fewer address translations for decode, which reads every weight once a step
+    // (docs/speed.md, "Memory"; FilePmdMapped in /proc/PID/smaps shows how much got them). Parts
+    // already cached in 4 KiB pieces (a file just copied with cp) stay 4 KiB pages.
     madvise(map, size, MADV_HUGEPAGE);
     t->map = map;
     t->map_size = size;

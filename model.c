@@ -135,12 +135,10 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     // Anonymous memory comes zeroed and page-aligned, and only the pages the run touches get RSS.
     // Those pages are 2 MiB ones where the kernel has them (transparent huge pages, given on request
     // when /sys/kernel/mm/transparent_hugepage/enabled is madvise or always): attention reads every
-    // cached key and value at every step, and in 4 KiB pages it ran at half the speed. 110M shape, a
-    // 4000-token prompt then 32 steps, f16 cache, 1 thread, alternating runs on the 2-vCPU Zen 5
-    // (docs/speed.md): decode 29-31 -> 59-67 tok/s, the prompt 408-416 -> 511-590 tok/s. The price: a
-    // run touches whole 2 MiB pages (a kv head's cache starts every ctx x head_dim values), so a short
-    // run's RSS and its first touches grow toward the whole buffer (8 tokens with --ctx 4096: 135 ->
-    // 297 MiB, 0.3 s).
+    // cached key and value at every step, and in 4 KiB pages decode at depth ran at half the speed
+    // (docs/speed.md, "Memory"). The price: a run touches whole 2 MiB pages (a kv head's cache starts
+    // every ctx x head_dim values), so a short run's RSS and its first touches grow toward the whole
+    // buffer.
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) {
         snprintf(err, errlen, "out of memory allocating %zu bytes for a context of %d tokens", bytes, run->ctx);

@@ -593,12 +593,12 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 
 // How long an OpenMP thread with nothing to do spins before it sleeps. libgomp's default is 300,000
 // spins (GOMP_SPINCOUNT); while another process holds one of the cores, the threads then spin
-// against each other at every region's end, and a 2-thread decode of the 110M shape with one core
-// busy took over 60 s where one thread took 1.1 s. 1000 spins cost nothing measurable on an idle
-// machine and keep a busy one at 2.3 s (passive, no spinning: 1.7 s busy but 1.44x slower idle);
-// docs/threads.md has the table. libgomp reads the variable once, as it loads, before main: so
-// when the user has set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets it and starts the
-// program again. If that exec fails (no /proc), the run goes on with libgomp's default.
+// against each other at every region's end and a decode can run fifty times slower than on one
+// thread. 1000 spins cost nothing measurable on an idle machine and avoid the collapse on a busy
+// one, where passive waiting would be slower idle (README, "Threads", has the measurements).
+// libgomp reads the variable once, as it loads, before main: so when the user has set neither
+// OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets it and starts the program again. If that exec
+// fails (no /proc), the run goes on with libgomp's default.
 #define DEFAULT_SPINCOUNT "1000"
 
 static void default_spin(char **argv) {
