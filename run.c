@@ -71,9 +71,15 @@ static double now(void) {
 static int output_failed; // errno of the first failed write; 0 while all went well
 
 static void out_write(const void *bytes, size_t len) {
-    if (output_failed) return;
-    errno = 0;
-    if ((len && fwrite(bytes, 1, len, stdout) != len) || fflush(stdout)) output_failed = errno ? errno : EIO;
+    const char *p = bytes;
+    while (!output_failed) {
+        errno = 0;
+        const size_t n = len ? fwrite(p, 1, len, stdout) : 0;
+        p += n, len -= n;
+        if (!len && !fflush(stdout)) return;
+        if (errno != EINTR) output_failed = errno ? errno : EIO;
+        clearerr(stdout); // Ctrl-C cut the write short (EINTR): write the rest
+    }
 }
 
 // Reported once, where the run ends; returns 1 (the exit status) if a write failed.
