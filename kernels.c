@@ -1316,16 +1316,16 @@ static void attention_task(float *out, const float *q, const float *q_far, const
 }
 
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
-               float *scratch, int scratch_rows) {
+               float *scratch, int n_threads) {
     const int per = att_queries(c->n_heads, c->n_kv_heads), tasks = (n + per - 1) / per;
     const size_t each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, c->window > 0);
-    if (scratch_rows == 1) { // no team for one thread (top of the file)
+    if (n_threads == 1) { // no team for one thread (top of the file)
         for (int kvh = 0; kvh < c->n_kv_heads; kvh++)
             for (int t = 0; t < tasks; t++)
                 attention_task(out, q, q_far, c, layer, n, pos, scratch, kvh, t);
         return;
     }
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(scratch_rows)
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads)
     for (int kvh = 0; kvh < c->n_kv_heads; kvh++)
         for (int t = 0; t < tasks; t++)
             attention_task(out, q, q_far, c, layer, n, pos, scratch + (size_t)thread_num() * each, kvh, t);

@@ -127,12 +127,12 @@ float kv_value(const KVCache *c, int layer, int pos, int i);
 // (kv_key_far); else q_far is not read (NULL).
 // attention_ref: those three steps as three plain loops, in double.
 // attention: the same, fast: the query heads of one kv head and a run of queries together, so that
-//   each cached key and value read serves all of them; tasks on at most scratch_rows threads, each
-//   with attention_scratch_floats(...) floats of scratch (scratch holds scratch_rows of them).
+//   each cached key and value read serves all of them; tasks on at most n_threads threads, each
+//   with attention_scratch_floats(...) floats of scratch (scratch holds n_threads of them).
 //   two_paths: attention_scratch_floats for a ReRoPE cache (room for the far queries and scores).
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos);
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
-               float *scratch, int scratch_rows);
+               float *scratch, int n_threads);
 size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths); // 0: overflow
 
 // softmax(x) over n scores in place, with the exp attention uses (relative error ~1e-7; e^x is 0 for

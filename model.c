@@ -279,17 +279,17 @@ static void add_rows(float *x, const float *y, size_t n) {
 // ---------------------------------------------------------------------------------------------
 // The forward pass
 
-int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int seq_len, int all_logits, float **logits,
+int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits, float **logits,
                         char *err, size_t errlen) {
     const Config *p = &t->config;
     const TransformerWeights *w = &t->weights;
     RunState *s = &t->state;
     const int D = p->dim, H = p->hidden_dim, ctx = t->run.ctx;
-    if (n < 1 || n > t->run.max_batch || pos < 0 || pos > ctx - n || seq_len < pos + n || seq_len > ctx) {
+    if (n < 1 || n > t->run.max_batch || pos < 0 || pos > ctx - n || text_len < pos + n || text_len > ctx) {
         snprintf(err, errlen,
                  "forward: %d tokens at position %d of a %d-token sequence do not fit a %d-token "
                  "context with blocks of at most %d",
-                 n, pos, seq_len, ctx, t->run.max_batch);
+                 n, pos, text_len, ctx, t->run.max_batch);
         return -1;
     }
     for (int i = 0; i < n; i++) {
@@ -301,9 +301,9 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int s
     // RoPE's frequencies for this sequence length (only dynamic NTK has any that depend on it); if
     // they changed, attention gets the new cos and sin, with which it turns every cached key as it
     // reads it: the query and all keys then use the same frequencies (README, "dynamic").
-    rope_set_length(&t->rope, seq_len);
+    rope_set_length(&t->rope, text_len);
     if (s->rotation && s->rope_version != t->rope.version) {
-        kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, seq_len);
+        kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, text_len);
         s->rope_version = t->rope.version;
     }
 

@@ -189,15 +189,15 @@ void transformer_free(Transformer *t);
 // dynamic NTK keeps beside them. 0 if that does not fit in size_t.
 size_t transformer_kv_bytes(const Config *c, const RunConfig *run);
 
-// Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of seq_len tokens
+// Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of text_len tokens
 // through the network, writing their keys and values into the cache, and point *logits at the
-// result: (n, V) if all_logits, else (1, V) for the last token. seq_len (pos + n <= seq_len <= ctx)
+// result: (n, V) if all_logits, else (1, V) for the last token. text_len (pos + n <= text_len <= ctx)
 // is the length of the text these tokens belong to: a prompt or a perplexity window is one
-// sequence, as in one Hugging Face forward pass over it; when generating, seq_len = pos + 1. The
+// sequence, as in one Hugging Face forward pass over it; when generating, text_len = pos + 1. The
 // forward owns it: dynamic NTK takes its base from it (and re-rotates the cached keys when that
 // changes), the other modes ignore it. Returns 0, or -1 with a message in err (bad arguments: a
 // caller's bug).
-int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int seq_len, int all_logits, float **logits,
+int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits, float **logits,
                         char *err, size_t errlen);
 
 // Context shift, for generating past a full cache of len positions: keep the first `keep`, drop the
