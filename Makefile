@@ -65,7 +65,16 @@ tests/test_kernels_plain: tests/test_kernels.c kernels.c kernels.h kernels_x86.h
 tests/test_kernels_avx2: tests/test_kernels.c kernels.c kernels.h kernels_x86.h
 	$(CC) $(CFLAGS) -march=haswell -I. -o $@ tests/test_kernels.c kernels.c -lm
 
-tools: run $(TOOLS)
+tools: run run-ref $(TOOLS)
+
+# `make run-ref`: ./run with model.c's products and attention through the plain references
+# (matmul_ref, attention_ref; model.c, LRUN_REFERENCE), to hold the fast path against.
+build/ref/model.o: model.c *.h
+	@mkdir -p build/ref
+	$(CC) $(CFLAGS) -DLRUN_REFERENCE -c -o $@ $<
+
+run-ref: $(APP) build/ref/model.o loader.o rope.o kernels.o tokenizer.o bpe.o
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # glibc gives each allocation of 32 MiB and more its own mmap and returns it on free, so every large
 # torch temporary in tests/reference.py is paged in again, one fault per 4 KiB. On the 2-vCPU VMs we
@@ -115,7 +124,7 @@ build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safete
 	$(PYTHON) export/export.py data/tiny64x512-hf $@ > /dev/null
 
 clean:
-	rm -f run *.o $(TOOLS) $(BENCH_TOOLS)
+	rm -f run run-ref *.o $(TOOLS) $(BENCH_TOOLS)
 	rm -rf build/sanitize build/valgrind build/fuzz
 
 # --- Hostile input: sanitizers, valgrind, fuzzing (see fuzz/README.md) ---------------------------

@@ -181,6 +181,26 @@ void transformer_free(Transformer *t) {
 // ---------------------------------------------------------------------------------------------
 // The steps of a layer that are not in kernels.c
 
+#ifdef LRUN_REFERENCE
+// `make run-ref` builds ./run-ref from this file with LRUN_REFERENCE defined: every matrix product
+// and attention go through kernels.c's plain references instead (matmul_ref, attention_ref: the
+// definitions, one weight or one key at a time, summed in double, one thread), and RoPE is rope.c's
+// plain rotation either way. The rest of the program is the same, so any difference between ./run
+// and ./run-ref is the fast kernels' (tests/test_run_ref.py bounds it).
+static int matmul_reference(float *out, const float *x, const Matrix *m, int n) {
+    matmul_ref(out, x, m, n);
+    return 0;
+}
+static int matmul_many_reference(float *const *out, const float *x, const Matrix *const *m, int count, int n) {
+    for (int i = 0; i < count; i++)
+        matmul_ref(out[i], x, m[i], n);
+    return 0;
+}
+#define matmul(ws, out, x, m, n) matmul_reference(out, x, m, n)
+#define matmul_many(ws, out, x, m, count, n) matmul_many_reference(out, x, m, count, n)
+#define attention(out, q, q_far, c, layer, n, pos, scratch, n_threads) attention_ref(out, q, q_far, c, layer, n, pos)
+#endif
+
 // q (n, qd), k (n, kvd), v (n, kvd) = xb (n, D) @ wq^T, wk^T, wv^T: three products of one input,
 // which matmul_many runs in one parallel loop when decoding.
 static int qkv_proj(RunState *s, const LayerWeights *lw, int n) {
