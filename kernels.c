@@ -1246,15 +1246,35 @@ static int att_queries(int n_heads, int n_kv_heads) {
     return group >= ATT_ROWS ? 1 : ATT_ROWS / group;
 }
 
+// One task's scratch, laid out in one place: attention_scratch_floats sizes it and attention_task
+// carves it with this function, so the two cannot drift. Offsets in floats from the scratch's start;
+// returns the total. rows: the task's most query rows; each part is that many rows long.
+typedef struct {
+    size_t qs, o, att; // the scaled queries, the outputs, the scores (a row of stride per query)
+    size_t qf, near;   // ReRoPE (two paths): the scaled far queries and the near scores
+    size_t turned;     // a turned or widened block of keys, or a run of widened values, and 32 past it
+} AttLayout;
+
+static size_t att_layout(AttLayout *a, size_t rows, size_t hd, size_t stride, int two_paths) {
+    size_t at = 0;
+    a->qs = at, at += rows * hd;
+    a->o = at, at += rows * hd;
+    a->att = at, at += rows * stride;
+    a->qf = at, at += two_paths ? rows * hd : 0;
+    a->near = at, at += two_paths ? rows * stride : 0;
+    a->turned = at, at += hd * MIX_RUN + KV_RUN;
+    return at;
+}
+
 size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths) {
-    if (ctx < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) return 0;
+    // The bounds make every product of att_layout fit a size_t: ctx and head_dim as the loader and
+    // --ctx allow them (each part is below 2^24 x 2^10 x 16 x 2^10 floats).
+    if (ctx < 1 || ctx > (1 << 24) || n_heads < 1 || n_kv_heads < 1 || n_heads > 1024 || head_dim < 1 ||
+        head_dim > ROPE_MAX_HEAD_DIM)
+        return 0;
+    AttLayout a;
     const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
-    const size_t hd = (size_t)head_dim, stride = kv_stride(ctx);
-    const size_t per_row = 2 * hd + stride + (two_paths ? hd + stride : 0); // qs, o, att (+ far qs, near scores)
-    const size_t each = mul_or_zero(rows, per_row);
-    // a turned or widened block of keys, or a run of widened values, and room to read 32 past it
-    const size_t turned = (size_t)head_dim * MIX_RUN + KV_RUN;
-    return each && each <= SIZE_MAX - turned ? each + turned : 0;
+    return att_layout(&a, rows, (size_t)head_dim, kv_stride(ctx), two_paths);
 }
 
 // ReRoPE's scores for a task's rows (row r: the query at first + r / group), the cache's keys kt of one
@@ -1288,10 +1308,10 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     const size_t stride = kv_stride(c->ctx);
     const float scale = 1.0f / sqrtf((float)hd);
     const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
-    float *qs = scratch, *o = qs + (size_t)max_rows * hd;
-    float *att = o + (size_t)max_rows * hd, *turned = att + (size_t)max_rows * stride;
-    float *qf = turned, *near = qf + (size_t)max_rows * hd; // ReRoPE's far queries and near scores
-    if (two) turned = near + (size_t)max_rows * stride;
+    AttLayout lay;
+    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, two);
+    float *qs = scratch + lay.qs, *o = scratch + lay.o, *att = scratch + lay.att, *turned = scratch + lay.turned;
+    float *qf = scratch + lay.qf, *near = scratch + lay.near; // ReRoPE's far queries and near scores
     for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
         const size_t at = (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
         for (int d = 0; d < hd; d++)
