@@ -276,46 +276,46 @@ static void fill_tables(const Rope *r, float *cos_out, float *sin_out, int n, do
     }
 }
 
-int rope_init(Rope *r, const RopeParams *p, int max_pos, char *err, size_t errlen) {
+int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen) {
     memset(r, 0, sizeof(*r));
     r->p = *p;
     if (rope_params_check(&r->p, err, errlen)) return -1;
-    if (max_pos < 1) {
+    if (n_pos < 1) {
         snprintf(err, errlen, "RoPE: the context must hold at least one position");
         return -1;
     }
     const size_t half = (size_t)p->head_dim / 2;
-    r->max_pos = max_pos;
+    r->n_pos = n_pos;
     r->inv_freq = malloc(half * sizeof(double));
-    r->cos = malloc((size_t)max_pos * half * sizeof(float));
-    r->sin = malloc((size_t)max_pos * half * sizeof(float));
+    r->cos = malloc((size_t)n_pos * half * sizeof(float));
+    r->sin = malloc((size_t)n_pos * half * sizeof(float));
     if (!r->inv_freq || !r->cos || !r->sin) {
         rope_free(r);
-        snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", max_pos);
+        snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", n_pos);
         return -1;
     }
     r->length = r->p.orig_ctx; // dynamic: up to L the frequencies are the unscaled ones
     rope_inv_freq(&r->p, r->length, r->inv_freq, &r->mscale, &r->eff_base);
-    fill_tables(r, r->cos, r->sin, max_pos, 0, 1);
+    fill_tables(r, r->cos, r->sin, n_pos, 0, 1);
     if (rope_is_rerope(&r->p)) { // the far path (README, "ReRoPE")
-        const int leaky = r->p.mode == ROPE_SCALING_LEAKY_REROPE, rows = leaky ? max_pos : 1;
+        const int leaky = r->p.mode == ROPE_SCALING_LEAKY_REROPE, rows = leaky ? n_pos : 1;
         const double W = r->p.window, K = r->p.factor;
         r->far_cos = malloc((size_t)rows * half * sizeof(float));
         r->far_sin = malloc((size_t)rows * half * sizeof(float));
         if (leaky) {
-            r->key_cos = malloc((size_t)max_pos * half * sizeof(float));
-            r->key_sin = malloc((size_t)max_pos * half * sizeof(float));
+            r->key_cos = malloc((size_t)n_pos * half * sizeof(float));
+            r->key_sin = malloc((size_t)n_pos * half * sizeof(float));
         }
         if (!r->far_cos || !r->far_sin || (leaky && (!r->key_cos || !r->key_sin))) {
             rope_free(r);
-            snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", max_pos);
+            snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", n_pos);
             return -1;
         }
         // rerope: every query to W. leaky-rerope: the query at m to W + (m - W) / K = (W - W/K) + m / K,
         // the key at n to n / K (bojone/rerope leaky_rerope_patch.py: positions + W (K - 1) and
         // positions, both at 1/K the rate).
         fill_tables(r, r->far_cos, r->far_sin, rows, leaky ? W - W / K : W, leaky ? 1 / K : 0);
-        if (leaky) fill_tables(r, r->key_cos, r->key_sin, max_pos, 0, 1 / K);
+        if (leaky) fill_tables(r, r->key_cos, r->key_sin, n_pos, 0, 1 / K);
     }
     return 0;
 }
@@ -398,7 +398,7 @@ void rope_set_length(Rope *r, int length) {
     if (l == r->length) return;
     r->length = l;
     rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);
-    fill_tables(r, r->cos, r->sin, r->max_pos, 0, 1); // every position: never two bases at once
+    fill_tables(r, r->cos, r->sin, r->n_pos, 0, 1); // every position: never two bases at once
     r->version++;
 }
 

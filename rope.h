@@ -66,17 +66,17 @@ typedef struct {
 
 typedef struct {
     RopeParams p;
-    int max_pos;      // the tables cover positions [0, max_pos)
+    int n_pos;      // the tables cover positions [0, n_pos)
     int length;       // dynamic: sequence length the tables were computed for
     double eff_base;  // base after any base change (ntk, dynamic), for the banner
     double mscale;    // magnitude folded into cos and sin (yarn), else 1
     unsigned version; // increases whenever the tables change (dynamic only)
     double *inv_freq; // (head_dim/2) theta_i after scaling, in double
-    float *cos;       // (max_pos, head_dim/2) mscale * cos(m * theta_i)
-    float *sin;       // (max_pos, head_dim/2) mscale * sin(m * theta_i)
+    float *cos;       // (n_pos, head_dim/2) mscale * cos(m * theta_i)
+    float *sin;       // (n_pos, head_dim/2) mscale * sin(m * theta_i)
     // rerope, leaky-rerope (else NULL): the far path's rotations. far_cos, far_sin: of a query at m,
-    // to W (rerope: one row, the same for every m) or to W + (m - W) / K (leaky-rerope: max_pos rows);
-    // key_cos, key_sin (leaky-rerope only, max_pos rows): of a key at n, to n / K. The score of a far
+    // to W (rerope: one row, the same for every m) or to W + (m - W) / K (leaky-rerope: n_pos rows);
+    // key_cos, key_sin (leaky-rerope only, n_pos rows): of a key at n, to n / K. The score of a far
     // key is then (R(W + (m - W)/K) q) . (R(n/K) k) = q^T R(-(W + (m - n - W)/K)) k: relative again.
     float *far_cos, *far_sin, *key_cos, *key_sin;
 } Rope;
@@ -120,8 +120,8 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen);
 // looks at it) and the attention magnitude; pure math, no allocation. Tests call it directly.
 void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *mscale, double *eff_base);
 
-// Allocate tables for positions [0, max_pos). Returns 0, or -1 with a message in err.
-int rope_init(Rope *r, const RopeParams *p, int max_pos, char *err, size_t errlen);
+// Allocate tables for positions [0, n_pos). Returns 0, or -1 with a message in err.
+int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen);
 void rope_free(Rope *r);
 
 // Tell rope the current sequence length (tokens so far, including the ones being processed).

@@ -218,7 +218,7 @@ static void test_layout(void) {
 static void test_tables(RopeScaling mode, const Rope *r) {
     const int half = r->p.head_dim / 2;
     double diff = 0;
-    for (int m = 0; m < r->max_pos; m += (m < 4096 ? 1 : 997)) {
+    for (int m = 0; m < r->n_pos; m += (m < 4096 ? 1 : 997)) {
         for (int i = 0; i < half; i++) {
             double a = m * r->inv_freq[i];
             diff = fmax(diff, fabs(r->cos[(size_t)m * half + i] - r->mscale * cos(a)));
@@ -227,7 +227,7 @@ static void test_tables(RopeScaling mode, const Rope *r) {
     }
     char what[96];
     snprintf(what, sizeof(what), "%s tables = mscale*cos/sin(m*theta) in double, m < %d", rope_scaling_name(mode),
-             r->max_pos);
+             r->n_pos);
     check(what, diff / r->mscale, 6.0e-8); // float32 rounding of a value <= 1: at most 2^-24
 }
 

@@ -17,7 +17,7 @@
 //   mscale x                        ... its mscale
 //   eff_base x                      ... its eff_base
 //   table_inv_freq v_0 ...          Rope.inv_freq after rope_init (+ rope_set_length if --length)
-//   table_mscale x / table_eff_base x / table_length n / table_version n / max_pos n
+//   table_mscale x / table_eff_base x / table_length n / table_version n / n_pos n
 //   cos POS c_0 ... c_{d/2-1}       Rope.cos row POS (float32 values printed exactly)
 //   sin POS s_0 ... s_{d/2-1}       Rope.sin row POS
 //   rotated POS y_0 ... y_{d-1}     with --rotate: rope_rotate(x, POS) (float32, printed exactly)
@@ -180,18 +180,18 @@ int main(int argc, char **argv) {
     free(inv);
 
     // Then the tables, as the forward pass sees them.
-    int max_pos = 0;
+    int n_pos = 0;
     for (int k = 0; k < npos; k++)
-        if (positions[k] + 1 > max_pos) max_pos = positions[k] + 1;
+        if (positions[k] + 1 > n_pos) n_pos = positions[k] + 1;
     Rope r;
-    if (rope_init(&r, &p, max_pos, err, sizeof(err))) {
+    if (rope_init(&r, &p, n_pos, err, sizeof(err))) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
     if (length > 0) rope_set_length(&r, length);
     print_row("table_inv_freq", r.inv_freq, half);
     printf("table_mscale %.17g\ntable_eff_base %.17g\ntable_length %d\ntable_version %u\nmax_pos %d\n", r.mscale,
-           r.eff_base, r.length, r.version, r.max_pos);
+           r.eff_base, r.length, r.version, r.n_pos);
     for (int k = 0; k < npos; k++) {
         print_frow("cos", positions[k], r.cos + (size_t)positions[k] * half, half);
         print_frow("sin", positions[k], r.sin + (size_t)positions[k] * half, half);
