@@ -150,7 +150,7 @@ static float weight_at(const Matrix *m, int r, int c) {
                ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
     case DTYPE_Q4_0: {
         const size_t b = ((size_t)r * cp + c) / Q8_BLOCK;
-        return q4_at((const uint8_t *)m->data + b * Q8_BLOCK / 2, c % Q8_BLOCK) *
+        return q4_at((const uint8_t *)m->data + b * Q4_BLOCK_BYTES, c % Q4_BLOCK) *
                (float)((const _Float16 *)m->scale)[b];
     }
     default:
@@ -610,7 +610,7 @@ static PLAIN ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, c
     for (int b = 0; b < nb; b++) {
         int32_t s = 0;
         for (int i = 0; i < Q8_BLOCK; i++)
-            s += q4_at(w + b * Q8_BLOCK / 2, i) * x->q[b * Q8_BLOCK + i];
+            s += q4_at(w + b * Q4_BLOCK_BYTES, i) * x->q[b * Q8_BLOCK + i];
         sum += (float)s * ((float)dw[b] * x->d[b]);
     }
     return sum;
@@ -765,11 +765,11 @@ static void pack_w_q4(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, i
         const uint8_t *src = j < nr ? (const uint8_t *)m->data + ((size_t)(r0 + j) * cp + k0) / 2 : NULL;
         // Byte i of a block holds value i (low nibble) and value i + 16 (high); padding rows read as
         // 0x88: q = 8, w = 0.
-        for (int b = 0; b < kc / Q8_BLOCK; b++)
-            for (int i = 0; i < Q8_BLOCK / 2; i++) {
-                const uint8_t two = src ? src[b * Q8_BLOCK / 2 + i] : 0x88;
-                row[b * Q8_BLOCK + i] = (uint8_t)((two & 15) + 120);
-                row[b * Q8_BLOCK + Q8_BLOCK / 2 + i] = (uint8_t)((two >> 4) + 120);
+        for (int b = 0; b < kc / Q4_BLOCK; b++)
+            for (int i = 0; i < Q4_BLOCK_BYTES; i++) {
+                const uint8_t two = src ? src[b * Q4_BLOCK_BYTES + i] : 0x88;
+                row[b * Q4_BLOCK + i] = (uint8_t)((two & 15) + 120);
+                row[b * Q4_BLOCK + Q4_BLOCK_BYTES + i] = (uint8_t)((two >> 4) + 120);
             }
     }
     for (int k4 = 0; k4 < kc / 4; k4++)

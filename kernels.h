@@ -14,7 +14,11 @@
 
 typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTYPE_COUNT } DType;
 
-#define Q8_BLOCK 32 // q8_0 and q4_0: values per scale
+#define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
+// q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
+// activations, so the two sizes are one.
+#define Q4_BLOCK Q8_BLOCK
+#define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {

@@ -120,7 +120,7 @@ static inline float q4_finish(float vector, const uint8_t *w, const _Float16 *dw
         corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + j))), _mm256_loadu_ps(xr->c8 + j),
                                corr);
     const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
-    return vector - hsum8(corr) + (b < nb ? dot_q4_plain(w + b * Q8_BLOCK / 2, dw + b, &rest, nb - b) : 0);
+    return vector - hsum8(corr) + (b < nb ? dot_q4_plain(w + b * Q4_BLOCK_BYTES, dw + b, &rest, nb - b) : 0);
 }
 
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
@@ -253,7 +253,7 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
                     _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
-                    const uint8_t *wb = w[k] + (size_t)(b + 2 * p) * Q8_BLOCK / 2;
+                    const uint8_t *wb = w[k] + (size_t)(b + 2 * p) * Q4_BLOCK_BYTES;
                     const __m256i v = _mm256_loadu_si256((const __m256i *)wb);
                     const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                     const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
@@ -426,7 +426,7 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
                 const __m512i xlo = _mm512_loadu_si512(xs), xhi = _mm512_loadu_si512(xs + 64);
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
-                    const __m512i v = _mm512_loadu_si512(w[k] + (size_t)(b + 4 * g) * Q8_BLOCK / 2);
+                    const __m512i v = _mm512_loadu_si512(w[k] + (size_t)(b + 4 * g) * Q4_BLOCK_BYTES);
                     const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                     const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[g], lo, xlo), hi, xhi);
                     acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d[k][g], acc[k]);
@@ -438,7 +438,7 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
         const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
         for (int k = 0; k < nr; k++)
             out[r + k * step] =
-                sums[k] + (b < nb ? dot_q4_plain(w[k] + b * Q8_BLOCK / 2, dw[k] + b, &rest, nb - b) : 0);
+                sums[k] + (b < nb ? dot_q4_plain(w[k] + b * Q4_BLOCK_BYTES, dw[k] + b, &rest, nb - b) : 0);
     }
 }
 
