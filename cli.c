@@ -95,6 +95,14 @@ static const char *const LLAMA_CPP[][2] = {
 
 static void see_help(void) { fprintf(stderr, "see ./run --help\n"); }
 
+int check_keep(const Options *o, int ctx) {
+    if (o->keep < 0 || o->keep < ctx - 1) return 0;
+    fprintf(stderr, "error: --keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
+                    "smaller --keep or a larger --ctx)\n", o->keep, ctx);
+    see_help();
+    return -1;
+}
+
 // The edit distance of a and b, a swap of two neighbours counting as one edit (--tmep is one from
 // --temp), capped at 3: enough to tell a typo.
 static int distance(const char *a, const char *b) {
@@ -315,17 +323,12 @@ int parse_args(int argc, char **argv, Options *o) {
         snprintf(msg, sizeof msg, "%s is for generating text, and --ppl does not generate (hint: drop %s or --ppl)",
                  o->gen_flag, o->gen_flag),
             problem = msg;
-    else if (o->keep >= 0 && o->ctx && o->keep >= o->ctx - 1) // run.c checks it again against a trained ctx
-        snprintf(msg, sizeof msg,
-                 "--keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
-                 "smaller --keep or a larger --ctx)",
-                 o->keep, o->ctx),
-            problem = msg;
     if (problem) {
         fprintf(stderr, "error: %s\n", problem);
         see_help();
         return -1;
     }
+    if (o->ctx && check_keep(o, o->ctx)) return -1; // run.c checks again against a trained context
     if (o->rope_mode) {
         RopeScaling mode;
         if (rope_scaling_from_name(o->rope_mode, &mode)) {

@@ -49,4 +49,9 @@ int parse_args(int argc, char **argv, Options *o);
 
 void usage(FILE *f);
 
+// An explicit --keep must leave positions for a context shift to drop in a context of ctx: 0, or
+// -1 after a usage error (reported). parse_args checks it against an explicit --ctx, run.c against
+// the trained context when there is none.
+int check_keep(const Options *o, int ctx);
+
 #endif

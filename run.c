@@ -348,28 +348,25 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
 
 #define KEEP_FILLS "the context is full and --keep leaves nothing to drop (hint: a smaller --keep or a larger --ctx)"
 
-// The template: --chat-template, else the one tokenizer_config.json beside the tokenizer holds. -1
-// after an error (reported).
-static int chat_template_of(const Options *o, const char *tok_path) {
+// The template: --chat-template, else the one tokenizer_config.json beside the tokenizer holds
+// (the text tokenizer_load read). -1 after an error (reported).
+static int chat_template_of(const Options *o, const Tokenizer *tok) {
     if (o->chat_template) return chat_template_from_name(o->chat_template); // checked by parse_args
-    const char *slash = strrchr(tok_path, '/');
-    char path[4096];
-    snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - tok_path + 1) : 0, tok_path);
+    const char *path;
     size_t len;
-    char *text = read_file(path, &len);
+    int error;
+    const char *text = tokenizer_config_text(tok, &path, &len, &error);
     if (!text) {
         fprintf(stderr, "error: %s: cannot read it for the chat template: %s (hint: --chat-template %s)\n", path,
-                strerror(errno), CHAT_TEMPLATE_NAMES);
+                strerror(error), CHAT_TEMPLATE_NAMES);
         return -1;
     }
-    const int k = chat_template_detect(text, len, path);
-    free(text);
-    return k;
+    return chat_template_detect(text, len, path);
 }
 
-static int chat(Transformer *t, Tokenizer *tok, const char *tok_path, const Options *o) {
+static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
-    const int k = chat_template_of(o, tok_path);
+    const int k = chat_template_of(o, tok);
     if (k < 0) return 1;
     if (k == CHAT_MISTRAL && o->system) {
         fprintf(stderr, "error: -y: the mistral template has no system prompt (hint: put it in the first turn)\n");
@@ -685,7 +682,8 @@ static void banner_tokenizer(const Tokenizer *tok, const char *path) {
     else
         fprintf(stderr, "no BOS");
     fprintf(stderr, " (%s)", tokenizer_bos_reason(tok));
-    if (tokenizer_eos_id(tok) >= 0) fprintf(stderr, " | EOS %d last (tokenizer_config.json add_eos_token)", tokenizer_eos_id(tok));
+    if (tokenizer_eos_id(tok) >= 0)
+        fprintf(stderr, " | EOS %d last (%s)", tokenizer_eos_id(tok), tokenizer_eos_reason(tok));
     fprintf(stderr, "\n");
 }
 
@@ -738,11 +736,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
             return 2;
         }
     }
-    if (o->keep >= 0 && o->keep >= run->ctx - 1) { // parse_args checked this against an explicit --ctx
-        fprintf(stderr, "error: --keep %d leaves nothing for a context shift to drop in a context of %d (hint: a "
-                        "smaller --keep or a larger --ctx)\n", o->keep, run->ctx);
-        return 2;
-    }
+    if (check_keep(o, run->ctx)) return 2;
     // rope.c owns the rules; here each broken one gets its flag and its fix.
     static const char *const RULE[] = {
         [ROPE_FACTOR_WITHOUT_MODE] = "--rope-factor needs a scaling mode (hint: --rope-scaling "
@@ -849,7 +843,7 @@ int main(int argc, char **argv) {
         banner_rope(&t);
         warn_context(c, &run, &o);
         status = o.ppl                               ? perplexity(&t, tok, &o)
-                 : o.mode && !strcmp(o.mode, "chat") ? chat(&t, tok, tok_path, &o)
+                 : o.mode && !strcmp(o.mode, "chat") ? chat(&t, tok, &o)
                                                      : generate(&t, tok, &o);
     }
     tokenizer_free(tok);

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <sentencepiece_processor.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,9 +32,12 @@ struct Tokenizer {
     Special bos, eos;
     int gpt2_class = 0; // tokenizer_class GPT2Tokenizer(Fast): no BOS unless add_bos_token says so
     int checkpoint_bos = -1, checkpoint_eos = -1;
+    std::string config_path, config; // tokenizer_config.json beside the file, and its text
+    int config_errno = 0;            // why it could not be read; 0 when it was
 };
 
-extern "C" int tokenizer_token_id(const Tokenizer *t, const char *piece) {
+// The id of a token by its text (a special token's content, a SentencePiece piece); -1: none.
+static int token_id(const Tokenizer *t, const char *piece) {
     if (!t->bpe) {
         const int id = t->sp.PieceToId(piece);
         return id == t->sp.unk_id() && t->sp.IdToPiece(id) != piece ? -1 : id;
@@ -71,20 +75,30 @@ extern "C" void tokenizer_config_json(Tokenizer *t, const char *text, size_t len
     tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);
 }
 
-// tokenizer_config.json beside the tokenizer file, if there is one.
+// tokenizer_config.json beside the tokenizer file, if there is one; kept for the chat template.
 static void read_config(Tokenizer *t, const char *tok_path) {
     const char *slash = strrchr(tok_path, '/');
-    std::string path = std::string(tok_path, slash ? slash - tok_path + 1 : 0) + "tokenizer_config.json";
-    FILE *f = fopen(path.c_str(), "rb");
-    std::string text;
+    t->config_path = std::string(tok_path, slash ? slash - tok_path + 1 : 0) + "tokenizer_config.json";
+    FILE *f = fopen(t->config_path.c_str(), "rb");
     if (f) {
         char buf[1 << 16];
         size_t got;
         while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-            text.append(buf, got);
+            t->config.append(buf, got);
+        if (ferror(f)) t->config_errno = errno ? errno : EIO;
         fclose(f);
+    } else {
+        t->config_errno = errno;
     }
-    tokenizer_config_json(t, text.data(), text.size());
+    if (t->config_errno) t->config.clear();
+    tokenizer_config_json(t, t->config.data(), t->config.size());
+}
+
+extern "C" const char *tokenizer_config_text(const Tokenizer *t, const char **path, size_t *len, int *error) {
+    *path = t->config_path.c_str();
+    *len = t->config.size();
+    *error = t->config_errno;
+    return t->config_errno ? nullptr : t->config.c_str();
 }
 
 // The decision of tokenizer.h for one special token. is_bos: BOS (added by default), else EOS.
@@ -98,7 +112,7 @@ static void decide(const Tokenizer *t, Special *s, int is_bos) {
     if (tmpl_id >= 0)
         id = tmpl_id;
     else if (s->named)
-        id = s->name.empty() ? -1 : tokenizer_token_id(t, s->name.c_str());
+        id = s->name.empty() ? -1 : token_id(t, s->name.c_str());
     else
         id = t->bpe ? checkpoint : own; // a SentencePiece model knows its own (or has none)
     int add;
@@ -182,6 +196,7 @@ extern "C" int tokenizer_vocab_size(const Tokenizer *t) {
 extern "C" int tokenizer_bos_id(const Tokenizer *t) { return t->bos.id; }
 extern "C" int tokenizer_eos_id(const Tokenizer *t) { return t->eos.id; }
 extern "C" const char *tokenizer_bos_reason(const Tokenizer *t) { return t->bos.reason; }
+extern "C" const char *tokenizer_eos_reason(const Tokenizer *t) { return t->eos.reason; }
 
 extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int specials, int *n) {
     std::vector<int> ids;

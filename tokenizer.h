@@ -42,7 +42,10 @@ void tokenizer_config_json(Tokenizer *t, const char *text, size_t len);
 int tokenizer_bos_id(const Tokenizer *t); // the id put first; -1: none
 int tokenizer_eos_id(const Tokenizer *t); // the id put last; -1: none
 const char *tokenizer_bos_reason(const Tokenizer *t); // why, for the banner: "tokenizer_config.json add_bos_token"
-int tokenizer_token_id(const Tokenizer *t, const char *piece); // the id of a token by its text; -1: none
+const char *tokenizer_eos_reason(const Tokenizer *t);
+// tokenizer_config.json as tokenizer_load read it (chat reads its template there): the text, or NULL
+// with the errno of the failed read in *error; *path names the file either way.
+const char *tokenizer_config_text(const Tokenizer *t, const char **path, size_t *len, int *error);
 
 // Encode len bytes of text (any bytes; invalid UTF-8 is SentencePiece's to handle, and becomes U+FFFD
 // for a tokenizer.json), with BOS and EOS around it as above if specials. Special tokens written in the text

@@ -141,6 +141,20 @@ def test_bos_banner_and_supported_context(c_tools, llama3, tmp_path):
     assert ids[0] == BOS and ids[1:] == encode(NPM_LLAMA3 / "tokenizer.json", "Hello, world!")[1:] and len(ids) == 5
     (tmp_path / "tokenizer_config.json").unlink()
     assert "| BOS 128000 first (the checkpoint's bos_token_id)" in banner(model)
+    # A template that also puts EOS last: the banner says so, and why.
+    spec = json.loads((NPM_LLAMA3 / "tokenizer.json").read_text())
+    special = lambda name, i: {"id": name, "ids": [i], "tokens": [name]}  # noqa: E731
+    spec["post_processor"] = {"type": "TemplateProcessing", "pair": [],
+                              "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                         {"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": {"id": "<|end_of_text|>", "type_id": 0}}],
+                              "special_tokens": {"<|begin_of_text|>": special("<|begin_of_text|>", BOS),
+                                                 "<|end_of_text|>": special("<|end_of_text|>", END_OF_TEXT)}}
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    err = banner(model)
+    assert "| BOS 128000 first (the template of tokenizer.json) | EOS 128001 last (the template of tokenizer.json)" in err
+    assert [int(i) for i in re.findall(r"^ +(\d+) -> ", err, re.M)][-1] == END_OF_TEXT
     assert "beyond the 512 positions the checkpoint says it supports with its own llama3 scaling" in banner(out, "--ctx", 1024)
     assert "warning" not in banner(out, "--ctx", 512)
     assert "warning" not in banner(out, "--ctx", 1024, "--rope-factor", 16)
