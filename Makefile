@@ -10,7 +10,7 @@ CFLAGS ?= -O3 -march=native
 CFLAGS += -std=c11 -Wall -Wextra -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
-LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lstdc++ -lm -fopenmp
+LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
 
 CORE = model.o loader.o rope.o kernels.o
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
@@ -173,7 +173,7 @@ FUZZ_CC = clang
 FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
-FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
+FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
 FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o bpe.o cli.o chat.o sampler.o)
 
 build/fuzz/%.o: %.c *.h

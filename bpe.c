@@ -6,9 +6,13 @@
 //      so the text the model sees is the text those tokenizers would be given);
 //   2. added tokens ("<|eot_id|>", ...) are found in the text, leftmost first and the longest of
 //      those starting at one place, and become their ids: Hugging Face's default, special tokens
-//      included (transformers' split_special_tokens=False);
-//   3. the text between them is cut into pieces by the pre-tokenizer: Split regexes and Digits in
-//      the order the file gives, then ByteLevel with or without its own GPT-2 regex. ByteLevel maps
+//      included (transformers' split_special_tokens=False). One with rstrip (lstrip) takes the white
+//      space after (before) it along (Phi-3's <|end|> eats the newline the template puts after it);
+//   3. the text between them is put in Unicode normalization form C when the file's normalizer is
+//      NFC (Qwen2 and Qwen3: Hugging Face normalizes after taking out the added tokens), then cut into pieces by the pre-tokenizer: Split regexes and Digits in
+//      the order the file gives (Isolated: matches and the text between them are pieces; Removed:
+//      the matches are dropped, or with invert the text between them, as o200k-style files do),
+//      then ByteLevel with or without its own GPT-2 regex. ByteLevel maps
 //      each byte to a printable character (bytes_to_unicode in GPT-2's encoder.py, Radford et al.
 //      2019), so a piece is a string over 256 characters;
 //   4. each piece is merged by BPE (Sennrich et al. 2016, "Neural Machine Translation of Rare Words
@@ -22,10 +26,11 @@
 //
 // The format is Hugging Face tokenizers' serialization (tokenizer.json, "version": "1.0").
 // Anything in it that this file does not implement is refused with a message that names it:
-// normalizers, other models (WordPiece, Unigram), other pre-tokenizers and decoders, Split
-// behaviors other than Isolated, BPE dropout, byte fallback, subword prefixes/suffixes, and added
-// tokens with single_word, lstrip or rstrip. Regexes are compiled by PCRE2 (Unicode properties,
-// look-ahead, as Llama 3's pattern needs); JSON is parsed by cJSON. Both come from Debian.
+// normalizers other than NFC, other models (WordPiece, Unigram), other pre-tokenizers and
+// decoders, Split behaviors other than Isolated and Removed, BPE dropout, byte fallback, subword
+// prefixes/suffixes, and added tokens with single_word (or normalized, beside a normalizer).
+// Regexes are compiled by PCRE2 (Unicode properties, look-ahead, as Llama 3's pattern needs); JSON
+// is parsed by cJSON; NFC (Qwen's normalizer) is utf8proc's. All three come from Debian.
 #include "bpe.h"
 
 #include <stdint.h>
@@ -36,6 +41,7 @@
 #include <cjson/cJSON.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <utf8proc.h>
 
 #define MAX_TOKENS  (1 << 24) // ids and merges: far above any real vocabulary (Llama 3: 128256)
 #define MAX_REGEXES 16        // pre-tokenizer steps
@@ -47,9 +53,14 @@ static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+|
 
 typedef struct {
     int id;
-    int special;     // 1: a control token (decodes to nothing in a stream)
-    size_t off, len; // its content in Bpe.added_text
+    int special;        // 1: a control token (decodes to nothing in a stream)
+    int lstrip, rstrip; // 1: the white space before / after it goes with it (is not encoded)
+    int normalized;     // 1: Hugging Face would match it in the normalized text
+    size_t off, len;    // its content in Bpe.added_text
 } Added;
+
+// What a Split step does with the text (Hugging Face's SplitDelimiterBehavior, and invert).
+enum { SPLIT_ISOLATED, SPLIT_DROP_MATCHES, SPLIT_DROP_GAPS };
 
 struct Bpe {
     int n_ids;              // vocab size: 1 + the largest id
@@ -76,7 +87,9 @@ struct Bpe {
     unsigned char added_first[256]; // 1: some added token starts with this byte
     char *added_text;
     pcre2_code *re[MAX_REGEXES]; // the pre-tokenizer's regexes, in order
+    unsigned char re_mode[MAX_REGEXES]; // SPLIT_*
     int n_re;
+    int nfc; // the normalizer is NFC
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -397,8 +410,8 @@ static const char *type_of(const cJSON *o) {
 // A boolean field: 1 if true, 0 if false, absent or null (the default in every case used here).
 static int flag(const cJSON *o, const char *key) { return cJSON_IsTrue(get(o, key)); }
 
-static int add_regex(Bpe *b, const char *pattern, int literal, const char *where, const char *name, char *err,
-                     size_t errlen) {
+static int add_regex(Bpe *b, const char *pattern, int literal, int mode, const char *where, const char *name,
+                     char *err, size_t errlen) {
     char msg[400];
     if (b->n_re == MAX_REGEXES) return fail(err, errlen, name, "pre_tokenizer: more than 16 Split/Digits steps");
     int code;
@@ -412,6 +425,7 @@ static int add_regex(Bpe *b, const char *pattern, int literal, const char *where
         return fail(err, errlen, name, msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); // faster where PCRE2 has a JIT; matches the same without
+    b->re_mode[b->n_re] = (unsigned char)mode;
     b->re[b->n_re++] = re;
     return 0;
 }
@@ -433,26 +447,31 @@ static int load_pretokenizer(Bpe *b, const cJSON *p, int *byte_level, const char
         if (flag(p, "add_prefix_space"))
             return fail(err, errlen, name, "pre_tokenizer: ByteLevel add_prefix_space true is not implemented");
         const cJSON *use_regex = get(p, "use_regex"); // absent: true
-        if (!cJSON_IsFalse(use_regex) && add_regex(b, GPT2_PATTERN, 0, "ByteLevel", name, err, errlen)) return -1;
+        if (!cJSON_IsFalse(use_regex) && add_regex(b, GPT2_PATTERN, 0, SPLIT_ISOLATED, "ByteLevel", name, err, errlen)) return -1;
         *byte_level = 1;
         return 0;
     }
     if (type && !strcmp(type, "Digits")) { // Rust's char::is_numeric is the N category, \p{N}
-        return add_regex(b, flag(p, "individual_digits") ? "\\p{N}" : "\\p{N}+", 0, "Digits", name, err, errlen);
+        return add_regex(b, flag(p, "individual_digits") ? "\\p{N}" : "\\p{N}+", 0, SPLIT_ISOLATED, "Digits", name, err, errlen);
     }
     if (type && !strcmp(type, "Split")) {
         const cJSON *pattern = get(p, "pattern"), *behavior = get(p, "behavior");
         const cJSON *regex = get(pattern, "Regex"), *string = get(pattern, "String");
-        if (!cJSON_IsString(behavior) || strcmp(behavior->valuestring, "Isolated") || flag(p, "invert")) {
+        // Isolated keeps every match and every gap as a piece, inverted or not; Removed drops the
+        // matches, or with invert the gaps (the matches are then the pieces: o200k-style files).
+        const int isolated = cJSON_IsString(behavior) && !strcmp(behavior->valuestring, "Isolated");
+        const int removed = cJSON_IsString(behavior) && !strcmp(behavior->valuestring, "Removed");
+        if (!isolated && !removed) {
             snprintf(msg, sizeof msg,
-                     "pre_tokenizer: Split with behavior %.40s%s is not implemented (only Isolated, not inverted)",
-                     cJSON_IsString(behavior) ? behavior->valuestring : "(missing)",
-                     flag(p, "invert") ? " and invert true" : "");
+                     "pre_tokenizer: Split with behavior %.40s is not implemented (only Isolated and Removed)",
+                     cJSON_IsString(behavior) ? behavior->valuestring : "(missing)");
             return fail(err, errlen, name, msg);
         }
-        if (cJSON_IsString(regex)) return add_regex(b, regex->valuestring, 0, "pre_tokenizer Split", name, err, errlen);
+        const int mode = isolated ? SPLIT_ISOLATED : flag(p, "invert") ? SPLIT_DROP_GAPS : SPLIT_DROP_MATCHES;
+        if (cJSON_IsString(regex))
+            return add_regex(b, regex->valuestring, 0, mode, "pre_tokenizer Split", name, err, errlen);
         if (cJSON_IsString(string))
-            return add_regex(b, string->valuestring, 1, "pre_tokenizer Split", name, err, errlen);
+            return add_regex(b, string->valuestring, 1, mode, "pre_tokenizer Split", name, err, errlen);
         return fail(err, errlen, name, "pre_tokenizer: Split needs a pattern {\"Regex\": ...} or {\"String\": ...}");
     }
     snprintf(msg, sizeof msg,
@@ -472,13 +491,11 @@ static int load_added(Bpe *b, const cJSON *list, int *max_id, const char *name, 
         if (json_id(id) < 0 || !cJSON_IsString(content) || !content->valuestring[0])
             return fail(err, errlen, name,
                         "added_tokens: every entry needs an integer \"id\" in [0, 2^24) and a non-empty \"content\"");
-        static const char *unimplemented[] = {"single_word", "lstrip", "rstrip"};
-        for (int k = 0; k < 3; k++)
-            if (flag(a, unimplemented[k])) {
-                snprintf(msg, sizeof msg, "added_tokens: \"%.40s\" has %s true, which is not implemented",
-                         content->valuestring, unimplemented[k]);
-                return fail(err, errlen, name, msg);
-            }
+        if (flag(a, "single_word")) {
+            snprintf(msg, sizeof msg, "added_tokens: \"%.40s\" has single_word true, which is not implemented",
+                     content->valuestring);
+            return fail(err, errlen, name, msg);
+        }
         *max_id = id->valueint > *max_id ? id->valueint : *max_id;
         total += strlen(content->valuestring);
     }
@@ -489,6 +506,9 @@ static int load_added(Bpe *b, const cJSON *list, int *max_id, const char *name, 
         Added *t = &b->added[b->n_added++];
         t->id = get(a, "id")->valueint;
         t->special = flag(a, "special");
+        t->lstrip = flag(a, "lstrip"), t->rstrip = flag(a, "rstrip");
+        const cJSON *normalized = get(a, "normalized"); // absent: true, as in Hugging Face
+        t->normalized = !cJSON_IsFalse(normalized);
         t->off = off;
         t->len = strlen(get(a, "content")->valuestring);
         memcpy(b->added_text + off, get(a, "content")->valuestring, t->len);
@@ -619,9 +639,13 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
         return fail(err, errlen, name, msg);
     }
     if (normalizer && !cJSON_IsNull(normalizer)) {
-        snprintf(msg, sizeof msg, "normalizer %.40s is not implemented (byte-level BPE files have none)",
-                 type_of(normalizer) ? type_of(normalizer) : "");
-        return fail(err, errlen, name, msg);
+        if (!type_of(normalizer) || strcmp(type_of(normalizer), "NFC")) {
+            snprintf(msg, sizeof msg,
+                     "normalizer %.40s is not implemented (this program reads none, or NFC as Qwen's files have)",
+                     type_of(normalizer) ? type_of(normalizer) : "without a type");
+            return fail(err, errlen, name, msg);
+        }
+        b->nfc = 1;
     }
     const cJSON *dropout = get(model, "dropout"), *unk = get(model, "unk_token");
     const cJSON *prefix = get(model, "continuing_subword_prefix"), *suffix = get(model, "end_of_word_suffix");
@@ -642,6 +666,14 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
         if (!cJSON_IsArray(added)) return fail(err, errlen, name, "added_tokens is not an array");
         if (load_added(b, added, &max_id, name, err, errlen)) return -1;
     }
+    for (int k = 0; b->nfc && k < b->n_added; k++)
+        if (b->added[k].normalized) { // Hugging Face would look for it in the normalized text
+            snprintf(msg, sizeof msg,
+                     "added_tokens: \"%.*s\" has normalized true beside a normalizer, which is not "
+                     "implemented (Qwen's files have normalized false)",
+                     (int)(b->added[k].len < 40 ? b->added[k].len : 40), b->added_text + b->added[k].off);
+            return fail(err, errlen, name, msg);
+        }
     if (load_vocab(b, get(model, "vocab"), max_id, name, err, errlen)) return -1;
     if (load_merges(b, get(model, "merges"), name, err, errlen)) return -1;
     int byte_level = 0;
@@ -728,6 +760,12 @@ int bpe_template(const Bpe *b, int *bos, int *eos) {
     *bos = b->bos_id;
     *eos = b->eos_id;
     return b->has_template;
+}
+
+int bpe_drops_text(const Bpe *b) {
+    for (int k = 0; k < b->n_re; k++)
+        if (b->re_mode[k] != SPLIT_ISOLATED) return 1;
+    return 0;
 }
 
 const char *bpe_token_bytes(const Bpe *b, int id, size_t *len, int *special) {
@@ -835,12 +873,14 @@ static int encode_piece(const Bpe *b, const char *piece, size_t len, IntVec *out
 }
 
 // ---------------------------------------------------------------------------------------------
-// The pre-tokenizer: regex step k cuts a piece into its matches and the text between them
-// (Split's "Isolated" behavior), and hands each part to step k + 1; after the last, BPE. A regex
-// sees only its piece, so a look-ahead stops at the piece's end, as in Hugging Face.
+// The pre-tokenizer: regex step k cuts a piece into its matches and the text between them (the
+// gaps), and hands each part to step k + 1, except the matches of a Removed step (the gaps of an
+// inverted one); after the last step, BPE. A regex sees only its piece, so a look-ahead stops at
+// the piece's end, as in Hugging Face.
 
 static int pre_tokenize(const Bpe *b, int k, const char *piece, size_t len, pcre2_match_data *md, IntVec *out) {
     if (k == b->n_re) return encode_piece(b, piece, len, out);
+    const int gaps = b->re_mode[k] != SPLIT_DROP_GAPS, matches = b->re_mode[k] != SPLIT_DROP_MATCHES;
     size_t at = 0, done = 0; // done: the end of what has been handed on
     while (at < len) {
         int rc = pcre2_match(b->re[k], (PCRE2_SPTR)piece, len, at, PCRE2_NO_UTF_CHECK, md, NULL);
@@ -852,12 +892,31 @@ static int pre_tokenize(const Bpe *b, int k, const char *piece, size_t len, pcre
             at = start + (cl ? cl : 1);
             continue;
         }
-        if (start > done && pre_tokenize(b, k + 1, piece + done, start - done, md, out)) return -1;
-        if (pre_tokenize(b, k + 1, piece + start, end - start, md, out)) return -1;
+        if (gaps && start > done && pre_tokenize(b, k + 1, piece + done, start - done, md, out)) return -1;
+        if (matches && pre_tokenize(b, k + 1, piece + start, end - start, md, out)) return -1;
         done = at = end;
     }
-    if (len > done && pre_tokenize(b, k + 1, piece + done, len - done, md, out)) return -1;
+    if (gaps && len > done && pre_tokenize(b, k + 1, piece + done, len - done, md, out)) return -1;
     return 0;
+}
+
+// Rust's char::is_whitespace (Unicode White_Space), which Hugging Face's lstrip and rstrip use.
+static int is_white(unsigned cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+// The text between two added tokens: put in NFC if the file says so, then pre-tokenized and
+// merged. text is well-formed UTF-8 (utf8_repair).
+static int encode_text(const Bpe *b, const char *text, size_t len, pcre2_match_data *md, IntVec *out) {
+    if (!b->nfc || len == 0) return pre_tokenize(b, 0, text, len, md, out);
+    utf8proc_uint8_t *nfc = NULL;
+    const utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &nfc,
+                                            UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    const int status = n < 0 ? -1 : pre_tokenize(b, 0, (const char *)nfc, (size_t)n, md, out);
+    free(nfc);
+    return status;
 }
 
 // The longest added token that starts at text[i], or NULL.
@@ -884,11 +943,27 @@ int *bpe_encode(const Bpe *b, const char *raw, size_t raw_len, int *n) {
             i++;
             continue;
         }
-        status = pre_tokenize(b, 0, text + start, i - start, md, &out);
+        size_t end = i; // of the text before the token: lstrip leaves its white space out
+        while (a->lstrip && end > start) {
+            size_t c = end - 1, bad = 0;
+            while (c > start && ((unsigned char)text[c] & 0xC0) == 0x80)
+                c--;
+            if (!is_white(utf8_decode((const unsigned char *)text + c, utf8_char((const unsigned char *)text + c,
+                                                                                  end - c, &bad))))
+                break;
+            end = c;
+        }
+        status = encode_text(b, text + start, end - start, md, &out);
         if (!status) status = push(&out, a->id);
-        start = i += a->len;
+        i += a->len;
+        while (a->rstrip && i < len) { // and rstrip the white space after it
+            size_t bad = 0, cl = utf8_char((const unsigned char *)text + i, len - i, &bad);
+            if (!is_white(utf8_decode((const unsigned char *)text + i, cl))) break;
+            i += cl;
+        }
+        start = i;
     }
-    if (!status) status = pre_tokenize(b, 0, text + start, len - start, md, &out);
+    if (!status) status = encode_text(b, text + start, len - start, md, &out);
     if (!status && !out.v) status = push(&out, 0), out.n = 0; // an empty text: a valid, empty array
     pcre2_match_data_free(md);
     free(text);

