@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -25,9 +26,21 @@ struct Special {
     const char *reason = "";
 };
 
+// A token a SentencePiece model gains from tokenizer_config.json's added_tokens_decoder, past its
+// own pieces (Phi-3's <|user|>, <|end|>, <|assistant|> are 32000..32010 beside Llama 2's 32000).
+struct SpAdded {
+    int id;
+    std::string content;
+    bool lstrip, rstrip; // the white space before / after it goes with it, as in Hugging Face
+    bool special;        // decodes to nothing in a stream
+};
+
 struct Tokenizer {
     Bpe *bpe; // a tokenizer.json; NULL for a SentencePiece model, which is then in sp
     sentencepiece::SentencePieceProcessor sp;
+    std::vector<SpAdded> added; // SentencePiece only; matched in the text before it is encoded
+    int n_ids = 0;              // SentencePiece: its pieces, or 1 + the largest added id
+    std::string added_error;    // an added token this program cannot read (tokenizer_load refuses)
     std::string piece; // what tokenizer_decode_piece returned last
     Special bos, eos;
     int gpt2_class = 0; // tokenizer_class GPT2Tokenizer(Fast): no BOS unless add_bos_token says so
@@ -38,6 +51,8 @@ struct Tokenizer {
 
 // The id of a token by its text (a special token's content, a SentencePiece piece); -1: none.
 static int token_id(const Tokenizer *t, const char *piece) {
+    for (const SpAdded &a : t->added)
+        if (a.content == piece) return a.id;
     if (!t->bpe) {
         const int id = t->sp.PieceToId(piece);
         return id == t->sp.unk_id() && t->sp.IdToPiece(id) != piece ? -1 : id;
@@ -62,6 +77,37 @@ static void read_special(const cJSON *root, const char *add_key, const char *key
     if (cJSON_IsString(tok)) s->name = tok->valuestring;
 }
 
+// added_tokens_decoder {"32010": {"content": "<|user|>", "rstrip": true, ...}, ...}: for a
+// SentencePiece model, the tokens past its own pieces (those below are its own, and it spells them).
+// A tokenizer.json lists its added tokens itself (bpe.c).
+static void read_added(Tokenizer *t, const cJSON *root) {
+    t->added.clear(), t->added_error.clear();
+    t->n_ids = t->bpe ? 0 : t->sp.GetPieceSize();
+    const cJSON *decoder = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
+    if (t->bpe || !cJSON_IsObject(decoder)) return;
+    for (const cJSON *e = decoder->child; e; e = e->next) {
+        char *end;
+        const long id = strtol(e->string, &end, 10);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (*end || end == e->string || id < t->sp.GetPieceSize()) continue; // one of its own pieces
+        if (id >= (1 << 24) || !cJSON_IsString(content) || !content->valuestring[0]) {
+            t->added_error = std::string("added_tokens_decoder: \"") + std::string(e->string).substr(0, 20) +
+                             "\" needs an id below 2^24 and a non-empty \"content\"";
+            continue;
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "single_word"))) {
+            t->added_error = std::string("added_tokens_decoder: \"") + std::string(content->valuestring).substr(0, 40) +
+                             "\" has single_word true, which is not implemented";
+            continue;
+        }
+        t->added.push_back({static_cast<int>(id), content->valuestring,
+                            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "lstrip")) != 0,
+                            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "rstrip")) != 0,
+                            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) != 0});
+        t->n_ids = std::max(t->n_ids, static_cast<int>(id) + 1);
+    }
+}
+
 extern "C" void tokenizer_config_json(Tokenizer *t, const char *text, size_t len) {
     t->bos = Special(), t->eos = Special(), t->gpt2_class = 0;
     cJSON *root = cJSON_ParseWithLength(text, len);
@@ -71,6 +117,7 @@ extern "C" void tokenizer_config_json(Tokenizer *t, const char *text, size_t len
         const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "tokenizer_class");
         t->gpt2_class = cJSON_IsString(cls) && !strncmp(cls->valuestring, "GPT2Tokenizer", 13);
     }
+    read_added(t, cJSON_IsObject(root) ? root : nullptr);
     cJSON_Delete(root);
     tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);
 }
@@ -182,6 +229,12 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
         return nullptr;
     }
     read_config(t, path);
+    if (!t->added_error.empty()) {
+        snprintf(err, errlen, "%s: %s (hint: this program reads added tokens without it)", t->config_path.c_str(),
+                 t->added_error.c_str());
+        delete t;
+        return nullptr;
+    }
     return t;
 }
 
@@ -191,12 +244,70 @@ extern "C" void tokenizer_free(Tokenizer *t) {
 }
 
 extern "C" int tokenizer_vocab_size(const Tokenizer *t) {
-    return t->bpe ? bpe_vocab_size(t->bpe) : t->sp.GetPieceSize();
+    return t->bpe ? bpe_vocab_size(t->bpe) : t->n_ids;
 }
 extern "C" int tokenizer_bos_id(const Tokenizer *t) { return t->bos.id; }
 extern "C" int tokenizer_eos_id(const Tokenizer *t) { return t->eos.id; }
 extern "C" const char *tokenizer_bos_reason(const Tokenizer *t) { return t->bos.reason; }
 extern "C" const char *tokenizer_eos_reason(const Tokenizer *t) { return t->eos.reason; }
+
+// The length of the white space character (Rust's char::is_whitespace, as Hugging Face's lstrip and
+// rstrip use) that starts at s (n bytes left), or 0.
+static size_t white_at(const char *s, size_t n) {
+    static const char *const wide[] = {"\xC2\x85", "\xC2\xA0", "\xE1\x9A\x80", "\xE2\x80\xA8", "\xE2\x80\xA9",
+                                       "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80"};
+    if (n && (*s == ' ' || (*s >= '\t' && *s <= '\r'))) return 1;
+    if (n >= 3 && !memcmp(s, "\xE2\x80", 2) && (unsigned char)s[2] >= 0x80 && (unsigned char)s[2] <= 0x8A) return 3;
+    for (const char *w : wide)
+        if (n >= strlen(w) && !memcmp(s, w, strlen(w))) return strlen(w);
+    return 0;
+}
+
+// The length of the white space character that ends at s + n, or 0.
+static size_t white_before(const char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++)
+        if (white_at(s + n - k, k) == k) return k;
+    return 0;
+}
+
+// SentencePiece with the added tokens of tokenizer_config.json: the text is cut at them (leftmost
+// first, the longest at one place; lstrip / rstrip take the white space beside them), and each part
+// is encoded alone, as Hugging Face's tokenizer does (each part gets the leading-space marker).
+static bool sp_encode(const Tokenizer *t, const char *text, size_t len, std::vector<int> *ids) {
+    try {
+        size_t start = 0, i = 0;
+        std::vector<int> part;
+        auto encode_part = [&](size_t from, size_t to) {
+            if (to <= from) return true;
+            if (!t->sp.Encode(std::string(text + from, to - from), &part).ok()) return false;
+            ids->insert(ids->end(), part.begin(), part.end());
+            return true;
+        };
+        while (i < len && !t->added.empty()) {
+            const SpAdded *best = nullptr;
+            for (const SpAdded &a : t->added)
+                if (a.content.size() <= len - i && (!best || a.content.size() > best->content.size()) &&
+                    !memcmp(text + i, a.content.data(), a.content.size()))
+                    best = &a;
+            if (!best) {
+                i++;
+                continue;
+            }
+            size_t end = i, w;
+            while (best->lstrip && end > start && (w = white_before(text + start, end - start)))
+                end -= w;
+            if (!encode_part(start, end)) return false;
+            ids->push_back(best->id);
+            i += best->content.size();
+            while (best->rstrip && (w = white_at(text + i, len - i)))
+                i += w;
+            start = i;
+        }
+        return encode_part(start, len);
+    } catch (const std::exception &) {
+        return false;
+    }
+}
 
 extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int specials, int *n) {
     std::vector<int> ids;
@@ -206,12 +317,8 @@ extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t le
         if (!raw) return nullptr;
         ids.assign(raw, raw + m);
         free(raw);
-    } else {
-        try {
-            if (!t->sp.Encode(std::string(text, len), &ids).ok()) return nullptr;
-        } catch (const std::exception &) {
-            return nullptr;
-        }
+    } else if (!sp_encode(t, text, len, &ids)) {
+        return nullptr;
     }
     const size_t first = specials && t->bos.id >= 0, last = specials && t->eos.id >= 0;
     int *out = static_cast<int *>(malloc((ids.size() + first + last + 1) * sizeof(int)));
@@ -238,18 +345,26 @@ static const char *decode_bpe(Tokenizer *t, int prev, int id, size_t *len) {
 extern "C" const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, size_t *len) {
     if (t->bpe) return decode_bpe(t, prev, id, len);
     // prev is checked too: SentencePiece's IsControl(prev) does not check its argument.
-    if (id < 0 || id >= t->sp.GetPieceSize() || prev >= t->sp.GetPieceSize()) return nullptr;
-    const std::string &piece = t->sp.IdToPiece(id);
+    const int pieces = t->sp.GetPieceSize();
+    if (id < 0 || id >= t->n_ids || prev >= t->n_ids) return nullptr;
     t->piece.clear();
+    if (id >= pieces) { // an added token: its content, or nothing if special (or an id none has)
+        for (const SpAdded &a : t->added)
+            if (a.id == id && !a.special) t->piece = a.content;
+        *len = t->piece.size();
+        return t->piece.c_str();
+    }
+    const std::string &piece = t->sp.IdToPiece(id);
     try {
         if (t->sp.IsControl(id)) {
             // BOS, EOS and the like are not text.
         } else if (t->sp.IsByte(id)) {
             // Byte fallback: "<0x0A>" stands for the single byte 0x0A.
             t->piece.push_back(static_cast<char>(std::strtol(piece.c_str() + 3, nullptr, 16)));
-        } else if (prev < 0 || t->sp.IsControl(prev)) {
+        } else if (prev < 0 || prev >= pieces || t->sp.IsControl(prev)) {
             // At the start of the text SentencePiece drops the space it added in front of the first
-            // word (add_dummy_prefix); let the library decide, as it does for a whole text.
+            // word (add_dummy_prefix); let the library decide, as it does for a whole text. After an
+            // added token too: the text after it was encoded alone (sp_encode), with its own space.
             t->piece = t->sp.DecodeIds(std::vector<int>{id});
         } else if (t->sp.IsUnknown(id)) {
             t->piece = t->sp.DecodeIds(std::vector<int>{id});

@@ -1,7 +1,12 @@
 // tokenizer.h - text <-> token ids behind a C interface, for two kinds of tokenizer file:
-//   tokenizer.model  SentencePiece (Llama 2, TinyLlama, Mistral), by the real SentencePiece library:
-//                    BPE merges, byte fallback, digit splitting, the leading-space marker U+2581;
-//   tokenizer.json   Hugging Face byte-level BPE (Llama 3, SmolLM, GPT-2), by bpe.c.
+//   tokenizer.model  SentencePiece (Llama 2, TinyLlama, Mistral, Phi-3), by the real SentencePiece
+//                    library: BPE merges, byte fallback, digit splitting, the leading-space marker
+//                    U+2581; plus the tokens tokenizer_config.json's added_tokens_decoder adds past
+//                    its pieces (Phi-3's <|user|>, <|end|>: 32000..32010), matched in the text as
+//                    Hugging Face does (lstrip / rstrip included), the parts between them encoded
+//                    alone;
+//   tokenizer.json   Hugging Face byte-level BPE (Llama 3, SmolLM, GPT-2, Qwen2/2.5/3, Phi-4-mini),
+//                    by bpe.c.
 // The handle is opaque: tokenizer.cpp is the only file that sees C++. Decoding is piece by piece so
 // generated text can be streamed as each token arrives.
 #ifndef TOKENIZER_H
@@ -20,7 +25,7 @@ typedef struct Tokenizer Tokenizer;
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen);
 void tokenizer_free(Tokenizer *t);
 
-int tokenizer_vocab_size(const Tokenizer *t);
+int tokenizer_vocab_size(const Tokenizer *t); // 1 + the largest id it has (added tokens included)
 // What tokenizer_encode puts around a text when asked to (specials = 1): BOS first, EOS last.
 // Hugging Face decides this in three places and this program reads all three, decided at load
 // and again when tokenizer_use_checkpoint gives the checkpoint's own ids:
@@ -49,15 +54,18 @@ const char *tokenizer_config_text(const Tokenizer *t, const char **path, size_t 
 
 // Encode len bytes of text (any bytes; invalid UTF-8 is SentencePiece's to handle, and becomes U+FFFD
 // for a tokenizer.json), with BOS and EOS around it as above if specials. Special tokens written in the text
-// ("<|eot_id|>") are matched by a tokenizer.json, as Hugging Face does; SentencePiece spells them. Returns a malloc'ed array of *n ids (free it), or NULL on failure.
+// ("<|eot_id|>") are matched by a tokenizer.json, as Hugging Face does; SentencePiece spells its own
+// (<s>) and matches the added ones of tokenizer_config.json. Returns a malloc'ed array of *n ids (free it), or NULL on failure.
 int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int specials, int *n);
 
 // The bytes that token id adds to the text when it follows token prev (prev < 0: nothing before
 // it). The leading-space marker becomes ' ' except at the very start, byte-fallback pieces such
 // as <0x0A> become their byte, control tokens (BOS, EOS) become nothing. Byte-level BPE: the
 // token's bytes, which may be part of a character (the next pieces complete it); special tokens:
-// nothing. Returns a pointer to a buffer inside t, valid until the next call, with its length in
-// *len; NULL if id is not a token or prev is neither a token nor negative.
+// nothing. An added token of tokenizer_config.json (SentencePiece): its content, nothing if
+// special, and the piece after it is decoded as at the start of a text. Returns a pointer to a
+// buffer inside t, valid until the next call, with its length in *len; NULL if id is not a token
+// or prev is neither a token nor negative.
 const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, size_t *len);
 
 #ifdef __cplusplus
