@@ -22,9 +22,17 @@ Sources of the formulas (test vectors computed from them: docs/rope-test-vectors
            `_compute_yarn_parameters` with its inner `find_correction_dim`,
            `find_correction_range` and `linear_ramp_factor`; attention factor 0.1 ln(s) + 1.
   llama3   Meta's Llama 3.1 `apply_scaling`; HF `_compute_llama3_parameters`.
+  longrope LongRoPE, Ding et al. arXiv 2402.13753 (Phi-3's "su" scaling); HF
+           `_compute_longrope_parameters` and the `longrope_frequency_update` branch of
+           `dynamic_rope_update`: one rescale factor per pair, theta_i = b^(-2i/d) / f_i, where f is
+           `long_factor` when the sequence (largest position + 1) is longer than L, else
+           `short_factor`; attention factor sqrt(1 + ln(s) / ln(L)) for s > 1 (else 1), s =
+           factor, or max_position_embeddings / L when the config gives none.
 
-Conventions: d = head_dim (all of it rotated), b = base (rope_theta), L = the trained context
-(YaRN / llama3: original_max_position_embeddings), s = factor, i = pair index.
+Conventions: d = the rotated dimension (head_dim, or int(head_dim * partial_rotary_factor) when only
+part of each head turns: HF's `dim` in every `_compute_*_parameters`), b = base (rope_theta), L = the
+trained context (YaRN / llama3 / longrope: original_max_position_embeddings), s = factor, i = pair
+index.
 """
 import math
 
@@ -32,7 +40,7 @@ import numpy as np
 
 # rerope and leaky-rerope keep the trained frequencies (none's): they clip the relative position in
 # attention instead (tests/reference.py, relative_scores).
-MODES = ("none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope")
+MODES = ("none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope", "longrope")
 ALIASES = {"default": "none", "linear": "pi"}
 
 
@@ -90,14 +98,21 @@ def yarn_ramp(lo, hi, n):
     return np.clip((np.arange(n, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)  # (n)
 
 
+def longrope_attention_factor(s, L):
+    """HF `_compute_longrope_parameters`: sqrt(1 + ln(s) / ln(L)) when s > 1, else 1."""
+    return 1.0 if s <= 1.0 else math.sqrt(1.0 + math.log(s) / math.log(L))
+
+
 def inv_freq(mode, d, base, L, s, alpha=None, length=None, beta_fast=32, beta_slow=1,
-             low_freq_factor=1, high_freq_factor=4, attn_factor=None):
+             low_freq_factor=1, high_freq_factor=4, attn_factor=None, short_factor=None, long_factor=None):
     """Inverse frequencies (d/2 float64) and the magnitude m_s folded into cos and sin.
 
-    mode: none|pi|ntk|dynamic|yarn|llama3 (or HF's default|linear); d: head_dim; base: b;
-    L: trained context (yarn/llama3: original_max_position_embeddings); s: factor;
-    alpha: ntk only, None or 0 means s; length: dynamic only, current sequence length l
-    (None means L); beta_fast/beta_slow/attn_factor: yarn; low/high_freq_factor: llama3.
+    mode: none|pi|ntk|dynamic|yarn|llama3|longrope (or HF's default|linear); d: the rotated
+    dimension (head_dim, or its rotated part); base: b; L: trained context (yarn/llama3/longrope:
+    original_max_position_embeddings); s: factor; alpha: ntk only, None or 0 means s; length:
+    dynamic and longrope, current sequence length l (None means L; longrope takes long_factor only
+    when l > L); beta_fast/beta_slow/attn_factor: yarn; attn_factor, short_factor, long_factor
+    (d/2 numbers each): longrope; low/high_freq_factor: llama3.
     Zero or None for beta_fast, beta_slow, attn_factor means "the default", as in the C header.
     """
     mode = canonical_mode(mode)
@@ -136,6 +151,16 @@ def inv_freq(mode, d, base, L, s, alpha=None, length=None, beta_fast=32, beta_sl
         smoothed = (1.0 - smooth) * divided / s + smooth * divided
         medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
         theta = np.where(medium, smoothed, divided)
+    elif mode == "longrope":
+        # HF: ext_factors = long_factor if seq_len > original_max_position_embeddings else short_factor;
+        # inv_freq = 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)).
+        ext = long_factor if length is not None and length > L else short_factor
+        if ext is None or len(ext) != d // 2:
+            raise ValueError(f"longrope needs short_factor and long_factor of d/2 = {d // 2} numbers each, "
+                             f"got {None if ext is None else len(ext)}")
+        shape = np.arange(0, d, 2, dtype=np.float64) / d  # (d/2) 2i/d
+        theta = 1.0 / (np.asarray(ext, dtype=np.float64) * float(base) ** shape)
+        mscale = attn_factor if attn_factor else longrope_attention_factor(s, L)
     return theta, float(mscale)
 
 

@@ -1,14 +1,17 @@
-"""reference.py - an independent PyTorch reference of Hugging Face LlamaForCausalLM's forward pass.
+"""reference.py - an independent PyTorch reference of Hugging Face's Llama-family forward pass.
 
-What this is: the forward-pass semantics of transformers' LlamaForCausalLM (modeling_llama.py),
-written out plainly for one sequence, reading a Hugging Face directory (config.json + weights via
-lrun/hf_checkpoint.py), with every RoPE scaling mode of our C program taken from lrun/rope_ref.py.
-It runs in float64 by default, so a difference against the float32 C program is the C program's
-error alone. Tests use it for logits parity, golden greedy text and perplexity.
+What this is: the forward-pass semantics of transformers' LlamaForCausalLM (modeling_llama.py) and of
+five relatives that differ from it in a few named places (Mistral, Qwen2, Qwen3, SmolLM3, Phi-3; see
+"Families" below), written out plainly for one sequence, reading a Hugging Face directory (config.json
++ weights via lrun/hf_checkpoint.py), with every RoPE scaling mode of our C program taken from
+lrun/rope_ref.py. It runs in float64 by default, so a difference against the float32 C program is the
+C program's error alone. Tests use it for logits parity, golden greedy text and perplexity;
+tests/test_families_reference.py checks it against logits that transformers 5.17 itself computed
+(data/families/).
 What this is not: transformers (not installed here, and none of its code is used), fast, or batched.
 
 Three ways to run a sequence, identical for every mode except dynamic NTK past L (whose base
-depends on the current length):
+depends on the current length) and LongRoPE across L (whose factors do):
     logits          one forward, all positions with the frequencies of length n (HF prefill);
     logits_growing  row t from a full forward of tokens[0..t] with the base of length t+1;
     logits_cached   one token at a time with a KV cache holding un-rotated keys ("raw", what our
@@ -19,19 +22,76 @@ depends on the current length):
     m = reference.load("data/stories260K-hf")
     logits = m.logits(ids, rope={"mode": "pi"}, ctx=2048)        # (n, vocab) numpy float64
     text = m.decode(m.generate([m.bos_id], 200))                  # greedy
+    q3 = reference.load("data/families/qwen3-yarn", qk_norm=False)  # a family feature switched off
 
 Where HF deliberately rounds to float32 we do not (documented at each place): RoPE angles are
-m * inv_freq in float64 (HF: float32 matmul), RMSNorm and softmax run in float64 when the model
-does (HF: always float32). With dtype=torch.float32 the arithmetic is HF's except for the angles.
+m * inv_freq in float64 (HF: float32 inv_freq and a float32 matmul), RMSNorm and softmax run in
+float64 when the model does (HF: always float32). With dtype=torch.float32 the arithmetic is HF's
+except for the angles.
 
 The forward pass, for tokens x_0 .. x_{n-1} at positions 0 .. n-1 (modeling_llama.py names):
     h = embed_tokens[x]
-    per layer:  a = RMSNorm(h) (input_layernorm)
-                q, k, v = a Wq^T, a Wk^T, a Wv^T; q, k rotated (rotate_half layout)
-                k, v repeated n_heads / n_kv_heads times (repeat_kv)
-                h = h + o_proj(softmax(q k^T / sqrt(head_dim) + causal mask) v)
-                h = h + down_proj(silu(gate_proj(RMSNorm(h))) * up_proj(RMSNorm(h)))
+    per layer l:  a = RMSNorm(h) (input_layernorm)
+                  q, k, v = a Wq^T + bq, a Wk^T + bk, a Wv^T + bv     (biases: Qwen2, attention_bias)
+                  q, k = RMSNorm_hd(q), RMSNorm_hd(k) per head         (Qwen3's q_norm, k_norm)
+                  q, k rotated (rotate_half layout) over their first rotary_dim dims,
+                          unless layer l is a NoPE layer                (SmolLM3)
+                  k, v repeated n_heads / n_kv_heads times (repeat_kv)
+                  h = h + o_proj(softmax(q k^T / sqrt(head_dim) + mask_l) v)
+                          mask_l: causal, and for a sliding layer also key > query - W
+                  h = h + down_proj(silu(gate_proj(RMSNorm(h))) * up_proj(RMSNorm(h)))
     logits = RMSNorm(h) (model.norm) lm_head^T   (lm_head = embed_tokens when tied)
+
+Families: how config.json is read (transformers 5.17, `configuration_<family>.py` and
+`modeling_<family>.py`; `read_family` does it, the keys below are config.json's). The family is
+`architectures[0]` (else `model_type`); a key that is absent takes that config class's default.
+  LlamaForCausalLM    q/k/v/o biases if attention_bias, MLP biases if mlp_bias; head_dim may be given
+                      apart from hidden_size / num_attention_heads. No sliding window. A
+                      partial_rotary_factor is IGNORED: Llama's default RoPE
+                      (`compute_default_rope_parameters`, dim = head_dim) and apply_rotary_pos_emb
+                      turn every dim. transformers 5.17 did so on data/families/llama-partial
+                      (factor 0.5): its logits are those of a full rotation (1e-6), not of half
+                      (0.4). With a scaled rope type the factor is refused (see read_family).
+                      Mistral, Qwen2, Qwen3 and SmolLM3 are read the same way: their rotary
+                      embedding and apply_rotary_pos_emb come from Llama's (modular_<family>.py);
+                      no fixture checks it for them.
+  MistralForCausalLM  no biases; sliding_window W (class default 4096; null: none) on every layer.
+                      With layer_types in config.json, transformers 5 loads it as Ministral
+                      (models/auto/configuration_auto.py, "mistral model with layer_types"): the
+                      window only on the "sliding_attention" layers.
+  Qwen2ForCausalLM    q/k/v biases always (no o bias); the window is sliding_window only when
+                      use_sliding_window (else none), and layer_types, when config.json has none,
+                      is "sliding_attention" for layers i >= max_window_layers (default 28) when a
+                      window is set (configuration_qwen2.py `__post_init__`).
+  Qwen3ForCausalLM    as Qwen2 for windows; q/k/v/o biases if attention_bias; q_norm and k_norm, an
+                      RMSNorm over head_dim with one weight vector shared by all heads, applied to
+                      each head's q and k BEFORE RoPE (modeling_qwen3.py Qwen3Attention.forward).
+  SmolLM3ForCausalLM  no_rope_layers[l] = 1: layer l rotates, 0: it does not (NoPE); when absent,
+                      every no_rope_layer_interval-th layer (default 4) is NoPE
+                      (configuration_smollm3.py); rope_theta default 2e6; tied by default.
+  Phi3ForCausalLM     fused self_attn.qkv_proj (rows q, then k, then v) and mlp.gate_up_proj (first
+                      half gate, second half up: modeling_phi3.py Phi3MLP `chunk(2)`); rope_type
+                      "longrope" ("su", "yarn" read as longrope: configuration_phi3.py);
+                      partial_rotary_factor (top level, else in rope_parameters): only rotary_dim =
+                      int(head_dim * factor) dims of each head turn, rotate_half within them
+                      (modeling_phi3.py apply_rotary_pos_emb: q_rot, q_pass), inv_freq over
+                      dim = rotary_dim (modeling_rope_utils.py `_compute_*_parameters`); the
+                      top-level original_max_position_embeddings (class default 4096) overrides the
+                      one in rope_parameters (modeling_rope_utils.py `standardize_rope_params`);
+                      sliding_window (default none) on every layer.
+The window (masking_utils.py `sliding_window_overlay`): query i sees key j when j <= i and
+j > i - W, i.e. itself and the W - 1 keys before it.
+
+Feature switches (keyword options of load() / Reference(), for controls and for parity tests of a C
+program that implements these families; None = as config.json says):
+  biases=False                  drop every bias (q/k/v/o and MLP)
+  qk_norm=False                 skip Qwen3's q_norm / k_norm
+  rope_layers="all" | [0/1...]  rotate every layer, or exactly the layers marked 1
+  sliding_window=0 | W          no window anywhere, or window W on the layers that slide (Mistral
+                                without layer_types and Phi-3: every layer; a config with no sliding
+                                layer: every layer)
+  partial_rotary_factor=f       rotate the first int(head_dim * f) dims in any family (1.0: all)
+  longrope_factors="short" | "long"   LongRoPE's factors whatever the length ("auto" = by length)
 """
 import argparse
 import json
@@ -49,9 +109,159 @@ from lrun import rope_ref  # noqa: E402  (inverse frequencies of every mode, ind
 from lrun.hf_checkpoint import Checkpoint  # noqa: E402  (our own reader of HF weights)
 
 # HF's rope_type names -> ours (rope.h). HF has no static "ntk".
-HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
+                 "longrope": "longrope"}
 ROPE_KEYS = ("mode", "factor", "base", "alpha", "orig_ctx", "attn_factor", "beta_fast", "beta_slow",
-             "low_freq_factor", "high_freq_factor", "window")
+             "low_freq_factor", "high_freq_factor", "window", "short_factor", "long_factor", "longrope_factors")
+
+
+# --- Families: what config.json means for each architecture ---------------------------------------------
+
+# config.json "architectures"[0] -> family; "model_type" names the same families.
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+                 "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "Phi3ForCausalLM": "phi3"}
+FAMILIES = tuple(dict.fromkeys(ARCHITECTURES.values()))
+
+# The class defaults (configuration_<family>.py) of the keys a config.json may leave out.
+_COMMON = dict(tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=10000.0, sliding_window=None,
+               attention_bias=False, mlp_bias=False)
+FAMILY_DEFAULTS = {
+    "llama": dict(_COMMON),
+    "mistral": dict(_COMMON, sliding_window=4096),
+    "qwen2": dict(_COMMON, sliding_window=4096, use_sliding_window=False, max_window_layers=28),
+    "qwen3": dict(_COMMON, sliding_window=4096, use_sliding_window=False, max_window_layers=28),
+    "smollm3": dict(_COMMON, tie_word_embeddings=True, rope_theta=2000000.0, use_sliding_window=False,
+                    no_rope_layer_interval=4),
+    "phi3": dict(_COMMON, rms_norm_eps=1e-5, original_max_position_embeddings=4096),
+}
+SWITCHES = ("biases", "qk_norm", "rope_layers", "sliding_window", "partial_rotary_factor", "longrope_factors")
+
+
+def family_of(cfg):
+    """The family name of a config.json dict: architectures[0], else model_type, else llama."""
+    archs = cfg.get("architectures") or []
+    if archs:
+        if archs[0] not in ARCHITECTURES:
+            raise ValueError(f"config.json: architecture {archs[0]!r} is not one the reference knows "
+                             f"({', '.join(ARCHITECTURES)})")
+        return ARCHITECTURES[archs[0]]
+    return cfg.get("model_type") if cfg.get("model_type") in FAMILIES else "llama"
+
+
+def config_value(cfg, key, family=None):
+    """cfg[key], or the family's class default when config.json leaves it out."""
+    return cfg[key] if key in cfg else FAMILY_DEFAULTS[family or family_of(cfg)].get(key)
+
+
+def rope_dict(cfg):
+    """transformers 5's rope_parameters from either form of config.json: the v4 `rope_scaling` (it
+    wins when set: `convert_rope_params_to_dict`, rope_scaling or rope_parameters) or v5's
+    `rope_parameters` (checkpoint_rope takes a missing rope_theta from the top level)."""
+    return dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+
+
+def rotary_fraction(cfg):
+    """The fraction of head_dim that rotates: the top-level key (an attribute of the config, which
+    `standardize_rope_params` writes over the dict's), else rope_parameters', else 1."""
+    f = cfg.get("partial_rotary_factor")
+    if f is None:
+        f = rope_dict(cfg).get("partial_rotary_factor")
+    return 1.0 if f is None else float(f)
+
+
+def read_family(cfg, biases=None, qk_norm=None, rope_layers=None, sliding_window=None,
+                partial_rotary_factor=None, longrope_factors=None):
+    """What the network of this config.json is, after the feature switches (see the module
+    docstring): dict(family, head_dim, rotary_dim, qkv_bias, o_bias, mlp_bias, qk_norm, fused,
+    rope_layers (one bool per layer), layer_types, windows (one W or None per layer), tied,
+    longrope_factors). `tied`: tie_word_embeddings (the loader also ties when there is no lm_head.weight)."""
+    fam = family_of(cfg)
+    get = lambda key: config_value(cfg, key, fam)  # noqa: E731
+    n_layers, n_heads = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
+    prf = rotary_fraction(cfg)
+    if fam != "phi3" and prf != 1.0:
+        # Only Phi-3 rotates part of a head (Phi3 apply_rotary_pos_emb's q_rot / q_pass). The others'
+        # default RoPE builds head_dim / 2 frequencies whatever the factor (Llama's
+        # compute_default_rope_parameters: dim = head_dim), and their apply_rotary_pos_emb turns all
+        # of q: transformers 5.17 rotates every dim (data/families/llama-partial shows it). The
+        # scaled rope types would build int(head_dim * factor) / 2 frequencies for that full-width
+        # rotation, a shape mismatch: no meaning to reproduce.
+        rope_type = rope_dict(cfg).get("rope_type", rope_dict(cfg).get("type")) or "default"
+        if rope_type != "default":
+            raise ValueError(f"partial_rotary_factor {prf} with rope type {rope_type!r} in a {fam} checkpoint: "
+                             "transformers 5.17 cannot run it (rotary_dim frequencies, head_dim rotation)")
+        prf = 1.0
+    if partial_rotary_factor is not None:
+        prf = float(partial_rotary_factor)
+    rotary_dim = int(head_dim * prf)  # HF: dim = int(head_dim * partial_rotary_factor)
+    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"partial_rotary_factor {prf} gives rotary_dim {rotary_dim}: "
+                         f"it must be even, in 2..{head_dim}")
+
+    # Biases: which linear layers carry one (the nn.Linear(..., bias=...) of each family's modules).
+    attention_bias, mlp_bias = bool(get("attention_bias")), bool(get("mlp_bias"))
+    qkv_bias = {"qwen2": True, "mistral": False, "phi3": False}.get(fam, attention_bias)
+    o_bias = attention_bias if fam in ("llama", "qwen3", "smollm3") else False
+    mlp_bias = mlp_bias if fam in ("llama", "smollm3") else False
+    if biases is False:
+        qkv_bias = o_bias = mlp_bias = False
+
+    if qk_norm and fam != "qwen3":
+        raise ValueError(f"qk_norm: the {fam} family has no q_norm / k_norm")
+    has_qk_norm = fam == "qwen3" and qk_norm is not False
+
+    # NoPE layers (SmolLM3): no_rope_layers[l] = 1 means layer l uses RoPE.
+    if fam == "smollm3":
+        interval = get("no_rope_layer_interval")
+        config_rope = cfg.get("no_rope_layers") or [int((l + 1) % interval != 0) for l in range(n_layers)]
+    else:
+        config_rope = [1] * n_layers
+    if rope_layers is None:
+        rope_layers = config_rope
+    elif isinstance(rope_layers, str):
+        if rope_layers != "all":
+            raise ValueError(f"rope_layers: 'all' or a list of 0/1 per layer, got {rope_layers!r}")
+        rope_layers = [1] * n_layers
+    if len(rope_layers) < n_layers:
+        raise ValueError(f"rope_layers / no_rope_layers: {len(rope_layers)} entries for {n_layers} layers")
+    rope_layers = [bool(r) for r in rope_layers[:n_layers]]
+
+    # Sliding windows: the layer types, then W on the sliding ones.
+    W = get("sliding_window")
+    if fam in ("qwen2", "qwen3"):
+        W = W if get("use_sliding_window") else None  # configuration_qwen2.py __post_init__
+        types = cfg.get("layer_types") or ["sliding_attention" if W is not None and l >= get("max_window_layers")
+                                           else "full_attention" for l in range(n_layers)]
+    elif fam == "smollm3":
+        types = cfg.get("layer_types") or [
+            "sliding_attention" if get("use_sliding_window") and W is not None and not config_rope[l]
+            else "full_attention" for l in range(n_layers)]
+    elif fam == "mistral" and cfg.get("layer_types"):  # loaded as Ministral
+        types = cfg["layer_types"]
+    elif fam in ("mistral", "phi3"):  # create_sliding_window_causal_mask for all layers when W is set
+        types = ["sliding_attention" if W is not None else "full_attention"] * n_layers
+    else:  # llama: create_causal_mask only
+        types, W = ["full_attention"] * n_layers, None
+    if sliding_window is not None:  # the switch: 0 = no window; W = W on the sliding layers, or on all
+        W = int(sliding_window) or None
+        if W and "sliding_attention" not in types[:n_layers]:
+            types = ["sliding_attention"] * n_layers
+    if len(types) < n_layers or set(types) - {"full_attention", "sliding_attention"}:
+        raise ValueError(f"layer_types: {types!r}: want one full_attention / sliding_attention per layer")
+    windows = [W if t == "sliding_attention" else None for t in types[:n_layers]]
+    if fam in ("qwen2", "qwen3", "mistral", "smollm3") and sliding_window is None and cfg.get("layer_types") \
+            and "sliding_attention" in types and W is None:
+        # masking_utils.py create_sliding_window_causal_mask: "Could not find a `sliding_window`"
+        raise ValueError("layer_types has sliding_attention layers but no sliding_window is set")
+
+    if longrope_factors not in (None, "auto", "short", "long"):
+        raise ValueError(f"longrope_factors: auto, short or long, got {longrope_factors!r}")
+    tied = bool(get("tie_word_embeddings"))
+    return dict(family=fam, head_dim=head_dim, rotary_dim=rotary_dim, qkv_bias=qkv_bias, o_bias=o_bias,
+                mlp_bias=mlp_bias, qk_norm=has_qk_norm, fused=fam == "phi3", rope_layers=rope_layers,
+                layer_types=list(types[:n_layers]), windows=windows, tied=tied,
+                longrope_factors=longrope_factors or "auto")
 
 
 # --- RoPE parameters ---------------------------------------------------------------------------------
@@ -60,37 +270,49 @@ def checkpoint_rope(cfg):
     """The checkpoint's own RoPE from config.json, as a dict of ROPE_KEYS (0 = unset/default).
 
     Reads rope_theta and rope_scaling ({"rope_type"| legacy "type", "factor", ...}) or transformers
-    v5's single "rope_parameters" dict. L (orig_ctx) is what HF uses as the trained context:
-    original_max_position_embeddings for llama3 and (when present) yarn, else
-    max_position_embeddings (HF's linear and dynamic ignore the original_* key; see the TODO in
-    `_compute_dynamic_ntk_parameters`). yarn without a factor: max_position_embeddings / original
-    (newer `_compute_yarn_parameters`).
+    v5's single "rope_parameters" dict (rope_dict). L (orig_ctx) is what HF uses as the trained
+    context: original_max_position_embeddings for llama3, yarn and longrope (the top-level key when
+    config.json has one, else the dict's, else max_position_embeddings: `standardize_rope_params`;
+    Phi-3's class default is 4096), else max_position_embeddings (HF's linear and dynamic ignore
+    the original_* key; see the TODO in `_compute_dynamic_ntk_parameters`). yarn and longrope
+    without a factor: max_position_embeddings / L (`_compute_yarn_parameters`,
+    `_compute_longrope_parameters`). Phi-3's legacy "su" and "yarn" are longrope
+    (configuration_phi3.py `convert_rope_params_to_dict`).
     """
-    scaling = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    theta = scaling.get("rope_theta", cfg.get("rope_theta")) or 10000.0
+    fam = family_of(cfg)
+    scaling = rope_dict(cfg)
+    theta = scaling.get("rope_theta", cfg.get("rope_theta")) or FAMILY_DEFAULTS[fam]["rope_theta"]
     max_pos = cfg["max_position_embeddings"]
     rope = dict(mode="none", factor=1.0, base=float(theta), alpha=0.0, orig_ctx=max_pos, attn_factor=0.0,
-                beta_fast=0.0, beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0, window=0)
+                beta_fast=0.0, beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0, window=0,
+                short_factor=None, long_factor=None, longrope_factors="auto")
     rope_type = scaling.get("rope_type", scaling.get("type"))
+    if fam == "phi3" and rope_type in ("su", "yarn"):
+        rope_type = "longrope"
     if rope_type in (None, "default"):
         return rope
     if rope_type not in HF_ROPE_TYPES:
         raise ValueError(f"config.json: rope type {rope_type!r} is not supported by the reference")
     rope["mode"] = HF_ROPE_TYPES[rope_type]
-    orig = scaling.get("original_max_position_embeddings")
-    if rope_type == "yarn" and scaling.get("factor") is None and orig:
-        rope["factor"] = max_pos / orig
+    orig = cfg.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings") \
+        or FAMILY_DEFAULTS[fam].get("original_max_position_embeddings")
+    if rope_type in ("yarn", "longrope") and scaling.get("factor") is None:
+        rope["factor"] = max_pos / (orig or max_pos)
     else:
         rope["factor"] = float(scaling["factor"])
-    if rope_type == "yarn":
-        rope["orig_ctx"] = orig or max_pos
+    if rope_type in ("yarn", "longrope"):
+        rope["orig_ctx"] = int(orig or max_pos)
         rope["attn_factor"] = float(scaling.get("attention_factor") or 0.0)
+    if rope_type == "yarn":
         rope["beta_fast"] = float(scaling.get("beta_fast") or 0.0)
         rope["beta_slow"] = float(scaling.get("beta_slow") or 0.0)
     elif rope_type == "llama3":
         rope["orig_ctx"] = int(orig)
         rope["low_freq_factor"] = float(scaling["low_freq_factor"])
         rope["high_freq_factor"] = float(scaling["high_freq_factor"])
+    elif rope_type == "longrope":
+        rope["short_factor"] = [float(f) for f in scaling["short_factor"]]
+        rope["long_factor"] = [float(f) for f in scaling["long_factor"]]
     return rope
 
 
@@ -105,9 +327,10 @@ def resolve_rope(trained, rope=None, ctx=None):
               factor K defaults to (ctx - W) / (L - W) when ctx > L (ctx maps to L), else 1.
     ctx is the run's context (the C program's --ctx); None means L, the trained context.
     Also accepted (tests only; the C command line has no flag for them): orig_ctx, attn_factor,
-    beta_fast, beta_slow, low_freq_factor, high_freq_factor. A fully resolved dict passed back in
-    resolves to itself. Defaults are filled in as rope_params_check does: yarn beta 32/1,
-    llama3 low/high 1/4."""
+    beta_fast, beta_slow, low_freq_factor, high_freq_factor, and longrope's short_factor,
+    long_factor and longrope_factors ("auto": by length; "short", "long": forced). A fully
+    resolved dict passed back in resolves to itself. Defaults are filled in as rope_params_check
+    does: yarn beta 32/1, llama3 low/high 1/4."""
     rope = dict(rope or {})
     unknown = set(rope) - set(ROPE_KEYS)
     if unknown:
@@ -140,7 +363,8 @@ def resolve_rope(trained, rope=None, ctx=None):
         out["factor"] = 1.0
     elif not out["factor"]:  # a mode the checkpoint does not carry: stretch L to the context
         out["factor"] = ctx / L if ctx > L else 1.0
-    for k in ("orig_ctx", "attn_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+    for k in ("orig_ctx", "attn_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor",
+              "short_factor", "long_factor", "longrope_factors"):
         if rope.get(k):
             out[k] = rope[k]
     if out["mode"] == "yarn":
@@ -154,13 +378,20 @@ def resolve_rope(trained, rope=None, ctx=None):
     return out
 
 
-def rope_tables(p, head_dim, length):
-    """(inv_freq (head_dim/2) float64, mscale) for resolved parameters p at sequence length
-    `length` (only dynamic looks at it)."""
-    return rope_ref.inv_freq(p["mode"], head_dim, p["base"], p["orig_ctx"], p["factor"], alpha=p["alpha"],
+def rope_tables(p, rotary_dim, length):
+    """(inv_freq (rotary_dim/2) float64, mscale) for resolved parameters p at sequence length
+    `length` (only dynamic and longrope look at it). rotary_dim: the dims of a head that turn
+    (head_dim unless partial_rotary_factor < 1). longrope_factors "short" / "long" force longrope's
+    choice, which is otherwise long_factor exactly when length > L (HF's `longrope_frequency_update`
+    compares max(position_ids) + 1 with original_max_position_embeddings)."""
+    forced = p.get("longrope_factors", "auto")
+    if p["mode"] == "longrope" and forced in ("short", "long"):
+        length = p["orig_ctx"] + 1 if forced == "long" else None
+    return rope_ref.inv_freq(p["mode"], rotary_dim, p["base"], p["orig_ctx"], p["factor"], alpha=p["alpha"],
                              length=length, beta_fast=p["beta_fast"], beta_slow=p["beta_slow"],
                              low_freq_factor=p["low_freq_factor"], high_freq_factor=p["high_freq_factor"],
-                             attn_factor=p["attn_factor"])
+                             attn_factor=p["attn_factor"], short_factor=p.get("short_factor"),
+                             long_factor=p.get("long_factor"))
 
 
 def relative_position(p):
@@ -212,10 +443,35 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-class Reference:
-    """A Hugging Face Llama directory, loaded whole into torch tensors of `dtype`."""
+def cos_sin(inv_freq, mscale, positions, dtype):
+    """cos and sin (len(positions), rotary_dim) of the rotate_half layout (LlamaRotaryEmbedding.forward):
+    freqs = m * inv_freq, emb = cat(freqs, freqs), both times the attention scaling (yarn's and
+    longrope's m_s). Angles in float64 here, float32 in HF."""
+    freqs = np.outer(np.asarray(positions, dtype=np.float64), inv_freq)             # (n, r/2)
+    emb = torch.from_numpy(np.concatenate([freqs, freqs], axis=-1))                 # (n, r)
+    return (emb.cos() * mscale).to(dtype), (emb.sin() * mscale).to(dtype)
 
-    def __init__(self, hf_dir, dtype=torch.float64):
+
+def causal_mask(t0, t1, n_keys, window, dtype):
+    """Additive mask (t1 - t0, n_keys) for queries at positions t0 .. t1-1: 0 where query i sees key j,
+    -inf elsewhere. Causal: j <= i; with a window W also j > i - W (masking_utils.py
+    causal_mask_function and sliding_window_overlay: `kv_idx > q_idx - sliding_window`), so a query
+    sees W keys, itself included. Row r is query i = t0 + r: j > i is j - r >= t0 + 1 (triu), and
+    j <= i - W is j - r <= t0 - W (tril)."""
+    mask = torch.full((t1 - t0, n_keys), float("-inf"), dtype=dtype).triu(t0 + 1)
+    if window:
+        mask += torch.full((t1 - t0, n_keys), float("-inf"), dtype=dtype).tril(t0 - window)
+    return mask
+
+
+class Reference:
+    """A Hugging Face directory of one of the families (see the module docstring), loaded whole into
+    torch tensors of `dtype`. Keyword options: the feature switches of read_family."""
+
+    def __init__(self, hf_dir, dtype=torch.float64, **switches):
+        unknown = set(switches) - set(SWITCHES)
+        if unknown:
+            raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {SWITCHES}")
         self.dir = hf_dir
         self.dtype = dtype
         # HF does norms and softmax in float32 at least; we keep float64 when the model is float64.
@@ -223,21 +479,22 @@ class Reference:
         with open(os.path.join(hf_dir, "config.json")) as f:
             cfg = json.load(f)
         self.cfg = cfg
+        fam = self.family = read_family(cfg, **switches)
         self.dim = cfg["hidden_size"]
         self.n_layers = cfg["num_hidden_layers"]
         self.n_heads = cfg["num_attention_heads"]
         self.n_kv_heads = cfg.get("num_key_value_heads") or self.n_heads
-        self.head_dim = cfg.get("head_dim") or self.dim // self.n_heads
+        self.head_dim = fam["head_dim"]
+        self.rotary_dim = fam["rotary_dim"]
         self.vocab_size = cfg["vocab_size"]
-        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.eps = config_value(cfg, "rms_norm_eps", fam["family"])
         self.seq_len = cfg["max_position_embeddings"]
         self.bos_id = cfg.get("bos_token_id", 1)
         self.eos_id = cfg.get("eos_token_id", 2)
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {cfg['hidden_act']!r}: only silu (SwiGLU) is implemented")
-        if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-            raise ValueError("attention_bias / mlp_bias checkpoints are not implemented")
         self.trained_rope = checkpoint_rope(cfg)
+        self.trained_rope["longrope_factors"] = fam["longrope_factors"]
 
         ck = Checkpoint(hf_dir)
         names = set(ck.names())
@@ -245,23 +502,35 @@ class Reference:
         def w(name):  # (out, in) for matrices, like nn.Linear.weight
             return torch.from_numpy(np.array(ck.get(name))).to(dtype)
 
+        H, KV, hd, F = self.n_heads, self.n_kv_heads, self.head_dim, cfg["intermediate_size"]
         self.embed = w("model.embed_tokens.weight")  # (V, D)
         self.layers = []
         for l in range(self.n_layers):
             p = f"model.layers.{l}."
-            self.layers.append({
-                "input_layernorm": w(p + "input_layernorm.weight"),                   # (D)
-                "q_proj": w(p + "self_attn.q_proj.weight"),                           # (H*hd, D)
-                "k_proj": w(p + "self_attn.k_proj.weight"),                           # (KV*hd, D)
-                "v_proj": w(p + "self_attn.v_proj.weight"),                           # (KV*hd, D)
-                "o_proj": w(p + "self_attn.o_proj.weight"),                           # (D, H*hd)
-                "post_attention_layernorm": w(p + "post_attention_layernorm.weight"), # (D)
-                "gate_proj": w(p + "mlp.gate_proj.weight"),                           # (F, D)
-                "up_proj": w(p + "mlp.up_proj.weight"),                               # (F, D)
-                "down_proj": w(p + "mlp.down_proj.weight"),                           # (D, F)
-            })
+            lw = {"input_layernorm": w(p + "input_layernorm.weight"),                    # (D)
+                  "post_attention_layernorm": w(p + "post_attention_layernorm.weight"),  # (D)
+                  "o_proj": w(p + "self_attn.o_proj.weight"),                            # (D, H*hd)
+                  "down_proj": w(p + "mlp.down_proj.weight")}                            # (D, F)
+            if fam["fused"]:  # Phi-3: qkv_proj rows are q, k, v; gate_up_proj rows gate, then up
+                qkv = w(p + "self_attn.qkv_proj.weight")                                 # (H*hd + 2*KV*hd, D)
+                lw["q_proj"], lw["k_proj"], lw["v_proj"] = qkv.split([H * hd, KV * hd, KV * hd])
+                lw["gate_proj"], lw["up_proj"] = w(p + "mlp.gate_up_proj.weight").split([F, F])  # (F, D) each
+            else:
+                for name in ("q_proj", "k_proj", "v_proj"):
+                    lw[name] = w(p + f"self_attn.{name}.weight")                         # (H*hd | KV*hd, D)
+                for name in ("gate_proj", "up_proj"):
+                    lw[name] = w(p + f"mlp.{name}.weight")                               # (F, D)
+            biased = ([f"self_attn.{n}" for n in ("q_proj", "k_proj", "v_proj")] if fam["qkv_bias"] else []) \
+                + (["self_attn.o_proj"] if fam["o_bias"] else []) \
+                + ([f"mlp.{n}" for n in ("gate_proj", "up_proj", "down_proj")] if fam["mlp_bias"] else [])
+            for module in biased:
+                lw[module.split(".")[1] + "_bias"] = w(p + module + ".bias")
+            if fam["qk_norm"]:
+                lw["q_norm"] = w(p + "self_attn.q_norm.weight")                          # (hd)
+                lw["k_norm"] = w(p + "self_attn.k_norm.weight")                          # (hd)
+            self.layers.append(lw)
         self.norm = w("model.norm.weight")  # (D)
-        tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in names
+        tied = fam["tied"] or "lm_head.weight" not in names
         self.lm_head = self.embed if tied else w("lm_head.weight")  # (V, D)
         self._sp = None
 
@@ -283,13 +552,50 @@ class Reference:
     def resolve_rope(self, rope=None, ctx=None):
         return resolve_rope(self.trained_rope, rope, ctx)
 
-    # --- the forward pass ---
+    # --- the pieces of a layer (shared by forward and Decoder) ---
     def rmsnorm(self, x, weight):
-        """LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), computed in `acc`, back to dtype, times weight."""
+        """LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) over the last axis, computed in `acc`, back to
+        dtype, times weight. Also Qwen3's q_norm / k_norm, over head_dim."""
         xf = x.to(self.acc)
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(self.dtype)
 
+    @staticmethod
+    def linear(x, lw, name):
+        """nn.Linear: x W^T, plus the bias when the layer has one."""
+        y = x @ lw[name].T
+        bias = lw.get(name + "_bias")
+        return y if bias is None else y + bias
+
+    def qkv(self, lw, a):
+        """q (H, n, hd), k (KV, n, hd), v (KV, n, hd) of normed hidden states a (n, D), before RoPE:
+        projections (+ biases), then Qwen3's per-head RMSNorm of q and k (modeling_qwen3.py:
+        q_norm(q_proj(x).view(hidden_shape)), before apply_rotary_pos_emb)."""
+        n, hd = a.shape[0], self.head_dim
+        q = self.linear(a, lw, "q_proj").view(n, self.n_heads, hd)                  # (n, H, hd)
+        k = self.linear(a, lw, "k_proj").view(n, self.n_kv_heads, hd)               # (n, KV, hd)
+        v = self.linear(a, lw, "v_proj").view(n, self.n_kv_heads, hd)               # (n, KV, hd)
+        if "q_norm" in lw:
+            q, k = self.rmsnorm(q, lw["q_norm"]), self.rmsnorm(k, lw["k_norm"])
+        return q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+
+    def rotate(self, l, x, cos, sin):
+        """apply_rotary_pos_emb for layer l on x (heads, n, hd): x*cos + rotate_half(x)*sin over the
+        first rotary_dim dims (pair i = (x[i], x[i + rotary_dim/2])), the rest passed through
+        (modeling_phi3.py: q_rot, q_pass = q[..., :rotary_dim], q[..., rotary_dim:]); a NoPE layer
+        (SmolLM3) returns x unturned."""
+        if not self.family["rope_layers"][l]:
+            return x
+        r = self.rotary_dim
+        turned = x[..., :r] * cos + rotate_half(x[..., :r]) * sin
+        return turned if r == self.head_dim else torch.cat([turned, x[..., r:]], dim=-1)
+
+    def mlp(self, lw, a):
+        """down_proj(silu(gate_proj(a)) * up_proj(a)) (LlamaMLP; Phi3MLP with gate_up_proj split)."""
+        return self.linear(torch.nn.functional.silu(self.linear(a, lw, "gate_proj")) * self.linear(a, lw, "up_proj"),
+                           lw, "down_proj")
+
+    # --- the forward pass ---
     def forward(self, ids, inv_freq, mscale, logn_L=None, rel=None):
         """Logits (n, V) in dtype for token ids at positions 0 .. n-1 with the given RoPE table; with
         logn_L, log-n attention scaling: queries times max(1, ln(m + 1) / ln(logn_L)) (bojone/rerope);
@@ -297,57 +603,51 @@ class Reference:
         scores rotate each pair by rel(m - n) instead (relative_scores)."""
         ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
         n, hd, H, KV = ids.shape[0], self.head_dim, self.n_heads, self.n_kv_heads
-        # RoPE (LlamaRotaryEmbedding.forward): freqs = m * inv_freq, emb = cat(freqs, freqs), cos and
-        # sin times the attention scaling (yarn's m_s). Angles in float64 here, float32 in HF.
-        freqs = np.outer(np.arange(n, dtype=np.float64), inv_freq)                 # (n, hd/2)
-        emb = torch.from_numpy(np.concatenate([freqs, freqs], axis=-1))             # (n, hd)
-        cos = (emb.cos() * mscale).to(self.dtype)                                   # (n, hd)
-        sin = (emb.sin() * mscale).to(self.dtype)                                   # (n, hd)
-        mask = torch.full((n, n), float("-inf"), dtype=self.acc).triu(1)            # (n, n) causal
+        if rel is not None and self.rotary_dim != hd:
+            raise ValueError("rerope modes with partial_rotary_factor < 1 are not implemented")
+        cos, sin = cos_sin(inv_freq, mscale, range(n), self.dtype)                  # (n, r)
+        masks = {W: causal_mask(0, n, n, W, self.acc) for W in set(self.family["windows"])}      # (n, n)
         phases = relative_phases(rel, inv_freq, n) if rel is not None else None     # (n, hd/2) ReRoPE
 
         x = self.embed[ids]                                                         # (n, D)
-        for lw in self.layers:
+        for l, lw in enumerate(self.layers):
             a = self.rmsnorm(x, lw["input_layernorm"])                              # (n, D)
-            q = (a @ lw["q_proj"].T).view(n, H, hd).transpose(0, 1)                 # (H, n, hd)
-            k = (a @ lw["k_proj"].T).view(n, KV, hd).transpose(0, 1)                # (KV, n, hd)
-            v = (a @ lw["v_proj"].T).view(n, KV, hd).transpose(0, 1)                # (KV, n, hd)
-            # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin (pair i = (x[i], x[i+hd/2]))
-            if rel is None:
-                q = q * cos + rotate_half(q) * sin
-                k = k * cos + rotate_half(k) * sin
+            q, k, v = self.qkv(lw, a)                                               # (H|KV, n, hd)
+            relative = rel is not None and self.family["rope_layers"][l]
+            if not relative:
+                q, k = self.rotate(l, q, cos, sin), self.rotate(l, k, cos, sin)
             if logn_L:  # per position m: max(1, ln(m + 1) / ln(L)), a rotation commutes with it
                 grow = np.maximum(1.0, np.log(np.arange(1, n + 1, dtype=np.float64)) / math.log(logn_L))
                 q = q * torch.from_numpy(grow).to(self.dtype)[None, :, None]
             # repeat_kv: query head h reads kv head h // (H/KV)
             k = k.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
             v = v.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
+            mask = masks[self.family["windows"][l]]
             out = torch.empty(H, n, hd, dtype=self.dtype)
             step = max(1, (1 << 23) // max(1, H * n))  # query rows per block: ~64 MB of scores
-            scores = relative_scores(q, k, phases).to(self.dtype) if rel is not None else None  # (H, n, n)
+            scores = relative_scores(q, k, phases).to(self.dtype) if relative else None  # (H, n, n)
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)
-                if rel is None:
+                if not relative:
                     s = (q[:, r0:r1] @ k.transpose(1, 2)) / math.sqrt(hd)          # (H, r, n)
                 else:
                     s = scores[:, r0:r1]
                 s = s.to(self.acc) + mask[r0:r1]
                 out[:, r0:r1] = torch.softmax(s, dim=-1).to(self.dtype) @ v         # (H, r, hd)
             o = out.transpose(0, 1).reshape(n, H * hd)                              # (n, H*hd)
-            x = x + o @ lw["o_proj"].T                                              # (n, D)
-            a = self.rmsnorm(x, lw["post_attention_layernorm"])                     # (n, D)
-            g = torch.nn.functional.silu(a @ lw["gate_proj"].T) * (a @ lw["up_proj"].T)  # (n, F)
-            x = x + g @ lw["down_proj"].T                                           # (n, D)
+            x = x + self.linear(o, lw, "o_proj")                                    # (n, D)
+            x = x + self.mlp(lw, self.rmsnorm(x, lw["post_attention_layernorm"]))   # (n, D)
         x = self.rmsnorm(x, self.norm)                                              # (n, D)
         return x @ self.lm_head.T                                                   # (n, V)
+
 
     @torch.no_grad()
     def logits(self, token_ids, rope=None, ctx=None, logn=False):
         """(n, V) float64 numpy logits of one forward pass over token_ids. All positions use the
-        frequencies for sequence length n, as HF's single prefill does (matters only for dynamic).
-        logn: log-n attention scaling past the trained context (run's --attn-logn)."""
+        frequencies for sequence length n, as HF's single prefill does (matters for dynamic and
+        longrope). logn: log-n attention scaling past the trained context (run's --attn-logn)."""
         p = self.resolve_rope(rope, ctx)
-        inv, ms = rope_tables(p, self.head_dim, len(token_ids))
+        inv, ms = rope_tables(p, self.rotary_dim, len(token_ids))
         return self.forward(token_ids, inv, ms, p["orig_ctx"] if logn else None,
                             relative_position(p)).to(torch.float64).numpy()
 
@@ -355,30 +655,31 @@ class Reference:
     def logits_growing(self, token_ids, rope=None, ctx=None):
         """(n, V) logits where row t comes from a full forward of tokens[0..t] with the frequencies
         for length t+1: dynamic NTK with every hidden state of every earlier token recomputed with
-        the current base (HF without a cache). A KV cache, even of un-rotated keys, does not give
+        the current base (HF without a cache); LongRoPE with the short factors up to L and the long
+        ones past it. A KV cache, even of un-rotated keys, does not give
         this past the first layer (see logits_cached). For the other modes this equals logits().
         Cost: one forward per position past L (O(n^3) work; tiny models only: about 4 minutes for
         stories260K at n = 1024, L = 512). Lengths up to L all share the unscaled frequencies, so
         those rows come from one forward."""
         p = self.resolve_rope(rope, ctx)
         n = len(token_ids)
-        if p["mode"] != "dynamic":
+        if p["mode"] not in ("dynamic", "longrope"):
             return self.logits(token_ids, p, ctx)
         L = p["orig_ctx"]
         out = np.empty((n, self.vocab_size))
         head = min(n, L)
-        inv, ms = rope_tables(p, self.head_dim, head)
+        inv, ms = rope_tables(p, self.rotary_dim, head)
         out[:head] = self.forward(token_ids[:head], inv, ms).to(torch.float64).numpy()
         for t in range(head, n):
-            inv, ms = rope_tables(p, self.head_dim, t + 1)
+            inv, ms = rope_tables(p, self.rotary_dim, t + 1)
             out[t] = self.forward(token_ids[: t + 1], inv, ms)[-1].to(torch.float64).numpy()
         return out
 
     @torch.no_grad()
     def logits_cached(self, token_ids, rope=None, ctx=None, keys="raw"):
         """(n, V) logits of token-by-token decoding with a KV cache, the RoPE length set to t+1
-        before token t (as generation does). Differs from logits() only for dynamic, where the
-        result depends on what the cache holds:
+        before token t (as generation does). Differs from logits() only for dynamic (and longrope
+        across L), where the result depends on what the cache holds:
           keys="raw"      un-rotated keys, all rotated with the current base at every step (the
                           YaRN paper's "cache the kv-embeddings before applying RoPE"; our model.c's
                           key_raw). The values, and the keys of layers past the first, still come
@@ -403,7 +704,7 @@ class Reference:
         stop = {self.bos_id, self.eos_id} if stop is None else set(stop)
         ids, new = list(prompt_ids), []
         if cache == "recompute":
-            step = lambda: self.forward(ids, *rope_tables(p, self.head_dim, len(ids)))[-1]  # noqa: E731
+            step = lambda: self.forward(ids, *rope_tables(p, self.rotary_dim, len(ids)))[-1]  # noqa: E731
         else:
             dec = Decoder(self, p, len(ids) + n_new, cache)
             step = lambda: dec.feed(ids[dec.pos:])[-1]  # noqa: E731
@@ -473,7 +774,8 @@ class Decoder:
     with the RoPE length set to the number of tokens so far (positions of the block included), and
     returns their logits. keys="raw" caches un-rotated keys and rotates all of them with the current
     frequencies at every call; keys="rotated" caches keys rotated with the frequencies of the call
-    that computed them. The same arithmetic as Reference.forward, with the past read from the cache."""
+    that computed them. The same arithmetic as Reference.forward (the same qkv, rotate, mlp), with
+    the past read from the cache; a sliding layer's queries see only the last W keys of it."""
 
     def __init__(self, model, p, n_max, keys="raw"):
         if keys not in ("raw", "rotated"):
@@ -489,45 +791,42 @@ class Decoder:
     def feed(self, ids):
         m, hd, H, KV = self.m, self.m.head_dim, self.m.n_heads, self.m.n_kv_heads
         t0, t1 = self.pos, self.pos + len(ids)
-        inv, ms = rope_tables(self.p, hd, t1)
-        freqs = np.outer(np.arange(t1, dtype=np.float64), inv)                     # (t1, hd/2)
-        emb = torch.from_numpy(np.concatenate([freqs, freqs], axis=-1))             # (t1, hd)
-        cos, sin = (emb.cos() * ms).to(m.dtype), (emb.sin() * ms).to(m.dtype)       # (t1, hd)
-        mask = torch.full((t1, t1), float("-inf"), dtype=m.acc).triu(1)[t0:t1]      # (b, t1)
+        inv, ms = rope_tables(self.p, m.rotary_dim, t1)
+        cos, sin = cos_sin(inv, ms, range(t1), m.dtype)                              # (t1, r)
+        masks = {W: causal_mask(t0, t1, t1, W, m.acc) for W in set(m.family["windows"])}  # (b, t1)
         x = m.embed[torch.as_tensor(np.asarray(ids, dtype=np.int64))]              # (b, D)
         b = len(ids)
-        for lw, kc, vc in zip(m.layers, self.k, self.v):
-            a = m.rmsnorm(x, lw["input_layernorm"])                                 # (b, D)
-            q = (a @ lw["q_proj"].T).view(b, H, hd).transpose(0, 1)                # (H, b, hd)
-            k = (a @ lw["k_proj"].T).view(b, KV, hd).transpose(0, 1)               # (KV, b, hd)
-            vc[:, t0:t1] = (a @ lw["v_proj"].T).view(b, KV, hd).transpose(0, 1)
-            q = q * cos[t0:t1] + rotate_half(q) * sin[t0:t1]
+        for l, (lw, kc, vc) in enumerate(zip(m.layers, self.k, self.v)):
+            q, k, v = m.qkv(lw, m.rmsnorm(x, lw["input_layernorm"]))                # (H|KV, b, hd)
+            vc[:, t0:t1] = v
+            q = m.rotate(l, q, cos[t0:t1], sin[t0:t1])
             if self.keys == "raw":
                 kc[:, t0:t1] = k
-                kk = kc[:, :t1] * cos + rotate_half(kc[:, :t1]) * sin               # (KV, t1, hd)
+                kk = m.rotate(l, kc[:, :t1], cos, sin)                              # (KV, t1, hd)
             else:
-                kc[:, t0:t1] = k * cos[t0:t1] + rotate_half(k) * sin[t0:t1]
+                kc[:, t0:t1] = m.rotate(l, k, cos[t0:t1], sin[t0:t1])
                 kk = kc[:, :t1]                                                     # (KV, t1, hd)
             kk = kk.repeat_interleave(H // KV, dim=0)                               # (H, t1, hd)
             vv = vc[:, :t1].repeat_interleave(H // KV, dim=0)                       # (H, t1, hd)
             s = (q @ kk.transpose(1, 2)) / math.sqrt(hd)                            # (H, b, t1)
-            o = torch.softmax(s.to(m.acc) + mask, dim=-1).to(m.dtype) @ vv          # (H, b, hd)
-            x = x + o.transpose(0, 1).reshape(b, H * hd) @ lw["o_proj"].T           # (b, D)
-            a = m.rmsnorm(x, lw["post_attention_layernorm"])
-            x = x + (torch.nn.functional.silu(a @ lw["gate_proj"].T) * (a @ lw["up_proj"].T)) @ lw["down_proj"].T
+            o = torch.softmax(s.to(m.acc) + masks[m.family["windows"][l]], dim=-1).to(m.dtype) @ vv  # (H, b, hd)
+            x = x + m.linear(o.transpose(0, 1).reshape(b, H * hd), lw, "o_proj")    # (b, D)
+            x = x + m.mlp(lw, m.rmsnorm(x, lw["post_attention_layernorm"]))         # (b, D)
         self.pos = t1
         return (m.rmsnorm(x, m.norm) @ m.lm_head.T).to(torch.float64).numpy()      # (b, V)
 
 
-def load(hf_dir, dtype=torch.float64):
-    """Load a Hugging Face Llama directory (config.json, weights, optional tokenizer.model)."""
-    return Reference(hf_dir, dtype)
+def load(hf_dir, dtype=torch.float64, **switches):
+    """Load a Hugging Face directory of one of the families (config.json, weights, optional
+    tokenizer.model). switches: biases, qk_norm, rope_layers, sliding_window, partial_rotary_factor,
+    longrope_factors (module docstring, "Feature switches"); none given = what config.json says."""
+    return Reference(hf_dir, dtype, **switches)
 
 
 # --- command line (for looking, not for tests) -----------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser(description="Hugging Face Llama semantics in PyTorch (float64).")
+    ap = argparse.ArgumentParser(description="Hugging Face Llama-family semantics in PyTorch (float64).")
     ap.add_argument("hf_dir")
     ap.add_argument("--prompt", default="", help="text after BOS (greedy generation)")
     ap.add_argument("--steps", type=int, default=200, help="new tokens to generate")
@@ -544,6 +843,7 @@ def main():
     m = load(a.hf_dir, getattr(torch, a.dtype))
     rope = {k: v for k, v in (("mode", a.rope_scaling), ("factor", a.rope_factor), ("base", a.rope_base),
                               ("alpha", a.rope_alpha)) if v is not None}
+    print(f"family: {m.family}", file=sys.stderr)
     print(f"rope: {m.resolve_rope(rope, a.ctx)}", file=sys.stderr)
     if a.ppl:
         with open(a.ppl) as f:
