@@ -2,15 +2,25 @@
 //
 // A chat model was trained on one template. Hugging Face writes it as Jinja in
 // tokenizer_config.json (chat_template); this program does not run Jinja, it recognises which of
-// five known templates the file holds by a string only that template has, and renders it in C:
+// the known templates the file holds by strings only that template has, and renders it in C:
 //   llama2   <s>[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] REPLY </s><s>[INST] USER [/INST]
 //   llama3   <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nSYSTEM<|eot_id|>
 //            <|start_header_id|>user<|end_header_id|>\n\nUSER<|eot_id|><|start_header_id|>assistant...
 //   zephyr   <|system|>\nSYSTEM</s>\n<|user|>\nUSER</s>\n<|assistant|>\nREPLY</s>\n  (TinyLlama-Chat)
 //   chatml   <|im_start|>system\nSYSTEM<|im_end|>\n<|im_start|>user\nUSER<|im_end|>\n<|im_start|>assistant\n
+//            (Qwen2, Qwen2.5, SmolLM2; their templates put a default system prompt when none is
+//            given, which chat_template_detect reads out of the template: "You are Qwen, ...")
+//   qwen3    chatml, the reply opened with an empty think block: <|im_start|>assistant\n<think>\n\n
+//            </think>\n\n, what Qwen3's template writes with enable_thinking=False (no reasoning)
 //   mistral  <s>[INST] USER [/INST]REPLY</s>[INST] USER [/INST]    (no system role)
+//   phi3     <|system|>\nSYSTEM<|end|>\n<|user|>\nUSER<|end|>\n<|assistant|>\nREPLY<|end|>\n<|user|>...
+//            (Phi-3, Phi-3.5; the newline after <|end|> is left out of the next turn's text: the
+//            token has rstrip, so Hugging Face drops it, and the turn is encoded alone)
+//   phi4-mini <|system|>SYSTEM<|end|><|user|>USER<|end|><|assistant|>REPLY<|end|>   (no newlines)
 // "<s>" and "</s>" are the checkpoint's BOS and EOS ids, not text: a SentencePiece tokenizer would
-// spell them out. The other markers are added tokens of their tokenizer.json, which bpe.c matches.
+// spell them out. The other markers are added tokens (of tokenizer.json, or for Phi-3 of
+// tokenizer_config.json), which the tokenizer matches. SmolLM3's template (a system block with
+// today's date, a reasoning mode and a default persona that changes with it) is refused with a hint.
 
 #include "chat.h"
 
@@ -20,10 +30,75 @@
 
 #include <cjson/cJSON.h>
 
-const char *const CHAT_NAMES[CHAT_COUNT] = {"llama2", "llama3", "zephyr", "chatml", "mistral"};
-// The string that tells each template apart, in the order they are tried (llama2's has [INST] too).
-static const char *const CHAT_MARKS[CHAT_COUNT] = {"<<SYS>>", "<|start_header_id|>", "<|user|>", "<|im_start|>",
-                                                   "[INST]"};
+const char *const CHAT_NAMES[CHAT_COUNT] = {"llama2", "llama3", "zephyr",    "chatml",
+                                            "mistral", "qwen3",  "phi3", "phi4-mini"};
+
+// The default system prompt of the template chat_template_detect read last; NULL: none.
+static char *default_system;
+
+const char *chat_default_system(void) { return default_system; }
+
+// The system prompt a ChatML template writes when the conversation has none: the literal between
+// '<|im_start|>system\n and <|im_end|> in one Jinja string (Qwen2: "You are a helpful assistant.").
+// Jinja's escapes \n, \', \" and \\ are undone. NULL when the template has none.
+static char *find_default_system(const char *t) {
+    static const char open[] = "<|im_start|>system\\n";
+    for (const char *at = strstr(t, open); at; at = strstr(at + 1, open)) {
+        const char *body = at + strlen(open), *end = strstr(body, "<|im_end|>");
+        if (!end || end == body) continue;
+        size_t n = (size_t)(end - body), o = 0;
+        int closed = 0; // a quote or brace other than \' or \" ends the literal before <|im_end|>
+        for (size_t i = 0; i < n && !closed; i++)
+            if (body[i] == '\\')
+                i++;
+            else
+                closed = body[i] == '\'' || body[i] == '"' || body[i] == '{' || body[i] == '}';
+        if (closed) continue;
+        char *out = malloc(n + 1);
+        if (!out) return NULL;
+        for (size_t i = 0; i < n; i++) {
+            if (body[i] == '\\' && i + 1 < n) {
+                i++;
+                out[o++] = body[i] == 'n' ? '\n' : body[i] == 't' ? '\t' : body[i];
+            } else {
+                out[o++] = body[i];
+            }
+        }
+        out[o] = 0;
+        return out;
+    }
+    return NULL;
+}
+
+// A newline follows <|end|> in Phi-3's template ('<|end|>\n', or '<|end|>' + '\n' in the first
+// release), not in Phi-4-mini's.
+static int end_then_newline(const char *t) {
+    for (const char *at = strstr(t, "<|end|>"); at; at = strstr(at + 1, "<|end|>"))
+        if (!strncmp(at + 7, "\\n", 2) || !strncmp(at + 7, "' + '\\n'", 8)) return 1;
+    return 0;
+}
+
+// Which template text t is, by the strings that tell them apart (llama2's has [INST] too, Phi-3's
+// <|user|> as Zephyr's); -1: none, with why in *why.
+static int classify(const char *t, const char **why) {
+    if (strstr(t, "<<SYS>>")) return CHAT_LLAMA2;
+    if (strstr(t, "<|start_header_id|>")) return CHAT_LLAMA3;
+    if (strstr(t, "<|end|>") && strstr(t, "<|assistant|>")) // Phi-4-mini's spells '<|' + role + '|>'
+        return end_then_newline(t) ? CHAT_PHI3 : CHAT_PHI4_MINI;
+    if (strstr(t, "<|user|>")) return CHAT_ZEPHYR;
+    if (strstr(t, "<|im_start|>")) {
+        if (strstr(t, "Reasoning Mode") || strstr(t, "strftime_now")) {
+            *why = "the chat_template is SmolLM3's, whose system block (today's date, a reasoning mode, a "
+                   "default persona) this program does not reproduce (hint: --chat-template chatml speaks its "
+                   "turns without that block; -y gives a system prompt)";
+            return -1;
+        }
+        if (strstr(t, "<|im_sep|>")) return -1; // Phi-4's variant of ChatML: not this one
+        return strstr(t, "enable_thinking") ? CHAT_QWEN3 : CHAT_CHATML;
+    }
+    if (strstr(t, "[INST]")) return CHAT_MISTRAL;
+    return -1;
+}
 
 int chat_template_detect(const char *text, size_t len, const char *path) {
     cJSON *root = cJSON_ParseWithLength(text, len);
@@ -38,18 +113,23 @@ int chat_template_detect(const char *text, size_t len, const char *path) {
         }
         tmpl = e ? cJSON_GetObjectItemCaseSensitive(e, "template") : NULL;
     }
-    int found = -1;
-    for (int k = 0; cJSON_IsString(tmpl) && found < 0 && k < CHAT_COUNT; k++)
-        if (strstr(tmpl->valuestring, CHAT_MARKS[k])) found = k;
-    if (found < 0)
-        fprintf(stderr,
-                "error: %s: %s (hint: --chat-template llama2|llama3|zephyr|chatml|mistral names the "
-                "model's template)\n",
-                path,
-                !root                   ? "not valid JSON"
-                : !cJSON_IsString(tmpl) ? "no chat_template"
-                                        : "the chat_template is none "
-                                          "this program knows");
+    const char *why = "the chat_template is none this program knows";
+    const int found = cJSON_IsString(tmpl) ? classify(tmpl->valuestring, &why) : -1;
+    free(default_system);
+    default_system = found == CHAT_CHATML ? find_default_system(tmpl->valuestring) : NULL;
+    if (found < 0) {
+        char names[200] = "";
+        for (int k = 0; k < CHAT_COUNT; k++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? "|" : "", CHAT_NAMES[k]);
+        if (strstr(why, "(hint:"))
+            fprintf(stderr, "error: %s: %s\n", path, why);
+        else
+            fprintf(stderr, "error: %s: %s (hint: --chat-template %s names the model's template)\n", path,
+                    !root                   ? "not valid JSON"
+                    : !cJSON_IsString(tmpl) ? "no chat_template"
+                                            : why,
+                    names);
+    }
     cJSON_Delete(root);
     return found;
 }
@@ -87,7 +167,8 @@ int chat_encode(Tokenizer *tok, int bos_id, int eos_id, int markers, const char 
 // The text of the user's turn (and before it, on the first turn, the system prompt), up to where
 // the model writes its reply. first: the first turn of the conversation.
 char *chat_render(ChatTemplate k, int first, const char *system, const char *user) {
-    const char *sys = first ? system : NULL; // the system prompt opens the conversation, once
+    // The system prompt opens the conversation, once; without one, a ChatML template's default.
+    const char *sys = !first ? NULL : system ? system : k == CHAT_CHATML ? default_system : NULL;
     size_t size = (sys ? strlen(sys) : 0) + strlen(user) + 256;
     char *out = malloc(size);
     if (!out) return NULL;
@@ -110,8 +191,18 @@ char *chat_render(ChatTemplate k, int first, const char *system, const char *use
                  sys ? sys : "", sys ? "</s>\n" : "", user);
         break;
     case CHAT_CHATML:
-        snprintf(out, size, "%s%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", first ? "" : "\n",
-                 sys ? "<|im_start|>system\n" : "", sys ? sys : "", sys ? "<|im_end|>\n" : "", user);
+    case CHAT_QWEN3:
+        snprintf(out, size, "%s%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s", first ? "" : "\n",
+                 sys ? "<|im_start|>system\n" : "", sys ? sys : "", sys ? "<|im_end|>\n" : "", user,
+                 k == CHAT_QWEN3 ? "<think>\n\n</think>\n\n" : "");
+        break;
+    case CHAT_PHI3:
+        snprintf(out, size, "%s%s%s<|user|>\n%s<|end|>\n<|assistant|>\n", sys ? "<|system|>\n" : "", sys ? sys : "",
+                 sys ? "<|end|>\n" : "", user);
+        break;
+    case CHAT_PHI4_MINI:
+        snprintf(out, size, "%s%s%s<|user|>%s<|end|><|assistant|>", sys ? "<|system|>" : "", sys ? sys : "",
+                 sys ? "<|end|>" : "", user);
         break;
     default: // CHAT_MISTRAL
         snprintf(out, size, "%s[INST] %s [/INST]", first ? "<s>" : "", user);
@@ -122,7 +213,11 @@ char *chat_render(ChatTemplate k, int first, const char *system, const char *use
 
 // What closes the assistant's turn in the template, fed when a reply ends without it (-n reached).
 const char *chat_close(ChatTemplate k) {
-    return k == CHAT_LLAMA3 ? "<|eot_id|>" : k == CHAT_CHATML ? "<|im_end|>" : k == CHAT_LLAMA2 ? " </s>" : "</s>";
+    return k == CHAT_LLAMA3                       ? "<|eot_id|>"
+           : k == CHAT_CHATML || k == CHAT_QWEN3  ? "<|im_end|>"
+           : k == CHAT_PHI3 || k == CHAT_PHI4_MINI ? "<|end|>"
+           : k == CHAT_LLAMA2                     ? " </s>"
+                                                  : "</s>";
 }
 
 int chat_template_from_name(const char *name) {

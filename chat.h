@@ -7,14 +7,27 @@
 
 #include "tokenizer.h"
 
-typedef enum { CHAT_LLAMA2, CHAT_LLAMA3, CHAT_ZEPHYR, CHAT_CHATML, CHAT_MISTRAL, CHAT_COUNT } ChatTemplate;
+typedef enum {
+    CHAT_LLAMA2,
+    CHAT_LLAMA3,
+    CHAT_ZEPHYR,
+    CHAT_CHATML,
+    CHAT_MISTRAL,
+    CHAT_QWEN3,
+    CHAT_PHI3,
+    CHAT_PHI4_MINI,
+    CHAT_COUNT
+} ChatTemplate;
 extern const char *const CHAT_NAMES[CHAT_COUNT]; // cli.h's CHAT_TEMPLATE_NAMES lists the same
 
 int chat_template_from_name(const char *name); // -1: none of CHAT_NAMES
 
 // The template that tokenizer_config.json's JSON text holds (path names it in messages): its
-// index, or -1 after an error, reported on stderr.
+// index, or -1 after an error, reported on stderr (an unknown template, or SmolLM3's, refused).
+// For chatml it also keeps the default system prompt the template writes when the conversation
+// has none (Qwen2, Qwen2.5, SmolLM2), which chat_render then puts first when -y gives none.
 int chat_template_detect(const char *text, size_t len, const char *path);
+const char *chat_default_system(void); // the one kept; NULL: none (or no template detected)
 
 // 1 for the templates of SentencePiece models, whose "<s>" and "</s>" are BOS and EOS.
 int chat_sentencepiece(ChatTemplate k);

@@ -41,7 +41,7 @@ typedef struct {
 } Options;
 
 // The chat templates run.c renders, by the names --chat-template takes.
-#define CHAT_TEMPLATE_NAMES "llama2 | llama3 | zephyr | chatml | mistral"
+#define CHAT_TEMPLATE_NAMES "llama2 | llama3 | zephyr | chatml | qwen3 | mistral | phi3 | phi4-mini"
 
 // Returns 0 to run, 1 after --help or --version (printed on stdout), -1 after a usage error
 // (reported on stderr, with a pointer to --help).

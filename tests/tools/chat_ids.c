@@ -5,7 +5,8 @@
 // prints one line of ids: turn 1 (with SYSTEM unless it is empty), REPLY1 and what closes it, then
 // turn 2, rendered by chat.c's chat_render and chat_close and encoded as one text by chat_encode,
 // as Hugging Face encodes a rendered conversation. (In ./run the reply's ids are the ones the model
-// sampled.)
+// sampled.) TEMPLATE is a name of chat.h, or a tokenizer_config.json whose chat_template
+// chat_template_detect recognises (and whose default system prompt it keeps), as ./run does.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    int k = -1;
-    for (int i = 0; i < CHAT_COUNT; i++)
-        if (!strcmp(argv[2], CHAT_NAMES[i])) k = i;
+    int k = chat_template_from_name(argv[2]);
+    if (strstr(argv[2], ".json")) {
+        FILE *f = fopen(argv[2], "rb");
+        static char config[1 << 20];
+        const size_t len = f ? fread(config, 1, sizeof config, f) : 0;
+        if (f) fclose(f);
+        k = chat_template_detect(config, len, argv[2]);
+        if (k < 0) {
+            tokenizer_free(tok);
+            return 1;
+        }
+        fprintf(stderr, "template %s\n", CHAT_NAMES[k]);
+    }
     const char *system = argv[5][0] ? argv[5] : NULL;
     char *turn1 = chat_render((ChatTemplate)k, 1, system, argv[6]),
          *turn2 = chat_render((ChatTemplate)k, 0, system, argv[8]);
