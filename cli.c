@@ -334,7 +334,7 @@ int parse_args(int argc, char **argv, Options *o) {
         if (rope_scaling_from_name(o->rope_mode, &mode)) {
             fprintf(stderr,
                     "error: invalid value '%s' for --rope-scaling: none, pi (or linear), ntk, dynamic, yarn, "
-                    "llama3, rerope, leaky-rerope\n",
+                    "llama3, rerope, leaky-rerope, longrope\n",
                     o->rope_mode);
             see_help();
             return -1;
@@ -401,7 +401,8 @@ void usage(FILE *f) {
                "\n"
                "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
                "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3 |\n"
-               "                           rerope | leaky-rerope (default: the checkpoint's own, else none)\n"
+               "                           rerope | leaky-rerope | longrope (a LongRoPE checkpoint's own)\n"
+               "                           (default: the checkpoint's own, else none)\n"
                "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
                "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
                "                           as length / trained ctx); leaky-rerope: the rate K > 1 past\n"

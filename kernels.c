@@ -304,16 +304,26 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
         }
 }
 
+// Whether layer l's keys are rotated (all but the NoPE layers).
+static int layer_rotates(const KVCache *c, int l) { return !(c->layer_kind && c->layer_kind[l] & LAYER_NO_ROPE); }
+
+// The positions a query at m sees in layer l start here: m - slide + 1 in a sliding layer, else 0.
+static int layer_first(const KVCache *c, int l, int m) {
+    const int first = c->layer_kind && c->layer_kind[l] & LAYER_SLIDING ? m - c->slide + 1 : 0;
+    return first > 0 ? first : 0;
+}
+
 // Context shift: every layer's positions from .. from+n-1 move down to to .. to+n-1, the keys turned
 // by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
 // Ascending order never overwrites a position before it is read, since to < from. A q8_0 key is
 // quantized anew after its turn (as it was stored: from floats).
-void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin) {
+void kv_shift(KVCache *c, int from, int to, int n, const float *cos_by, const float *sin_by) {
     const int hd = c->head_dim;
 #pragma omp parallel for collapse(2)
     for (int l = 0; l < c->n_layers; l++)
         for (int h = 0; h < c->n_kv_heads; h++) {
             void *keys = head_keys(c, l, h), *values = head_values(c, l, h);
+            const float *cos = layer_rotates(c, l) ? cos_by : NULL, *sin = layer_rotates(c, l) ? sin_by : NULL;
             const size_t vrow = kv_row_bytes(c->value_type, hd);
             for (int i = 0; i < n; i++) {
                 float k[ROPE_MAX_HEAD_DIM];
@@ -374,20 +384,26 @@ static float key_turned(const KVCache *c, const float *t, int layer, int pos, in
     return d & 1 ? rope_turn1(x0, x1, cs, sn) : rope_turn0(x0, x1, cs, sn);
 }
 
-float kv_key_seen(const KVCache *c, int layer, int pos, int i) { return key_turned(c, c->rotation, layer, pos, i); }
-float kv_key_far(const KVCache *c, int layer, int pos, int i) { return key_turned(c, c->rotation_far, layer, pos, i); }
+float kv_key_seen(const KVCache *c, int layer, int pos, int i) {
+    return key_turned(c, layer_rotates(c, layer) ? c->rotation : NULL, layer, pos, i);
+}
+float kv_key_far(const KVCache *c, int layer, int pos, int i) {
+    return key_turned(c, layer_rotates(c, layer) ? c->rotation_far : NULL, layer, pos, i);
+}
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
     return value_get(head_values(c, layer, i / c->head_dim), c->value_type, c->head_dim, pos, i % c->head_dim);
 }
 
 // Attention as written in the paper, for every query i and head h: scores over the positions
-// 0 .. pos+i, a softmax over them, the weighted sum of the values. ReRoPE: a key at distance
-// pos + i - j >= window is scored with the far query and the far key instead (README, "ReRoPE").
+// 0 .. pos+i (a sliding layer: the last `slide` of them), a softmax over them, the weighted sum of
+// the values. ReRoPE: a key at distance pos + i - j >= window is scored with the far query and the
+// far key instead (README, "ReRoPE"), except in a NoPE layer, where nothing is rotated.
 // The keys and values of each kv head are first read out of the cache as the math sees them
 // (kv_key_seen, kv_key_far, kv_value) into plain arrays, so the three loops are only arithmetic.
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos) {
     const int hd = c->head_dim, qd = c->n_heads * hd, group = c->n_heads / c->n_kv_heads, all = pos + n;
+    const int two = c->window > 0 && layer_rotates(c, layer); // ReRoPE's two paths
     double *p = malloc((size_t)all * sizeof(double));
     float *k = malloc((size_t)all * hd * sizeof(float)), *k_far = malloc((size_t)all * hd * sizeof(float));
     float *v = malloc((size_t)all * hd * sizeof(float));
@@ -396,15 +412,15 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
         for (int j = 0; h % group == 0 && j < all; j++) // a new kv head
             for (int d = 0; d < hd; d++) {
                 k[(size_t)j * hd + d] = kv_key_seen(c, layer, j, kvh * hd + d);
-                if (c->window > 0) k_far[(size_t)j * hd + d] = kv_key_far(c, layer, j, kvh * hd + d); // ReRoPE
+                if (two) k_far[(size_t)j * hd + d] = kv_key_far(c, layer, j, kvh * hd + d); // ReRoPE
                 v[(size_t)j * hd + d] = kv_value(c, layer, j, kvh * hd + d);
             }
         for (int i = 0; i < n; i++) {
-            const int len = pos + i + 1;
+            const int len = pos + i + 1, first = layer_first(c, layer, pos + i);
             const float *qh = q + (size_t)i * qd + (size_t)h * hd;
             double max = -INFINITY, sum = 0;
-            for (int j = 0; j < len; j++) { // scores: q . k_j / sqrt(d)
-                const int far = c->window > 0 && pos + i - j >= c->window;
+            for (int j = first; j < len; j++) { // scores: q . k_j / sqrt(d)
+                const int far = two && pos + i - j >= c->window;
                 const float *qj = far ? q_far + (size_t)i * qd + (size_t)h * hd : qh,
                             *kj = (far ? k_far : k) + (size_t)j * hd;
                 double s = 0;
@@ -413,11 +429,11 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
                 p[j] = s / sqrt((double)hd);
                 max = p[j] > max ? p[j] : max;
             }
-            for (int j = 0; j < len; j++)
+            for (int j = first; j < len; j++)
                 sum += p[j] = exp(p[j] - max); // causal softmax
             for (int d = 0; d < hd; d++) {     // mix: sum_j p_j v_j
                 double o = 0;
-                for (int j = 0; j < len; j++)
+                for (int j = first; j < len; j++)
                     o += p[j] / sum * v[(size_t)j * hd + d];
                 out[(size_t)i * qd + (size_t)h * hd + d] = (float)o;
             }
@@ -1303,13 +1319,19 @@ static void rerope_scores(float *att, float *near, size_t ld, const float *qs, c
 // One task of attention: kv head kvh's query rows for queries t * per .. (at most per of them).
 static void attention_task(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                            float *scratch, int kvh, int t) {
-    const int hd = c->head_dim, qd = c->n_heads * hd, two = c->window > 0;
+    const int hd = c->head_dim, qd = c->n_heads * hd, two = c->window > 0 && layer_rotates(c, layer);
     const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads), max_rows = per * group;
     const size_t stride = kv_stride(c->ctx);
     const float scale = 1.0f / sqrtf((float)hd);
     const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
     AttLayout lay;
-    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, two);
+    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, c->window > 0); // as attention_scratch_floats sized it
+    // A sliding layer: the task's first query sees nothing before `first`, so neither does any later
+    // one; scores and the mix start at the block that holds it (the positions before it in that
+    // block are masked below, with the ones each later query no longer sees).
+    const int first = two ? 0 : layer_first(c, layer, pos + i0) / KV_RUN * KV_RUN;
+    const void *keys = (const char *)head_keys(c, layer, kvh) + (size_t)first * kv_row_bytes(c->key_type, hd);
+    const float *rot = layer_rotates(c, layer) && c->rotation ? c->rotation + (size_t)first * hd : NULL;
     float *qs = scratch + lay.qs, *o = scratch + lay.o, *att = scratch + lay.att, *turned = scratch + lay.turned;
     float *qf = scratch + lay.qf, *near = scratch + lay.near; // ReRoPE's far queries and near scores
     for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
@@ -1322,14 +1344,15 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     if (two) // q . k_j / sqrt(d), near or far
         rerope_scores(att, near, stride, qs, qf, rows, group, c, head_keys(c, layer, kvh), turned, pos + i0, len);
     else
-        attention_scores(att, stride, qs, rows, head_keys(c, layer, kvh), c->key_type, c->rotation, turned, hd,
-                         len); // q . k_j / sqrt(d)
+        attention_scores(att + first, stride, qs, rows, keys, c->key_type, rot, turned, hd, len - first); // q . k_j / sqrt(d)
     for (int r = 0; r < rows; r++) {
-        const int own = pos + i0 + r / group + 1; // this query sees positions 0 .. own - 1
-        softmax(att + r * stride, own);
-        memset(att + r * stride + own, 0, (size_t)(len - own) * sizeof(float));
+        const int m = pos + i0 + r / group, from = layer_first(c, layer, m); // this query sees from .. m
+        memset(att + r * stride + first, 0, (size_t)(from - first) * sizeof(float));
+        softmax(att + r * stride + from, m + 1 - from);
+        memset(att + r * stride + m + 1, 0, (size_t)(len - m - 1) * sizeof(float));
     }
-    attention_mix(o, att, stride, rows, head_values(c, layer, kvh), c->value_type, turned, len, hd); // sum_j p_j v_j
+    const void *values = (const char *)head_values(c, layer, kvh) + (size_t)first * kv_row_bytes(c->value_type, hd);
+    attention_mix(o, att + first, stride, rows, values, c->value_type, turned, len - first, hd); // sum_j p_j v_j
     for (int r = 0; r < rows; r++)
         memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd, o + (size_t)r * hd,
                (size_t)hd * sizeof(float));

@@ -87,7 +87,16 @@ typedef struct {
     // (leaky ReRoPE: to n / K) or, when that is NULL, as cached (ReRoPE: un-rotated).
     int window;
     const float *rotation_far;
+    // Layers that differ (NULL: none does): layer_kind[l] has LAYER_NO_ROPE when layer l's keys and
+    // queries are never rotated (SmolLM3's NoPE layers: rotation and the far path are not applied
+    // there), LAYER_SLIDING when a query there sees only the last `slide` positions, its own included
+    // (Mistral's sliding window: keys at distance m - j < slide).
+    const int *layer_kind;
+    int slide;
 } KVCache;
+
+#define LAYER_NO_ROPE 1
+#define LAYER_SLIDING 2
 
 // Whether keys or values of head_dim coordinates can be cached in type t: f32, f16, or q8_0 when
 // head_dim is a multiple of 32 (its blocks).
@@ -123,7 +132,8 @@ float kv_key_far(const KVCache *c, int layer, int pos, int i);
 float kv_value(const KVCache *c, int layer, int pos, int i);
 
 // Causal self-attention of the queries q (n, n_heads*head_dim) at positions pos .. pos+n-1 over the
-// cached positions 0 .. pos+i, into out (n, n_heads*head_dim). Query head h reads kv head
+// cached positions 0 .. pos+i (a sliding layer: the last c->slide of them), into out
+// (n, n_heads*head_dim). Query head h reads kv head
 // h / (n_heads / n_kv_heads) (grouped-query attention, Hugging Face's repeat_kv):
 //     score_j = q . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
 // With ReRoPE (c->window > 0), q_far (n, n_heads*head_dim) holds the same queries rotated for the far

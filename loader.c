@@ -63,19 +63,35 @@ static const float *take_f32(Cursor *c, size_t n, size_t align) {
     return take(c, count3(c, n, sizeof(float), 1), align);
 }
 
-// Our format: per layer, tensor after tensor, each aligned to MODEL_ALIGN (see model.h).
+// Our format: version 3's tables after the header, then per layer, tensor after tensor, each
+// aligned to MODEL_ALIGN (see model.h).
 static void walk_ours(Cursor *c, Transformer *t) {
-    const Config *p = &t->config;
-    const int D = p->dim, qd = p->n_heads * p->head_dim, kvd = p->n_kv_heads * p->head_dim;
+    Config *p = &t->config;
+    const int D = p->dim, hd = p->head_dim, qd = p->n_heads * hd, kvd = p->n_kv_heads * hd;
     TransformerWeights *w = &t->weights;
     c->off = MODEL_HEADER_SIZE;
+    if (p->version >= 3) {
+        p->layer_kind = take(c, count3(c, p->n_layers, sizeof(int32_t), 1), MODEL_ALIGN);
+        if (p->rope.mode == ROPE_SCALING_LONGROPE) {
+            const size_t pairs = (size_t)p->rope.rot_dims / 2;
+            p->rope.short_factor = take(c, count3(c, pairs, sizeof(double), 1), MODEL_ALIGN);
+            p->rope.long_factor = take(c, count3(c, pairs, sizeof(double), 1), MODEL_ALIGN);
+        }
+    }
     w->token_embedding = take_matrix(c, p->dtype, p->vocab_size, D, MODEL_ALIGN);
     for (int l = 0; l < p->n_layers; l++) {
         LayerWeights *lw = &w->layers[l];
         lw->rms_att = take_f32(c, D, MODEL_ALIGN);
         lw->wq = take_matrix(c, p->dtype, qd, D, MODEL_ALIGN);
+        if (p->qkv_bias) lw->bq = take_f32(c, qd, MODEL_ALIGN);
         lw->wk = take_matrix(c, p->dtype, kvd, D, MODEL_ALIGN);
+        if (p->qkv_bias) lw->bk = take_f32(c, kvd, MODEL_ALIGN);
         lw->wv = take_matrix(c, p->dtype, kvd, D, MODEL_ALIGN);
+        if (p->qkv_bias) lw->bv = take_f32(c, kvd, MODEL_ALIGN);
+        if (p->qk_norm) {
+            lw->q_norm = take_f32(c, hd, MODEL_ALIGN);
+            lw->k_norm = take_f32(c, hd, MODEL_ALIGN);
+        }
         lw->wo = take_matrix(c, p->dtype, D, qd, MODEL_ALIGN);
         lw->rms_ffn = take_f32(c, D, MODEL_ALIGN);
         lw->w1 = take_matrix(c, p->dtype, p->hidden_dim, D, MODEL_ALIGN);
@@ -186,6 +202,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     p->bos_id = get_i32(h, 40);
     p->eos_id = get_i32(h, 44);
     int shared = get_i32(h, 48), dtype = get_i32(h, 52), mode = get_i32(h, 56), orig = get_i32(h, 60);
+    p->version = (int)version;
     p->norm_eps = (float)get_f64(h, 72);
     p->rope = (RopeParams){
         .mode = (RopeScaling)mode,
@@ -203,31 +220,66 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
     // rerope and leaky-rerope are chosen at run time (--rope-scaling); no checkpoint carries them.
-    if (!bad && (mode < 0 || mode > ROPE_SCALING_LLAMA3)) bad = "unknown rope_scaling mode";
+    if (!bad && (mode < 0 || (mode > ROPE_SCALING_LLAMA3 && mode != ROPE_SCALING_LONGROPE)))
+        bad = "unknown rope_scaling mode";
+    if (!bad && mode == ROPE_SCALING_LONGROPE && version < 3) bad = "longrope needs a version 3 file";
     if (!bad && (orig < 0 || orig > 1 << 24)) bad = "rope_orig_ctx must be in [0, 2^24]";
     p->n_end_ids = version >= 2 ? get_i32(h, 128) : 0;
-    if (!bad && version >= 2 && (p->n_end_ids < 1 || p->n_end_ids > MODEL_MAX_END_IDS))
+    if (!bad && version == 2 && (p->n_end_ids < 1 || p->n_end_ids > MODEL_MAX_END_IDS))
         bad = "n_end_ids must be in [1, 8] in a version 2 file";
+    if (!bad && version >= 3 && (p->n_end_ids < 0 || p->n_end_ids > MODEL_MAX_END_IDS))
+        bad = "n_end_ids must be in [0, 8]";
     for (int i = 0; !bad && i < MODEL_MAX_END_IDS && version >= 2; i++) {
         int id = get_i32(h, 132 + 4 * i);
         if (i < p->n_end_ids && (id < 0 || id >= p->vocab_size)) bad = "end_ids must be token ids";
         if (i >= p->n_end_ids && id) bad = "end_ids past n_end_ids must be zero";
         p->end_ids[i] = id;
     }
-    const int reserved = version >= 2 ? 164 : 128;
+    if (version >= 3) {
+        const int family = get_i32(h, 164), rot = get_i32(h, 168);
+        p->qkv_bias = get_i32(h, 172);
+        p->qk_norm = get_i32(h, 176);
+        p->sliding_window = get_i32(h, 180);
+        p->family = (Family)family;
+        p->rope.rot_dims = rot ? rot : p->head_dim;
+        if (!bad && (family < 0 || family >= FAMILY_COUNT)) bad = "unknown family (0 .. 5)";
+        if (!bad && (rot < 0 || rot % 2 || rot > p->head_dim)) bad = "rot_dims must be 0 or even, up to head_dim";
+        if (!bad && (p->qkv_bias & ~1)) bad = "qkv_bias must be 0 or 1";
+        if (!bad && (p->qk_norm & ~1)) bad = "qk_norm must be 0 or 1";
+        if (!bad && (p->sliding_window < 0 || p->sliding_window > 1 << 24))
+            bad = "sliding_window must be in [0, 2^24]";
+    }
+    const int reserved = version >= 3 ? 184 : version == 2 ? 164 : 128;
+    char what[64];
+    snprintf(what, sizeof what, "reserved header bytes %d..255 must be zero", reserved);
     for (int i = reserved; !bad && i < MODEL_HEADER_SIZE; i++)
-        if (h[i])
-            bad = version >= 2 ? "reserved header bytes 164..255 must be zero"
-                               : "reserved header bytes 128..255 must be zero";
+        if (h[i]) bad = what;
     if (bad) {
         snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", bad);
         return -1;
     }
     p->shared_classifier = shared;
     p->dtype = (DType)dtype;
-    char rope_err[200];
-    if (rope_params_check(&p->rope, rope_err, sizeof rope_err)) {
+    char rope_err[200]; // every mode but longrope, whose factors follow the header (check_tables)
+    if (mode != ROPE_SCALING_LONGROPE && rope_params_check(&p->rope, rope_err, sizeof rope_err)) {
         snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", rope_err);
+        return -1;
+    }
+    return 0;
+}
+
+// What only the tables after a version 3 header complete: every layer's kind, the RoPE parameters
+// (longrope's factors). Returns 0, or -1 with the reason in why.
+static int check_tables(Config *p, char *why, size_t n) {
+    const char *bad = NULL;
+    for (int l = 0; p->layer_kind && !bad && l < p->n_layers; l++) {
+        if (p->layer_kind[l] & ~(LAYER_NO_ROPE | LAYER_SLIDING)) bad = "layer_kind has unknown bits";
+        if (p->layer_kind[l] & LAYER_SLIDING && p->sliding_window == 0) bad = "a sliding layer, and no sliding_window";
+    }
+    char rope_err[200];
+    if (!bad && rope_params_check(&p->rope, rope_err, sizeof rope_err)) bad = rope_err;
+    if (bad) {
+        snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", bad);
         return -1;
     }
     return 0;
@@ -253,7 +305,7 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
     p->eos_id = 2;
     p->norm_eps = 1e-5f;
     p->dtype = DTYPE_F32;
-    p->legacy = 1;
+    p->version = 0;
     p->rope = (RopeParams){
         .mode = ROPE_SCALING_NONE, .head_dim = p->head_dim, .orig_ctx = p->max_pos, .base = 10000, .factor = 1};
     if (check_shape(p) || p->dim % p->n_heads || p->vocab_size < 3) return -1;
@@ -346,6 +398,7 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
                                   : "extra bytes at the end: the file is damaged or the header is wrong");
         goto fail;
     }
+    if (check_tables(&t->config, why, sizeof why)) goto fail;
     t->weight_bytes = size - (ours ? MODEL_HEADER_SIZE : 7 * sizeof(int32_t));
     return 0;
 

@@ -16,6 +16,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
+static const char *const FAMILY_NAMES[FAMILY_COUNT] = {"Llama", "Mistral", "Qwen2", "Qwen3", "SmolLM3", "Phi-3"};
+
+const char *family_name(Family f) { return f >= 0 && f < FAMILY_COUNT ? FAMILY_NAMES[f] : "unknown"; }
+
 // ---------------------------------------------------------------------------------------------
 // Run state: activations for a block of B tokens, the KV cache and the kernels' scratch, one
 // allocation.
@@ -147,8 +151,17 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     madvise(base, bytes, MADV_HUGEPAGE); // a hint: without THP (or on failure) the pages stay 4 KiB
     state_layout(s, base, p, &t->run, s->n_threads, &overflow);
     s->bytes = bytes;
-    s->kv = (KVCache){s->kv.keys, s->kv.values,  run->cache_k, run->cache_v, p->n_layers, run->ctx,
-                      p->n_heads, p->n_kv_heads, p->head_dim,  NULL,         0,           NULL};
+    s->kv = (KVCache){.keys = s->kv.keys,
+                      .values = s->kv.values,
+                      .key_type = run->cache_k,
+                      .value_type = run->cache_v,
+                      .n_layers = p->n_layers,
+                      .ctx = run->ctx,
+                      .n_heads = p->n_heads,
+                      .n_kv_heads = p->n_kv_heads,
+                      .head_dim = p->head_dim,
+                      .layer_kind = p->layer_kind,
+                      .slide = p->sliding_window};
     s->work.max_n = t->run.max_batch;
     s->work.max_cols = widest_input(p);
     s->work.n_threads = s->n_threads;
@@ -201,12 +214,34 @@ static int matmul_many_reference(float *const *out, const float *x, const Matrix
 #define attention(out, q, q_far, c, layer, n, pos, scratch, n_threads) attention_ref(out, q, q_far, c, layer, n, pos)
 #endif
 
-// q (n, qd), k (n, kvd), v (n, kvd) = xb (n, D) @ wq^T, wk^T, wv^T: three products of one input,
-// which matmul_many runs in one parallel loop when decoding.
-static int qkv_proj(RunState *s, const LayerWeights *lw, int n) {
+// x (n, size) += bias (size) on every row: Qwen2's q, k and v projections (nn.Linear with bias).
+static void add_bias(float *x, const float *bias, int n, int size) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < size; j++)
+            x[(size_t)i * size + j] += bias[j];
+}
+
+// q (n, qd), k (n, kvd), v (n, kvd) = xb (n, D) @ wq^T, wk^T, wv^T (+ bq, bk, bv): three products
+// of one input, which matmul_many runs in one parallel loop when decoding.
+static int qkv_proj(const Config *p, RunState *s, const LayerWeights *lw, int n) {
     float *out[3] = {s->q, s->k, s->v};
     const Matrix *w[3] = {&lw->wq, &lw->wk, &lw->wv};
-    return matmul_many(&s->work, out, s->xb, w, 3, n);
+    const int bad = matmul_many(&s->work, out, s->xb, w, 3, n);
+    if (lw->bq) {
+        add_bias(s->q, lw->bq, n, p->n_heads * p->head_dim);
+        add_bias(s->k, lw->bk, n, p->n_kv_heads * p->head_dim);
+        add_bias(s->v, lw->bv, n, p->n_kv_heads * p->head_dim);
+    }
+    return bad;
+}
+
+// Qwen3's q_norm and k_norm (modeling_qwen3.py: Qwen3RMSNorm over head_dim, after the projection
+// and before RoPE): every head of every query and key is RMS-normalized on its own, with one
+// weight vector per layer that all heads share. It keeps the scores q . k bounded whatever the
+// projections do, so attention logits cannot grow without limit.
+static void qk_norm(const Config *p, RunState *s, const LayerWeights *lw, int n) {
+    rmsnorm(s->q, s->q, lw->q_norm, n * p->n_heads, p->head_dim, p->norm_eps);
+    rmsnorm(s->k, s->k, lw->k_norm, n * p->n_kv_heads, p->head_dim, p->norm_eps);
 }
 
 // hb = xb @ w1^T (gate), hb2 = xb @ w3^T (up), both (n, H).
@@ -318,12 +353,14 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
             return -1;
         }
     }
-    // RoPE's frequencies for this sequence length (only dynamic NTK has any that depend on it); if
+    // RoPE's frequencies for this sequence length (only dynamic NTK's and longrope's depend on it); if
     // they changed, attention gets the new cos and sin, with which it turns every cached key as it
-    // reads it: the query and all keys then use the same frequencies (README, "dynamic").
+    // reads it: the query and all keys then use the same frequencies (README, "dynamic"). Every
+    // position's, not only the text's so far: longrope changes them once, and the positions the
+    // text grows into later must be turned with the new ones too.
     rope_set_length(&t->rope, text_len);
     if (s->rotation && s->rope_version != t->rope.version) {
-        kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, text_len);
+        kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, ctx);
         s->rope_version = t->rope.version;
     }
 
@@ -336,8 +373,9 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
 
         // Attention: x = x + wo(attention(rope(q), rope(k), v))
         rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps);                      // (n, D)
-        bad |= qkv_proj(s, lw, n);                                                 // q (n, qd), k and v (n, kvd)
-        rope_qk(t, n, pos);                                                        // q, k rotated (else q only)
+        bad |= qkv_proj(p, s, lw, n);                                              // q (n, qd), k and v (n, kvd)
+        if (lw->q_norm) qk_norm(p, s, lw, n);                                      // Qwen3: each head normalized
+        if (!p->layer_kind || !(p->layer_kind[l] & LAYER_NO_ROPE)) rope_qk(t, n, pos); // q, k rotated (else q only)
         if (t->run.attn_logn) logn_queries(t, n, pos);                             // --attn-logn: q grown past L
         kv_store(&s->kv, l, s->k, s->v, pos, n);                                   // into the cache at pos .. pos+n-1
         attention(s->xb, s->q, s->q_far, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)

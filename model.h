@@ -6,12 +6,13 @@
 // arithmetic of products and attention (kernels.c) or of positions (rope.c).
 //
 // ---------------------------------------------------------------------------------------------
-// The model file format, version 1 or 2 (written by export/export.py; all values little-endian)
+// The model file format, version 1, 2 or 3 (written by export/export.py; all values little-endian)
 //
 // Header, 256 bytes. Integers are int32, reals float64:
 //   off  field                 meaning
 //     0  magic                 the 4 bytes "LRUN"
-//     4  version               1, or 2 when the checkpoint has several end tokens (fields at 128)
+//     4  version               1; 2 when the checkpoint has several end tokens (fields at 128);
+//                              and 3 when it is not a plain Llama (fields at 164)
 //     8  dim                   hidden size (HF hidden_size)
 //    12  hidden_dim            MLP size (HF intermediate_size)
 //    16  n_layers
@@ -40,15 +41,35 @@
 //   128  n_end_ids             1..8: more tokens that end the text, besides eos_id
 //   132  end_ids[8]            int32 each; the first n_end_ids are token ids, the rest zero
 //   164  reserved, must be zero, up to byte 256
+// Version 3 (the families past Llama; export/export.py writes 3 only for them): n_end_ids may be 0,
+//   164  family                the architecture, for the banner (Family below: Llama, Mistral,
+//                              Qwen2, Qwen3, SmolLM3, Phi-3); what runs differently is said below
+//   168  rot_dims              the first rot_dims dimensions of each head turn (partial rotary);
+//                              0 = head_dim
+//   172  qkv_bias              1: the q, k and v projections have biases (Qwen2)
+//   176  qk_norm               1: q and k are RMS-normalized per head before RoPE (Qwen3)
+//   180  sliding_window        W > 0: a query in a sliding layer sees only the last W positions,
+//                              its own included (Mistral); 0 = no layer slides
+//   184  reserved, must be zero, up to byte 256
+//   256  layer_kind[n_layers]  int32 each: bit 0 the layer has no RoPE (SmolLM3's NoPE layers),
+//                              bit 1 it slides (needs sliding_window > 0); other bits zero
+//        then, when rope_scaling is longrope (8): rot_dims/2 short factors, then (at the next
+//        multiple of 64) rot_dims/2 long factors, float64 each (rope.h, RopeParams)
 //
-// Tensors follow, each starting at a multiple of 64 bytes from the file start (zero padding
-// between tensors, none after the last one; the file ends exactly where the last tensor ends):
+// Tensors follow (version 3: after its tables), each starting at a multiple of 64 bytes from the
+// file start (zero padding between tensors and tables, none after the last one; the file ends
+// exactly where the last tensor ends):
 //   token_embedding  (vocab, dim)                 matrix
 //   for each layer:
 //     rms_att        (dim)                        f32
 //     wq             (n_heads*head_dim, dim)      matrix
+//     bq             (n_heads*head_dim)           f32, only if qkv_bias (so are bk and bv)
 //     wk             (n_kv_heads*head_dim, dim)   matrix
+//     bk             (n_kv_heads*head_dim)        f32
 //     wv             (n_kv_heads*head_dim, dim)   matrix
+//     bv             (n_kv_heads*head_dim)        f32
+//     q_norm         (head_dim)                   f32, only if qk_norm (so is k_norm)
+//     k_norm         (head_dim)                   f32
 //     wo             (dim, n_heads*head_dim)      matrix
 //     rms_ffn        (dim)                        f32
 //     w1             (hidden_dim, dim)            matrix   gate_proj
@@ -67,7 +88,9 @@
 //         low 4 bits and value j+16 in its high 4 bits, an unsigned q in [0, 15]; then, at the next
 //         multiple of 64, rows*(cp/32) f16 scales d; value = (q - 8) * d (ggml's Q4_0, scales apart).
 // The rows of wq and wk are in the interleaved RoPE layout: within each head, row 2i and row 2i+1
-// are the two coordinates of rotation pair i (Meta's layout, not Hugging Face's rotate_half one).
+// are the two coordinates of rotation pair i (Meta's layout, not Hugging Face's rotate_half one);
+// under partial rotary only the first rot_dims rows of a head are paired so, the rest keep their
+// order. bq, bk, q_norm and k_norm are permuted as the rows they go with.
 // ---------------------------------------------------------------------------------------------
 #ifndef MODEL_H
 #define MODEL_H
@@ -79,10 +102,14 @@
 #include "rope.h"
 
 #define MODEL_MAGIC       "LRUN"
-#define MODEL_VERSION     2 // the newest this program reads; it reads 1 too
+#define MODEL_VERSION     3 // the newest this program reads; it reads 1 and 2 too
 #define MODEL_MAX_END_IDS 8
 #define MODEL_HEADER_SIZE 256
 #define MODEL_ALIGN       64
+
+// The architectures this program runs: what a Hugging Face config.json's architectures names.
+typedef enum { FAMILY_LLAMA, FAMILY_MISTRAL, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_SMOLLM3, FAMILY_PHI3, FAMILY_COUNT } Family;
+const char *family_name(Family f);
 
 // What the checkpoint was trained with: the file header.
 typedef struct {
@@ -102,8 +129,13 @@ typedef struct {
     int shared_classifier; // 1: logits = x @ token_embedding^T
     DType dtype;
     float norm_eps;
-    RopeParams rope; // the checkpoint's own RoPE: base and its rope_scaling (mode NONE if none)
-    int legacy;      // 1: loaded from a llama2.c legacy file
+    RopeParams rope; // the checkpoint's own RoPE: base, rotated dimensions, its rope_scaling
+    int version;     // of the file; 0: a llama2.c legacy file
+    Family family;
+    int qkv_bias;          // 1: bq, bk, bv
+    int qk_norm;           // 1: q_norm, k_norm
+    int sliding_window;    // W of the sliding layers (0: none slides)
+    const int *layer_kind; // [n_layers] LAYER_NO_ROPE, LAYER_SLIDING bits (kernels.h); NULL: all plain
 } Config;
 
 typedef struct {
@@ -111,6 +143,8 @@ typedef struct {
     Matrix wq;            // (n_heads*hd, D)
     Matrix wk;            // (n_kv_heads*hd, D)
     Matrix wv;            // (n_kv_heads*hd, D)
+    const float *bq, *bk, *bv;    // (n_heads*hd), (kv_dim), (kv_dim): biases, or NULL
+    const float *q_norm, *k_norm; // (hd) each: RMSNorm weights of every q and k head, or NULL
     Matrix wo;            // (D, n_heads*hd)
     const float *rms_ffn; // (D)
     Matrix w1;            // (H, D)

@@ -32,8 +32,8 @@
 // ---------------------------------------------------------------------------------------------
 // Names
 
-static const char *const NAMES[ROPE_SCALING_COUNT] = {"none", "pi",     "ntk",    "dynamic",
-                                                      "yarn", "llama3", "rerope", "leaky-rerope"};
+static const char *const NAMES[ROPE_SCALING_COUNT] = {"none",   "pi",     "ntk",          "dynamic", "yarn",
+                                                      "llama3", "rerope", "leaky-rerope", "longrope"};
 
 const char *rope_scaling_name(RopeScaling mode) {
     return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? NAMES[mode] : "unknown";
@@ -69,12 +69,15 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         if (p->high_freq_factor == 0) p->high_freq_factor = 4;
     }
     if (p->factor == 0) p->factor = 1;
+    if (p->rot_dims == 0) p->rot_dims = p->head_dim;
 
     const char *bad = NULL;
     if (p->mode < 0 || p->mode >= ROPE_SCALING_COUNT)
         bad = "unknown scaling mode";
     else if (p->head_dim < 2 || p->head_dim % 2 || p->head_dim > ROPE_MAX_HEAD_DIM)
         bad = "head_dim must be even, in [2, 1024]";
+    else if (p->rot_dims < 2 || p->rot_dims % 2 || p->rot_dims > p->head_dim)
+        bad = "the rotated dimensions must be even, in [2, head_dim]";
     else if (p->orig_ctx < 1)
         bad = "trained context must be at least 1";
     else if (!finite_pos(p->base))
@@ -83,8 +86,12 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "factor must be a finite number >= 1";
     else if (!(isfinite(p->alpha) && (p->alpha == 0 || p->alpha >= 1)))
         bad = "alpha must be >= 1";
-    else if ((p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_DYNAMIC) && p->head_dim < 4)
-        bad = "ntk and dynamic need head_dim >= 4 (the exponent is d/(d-2))";
+    else if ((p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_DYNAMIC) && p->rot_dims < 4)
+        bad = "ntk and dynamic need d >= 4 rotated dimensions (the exponent is d/(d-2))";
+    else if (p->mode == ROPE_SCALING_LONGROPE && !(p->short_factor && p->long_factor))
+        bad = "longrope needs the checkpoint's short and long factors";
+    else if (p->mode == ROPE_SCALING_LONGROPE && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
+        bad = "longrope attention factor must be >= 0";
     else if (p->mode == ROPE_SCALING_YARN && !(p->base > 1))
         bad = "yarn needs base > 1 (its ramp divides by ln(base))";
     else if (p->mode == ROPE_SCALING_YARN && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
@@ -103,6 +110,9 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "leaky-rerope needs a window W below L, the trained context (distances past W grow from W)";
     else if (!rope_is_rerope(p) && p->window != 0)
         bad = "a window is used only by rerope and leaky-rerope";
+    for (int i = 0; !bad && p->mode == ROPE_SCALING_LONGROPE && i < p->rot_dims / 2; i++)
+        if (!finite_pos(p->short_factor[i]) || !finite_pos(p->long_factor[i]))
+            bad = "longrope factors must be finite numbers > 0";
     if (bad) {
         snprintf(err, errlen, "RoPE (%s): %s", rope_scaling_name(p->mode), bad);
         return -1;
@@ -122,6 +132,7 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
         out->attn_factor = out->beta_fast = out->beta_slow = 0;
         out->low_freq_factor = out->high_freq_factor = 0;
     }
+    if (out->mode == ROPE_SCALING_LONGROPE && !(out->short_factor && out->long_factor)) return ROPE_LONGROPE_NO_FACTORS;
     if (out->mode == ROPE_SCALING_NONE && o->factor > 0) return ROPE_FACTOR_WITHOUT_MODE;
     if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) return ROPE_ALPHA_NOT_NTK;
     if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) return ROPE_REROPE_FACTOR;
@@ -153,8 +164,9 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
 }
 
 // ---------------------------------------------------------------------------------------------
-// The frequencies: one case per scaling mode. d = head_dim, b = base, L = trained context,
-// s = factor, i = pair index. Everything in double.
+// The frequencies: one case per scaling mode. d = the rotated dimensions (rot_dims: head_dim, or
+// the first part of it under partial rotary), b = base, L = trained context, s = factor, i = pair
+// index. Everything in double.
 
 // YaRN's "inverse dimension formula": the pair index whose wavelength 2*pi*b^(2i/d) fits
 // `turns` full rotations into L tokens. Peng et al. 2023 (arXiv 2309.00071) eq. 17-18;
@@ -164,7 +176,7 @@ static double yarn_pair_with_turns(double turns, int d, double b, double L) {
 }
 
 void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *mscale, double *eff_base) {
-    const int d = p->head_dim, half = d / 2;
+    const int d = p->rot_dims ? p->rot_dims : p->head_dim, half = d / 2;
     const double s = p->factor, L = p->orig_ctx;
     double b = p->base;
     *mscale = 1;
@@ -184,6 +196,11 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
 
     for (int i = 0; i < half; i++)
         inv_freq[i] = pow(b, -2.0 * i / d); // theta_i = b^(-2i/d)
+    // Partial rotary (GPT-NeoX's rotary_pct; transformers' partial_rotary_factor, Phi-3's 0.75): the
+    // pairs past d / 2 never turn, theta = 0. Every formula here sees d, the rotated part, as its
+    // head size, as transformers' _compute_*_parameters do (dim = head_dim * partial_rotary_factor).
+    for (int i = half; i < p->head_dim / 2; i++)
+        inv_freq[i] = 0;
 
     switch (p->mode) {
     case ROPE_SCALING_NONE:
@@ -234,6 +251,20 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
         }
         break;
     }
+    case ROPE_SCALING_LONGROPE: {
+        // LongRoPE (Ding et al. 2024, arXiv 2402.13753; Phi-3's rope_scaling; transformers
+        // _compute_longrope_parameters): a factor lambda_i per pair, found by search rather than by a
+        // formula: theta_i = b^(-2i/d) / lambda_i. The short factors serve lengths up to L, the long
+        // ones past it. Which set applies follows the current length l, like dynamic NTK's base:
+        // every position (and every cached key) uses the set of the length the text has reached.
+        // Attention factor (the paper's, as in YaRN): sqrt(1 + ln(s) / ln(L)), s the factor the model
+        // was stretched by, unless the checkpoint gives one; it applies at every length.
+        const double *lambda = length > p->orig_ctx ? p->long_factor : p->short_factor;
+        for (int i = 0; i < half; i++)
+            inv_freq[i] /= lambda[i];
+        *mscale = p->attn_factor > 0 ? p->attn_factor : s <= 1 ? 1 : sqrt(1 + log(s) / log(L));
+        break;
+    }
     default:
         break;
     }
@@ -251,7 +282,7 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
 // the next 31 follow by turning one step, (cos, sin)((m+1)theta) = (cos, sin)(m theta) rotated by
 // theta, in double; 31 steps add an error of about 1e-14, far below a float's 6e-8.
 static void fill_tables(const Rope *r, float *cos_out, float *sin_out, int n, double at, double step) {
-    const int half = r->p.head_dim / 2;
+    const int half = r->p.head_dim / 2, turning = r->p.rot_dims / 2; // pairs past `turning` stay put
     double step_c[half], step_s[half]; // one step of pair i: cos and sin of step * theta_i
     for (int i = 0; i < half; i++)
         step_c[i] = cos(step * r->inv_freq[i]), step_s[i] = sin(step * r->inv_freq[i]);
@@ -269,8 +300,9 @@ static void fill_tables(const Rope *r, float *cos_out, float *sin_out, int n, do
                     const double c1 = c[i] * step_c[i] - s[i] * step_s[i];
                     s[i] = s[i] * step_c[i] + c[i] * step_s[i], c[i] = c1;
                 }
-                cos_out[(size_t)m * half + i] = (float)(r->mscale * c[i]);
-                sin_out[(size_t)m * half + i] = (float)(r->mscale * s[i]);
+                // (a pair that does not turn keeps its magnitude too, as transformers' q_pass)
+                cos_out[(size_t)m * half + i] = i < turning ? (float)(r->mscale * c[i]) : 1;
+                sin_out[(size_t)m * half + i] = i < turning ? (float)(r->mscale * s[i]) : 0;
             }
         }
     }
@@ -331,13 +363,15 @@ void rope_free(Rope *r) {
     memset(r, 0, sizeof(*r));
 }
 
-int rope_is_dynamic(const Rope *r) { return r->p.mode == ROPE_SCALING_DYNAMIC; }
+int rope_is_dynamic(const Rope *r) { return r->p.mode == ROPE_SCALING_DYNAMIC || r->p.mode == ROPE_SCALING_LONGROPE; }
 
 int rope_is_rerope(const RopeParams *p) {
     return p->mode == ROPE_SCALING_REROPE || p->mode == ROPE_SCALING_LEAKY_REROPE;
 }
 
-int rope_keys_unrotated(const RopeParams *p) { return p->mode == ROPE_SCALING_DYNAMIC || rope_is_rerope(p); }
+int rope_keys_unrotated(const RopeParams *p) {
+    return p->mode == ROPE_SCALING_DYNAMIC || p->mode == ROPE_SCALING_LONGROPE || rope_is_rerope(p);
+}
 
 int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
 
@@ -373,7 +407,9 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
     const RopeParams *p = &r->p;
     size_t n = (size_t)snprintf(buf, len, "%s, base %g", rope_scaling_name(p->mode), p->base);
 #define MORE(...) (n += n < len ? (size_t)snprintf(buf + n, len - n, __VA_ARGS__) : 0)
-    if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
+    if (p->mode == ROPE_SCALING_LONGROPE) {
+        MORE(" (short factors up to L, long ones past it)");
+    } else if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
         double inv_freq[ROPE_MAX_PAIRS], mscale, at_ctx;
         rope_inv_freq(p, ctx, inv_freq, &mscale, &at_ctx);
         MORE(" (past L it grows with the length, to %g at %d)", at_ctx, ctx);
@@ -385,16 +421,23 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
     else if (p->mode == ROPE_SCALING_LEAKY_REROPE)
         MORE(", window W = %d, K = %g (distance r past W scored as W + (r - W) / K)", p->window, p->factor);
     if (!rope_is_rerope(p)) MORE(", factor %g", p->factor);
+    if (p->rot_dims < p->head_dim) MORE(", %d of %d dimensions turn", p->rot_dims, p->head_dim);
     MORE(", trained context L = %d, attention factor %g", p->orig_ctx, r->mscale);
 #undef MORE
 }
 
 // Dynamic NTK: when the sequence grows past L, every frequency changes with it, so every cached
 // key must be rotated again (the caller watches `version`). Lengths up to L all share the
-// unscaled frequencies, so nothing changes there.
+// unscaled frequencies, so nothing changes there. LongRoPE: the same, at one step: the short
+// factors up to L, the long ones for any length past it. transformers also switches when a
+// forward's length passes L but keeps the keys it cached with the short factors (stale keys, as
+// its issue 25104 describes for dynamic NTK); llama.cpp picks one set from the context size (n_ctx
+// > L: long) for the whole run. Here every cached key is turned with the set of the current length,
+// so generation and one forward pass over the same text agree.
 void rope_set_length(Rope *r, int length) {
     if (!rope_is_dynamic(r)) return;
     int l = length > r->p.orig_ctx ? length : r->p.orig_ctx;
+    if (r->p.mode == ROPE_SCALING_LONGROPE) l = length > r->p.orig_ctx ? r->p.orig_ctx + 1 : r->p.orig_ctx; // a side of L
     if (l == r->length) return;
     r->length = l;
     rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);

@@ -45,13 +45,18 @@ typedef enum {
     // relative position is clipped in attention, not the frequencies changed (Su 2023, ReRoPE).
     ROPE_SCALING_REROPE = 6,       // distances r >= W are scored as W
     ROPE_SCALING_LEAKY_REROPE = 7, // distances r >= W are scored as W + (r - W) / K, K = factor
+    // LongRoPE (Phi-3): a factor per pair, the short ones up to L and the long ones past it.
+    ROPE_SCALING_LONGROPE = 8,
     ROPE_SCALING_COUNT
 } RopeScaling;
 
 // Everything that decides the frequencies. Fields that a mode does not use are ignored.
 typedef struct {
     RopeScaling mode;
-    int head_dim;            // d: rotary dimension (all of the head is rotated)
+    int head_dim;            // the head's size; the tables have head_dim / 2 pairs
+    int rot_dims;            // d: the dimensions that turn, the first d of the head (partial rotary);
+                             // pairs from d / 2 on pass through (cos 1, sin 0). 0 = head_dim
+
     int orig_ctx;            // L: context the model was trained with (YaRN/llama3: original_max_pos)
     double base;             // b: rope_theta
     double factor;           // s: context extension factor (>= 1)
@@ -62,6 +67,9 @@ typedef struct {
     double low_freq_factor;  // llama3 only: wavelengths above L/low_freq_factor are divided by s
     double high_freq_factor; // llama3 only: wavelengths below L/high_freq_factor are kept
     int window;              // rerope, leaky-rerope: W, distances below it are rotated as usual
+    // longrope only: rot_dims / 2 factors each, pair i's frequency divided by short_factor[i] for
+    // lengths up to L, by long_factor[i] past it (pointers into the model file, or the caller's)
+    const double *short_factor, *long_factor;
 } RopeParams;
 
 typedef struct {
@@ -82,7 +90,7 @@ typedef struct {
 } Rope;
 
 // Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3,
-// rerope, leaky-rerope.
+// rerope, leaky-rerope, longrope.
 const char *rope_scaling_name(RopeScaling mode);
 int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unknown name
 
@@ -104,6 +112,7 @@ typedef enum {
     ROPE_WINDOW_NOT_REROPE,   // a window, and the mode is neither rerope nor leaky-rerope
     ROPE_REROPE_FACTOR,       // rerope has no factor (every distance past W is scored as W)
     ROPE_LEAKY_FACTOR_ONE,    // leaky-rerope with factor 1 is plain RoPE
+    ROPE_LONGROPE_NO_FACTORS, // longrope, and the checkpoint has no short and long factors
     ROPE_BAD_VALUE,           // a parameter out of its range (rope_params_check; err says which)
 } RopeRule;
 
@@ -116,8 +125,8 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
 // message to err and returns -1.
 int rope_params_check(RopeParams *p, char *err, size_t errlen);
 
-// Inverse frequencies theta_i (head_dim/2 of them) for sequence length `length` (only dynamic
-// looks at it) and the attention magnitude; pure math, no allocation. Tests call it directly.
+// Inverse frequencies theta_i (head_dim/2 of them; 0 for the pairs past rot_dims / 2, which do not
+// turn) for sequence length `length` (only dynamic and longrope look at it) and the attention magnitude; pure math, no allocation. Tests call it directly.
 void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *mscale, double *eff_base);
 
 // Allocate tables for positions [0, n_pos). Returns 0, or -1 with a message in err.
@@ -125,24 +134,27 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
 void rope_free(Rope *r);
 
 // Tell rope the current sequence length (tokens so far, including the ones being processed).
-// Only dynamic NTK reacts: when the base for this length differs from the current one it
-// recomputes the tables for every position and bumps version. The base always follows the length
+// Only dynamic NTK and longrope react: when the frequencies for this length differ from the current
+// ones (dynamic: the base; longrope: short or long factors) it recomputes the tables for every
+// position and bumps version. The base always follows the length
 // given, also when it is shorter than before (a new sequence); Hugging Face instead keeps the
 // largest base it has seen until the length drops below L.
 void rope_set_length(Rope *r, int length);
 
-// True when rope_set_length can change the tables (the caller must then keep keys un-rotated).
+// True when rope_set_length can change the tables (dynamic NTK, longrope; the caller must then keep
+// keys un-rotated).
 int rope_is_dynamic(const Rope *r);
 // True for rerope and leaky-rerope: attention scores far keys by another path (rope_rotate_far).
 int rope_is_rerope(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
 int rope_is_scaled(const RopeParams *p);
-// True when the keys must be cached un-rotated: dynamic (the frequencies change) and the rerope
-// modes (a key is scored at two rotations, near and far).
+// True when the keys must be cached un-rotated: dynamic and longrope (the frequencies change with the
+// length) and the rerope modes (a key is scored at two rotations, near and far).
 int rope_keys_unrotated(const RopeParams *p);
 
 // How many rotation tables the un-rotated cached keys need when attention turns them (model.c):
-// 0 when keys are cached rotated, 1 for dynamic and rerope, 2 for leaky-rerope (near and far).
+// 0 when keys are cached rotated, 1 for dynamic, longrope and rerope, 2 for leaky-rerope (near and
+// far).
 int rope_key_tables(const RopeParams *p);
 // The rows of head_dim floats (cos and sin) rope_init allocates for a context of ctx positions.
 size_t rope_table_rows(const RopeParams *p, int ctx);

@@ -639,20 +639,56 @@ static size_t available_memory(void) {
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
 }
 
+// Layers l0 .. l1-1 whose kind has `bit` set (want 1) or clear (want 0), as "0-2, 4-6, 8".
+static void layer_ranges(const Config *c, int bit, int want, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int l = 0; l < c->n_layers && n < len; l++) {
+        const int has = !!(c->layer_kind[l] & bit);
+        if (has != want || (l > 0 && !!(c->layer_kind[l - 1] & bit) == want)) continue; // not a range's start
+        int end = l;
+        while (end + 1 < c->n_layers && !!(c->layer_kind[end + 1] & bit) == want)
+            end++;
+        n += (size_t)snprintf(buf + n, len - n, n ? ", %d" : "%d", l);
+        if (end > l && n < len) n += (size_t)snprintf(buf + n, len - n, "-%d", end);
+    }
+}
+
+// The banner's line on layers that differ: which ones rotate (NoPE) and which slide.
+static void banner_layers(const Config *c) {
+    if (!c->layer_kind) return;
+    int nope = 0, sliding = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        nope += !!(c->layer_kind[l] & LAYER_NO_ROPE), sliding += !!(c->layer_kind[l] & LAYER_SLIDING);
+    if (!nope && !sliding) return;
+    char rot[200], no[200], slide[200];
+    layer_ranges(c, LAYER_NO_ROPE, 0, rot, sizeof rot);
+    layer_ranges(c, LAYER_NO_ROPE, 1, no, sizeof no);
+    layer_ranges(c, LAYER_SLIDING, 1, slide, sizeof slide);
+    fprintf(stderr, "layers:");
+    if (nope) fprintf(stderr, " RoPE in %s, none (NoPE) in %s%s", nope < c->n_layers ? rot : "none", no, sliding ? ";" : "");
+    if (sliding == c->n_layers)
+        fprintf(stderr, " every layer sees the last %d positions (sliding window)", c->sliding_window);
+    else if (sliding)
+        fprintf(stderr, " layers %s see the last %d positions (sliding window), the others all", slide,
+                c->sliding_window);
+    fprintf(stderr, "\n");
+}
+
 // The banner's first two lines, before anything is allocated: the model, and what the run will
 // allocate (the KV cache and the activations; the weights are mmapped) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
     const Config *c = &t->config;
     char waiting[64];
+    char version[32] = "llama2.c legacy";
+    if (c->version) snprintf(version, sizeof version, "lrun v%d", c->version);
     fprintf(stderr,
-            "model: %s (%s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
-            "vocab %d\n",
-            path,
-            c->legacy      ? "llama2.c legacy"
-            : c->n_end_ids ? "lrun v2"
-                           : "lrun v1",
-            dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->vocab_size);
+            "model: %s (%s, %s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
+            "vocab %d%s%s\n",
+            path, version, family_name(c->family), dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
+            c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->qkv_bias ? ", q/k/v biases" : "",
+            c->qk_norm ? ", q/k RMSNorm per head" : "");
+    banner_layers(c);
     int overflow;
     const size_t kv = transformer_kv_bytes(c, run), all = transformer_state_bytes(c, run, max_threads(), &overflow);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
@@ -747,6 +783,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
                                "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
         [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
                                   "--rope-scaling none)",
+        [ROPE_LONGROPE_NO_FACTORS] = "--rope-scaling longrope needs a LongRoPE checkpoint's short and long factors "
+                                     "(Phi-3's rope_scaling), and this model has none (hint: --rope-scaling yarn)",
     };
     const RopeRule rule = rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err);
     if (rule == ROPE_BAD_VALUE) {
@@ -755,6 +793,13 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     }
     if (rule) {
         fprintf(stderr, "error: %s\n", RULE[rule]);
+        return 2;
+    }
+    if (rope_is_rerope(&run->rope) && c->sliding_window) {
+        fprintf(stderr,
+                "error: --rope-scaling %s on a model with sliding-window layers (window %d): their queries see no "
+                "key farther than the window, and the two are not run together (hint: another --rope-scaling)\n",
+                rope_scaling_name(run->rope.mode), c->sliding_window);
         return 2;
     }
     int overflow;

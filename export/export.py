@@ -1,17 +1,23 @@
-"""export.py - convert a Hugging Face Llama (or Mistral) checkpoint into our model file.
+"""export.py - convert a Hugging Face Llama-family checkpoint into our model file.
+
+The families: Llama, Mistral (sliding window), Qwen2/2.5 (q/k/v biases), Qwen3 (q/k norms),
+SmolLM2 (a Llama), SmolLM3 (NoPE layers), Phi-3/3.5/4-mini (fused projections, partial rotary,
+LongRoPE). What each needs is read from config.json as transformers 4.x and 5.x write it.
 
 Usage: /usr/bin/python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0|q4_0]
 
 What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
 safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
 implies, and a writer of the format documented at the top of model.h (version 1): a 256-byte
-header, then the tensors in a fixed order, each 64-byte aligned (the layout is lrun/modelfile.py,
+header, then the tensors in a fixed order, each 64-byte aligned (the layout is lrun/modelfile.py;
+version 3 when the checkpoint is not a plain Llama,
 the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
 and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
 rope.c rotates (see "The two RoPE layouts" below).
 What this is not: a general converter. Anything this program cannot reproduce exactly is refused
-with a message rather than approximated: other architectures, biases, activations other than
-SiLU, partially rotated heads, longrope, already-quantized checkpoints. The tokenizer is not
+with a message rather than approximated: other architectures (Gemma, Llama 4, DeepSeek, MoE
+models: see NOT_SUPPORTED), biases other than Qwen2's q/k/v ones, activations other than SiLU,
+layer types other than full and sliding attention, already-quantized checkpoints. The tokenizer is not
 converted: run.c reads SentencePiece's tokenizer.model itself, so it is copied beside OUT.
 
 Errors go to stderr as `error: <what>: <why> (hint: <fix>)` with exit status 1, and no output file
@@ -36,13 +42,30 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError  # noqa: E402
-from lrun.modelfile import (ALIGN, DTYPES, MAGIC, MAX_END_IDS, Q8_BLOCK, VERSION, pack_header,  # noqa: E402
-                            tensors)
+from lrun.modelfile import (ALIGN, DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC, MAX_END_IDS,  # noqa: E402
+                            Q8_BLOCK, VERSION, file_version, pack_header, tensors)
 
-# RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2).
-ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 3, "yarn": 4, "llama3": 5}
-ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM"}
-MODEL_TYPES = {"llama", "mistral"}
+# RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2);
+# "su" is Phi-3's first name for longrope.
+ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 3, "yarn": 4, "llama3": 5, "longrope": 8, "su": 8}
+# architectures -> model_type, whose number (lrun/modelfile.py FAMILIES) the header carries.
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+                 "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "Phi3ForCausalLM": "phi3"}
+MODEL_TYPES = set(ARCHITECTURES.values())
+CLASS_DEFAULTS = {"mistral": {"sliding_window": 4096}, "qwen2": {"sliding_window": 4096},
+                  "qwen3": {"sliding_window": 4096}, "smollm3": {"rope_theta": 2000000.0},
+                  "phi3": {"original_max_position_embeddings": 4096}}
+# What is still not run, by model_type, and why (README, "RoPE in today's models").
+NOT_SUPPORTED = {
+    "gemma": "Gemma's embedding scale and GeGLU", "gemma2": "Gemma 2's logit soft-capping and local/global layers",
+    "gemma3": "Gemma 3's local/global RoPE bases and soft-capping", "gemma3_text": "Gemma 3's local/global RoPE bases",
+    "llama4": "Llama 4's chunked attention, NoPE with temperature tuning and mixture of experts",
+    "llama4_text": "Llama 4's chunked attention and mixture of experts",
+    "deepseek_v2": "DeepSeek's multi-head latent attention (MLA) and mixture of experts",
+    "deepseek_v3": "DeepSeek's multi-head latent attention (MLA) and mixture of experts",
+    "qwen2_moe": "mixture of experts", "qwen3_moe": "mixture of experts", "mixtral": "mixture of experts",
+    "phimoe": "mixture of experts", "phi": "Phi-1/2's parallel attention and GELU MLP",
+}
 
 
 def warn(msg):
@@ -65,8 +88,9 @@ def config_value(cfg, key, where, kind, default=None, positive=True):
     return kind(v)
 
 
-def read_rope(cfg, where):
-    """The checkpoint's own RoPE: rope_theta and rope_scaling -> the header's rope_* fields.
+def read_rope(cfg, where, head_dim, model_type):
+    """The checkpoint's own RoPE: rope_theta, partial_rotary_factor and rope_scaling -> the header's
+    rope_* fields and rot_dims.
 
     Accepts the three spellings HF has used: {"rope_type": ...} (v4.43+), the legacy {"type": ...}
     and transformers v5's single "rope_parameters" dict that also carries rope_theta.
@@ -85,27 +109,56 @@ def read_rope(cfg, where):
     rope = {"rope_theta": config_value(theta_cfg, "rope_theta", where, float, default=10000.0),
             "rope_scaling": 0, "rope_orig_ctx": 0, "rope_factor": 1.0, "rope_attn_factor": 0.0,
             "rope_beta_fast": 0.0, "rope_beta_slow": 0.0,
-            "rope_low_freq_factor": 0.0, "rope_high_freq_factor": 0.0}
-    for d in (cfg, scaling or {}):  # top level (v4) or inside rope_parameters (v5)
-        if d.get("partial_rotary_factor") not in (None, 1, 1.0):
-            raise CheckpointError(f"{where}: partial_rotary_factor", f"is {d['partial_rotary_factor']!r}; "
-                                  "only fully rotated heads (1.0) are supported")
+            "rope_low_freq_factor": 0.0, "rope_high_freq_factor": 0.0, "rot_dims": 0}
+    # Partial rotary (top level in v4, inside rope_parameters in v5): transformers turns the first
+    # int(head_dim * factor) dimensions of each head (modeling_rope_utils.py, dim = ...).
+    for d in (cfg, scaling or {}):
+        prf = d.get("partial_rotary_factor")
+        if prf is None or prf == 1:
+            continue
+        if type(prf) not in (int, float) or not 0 < prf < 1:
+            raise CheckpointError(f"{where}: partial_rotary_factor", f"{prf!r} is not a number in (0, 1]")
+        rot = int(head_dim * prf)
+        if rot < 2 or rot % 2:
+            raise CheckpointError(f"{where}: partial_rotary_factor", f"{prf!r} of head_dim {head_dim} turns {rot} "
+                                  "dimensions; RoPE turns pairs, so it must be even and at least 2")
+        rope["rot_dims"] = rot
+    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type"))  # "type": the pre-4.43 spelling
+    if model_type == "phi3" and rope_type == "yarn":  # configuration_phi3.py reads its old "yarn" as longrope
+        rope_type = "longrope"
+    if rope["rot_dims"] and model_type != "phi3":
+        # Only Phi-3's attention turns part of a head (modeling_phi3.py splits q_rot / q_pass); the
+        # others' default RoPE sizes its frequencies by the whole head_dim and turns all of it
+        # (transformers 5.17's own logits, data/families/llama-partial, show it), and their scaled
+        # types would size them by the part and fail to apply them.
+        if rope_type not in (None, "default"):
+            raise CheckpointError(f"{where}: partial_rotary_factor", f"with rope type {rope_type!r} on "
+                                  f"model_type {model_type!r}: transformers cannot run it either")
+        warn(f"partial_rotary_factor is ignored, as transformers ignores it for model_type {model_type!r}: "
+             "every dimension of a head turns")
+        rope["rot_dims"] = 0
     if not scaling:
         return rope
-    rope_type = scaling.get("rope_type", scaling.get("type"))  # "type" is the pre-4.43 spelling
     if rope_type is None or rope_type == "default":
         return rope
     if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
         raise CheckpointError(f"{where}: {key}", f"rope type {rope_type!r} is not supported",
-                              "supported: default, linear, dynamic, yarn, llama3")
-    for k in ("mscale", "mscale_all_dim", "short_factor", "long_factor"):
+                              "supported: default, linear, dynamic, yarn, llama3, longrope")
+    for k in ("mscale", "mscale_all_dim"):
         if scaling.get(k) is not None:
-            raise CheckpointError(f"{where}: {key}.{k}", "is not supported (DeepSeek/longrope variants)")
+            raise CheckpointError(f"{where}: {key}.{k}", "is not supported (DeepSeek's YaRN variant)")
     if scaling.get("truncate", True) is not True:
         raise CheckpointError(f"{where}: {key}.truncate", "false is not supported (YaRN without rounding)")
     sub = f"{where}: {key}"
     rope["rope_scaling"] = ROPE_TYPES[rope_type]
     orig = config_value(scaling, "original_max_position_embeddings", sub, int, default=0, positive=False)
+    if rope_type in ("longrope", "su", "yarn") and model_type == "phi3":
+        return read_longrope(cfg, scaling, sub, rope, orig, head_dim)
+    if rope_type in ("longrope", "su"):
+        return read_longrope(cfg, scaling, sub, rope, orig, head_dim)
+    for k in ("short_factor", "long_factor"):
+        if scaling.get(k) is not None:
+            raise CheckpointError(f"{sub}.{k}", f"belongs to longrope, and the rope type is {rope_type!r}")
     if rope_type == "yarn" and scaling.get("factor") is None and orig:
         # newer HF: factor defaults to the ratio of the extended and the original context
         rope["rope_factor"] = config_value(cfg, "max_position_embeddings", where, int) / orig
@@ -128,6 +181,31 @@ def read_rope(cfg, where):
         # HF's linear and dynamic read max_position_embeddings as L and ignore this key.
         warn(f"{key}.original_max_position_embeddings {orig} is ignored by HF's {rope_type} "
              "scaling; L = max_position_embeddings")
+    return rope
+
+
+def read_longrope(cfg, scaling, sub, rope, orig, head_dim):
+    """LongRoPE (Phi-3): a factor per rotated pair for short and for long texts, as transformers'
+    _compute_longrope_parameters reads them. L is original_max_position_embeddings (the top-level
+    key, else rope_parameters'); the stretch s (rope_scaling's factor, else max_position_embeddings
+    / L) sets the default attention factor (rope.c)."""
+    # the top-level key first (transformers' standardize_rope_params; Phi-3's class default 4096)
+    orig = config_value(cfg, "original_max_position_embeddings", sub, int, default=0) or orig
+    max_pos = config_value(cfg, "max_position_embeddings", sub, int)
+    rope["rope_orig_ctx"] = orig
+    rope["rope_factor"] = config_value(scaling, "factor", sub, float, default=max_pos / (orig or max_pos))
+    if rope["rope_factor"] < 1:
+        raise CheckpointError(f"{sub}.factor", f"{rope['rope_factor']} is below 1", "a factor stretches context")
+    rope["rope_attn_factor"] = config_value(scaling, "attention_factor", sub, float, default=0.0)
+    pairs = (rope["rot_dims"] or head_dim) // 2
+    for k in ("short_factor", "long_factor"):
+        v = scaling.get(k)
+        if not isinstance(v, list) or len(v) != pairs:
+            raise CheckpointError(f"{sub}.{k}", f"must be a list of {pairs} numbers, one per rotated pair "
+                                  f"(got {type(v).__name__}{f' of {len(v)}' if isinstance(v, list) else ''})")
+        if not all(type(x) in (int, float) and math.isfinite(x) and x > 0 for x in v):
+            raise CheckpointError(f"{sub}.{k}", "every factor must be a finite number > 0")
+        rope[f"rope_{k}"] = [float(x) for x in v]
     return rope
 
 
@@ -159,23 +237,34 @@ def read_config(hf_dir):
     if not isinstance(cfg, dict):
         raise CheckpointError(where, "is not a JSON object")
 
-    # What kind of model: only the Llama architecture (Mistral's is the same network).
+    # What kind of model: the Llama family (lrun/modelfile.py FAMILIES); the rest is refused by name.
+    model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type in NOT_SUPPORTED:
+        raise CheckpointError(f"{where}: model_type", f"{model_type!r} is not supported: this program does not "
+                              f"run {NOT_SUPPORTED[model_type]}", "README, \"RoPE in today's models\", lists what runs")
     archs = cfg.get("architectures") or []
     for arch in archs if isinstance(archs, list) else [archs]:
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise CheckpointError(f"{where}: architectures", f"{arch} is not supported",
                                   f"supported: {', '.join(sorted(ARCHITECTURES))}")
-    if not isinstance(cfg.get("model_type"), str) or cfg["model_type"] not in MODEL_TYPES:
-        raise CheckpointError(f"{where}: model_type", f"{cfg.get('model_type')!r} is not supported",
+        if ARCHITECTURES[arch] != model_type:
+            raise CheckpointError(f"{where}: architectures", f"{arch} does not go with model_type {model_type!r}")
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
+        raise CheckpointError(f"{where}: model_type", f"{model_type!r} is not supported",
                               f"supported: {', '.join(sorted(MODEL_TYPES))}")
+    # The keys a config.json may leave out, as each family's config class fills them in
+    # (configuration_<family>.py): only the ones that change what runs.
+    cfg = {**CLASS_DEFAULTS.get(model_type, {}), **cfg}
     qc = cfg.get("quantization_config")
     if qc is not None:
         method = qc.get("quant_method", "?") if isinstance(qc, dict) else qc
         raise CheckpointError(f"{where}: quantization_config", f"the checkpoint is quantized ({method})",
                               "export the original float16/bfloat16 checkpoint instead")
+    # Biases: Qwen2 has them on q, k and v (always; its config has no key for it); attention_bias
+    # (Llama, Qwen3) puts one on o_proj too, and mlp_bias on the MLP: neither is run here.
     for key in ("attention_bias", "mlp_bias"):
         if cfg.get(key):
-            raise CheckpointError(f"{where}: {key}", "is true; our network has no biases")
+            raise CheckpointError(f"{where}: {key}", "is true; of the biases only Qwen2's on q, k and v are run")
     if cfg.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"{where}: hidden_act", f"{cfg['hidden_act']!r} is not supported",
                               "the MLP is SwiGLU: silu(w1 x) * (w3 x)")
@@ -187,15 +276,13 @@ def read_config(hf_dir):
     c["n_heads"] = config_value(cfg, "num_attention_heads", where, int)
     c["n_kv_heads"] = config_value(cfg, "num_key_value_heads", where, int, default=c["n_heads"])
     c["head_dim"] = config_value(cfg, "head_dim", where, int, default=c["dim"] // c["n_heads"])
+    c["family"] = FAMILIES[model_type]
+    c["qkv_bias"] = int(model_type == "qwen2")
+    c["qk_norm"] = int(model_type == "qwen3")
     c["vocab_size"] = config_value(cfg, "vocab_size", where, int)
     c["seq_len"] = config_value(cfg, "max_position_embeddings", where, int)
     c["norm_eps"] = config_value(cfg, "rms_norm_eps", where, float)
-    window = cfg.get("sliding_window")
-    if window is not None and type(window) is not int:
-        raise CheckpointError(f"{where}: sliding_window", f"{window!r} is not an integer or null")
-    if window is not None and window < c["seq_len"]:
-        warn(f"sliding_window {window} is not implemented: attention sees the whole "
-             f"context, so results match HF only up to {window} tokens")
+    read_layers(cfg, where, model_type, c)
     if c["n_heads"] % c["n_kv_heads"]:
         raise CheckpointError(f"{where}: num_key_value_heads", f"{c['n_kv_heads']} does not divide "
                               f"num_attention_heads {c['n_heads']}")
@@ -220,13 +307,67 @@ def read_config(hf_dir):
         c[key.replace("_token", "")] = ids[0]
         if key == "eos_token_id":
             c["end_ids"] = ids[1:]  # more than one: a version 2 file (model.h)
-    c.update(read_rope(cfg, where))
+    c.update(read_rope(cfg, where, c["head_dim"], model_type))
     check_limits(c, where)
     c["tie_word_embeddings"] = cfg.get("tie_word_embeddings")  # resolved against the tensors later
     if c["tie_word_embeddings"] is not None and type(c["tie_word_embeddings"]) is not bool:
         raise CheckpointError(f"{where}: tie_word_embeddings", f"{c['tie_word_embeddings']!r} is not true, "
                               "false or null")
     return c
+
+
+LAYER_TYPES = {"full_attention": 0, "sliding_attention": LAYER_SLIDING}
+
+
+def read_layers(cfg, where, model_type, c):
+    """Which layers slide and which have no RoPE -> c["sliding_window"], c["layer_kind"].
+
+    Sliding window (transformers' masking_utils: a query at i sees keys j with i - j < W): layer_types
+    when config.json lists them (transformers 5 writes them for Mistral, Qwen2/3, SmolLM3); else
+    Mistral and Phi-3 slide in every layer when sliding_window is set, and Qwen2/3 and SmolLM3 only
+    with use_sliding_window, from layer max_window_layers on (their configs' rule).
+    NoPE (SmolLM3): no_rope_layers[l] is 1 where layer l uses RoPE, 0 where it does not; else
+    no_rope_layer_interval k: every k-th layer (l + 1 divisible by k) has none."""
+    n = c["n_layers"]
+    window = cfg.get("sliding_window")
+    if window is not None and (type(window) is not int or window < 1):
+        raise CheckpointError(f"{where}: sliding_window", f"{window!r} is not a positive integer or null")
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n:
+            raise CheckpointError(f"{where}: layer_types", f"must list one type for each of the {n} layers")
+        for t in types:
+            if t not in LAYER_TYPES:
+                raise CheckpointError(f"{where}: layer_types", f"{t!r} is not supported",
+                                      "supported: full_attention, sliding_attention")
+        kinds = [LAYER_TYPES[t] for t in types]
+    elif model_type in ("qwen2", "qwen3", "smollm3"):
+        start = cfg.get("max_window_layers", n) if cfg.get("use_sliding_window") else n
+        if type(start) is not int:
+            raise CheckpointError(f"{where}: max_window_layers", f"{start!r} is not an integer")
+        kinds = [LAYER_SLIDING if window and l >= start else 0 for l in range(n)]
+    else:
+        kinds = [LAYER_SLIDING if window else 0 for _ in range(n)]
+    if any(kinds) and not window:
+        raise CheckpointError(f"{where}: layer_types", "names sliding_attention layers, and sliding_window is "
+                              "not set", "give sliding_window, or make every layer full_attention")
+    c["sliding_window"] = window if any(kinds) else 0
+    if model_type == "smollm3":
+        rope_layers = cfg.get("no_rope_layers")
+        interval = cfg.get("no_rope_layer_interval", 4)
+        if rope_layers is None:
+            if type(interval) is not int or interval < 1:
+                raise CheckpointError(f"{where}: no_rope_layer_interval", f"{interval!r} is not a positive integer")
+            rope_layers = [int((l + 1) % interval != 0) for l in range(n)]
+        if not isinstance(rope_layers, list) or len(rope_layers) != n or any(v not in (0, 1) for v in rope_layers):
+            raise CheckpointError(f"{where}: no_rope_layers", f"must list 1 (RoPE) or 0 (none) for each of the "
+                                  f"{n} layers")
+        kinds = [k | (0 if r else LAYER_NO_ROPE) for k, r in zip(kinds, rope_layers)]
+    else:
+        for key in ("no_rope_layers", "no_rope_layer_interval"):
+            if cfg.get(key) is not None:
+                raise CheckpointError(f"{where}: {key}", f"is not read for model_type {model_type!r}")
+    c["layer_kind"] = kinds
 
 
 # What ./run reads (model.c check_shape, rope.c rope_params_check). A file outside these limits
@@ -265,20 +406,47 @@ def check_limits(c, where):
 HF_NAMES = {"token_embedding": "model.embed_tokens.weight", "rms_final": "model.norm.weight",
             "wcls": "lm_head.weight", "rms_att": "input_layernorm.weight", "wq": "self_attn.q_proj.weight",
             "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight",
+            "bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
+            "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
             "rms_ffn": "post_attention_layernorm.weight", "w1": "mlp.gate_proj.weight",
             "w2": "mlp.down_proj.weight", "w3": "mlp.up_proj.weight"}
+# Which tensors are permuted with q's and k's rows (the two RoPE layouts, below): kind "q" has
+# n_heads heads, "k" n_kv_heads; q_norm and k_norm are one head's weights, shared by all heads.
+PERMUTED = {"wq": "q", "bq": "q", "wk": "k", "bk": "k", "q_norm": "norm", "k_norm": "norm"}
+
+
+def fused_rows(c, name):
+    """Phi-3 stores q, k and v as one qkv_proj (rows q, then k, then v) and gate and up as one
+    gate_up_proj (gate rows first: modeling_phi3.py, Phi3MLP's chunk(2)). (fused HF name, row slice)
+    of our tensor, or None when it is a tensor of its own."""
+    qd, kvd, F = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"], c["hidden_dim"]
+    rows = {"wq": ("self_attn.qkv_proj.weight", 0, qd), "wk": ("self_attn.qkv_proj.weight", qd, qd + kvd),
+            "wv": ("self_attn.qkv_proj.weight", qd + kvd, qd + 2 * kvd),
+            "w1": ("mlp.gate_up_proj.weight", 0, F), "w3": ("mlp.gate_up_proj.weight", F, 2 * F)}
+    return rows.get(name) if c["family"] == FAMILIES["phi3"] else None
 
 
 def tensor_plan(c):
+    """[(our name, HF source, shape, kind)]: the source is an HF tensor name, (name, first row, end
+    row) of a fused one, or the value itself for version 3's tables."""
     plan = []
     for ours, shape, kind in tensors(c):
+        if kind in ("i32", "f64"):  # layer_kind, rope_short_factor, rope_long_factor
+            plan.append((ours, c[ours], shape, kind))
+            continue
         if ours.startswith("layers."):  # layers.L.NAME -> model.layers.L.<HF name of NAME>
             _, l, name = ours.split(".")
-            hf, kind = f"model.layers.{l}.{HF_NAMES[name]}", {"wq": "q", "wk": "k"}.get(name, kind)
+            fused = fused_rows(c, name)
+            hf = (f"model.layers.{l}.{fused[0]}", fused[1], fused[2]) if fused else f"model.layers.{l}.{HF_NAMES[name]}"
+            kind = PERMUTED.get(name, kind)
         else:
             hf = HF_NAMES[ours]
         plan.append((ours, hf, shape, kind))
     return plan
+
+
+def hf_name(source):
+    return source[0] if isinstance(source, tuple) else source
 
 
 def resolve_classifier(c, names):
@@ -295,21 +463,28 @@ def resolve_classifier(c, names):
 def check_tensors(ckpt, plan, hf_dir):
     """Every planned tensor present, float, and of the shape config.json implies; nothing else."""
     names = set(ckpt.names())
-    expected = {hf for _, hf, _, _ in plan}
-    biases = sorted(n for n in names if n.endswith(".bias"))
+    sources = [(hf, shape) for _, hf, shape, kind in plan if kind not in ("i32", "f64")]
+    expected = {hf_name(hf) for hf, _ in sources}
+    biases = sorted(n for n in names - expected if n.endswith(".bias"))
     if biases:
         raise CheckpointError(f"{hf_dir}: tensor {biases[0]}", f"bias tensors ({len(biases)}) are not "
-                              "supported", "our network, like Llama's, has no biases")
-    missing = [hf for _, hf, _, _ in plan if hf not in names]
+                              "supported", "of the biases only Qwen2's on q, k and v are run")
+    missing = [hf_name(hf) for hf, _ in sources if hf_name(hf) not in names]
     if missing:
         raise CheckpointError(f"{hf_dir}: tensor {missing[0]}", f"missing ({len(missing)} missing in all)",
-                              "is config.json (num_hidden_layers, tie_word_embeddings) right?")
+                              "is config.json (num_hidden_layers, tie_word_embeddings, model_type) right?")
     ignored = lambda n: n.endswith("rotary_emb.inv_freq") or n == "lm_head.weight"  # buffers; tied head
     extra = sorted(n for n in names - expected if not ignored(n))
     if extra:
-        raise CheckpointError(f"{hf_dir}: tensor {extra[0]}", f"not part of a Llama model "
-                              f"({len(extra)} unexpected in all)", "is this really a Llama checkpoint?")
-    for _, hf, shape, _ in plan:
+        raise CheckpointError(f"{hf_dir}: tensor {extra[0]}", f"not part of this model "
+                              f"({len(extra)} unexpected in all)", "is config.json's model_type right?")
+    fused = {}  # a fused tensor's rows: the slices must cover it exactly
+    for hf, shape in sources:
+        if isinstance(hf, tuple):
+            name, first, end = hf
+            entry = fused.setdefault(name, [0, shape[1:]])
+            entry[0] = max(entry[0], end)
+            continue
         dtype, got = ckpt.info(hf)
         if dtype not in FLOAT_DTYPES:
             raise CheckpointError(f"{hf_dir}: tensor {hf}", f"dtype {dtype} is not a float type",
@@ -317,6 +492,14 @@ def check_tensors(ckpt, plan, hf_dir):
         if tuple(got) != shape:
             raise CheckpointError(f"{hf_dir}: tensor {hf}", f"shape {list(got)} but config.json implies "
                                   f"{list(shape)}", "config.json and the weights disagree")
+    for name, (rows, rest) in fused.items():
+        dtype, got = ckpt.info(name)
+        if dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"{hf_dir}: tensor {name}", f"dtype {dtype} is not a float type",
+                                  "quantized checkpoints are not supported; use the float one")
+        if tuple(got) != (rows, *rest):
+            raise CheckpointError(f"{hf_dir}: tensor {name}", f"shape {list(got)} but config.json implies "
+                                  f"{[rows, *rest]}", "config.json and the weights disagree")
 
 
 # --- The two RoPE layouts -------------------------------------------------------------------------
@@ -330,11 +513,20 @@ def check_tensors(ckpt, plan, hf_dir):
 #     out_row[h*hd + 2i + c] = hf_row[h*hd + c*hd/2 + i]
 # W_k has n_kv_heads heads, not n_heads (grouped-query attention; llama2.c issue #431).
 
-def interleave_rows(w, n_heads, head_dim):
-    """(n_heads*hd, dim) rows in rotate_half order -> interleaved order."""
-    dim = w.shape[1]
-    w = w.reshape(n_heads, 2, head_dim // 2, dim)  # [h, c, i, :] = hf_row[h*hd + c*hd/2 + i]
-    return w.transpose(0, 2, 1, 3).reshape(n_heads * head_dim, dim)  # [h, i, c, :] -> row h*hd+2i+c
+# Partial rotary (rot_dims = rd < hd): HF's rotate_half pairs (x[i], x[i + rd/2]) within the first rd
+# coordinates of a head and leaves the rest; so only those rd rows are permuted, the same way.
+# Biases of q and k are permuted as their rows, and Qwen3's q_norm / k_norm weights (one head's
+# worth, shared by every head) as the rows of one head: RMSNorm does not care about the order of
+# what it normalizes, only each weight must stay with its coordinate.
+
+def interleave_rows(w, n_heads, head_dim, rot_dims=0):
+    """(n_heads*hd, ...) rows in rotate_half order -> interleaved order, in the first rot_dims rows
+    of each head (all of them when 0). A vector (n_heads*hd,) is permuted the same way."""
+    rd, shape = rot_dims or head_dim, w.shape
+    w = w.reshape(n_heads, head_dim, -1).copy()
+    turned = w[:, :rd].reshape(n_heads, 2, rd // 2, -1)  # [h, c, i, :] = hf_row[h*hd + c*rd/2 + i]
+    w[:, :rd] = turned.transpose(0, 2, 1, 3).reshape(n_heads, rd, -1)  # [h, i, c, :] -> row h*hd+2i+c
+    return w.reshape(shape)
 
 
 # --- Writing ----------------------------------------------------------------------------------------
@@ -376,10 +568,22 @@ def quantize_q4_0(w):
     return packed.reshape(rows, cp // 2), d
 
 
+def read_tensor(ckpt, source):
+    """An HF tensor as float32, or rows first..end of a fused one (Phi-3's qkv_proj, gate_up_proj)."""
+    if isinstance(source, tuple):
+        name, first, end = source
+        return np.ascontiguousarray(ckpt.get(name)[first:end])
+    return ckpt.get(source)
+
+
 def write_tensor(f, w, kind, dtype, name):
     """One tensor at the next 64-byte boundary: norms as f32, matrices in `dtype` (model.h)."""
     pad_to_alignment(f)
-    if kind == "norm" or dtype == "f32":
+    if kind == "f64":  # LongRoPE's factors
+        f.write(np.ascontiguousarray(w, dtype="<f8").data)
+    elif kind == "i32":  # layer_kind
+        f.write(np.ascontiguousarray(w, dtype="<i4").data)
+    elif w.ndim == 1 or dtype == "f32":  # norms, biases: always f32
         f.write(np.ascontiguousarray(w, dtype="<f4").data)
     elif dtype == "f16":
         with np.errstate(over="ignore"):  # overflow is checked right below
@@ -406,8 +610,10 @@ def write_tensor(f, w, kind, dtype, name):
 
 
 def describe_rope(c):
-    name = {v: k for k, v in ROPE_TYPES.items()}[c["rope_scaling"]]
+    name = {v: k for k, v in ROPE_TYPES.items() if k != "su"}[c["rope_scaling"]]
     text = f"rope {'none' if name == 'default' else name} theta {c['rope_theta']:g}"
+    if c["rot_dims"]:
+        text += f" on {c['rot_dims']} of {c['head_dim']} dimensions"
     if c["rope_scaling"]:
         text += f" factor {c['rope_factor']:g}"
         if c["rope_orig_ctx"]:
@@ -514,6 +720,7 @@ def export(hf_dir, out, dtype):
     ckpt = Checkpoint(hf_dir)
     resolve_classifier(c, set(ckpt.names()))
     c.update(magic=MAGIC, version=VERSION, dtype=DTYPES[dtype])
+    c["version"] = file_version(c)
     plan = tensor_plan(c)
     check_tensors(ckpt, plan, hf_dir)  # all checks done before a single byte is written
 
@@ -530,16 +737,21 @@ def export(hf_dir, out, dtype):
             f.write(pack_header(c))  # 128 bytes of fields, 128 reserved zeros
             n_params = 0
             for k, (ours, hf, shape, kind) in enumerate(plan):
-                w = ckpt.get(hf)  # float32, whatever the stored dtype; one tensor in memory at a time
+                if kind in ("i32", "f64"):  # a table of version 3: the value itself
+                    write_tensor(f, np.array(hf), kind, dtype, ours)
+                    continue
+                w = read_tensor(ckpt, hf)  # float32, whatever the stored dtype; one tensor in memory at a time
                 if not np.isfinite(w).all():
-                    raise CheckpointError(f"{hf_dir}: tensor {hf}", "contains NaN or infinity",
+                    raise CheckpointError(f"{hf_dir}: tensor {hf_name(hf)}", "contains NaN or infinity",
                                           "the checkpoint is broken")
-                if kind in ("q", "k"):
-                    w = interleave_rows(w, c["n_heads" if kind == "q" else "n_kv_heads"], c["head_dim"])
-                write_tensor(f, w, kind, dtype, hf)
+                if kind in ("q", "k", "norm") and ours.split(".")[-1] in PERMUTED:
+                    heads = {"q": c["n_heads"], "k": c["n_kv_heads"], "norm": 1}[kind]
+                    w = interleave_rows(w, heads, c["head_dim"], c["rot_dims"])
+                write_tensor(f, w, kind, dtype, hf_name(hf))
                 n_params += w.size
-                print(f"[{k + 1:3d}/{len(plan)}] {ours:<18s} {str(shape):<14s} <- {hf}"
-                      + (" (rows interleaved)" if kind in ("q", "k") else ""), file=sys.stderr)
+                src = f"{hf[0]} rows {hf[1]}:{hf[2]}" if isinstance(hf, tuple) else hf
+                print(f"[{k + 1:3d}/{len(plan)}] {ours:<18s} {str(shape):<14s} <- {src}"
+                      + (" (rows interleaved)" if ours.split(".")[-1] in PERMUTED else ""), file=sys.stderr)
                 del w
             size = f.tell()
         publish(tmp, target)  # atomic: the same directory as the target
@@ -549,11 +761,16 @@ def export(hf_dir, out, dtype):
         except OSError:
             pass
         raise
-    print(f"wrote {out}{f' (through the symlink, to {target})' if link else ''}: dim {c['dim']} "
+    family = {v: k for k, v in FAMILIES.items()}[c["family"]]
+    layers = "".join(f"; layers {', '.join(str(l) for l, k in enumerate(c['layer_kind']) if k & bit)} {what}"
+                     for bit, what in ((LAYER_NO_ROPE, "without RoPE"),
+                                       (LAYER_SLIDING, f"with a sliding window of {c['sliding_window']}"))
+                     if any(k & bit for k in c["layer_kind"]))
+    print(f"wrote {out}{f' (through the symlink, to {target})' if link else ''}: {family} (version {c['version']}), dim {c['dim']} "
           f"hidden {c['hidden_dim']} layers {c['n_layers']} "
           f"heads {c['n_heads']}/{c['n_kv_heads']} kv head_dim {c['head_dim']} vocab {c['vocab_size']} "
           f"seq_len {c['seq_len']}, {'shared' if c['shared_classifier'] else 'separate'} classifier; "
-          f"{n_params:,} params, {dtype}, {size:,} bytes; {describe_rope(c)}", file=sys.stderr)
+          f"{n_params:,} params, {dtype}, {size:,} bytes; {describe_rope(c)}{layers}", file=sys.stderr)
     copy_tokenizer_files(copies)
 
 

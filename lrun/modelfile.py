@@ -1,4 +1,4 @@
-"""modelfile.py - the layout of our model file (model.h, "The model file format, version 1 or 2"), once.
+"""modelfile.py - the layout of our model file (model.h, "The model file format, version 1, 2 or 3"), once.
 
 What this is: the 256-byte header field by field (name, offset, struct code), the order and shapes
 of the tensors, the bytes of a matrix in each weight type and where every tensor starts, and the
@@ -15,6 +15,14 @@ import struct
 MAGIC, VERSION, HEADER_SIZE, ALIGN, Q8_BLOCK = b"LRUN", 1, 256, 64, 32
 # Version 2: a checkpoint with several end tokens; the extra ids go where version 1 has zeros.
 VERSION_END_IDS, MAX_END_IDS, END_IDS = 2, 8, struct.Struct("<9i")  # n_end_ids, end_ids[8] at 128
+# Version 3: the families past Llama; five int32 at 164, then a table of layer kinds after the
+# header (and LongRoPE's factors), and per layer the optional biases and q/k norms.
+VERSION_FAMILIES = 3
+FAMILY_FIELDS = ("family", "rot_dims", "qkv_bias", "qk_norm", "sliding_window")
+FAMILY = struct.Struct("<5i")
+FAMILIES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "smollm3": 4, "phi3": 5}  # Family in model.h
+LAYER_NO_ROPE, LAYER_SLIDING = 1, 2  # bits of layer_kind (kernels.h)
+LONGROPE = 8  # RopeScaling in rope.h
 DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}  # DType in model.h
 
 # Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
@@ -35,28 +43,47 @@ OFFSET = {name: struct.calcsize("<" + "".join(code for _, code in HEADER_FIELDS[
           for k, (name, _) in enumerate(HEADER_FIELDS)}
 
 
+def needs_v3(h):
+    """Whether the header h describes something only version 3 holds (not a plain Llama)."""
+    return (h.get("rope_scaling") == LONGROPE or any(h.get(f) for f in FAMILY_FIELDS)
+            or any(h.get("layer_kind") or []))
+
+
+def file_version(h):
+    """The version a file of header h is written as: the lowest that holds it."""
+    return VERSION_FAMILIES if needs_v3(h) else VERSION_END_IDS if h.get("end_ids") else VERSION
+
+
 def pack_header(h):
-    """The 256 header bytes of a dict with every field of HEADER_FIELDS; with a non-empty
-    h["end_ids"] (ids that end the text besides eos_id) the version is 2 and they follow."""
+    """The 256 header bytes of a dict with every field of HEADER_FIELDS, in the lowest version that
+    holds it (file_version): with a non-empty h["end_ids"] (ids that end the text besides eos_id)
+    they follow at 128; version 3 adds FAMILY_FIELDS at 164."""
     end_ids = list(h.get("end_ids") or [])
-    if not end_ids:
-        return HEADER.pack(*(h[name] for name, _ in HEADER_FIELDS)) + bytes(HEADER_SIZE - HEADER.size)
     assert len(end_ids) <= MAX_END_IDS, end_ids
-    fields = dict(h, version=VERSION_END_IDS)
+    version = file_version(h)
+    fields = dict(h, version=version)
     head = HEADER.pack(*(fields[name] for name, _ in HEADER_FIELDS))
-    head += END_IDS.pack(len(end_ids), *(end_ids + [0] * (MAX_END_IDS - len(end_ids))))
+    if version >= VERSION_END_IDS:
+        head += END_IDS.pack(len(end_ids), *(end_ids + [0] * (MAX_END_IDS - len(end_ids))))
+    if version >= VERSION_FAMILIES:
+        head += FAMILY.pack(*(int(h.get(f) or 0) for f in FAMILY_FIELDS))
     return head + bytes(HEADER_SIZE - len(head))
 
 
 def read_header(buf):
-    """{field: value} of the first 256 bytes, plus "end_ids" (a list, empty in version 1) and
-    "reserved": bytes 128..255 (version 1) or 164..255 (version 2)."""
+    """{field: value} of the first 256 bytes, plus "end_ids" (a list, empty in version 1), the
+    FAMILY_FIELDS (0 before version 3) and "reserved": bytes 128..255 (version 1), 164..255
+    (version 2) or 184..255 (version 3)."""
     h = dict(zip(CODE, HEADER.unpack_from(buf)))
     h["end_ids"] = []
+    h.update((f, 0) for f in FAMILY_FIELDS)
     start = HEADER.size
-    if h["version"] == VERSION_END_IDS:
+    if h["version"] >= VERSION_END_IDS:
         n, *ids = END_IDS.unpack_from(buf, HEADER.size)
         h["end_ids"], start = ids[:n], HEADER.size + END_IDS.size
+    if h["version"] >= VERSION_FAMILIES:
+        h.update(zip(FAMILY_FIELDS, FAMILY.unpack_from(buf, start)))
+        start += FAMILY.size
     h["reserved"] = bytes(buf[start:HEADER_SIZE])
     return h
 
@@ -68,19 +95,31 @@ def set_field(buf, name, value):
 
 # --- The tensors ------------------------------------------------------------------------------------
 
-LAYER_TENSORS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3")
+LAYER_TENSORS = ("rms_att", "wq", "bq", "wk", "bk", "wv", "bv", "q_norm", "k_norm", "wo", "rms_ffn", "w1", "w2",
+                 "w3")
+VECTORS = {"rms_att", "rms_ffn", "bq", "bk", "bv", "q_norm", "k_norm"}  # f32 whatever the dtype
 
 
 def tensors(h):
-    """[(name, shape, kind)] in file order; kind "norm" (always f32) or "matrix" (h["dtype"])."""
-    D, F, V = h["dim"], h["hidden_dim"], h["vocab_size"]
-    q, kv = h["n_heads"] * h["head_dim"], h["n_kv_heads"] * h["head_dim"]
-    shapes = {"rms_att": (D,), "wq": (q, D), "wk": (kv, D), "wv": (kv, D), "wo": (D, q),
-              "rms_ffn": (D,), "w1": (F, D), "w2": (D, F), "w3": (F, D)}
-    t = [("token_embedding", (V, D), "matrix")]
+    """[(name, shape, kind)] in file order; kind "norm" (an f32 vector), "matrix" (h["dtype"]),
+    "i32" or "f64" (version 3's tables)."""
+    D, F, V, hd = h["dim"], h["hidden_dim"], h["vocab_size"], h["head_dim"]
+    q, kv = h["n_heads"] * hd, h["n_kv_heads"] * hd
+    shapes = {"rms_att": (D,), "wq": (q, D), "bq": (q,), "wk": (kv, D), "bk": (kv,), "wv": (kv, D), "bv": (kv,),
+              "q_norm": (hd,), "k_norm": (hd,), "wo": (D, q), "rms_ffn": (D,), "w1": (F, D), "w2": (D, F),
+              "w3": (F, D)}
+    skip = set() if h.get("qkv_bias") else {"bq", "bk", "bv"}
+    skip |= set() if h.get("qk_norm") else {"q_norm", "k_norm"}
+    t = []
+    if file_version(h) >= VERSION_FAMILIES:
+        t.append(("layer_kind", (h["n_layers"],), "i32"))
+        if h["rope_scaling"] == LONGROPE:
+            pairs = (h.get("rot_dims") or hd) // 2
+            t += [("rope_short_factor", (pairs,), "f64"), ("rope_long_factor", (pairs,), "f64")]
+    t.append(("token_embedding", (V, D), "matrix"))
     for l in range(h["n_layers"]):
-        t += [(f"layers.{l}.{name}", shapes[name], "norm" if name.startswith("rms") else "matrix")
-              for name in LAYER_TENSORS]
+        t += [(f"layers.{l}.{name}", shapes[name], "norm" if name in VECTORS else "matrix")
+              for name in LAYER_TENSORS if name not in skip]
     t.append(("rms_final", (D,), "norm"))
     if not h["shared_classifier"]:
         t.append(("wcls", (V, D), "matrix"))
@@ -109,7 +148,8 @@ def layout(h):
     Python integers: exact for any header, however large the file it describes."""
     out, end = [], HEADER_SIZE
     for name, shape, kind in tensors(h):
-        parts = [4 * math.prod(shape)] if kind == "norm" else matrix_parts(*shape, h["dtype"])
+        size = {"norm": 4, "i32": 4, "f64": 8}.get(kind)
+        parts = [size * math.prod(shape)] if size else matrix_parts(*shape, h["dtype"])
         pieces = []
         for n in parts:
             start = -(-end // ALIGN) * ALIGN

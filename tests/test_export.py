@@ -55,12 +55,15 @@ ODD_HEAD_DIM = dict(dim=48, hidden_dim=64, n_layers=1, n_heads=4, n_kv_heads=2, 
 def test_header_layout_is_model_h():
     """lrun/modelfile.py's header is model.h's table: the same fields at the same offsets, int32
     below 64 and float64 from 64 (magic: 4 bytes), reserved zeros from 128 to 256 in version 1;
-    version 2's end ids from 128 (struct END_IDS) and its zeros from 164."""
+    version 2's end ids from 128 (struct END_IDS) and its zeros from 164; version 3's fields from 164
+    (FAMILY), its zeros from 184 and its layer table at 256."""
     text = (REPO / "model.h").read_text()
     table = text[text.index("// Header, 256 bytes"):text.index("// Tensors follow")]
     rows = [(int(off), name) for off, name in re.findall(r"^//\s+(\d+)\s+(\w+)", table, re.M)]
     assert rows == [(modelfile.OFFSET[name], name) for name, _ in modelfile.HEADER_FIELDS] + [
-        (128, "reserved"), (128, "n_end_ids"), (132, "end_ids"), (128 + modelfile.END_IDS.size, "reserved")]
+        (128, "reserved"), (128, "n_end_ids"), (132, "end_ids"), (128 + modelfile.END_IDS.size, "reserved")] + [
+        (164 + 4 * k, name) for k, name in enumerate(modelfile.FAMILY_FIELDS)] + [
+        (164 + modelfile.FAMILY.size, "reserved"), (256, "layer_kind")]
     assert [code for _, code in modelfile.HEADER_FIELDS] == ["4s"] + ["i"] * 15 + ["d"] * 8
     assert modelfile.HEADER.size == 128 and modelfile.HEADER_SIZE == 256
 
@@ -77,7 +80,10 @@ def read_model(path):
             assert not any(buf[pos:start]), f"non-zero padding at {pos}"
             pos = start + size
         start, size = pieces[0]
-        if kind == "norm" or h["dtype"] == 0:
+        if kind in ("i32", "f64"):  # version 3's tables
+            tensors[name] = np.frombuffer(buf, "<i4" if kind == "i32" else "<f8", size // (4 if kind == "i32" else 8),
+                                          start).reshape(shape)
+        elif kind == "norm" or h["dtype"] == 0:
             tensors[name] = np.frombuffer(buf, "<f4", size // 4, start).reshape(shape)
         elif h["dtype"] == 1:
             tensors[name] = np.frombuffer(buf, "<f2", size // 2, start).astype(np.float32).reshape(shape)
@@ -139,7 +145,8 @@ def test_header_fields(tmp_path, capsys, shape):
                   bos_id=1, eos_id=2, shared_classifier=int(shape.get("tied", True)), dtype=0,
                   rope_scaling=0, rope_orig_ctx=0, rope_theta=500000.0, norm_eps=1e-5,
                   rope_factor=1.0, rope_attn_factor=0.0, rope_beta_fast=0.0, rope_beta_slow=0.0,
-                  rope_low_freq_factor=0.0, rope_high_freq_factor=0.0, end_ids=[], reserved=bytes(128))
+                  rope_low_freq_factor=0.0, rope_high_freq_factor=0.0, end_ids=[], reserved=bytes(128),
+                  family=0, rot_dims=0, qkv_bias=0, qk_norm=0, sliding_window=0)
     assert h == expect
 
 
@@ -213,11 +220,23 @@ def test_shared_classifier(tmp_path, capsys, tie, has_head, shared):
     assert h["shared_classifier"] == shared and ("wcls" in t) == (not shared)
 
 
-def test_mistral_accepted(tmp_path, capsys):
+def test_mistral_sliding_window(tmp_path, capsys):
+    """Mistral's sliding_window slides every layer (version 3: the window in the header, the
+    layer table marks each layer)."""
     make_checkpoint(tmp_path / "hf", **TIED_MHA, architecture="MistralForCausalLM",
                     extra_config={"sliding_window": 32})  # < max_pos 64
+    h, t, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "m.bin")
+    assert (h["version"], h["family"], h["sliding_window"]) == (3, 1, 32)
+    assert list(t["layer_kind"]) == [modelfile.LAYER_SLIDING] * 2
+
+
+def test_partial_rotary_ignored_for_llama(tmp_path, capsys):
+    """transformers 5.17's Llama turns every dimension whatever partial_rotary_factor says
+    (data/families/llama-partial, tests/test_families.py): the export warns and does the same."""
+    make_checkpoint(tmp_path / "hf", **TIED_MHA, extra_config={"partial_rotary_factor": 0.5})
     code, err = export_inprocess(capsys, tmp_path / "hf", tmp_path / "m.bin")
-    assert code == 0 and "sliding_window" in err
+    assert code == 0 and "partial_rotary_factor is ignored" in err
+    assert modelfile.read_header(open(tmp_path / "m.bin", "rb").read())["rot_dims"] == 0
 
 
 # --- Layout ----------------------------------------------------------------------------------------------
@@ -460,9 +479,21 @@ REFUSALS = {
     "attention-bias": ({"attention_bias": True}, None, ["attention_bias"]),
     "mlp-bias": ({"mlp_bias": True}, None, ["mlp_bias"]),
     "hidden-act": ({"hidden_act": "gelu"}, None, ["hidden_act", "gelu"]),
-    "partial-rotary": ({"partial_rotary_factor": 0.5}, None, ["partial_rotary_factor"]),
-    "longrope": ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 6,
-                                   "long_factor": [2.0] * 6}}, None, ["rope_scaling", "longrope"]),
+    # Llama turns every dimension whatever partial_rotary_factor says (transformers 5.17), and could
+    # not apply a scaled type's frequencies sized by a part of the head
+    "partial-rotary-scaled": ({"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+                              None, ["partial_rotary_factor", "transformers cannot run it either"]),
+    "longrope-factors": ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 5,
+                                           "long_factor": [2.0] * 6}}, None, ["short_factor", "list of 6 numbers"]),
+    "longrope-bad-factor": ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 6,
+                                              "long_factor": [2.0] * 5 + [0]}}, None, ["long_factor", "> 0"]),
+    "gemma": ({"model_type": "gemma3"}, None, ["gemma3", "local/global RoPE bases"]),
+    "moe": ({"model_type": "qwen3_moe"}, None, ["qwen3_moe", "mixture of experts"]),
+    "layer-type": ({"layer_types": ["full_attention", "chunked_attention"]}, None, ["layer_types", "chunked_attention"]),
+    "layer-types-count": ({"layer_types": ["full_attention"]}, None, ["layer_types", "each of the 2 layers"]),
+    "sliding-without-window": ({"layer_types": ["full_attention", "sliding_attention"]}, None,
+                               ["sliding_attention", "sliding_window is not set"]),
+    "nope-not-smollm3": ({"no_rope_layers": [1, 0]}, None, ["no_rope_layers", "'llama'"]),
     "unknown-rope": ({"rope_scaling": {"type": "ntk-by-parts", "factor": 2.0}}, None, ["ntk-by-parts"]),
     "llama3-missing-key": ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
                                              "original_max_position_embeddings": 16}}, None, ["low_freq_factor"]),

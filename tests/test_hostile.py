@@ -150,7 +150,7 @@ HEADER_CASES = [
     ("pi-factor-below-1", {"rope_scaling": 1, "rope_factor": 0.5}, ["factor must be a finite number >= 1"]),
     ("pi-factor-nan", {"rope_scaling": 1, "rope_factor": NAN}, ["factor must be a finite number >= 1"]),
     ("pi-factor-inf", {"rope_scaling": 1, "rope_factor": INF}, ["factor must be a finite number >= 1"]),
-    ("dynamic-head-dim-2", {"rope_scaling": 3, "rope_factor": 2.0, "head_dim": 2}, ["head_dim >= 4"]),
+    ("dynamic-head-dim-2", {"rope_scaling": 3, "rope_factor": 2.0, "head_dim": 2}, ["d >= 4 rotated dimensions"]),
     ("yarn-theta-1", {"rope_scaling": 4, "rope_factor": 2.0, "rope_theta": 1.0}, ["yarn needs base > 1"]),
     ("yarn-betas-swapped", {"rope_scaling": 4, "rope_factor": 2.0, "rope_beta_fast": 1.0, "rope_beta_slow": 32.0},
      ["beta_fast > beta_slow > 0"]),
@@ -210,6 +210,55 @@ def test_version2_with_good_end_ids_loads(tmp_path, tiny):
     struct.pack_into("<i", data, 4, 2)
     code, out, err = run(write(tmp_path, "v2.bin", bytes(data)), "-z", TOK512, "-n", "4", "-t", "0")
     assert code == 0 and "lrun v2" in err, err
+
+
+# Version 3 (the families past Llama, model.h): its five fields at 164, its zeros from 184, the layer
+# table at 256 and LongRoPE's factors after it. Files: data/families' SmolLM3 (NoPE layers) and Phi-3
+# (LongRoPE, partial rotary), exported.
+@pytest.fixture(scope="module")
+def v3(tmp_path_factory, c_tools):
+    root = tmp_path_factory.mktemp("v3")
+    files = {}
+    for case in ("smollm3-nope", "phi3-longrope-short"):
+        (root / case).mkdir()
+        proc = run_export(REPO / "data/families" / case, root / case / "model.bin")
+        assert proc.returncode == 0, proc.stderr
+        files[case] = (root / case / "model.bin").read_bytes()
+    return files
+
+
+def at(offset, fmt, value):
+    return lambda b: struct.pack_into(fmt, b, offset, value)
+
+
+V3_CASES = [
+    ("family-6", "smollm3-nope", at(164, "<i", 6), "unknown family"),
+    ("rot-dims-odd", "smollm3-nope", at(168, "<i", 7), "rot_dims must be 0 or even, up to head_dim"),
+    ("rot-dims-past-head", "smollm3-nope", at(168, "<i", 34), "rot_dims must be 0 or even, up to head_dim"),
+    ("qkv-bias-2", "smollm3-nope", at(172, "<i", 2), "qkv_bias must be 0 or 1"),
+    ("qk-norm-negative", "smollm3-nope", at(176, "<i", -1), "qk_norm must be 0 or 1"),
+    ("window-negative", "smollm3-nope", at(180, "<i", -1), "sliding_window must be in [0, 2^24]"),
+    ("reserved-184", "smollm3-nope", at(184, "<B", 1), "reserved header bytes 184..255 must be zero"),
+    ("n-end-ids-9", "smollm3-nope", at(128, "<i", 9), "n_end_ids must be in [0, 8]"),
+    ("layer-kind-bit", "smollm3-nope", at(256, "<i", 4), "layer_kind has unknown bits"),
+    ("sliding-without-window", "smollm3-nope", at(260, "<i", 2), "a sliding layer, and no sliding_window"),
+    ("longrope-in-v2", "phi3-longrope-short", at(4, "<i", 2), "longrope needs a version 3 file"),
+    ("longrope-factor-nan", "phi3-longrope-short", at(320, "<d", NAN), "longrope factors must be finite numbers > 0"),
+    ("longrope-factor-0", "phi3-longrope-short", at(384, "<d", 0.0), "longrope factors must be finite numbers > 0"),
+]
+
+
+@pytest.mark.parametrize("case,model,edit,needle", V3_CASES, ids=[c[0] for c in V3_CASES])
+def test_version3_fields_checked(tmp_path, v3, case, model, edit, needle):
+    data = bytearray(v3[model])
+    edit(data)
+    refused(write(tmp_path, f"{case}.bin", bytes(data)), [needle, "(hint: "])
+
+
+def test_version3_files_run(tmp_path, v3):
+    for name, data in v3.items():
+        out, err = runs(write(tmp_path, f"{name}.bin", data), "-n", "8", "-t", "0")
+        assert "lrun v3" in err
 
 
 @pytest.mark.parametrize("dtype", [0, 1, 2, 3], ids=["f32", "f16", "q8_0", "q4_0"])

@@ -160,7 +160,8 @@ int main(int argc, char **argv) {
     // its turn, so it can differ from the fresh run's by about a step of each (2 / 127 of a block's largest).
     static const DType types[] = {DTYPE_F32, DTYPE_F16, DTYPE_Q8_0};
     for (int mode = 0; mode < ROPE_SCALING_COUNT; mode++)
-        for (int i = 0; i < argc; i++) {
+        for (int i = 0; i < argc && mode != ROPE_SCALING_LONGROPE; i++) { // longrope: a Phi-3 checkpoint's factors
+            // (its keys are cached un-rotated like dynamic's: the shift only moves them; test_families.py)
             const DType kt = types[i];
             const char *path = argv[kt == DTYPE_Q8_0 ? 2 : 1];
             // dynamic NTK and ReRoPE cache keys un-rotated: moving them is the whole shift, exactly
