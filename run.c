@@ -261,7 +261,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         free(ids);
         return 1;
     }
-    Sampler *sampler = make_sampler(o, c->vocab_size, t->run.ctx);
+    Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.ctx);
     if (!sampler) {
         free(ids);
         return 1;
@@ -375,7 +375,7 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
     const int tty = isatty(STDIN_FILENO) && isatty(STDERR_FILENO); // a person types the turns
     fprintf(stderr, "chat: template %s%s%s\n", CHAT_NAMES[k], o->chat_template ? " (--chat-template)" : "",
             tty ? "; one line a turn, Ctrl-D ends the chat" : "");
-    Sampler *sampler = make_sampler(o, c->vocab_size, t->run.ctx);
+    Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.ctx);
     const int keep = keep_of(o, t->run.ctx);
     char *line = NULL, err[300];
     size_t line_cap = 0;
@@ -711,8 +711,10 @@ static void banner_rope(const Transformer *t) {
 }
 
 // The banner's tokenizer line: the file, and what goes around a prompt (tokenizer.h).
-static void banner_tokenizer(const Tokenizer *tok, const char *path) {
-    fprintf(stderr, "tokenizer: %s (vocab %d) | ", path, tokenizer_vocab_size(tok));
+static void banner_tokenizer(const Tokenizer *tok, const char *path, int model_vocab) {
+    fprintf(stderr, "tokenizer: %s (vocab %d", path, tokenizer_vocab_size(tok));
+    if (model_vocab > tokenizer_vocab_size(tok)) fprintf(stderr, "; the model's %d rows are padded", model_vocab);
+    fprintf(stderr, ") | ");
     if (tokenizer_bos_id(tok) >= 0)
         fprintf(stderr, "BOS %d first", tokenizer_bos_id(tok));
     else
@@ -861,7 +863,11 @@ int main(int argc, char **argv) {
         transformer_free(&t);
         return 1;
     }
-    if (tokenizer_vocab_size(tok) != c->vocab_size) {
+    // A model's embedding may have more rows than its tokenizer has tokens (Qwen2.5 and Qwen3: 151936
+    // or 152064 rows for 151669 ids, Phi-3: 32064 for 32011; padded for the hardware it was trained
+    // on). The rows past the tokenizer's are never a prompt token, and the sampler draws only from the
+    // tokenizer's ids (make_sampler); --ppl scores over every row, as transformers does.
+    if (tokenizer_vocab_size(tok) > c->vocab_size) {
         fprintf(stderr,
                 "error: %s has %d tokens but the model's vocabulary is %d (hint: pass the model's own "
                 "tokenizer with -z)\n",
@@ -878,7 +884,7 @@ int main(int argc, char **argv) {
     int status = configure(&t, &o, &run);
     if (status == 0) {
         banner_memory(&t, &run, o.model);
-        banner_tokenizer(tok, tok_path);
+        banner_tokenizer(tok, tok_path, c->vocab_size);
     }
     PrepareStatus prepared = status ? PREPARE_OK : transformer_prepare(&t, &run, err, sizeof err);
     if (prepared != PREPARE_OK) {

@@ -53,6 +53,14 @@ MODELS = {
                 "f16"),
     "ok-llama3": ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 4}}, "q8_0"),
+    # version 3 (model.h): biases, q/k norms, NoPE and sliding layers, partial rotary, LongRoPE's factors
+    "ok-qwen2": ({"architecture": "Qwen2ForCausalLM"}, "f32"),
+    "ok-qwen3": ({"architecture": "Qwen3ForCausalLM", "head_dim": 8}, "q8_0"),
+    "ok-smollm3": ({"architecture": "SmolLM3ForCausalLM", "extra_config": {"no_rope_layer_interval": 2}}, "f16"),
+    "ok-mistral-window": ({"architecture": "MistralForCausalLM", "extra_config": {"sliding_window": 3}}, "f32"),
+    "ok-phi3-longrope": ({"architecture": "Phi3ForCausalLM", "partial_rotary_factor": 0.5, "tied": False,
+                          "max_pos": 8, "rope_scaling": {"rope_type": "longrope", "original_max_position_embeddings": 4,
+                                                         "short_factor": [1.0], "long_factor": [2.0]}}, "q4_0"),
 }
 
 

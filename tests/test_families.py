@@ -185,3 +185,109 @@ def test_longrope_refused_without_factors(exported):
                            "--rope-scaling", "longrope"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "needs a LongRoPE checkpoint's short and long factors" in proc.stderr, proc.stderr
+
+
+# --- Random checkpoints of every family against the reference --------------------------------------
+# lrun/hf_random.py writes a checkpoint of each family in either config form transformers writes (4.x's
+# top-level rope_theta / rope_scaling, 5.x's rope_parameters); tests/reference.py (a PyTorch reading of
+# transformers' modeling files) runs the Hugging Face directory itself. Beyond the fixtures' shapes:
+# Qwen3 with n_heads * head_dim != hidden_size, SmolLM3 with NoPE every 2nd layer, Phi-3 with half of
+# each head turned, Mistral with a window of 24 in some layers only (layer_types), and each run both
+# as its config says and with a context-extension mode at 4x L on top.
+
+SHAPE = dict(dim=48, hidden_dim=96, n_layers=4, n_heads=4, n_kv_heads=2, vocab_size=512, max_pos=64)
+L = SHAPE["max_pos"]
+RANDOM = {
+    "qwen2": dict(architecture="Qwen2ForCausalLM", rope_theta=1e6),
+    "qwen3": dict(architecture="Qwen3ForCausalLM", head_dim=16, tied=False,
+                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L}),
+    "smollm3": dict(architecture="SmolLM3ForCausalLM", extra_config={"no_rope_layer_interval": 2}),
+    "phi3": dict(architecture="Phi3ForCausalLM", tied=False, partial_rotary_factor=0.5, max_pos=4 * L,
+                 rope_scaling={"rope_type": "longrope", "original_max_position_embeddings": L,
+                               "short_factor": [1.0 + 0.1 * i for i in range(3)],
+                               "long_factor": [1.0 + 1.5 * i for i in range(3)]}),
+    "mistral": dict(architecture="MistralForCausalLM", extra_config={
+        "sliding_window": 24, "layer_types": ["sliding_attention", "full_attention"] * 2}),
+}
+# the extension mode each also runs with, at 4L (Mistral: not rerope, which is refused with a window)
+MODES = {"qwen2": "dynamic", "qwen3": "ntk", "smollm3": "leaky-rerope", "phi3": "yarn", "mistral": "pi"}
+
+
+def make_random(root, family, config_format):
+    from lrun.hf_random import make_checkpoint
+    d = root / f"{family}-{config_format}"
+    args = {**SHAPE, **RANDOM[family]}
+    make_checkpoint(d, **args, seed=5, qk_scale=6.0, config_format=config_format)
+    return d
+
+
+@pytest.fixture(scope="module")
+def random_families(tmp_path_factory, c_tools):
+    """{family: (HF directory in the 5.x form, our f32 export)}; the 4.x form must export to the same bytes."""
+    root = tmp_path_factory.mktemp("random")
+    out = {}
+    for family in RANDOM:
+        files = []
+        for form in ("v4", "v5"):
+            d = make_random(root, family, form)
+            (root / f"{family}-{form}-out").mkdir()
+            proc = run_export(d, root / f"{family}-{form}-out" / "model.bin")
+            assert proc.returncode == 0, (family, form, proc.stderr)
+            files.append(root / f"{family}-{form}-out" / "model.bin")
+        assert files[0].read_bytes() == files[1].read_bytes(), f"{family}: the 4.x and 5.x config forms differ"
+        out[family] = (d, files[1])
+    return out
+
+
+@pytest.mark.parametrize("family", sorted(RANDOM))
+@pytest.mark.parametrize("mode", ["own", "extended"])
+def test_random_family_equals_reference(family, mode, random_families, tmp_path):
+    import reference
+    hf, model = random_families[family]
+    n = 4 * L if mode == "extended" else 3 * L // 2
+    ids = np.random.default_rng(7).integers(3, 512, n).astype("<i4")
+    (tmp_path / "ids.bin").write_bytes(ids.tobytes())
+    extra, rope = ([], None) if mode == "own" else (["--rope-scaling", MODES[family]], {"mode": MODES[family]})
+    got = ours(model, tmp_path / "ids.bin", n, tmp_path, *extra)
+    want = reference.load(hf).logits(list(ids), rope=rope, ctx=n)
+    diff = rel(got, want)
+    print(f"{family} {mode}{' ' + MODES[family] if rope else ''}: n = {n}, max diff / max logit = {diff:.2e}")
+    assert diff < TOL
+
+
+def test_caches_and_shift_on_families(random_families, tmp_path):
+    """The KV cache types and the context shift on the new paths: f16 keys with NoPE layers, f16 with
+    a window, a shift past the end of a Phi-3 context (its keys un-rotated: longrope) and of Mistral's
+    windowed one. ./run must generate to the end without a complaint."""
+    for family, flags in [("smollm3", ["-ctk", "f16", "-ctv", "f16"]), ("mistral", ["-ctk", "f16"]),
+                          ("phi3", ["-ctk", "f16", "-ctv", "f16"])]:
+        _, model = random_families[family]
+        shutil.copy(DATA / "stories260K/tokenizer.model", model.parent / "tokenizer.model")
+        proc = subprocess.run([str(REPO / "run"), str(model), "-i", "Once upon a time", "-n", "200", "-t", "0",
+                               "--ctx", "96", "--keep", "4", *flags], capture_output=True, text=True, errors="replace")
+        assert proc.returncode == 0, (family, proc.stderr)
+        assert "generation: 200 tokens" in proc.stderr and "shift" in proc.stderr.lower(), (family, proc.stderr)
+
+
+def test_padded_vocabulary(tmp_path, c_tools):
+    """Qwen2.5/3 and Phi-3 pad their embedding past the tokenizer (Phi-3: 32064 rows for 32011 ids):
+    the model runs with its smaller tokenizer, the banner says so, and the sampler draws only the
+    tokenizer's ids. The padded rows here are made to win every argmax (their lm_head rows are the
+    largest), so a sampler that looked at them would emit an id the tokenizer cannot decode."""
+    from lrun.hf_checkpoint import Checkpoint, save_file
+    from lrun.hf_random import make_checkpoint
+    hf = tmp_path / "hf"
+    make_checkpoint(hf, **{**SHAPE, "vocab_size": 600}, architecture="Qwen2ForCausalLM", tied=False, seed=3)
+    ck = Checkpoint(hf)
+    tensors = {n: ck.get(n) for n in ck.names()}
+    tensors["lm_head.weight"][512:] = 50 * np.abs(tensors["lm_head.weight"][512:])  # the padding wins argmax
+    save_file(hf / "model.safetensors", tensors)
+    (tmp_path / "m").mkdir()
+    assert run_export(hf, tmp_path / "m" / "model.bin").returncode == 0
+    proc = subprocess.run([str(REPO / "run"), str(tmp_path / "m" / "model.bin"), "-z", str(DATA / "stories260K/tokenizer.model"),
+                           "-i", "Once upon a time", "-n", "64", "-t", "0"], capture_output=True, text=True, errors="replace")
+    assert proc.returncode == 0, proc.stderr
+    assert "(vocab 512; the model's 600 rows are padded)" in proc.stderr
+    assert "generation: 64 tokens" in proc.stderr, proc.stderr
+    # 64 tokens of the tokenizer's own: text (a sampler that drew the padding would print nothing)
+    assert len(proc.stdout) > len("Once upon a time") + 32, proc.stdout
