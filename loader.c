@@ -138,7 +138,7 @@ static void walk_legacy(Cursor *c, Transformer *t) {
     take_stacked_matrix(c, t, offsetof(LayerWeights, w2), D, H);
     take_stacked_matrix(c, t, offsetof(LayerWeights, w3), H, D);
     w->rms_final = take_f32(c, D, 1);
-    take_f32(c, count3(c, p->max_pos, p->head_dim / 2, 2), 1); // freq_cis_real and freq_cis_imag
+    take_f32(c, count3(c, p->n_ctx_max, p->head_dim / 2, 2), 1); // freq_cis_real and freq_cis_imag
     w->wcls = p->shared_classifier ? w->token_embedding : take_matrix(c, DTYPE_F32, p->vocab_size, D, 1);
 }
 
@@ -167,7 +167,7 @@ static const char *check_shape(const Config *p) {
     if (p->n_heads % p->n_kv_heads) return "n_heads must be a multiple of n_kv_heads";
     if (p->head_dim < 2 || p->head_dim > ROPE_MAX_HEAD_DIM || p->head_dim % 2) return "head_dim must be even, in [2, 1024]";
     if (p->vocab_size < 1 || p->vocab_size > 1 << 22) return "vocab_size must be in [1, 2^22]";
-    if (p->max_pos < 1 || p->max_pos > 1 << 24) return "seq_len (max_position_embeddings) must be in [1, 2^24]";
+    if (p->n_ctx_max < 1 || p->n_ctx_max > 1 << 24) return "seq_len (max_position_embeddings) must be in [1, 2^24]";
     if (p->bos_id < -1 || p->bos_id >= p->vocab_size) return "bos_id must be -1 or a token id";
     if (p->eos_id < -1 || p->eos_id >= p->vocab_size) return "eos_id must be -1 or a token id";
     if (!(isfinite(p->norm_eps) && p->norm_eps > 0 && p->norm_eps < 1)) return "norm_eps must be in (0, 1)";
@@ -198,7 +198,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     p->n_kv_heads = get_i32(h, 24);
     p->head_dim = get_i32(h, 28);
     p->vocab_size = get_i32(h, 32);
-    p->max_pos = get_i32(h, 36);
+    p->n_ctx_max = get_i32(h, 36);
     p->bos_id = get_i32(h, 40);
     p->eos_id = get_i32(h, 44);
     int shared = get_i32(h, 48), dtype = get_i32(h, 52), mode = get_i32(h, 56), orig = get_i32(h, 60);
@@ -207,7 +207,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     p->rope = (RopeParams){
         .mode = (RopeScaling)mode,
         .head_dim = p->head_dim,
-        .orig_ctx = orig ? orig : p->max_pos, // L, the trained context
+        .orig_ctx = orig ? orig : p->n_ctx_max, // L, the trained context
         .base = get_f64(h, 64),
         .factor = get_f64(h, 80),
         .attn_factor = get_f64(h, 88),
@@ -216,6 +216,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
         .low_freq_factor = get_f64(h, 112),
         .high_freq_factor = get_f64(h, 120),
     };
+    p->n_ctx_train = p->rope.orig_ctx;
     const char *bad = check_shape(p);
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
@@ -296,7 +297,7 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
     p->n_heads = get_i32(h, 12);
     p->n_kv_heads = get_i32(h, 16);
     int vocab = get_i32(h, 20);
-    p->max_pos = get_i32(h, 24);
+    p->n_ctx_max = get_i32(h, 24);
     p->shared_classifier = vocab > 0;
     p->vocab_size = vocab == INT32_MIN ? 0 : abs(vocab);
     p->head_dim = p->n_heads > 0 ? p->dim / p->n_heads : 0;
@@ -307,7 +308,8 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
     p->dtype = DTYPE_F32;
     p->version = 0;
     p->rope = (RopeParams){
-        .mode = ROPE_SCALING_NONE, .head_dim = p->head_dim, .orig_ctx = p->max_pos, .base = 10000, .factor = 1};
+        .mode = ROPE_SCALING_NONE, .head_dim = p->head_dim, .orig_ctx = p->n_ctx_max, .base = 10000, .factor = 1};
+    p->n_ctx_train = p->n_ctx_max;
     if (check_shape(p) || p->dim % p->n_heads || p->vocab_size < 3) return -1;
     return 0;
 }

@@ -6,6 +6,10 @@
 //                    x = x + w2(silu(w1(rmsnorm(x))) * w3(rmsnorm(x)))
 //   logits = wcls(rmsnorm(x))
 // for a block of consecutive positions at once (a prompt, a perplexity window, or one token).
+// The other families change a step each (README, "RoPE in today's models"): Qwen2 adds biases to
+// wq, wk, wv; Qwen3 RMS-normalizes each q and k head before rope; SmolLM3's NoPE layers skip rope;
+// Mistral's sliding layers attend to the last W positions only (kernels.c); Phi-3 turns part of each
+// head, with LongRoPE's frequencies (rope.c).
 // What this is not: the file reader (loader.c), the products and attention (kernels.c, behind
 // the Matrix and KVCache fences), the frequencies of RoPE (rope.c).
 #include "model.h"
@@ -45,10 +49,10 @@ static int widest_input(const Config *p) {
 // part[2] the rotation tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
 static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
     const int tables = rope_key_tables(&run->rope);
-    part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
-    part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->ctx, p->n_kv_heads, p->head_dim);
+    part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->n_ctx, p->n_kv_heads, p->head_dim);
+    part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->n_ctx, p->n_kv_heads, p->head_dim);
     part[2] =
-        mul_checked(mul_checked(kv_rotation_floats(run->ctx, p->head_dim), sizeof(float), overflow), tables, overflow);
+        mul_checked(mul_checked(kv_rotation_floats(run->n_ctx, p->head_dim), sizeof(float), overflow), tables, overflow);
     if (!part[0] || !part[1] || (tables && !part[2])) *overflow = 1;
 }
 
@@ -62,7 +66,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     size_t kv[3];
     kv_parts(p, run, kv, overflow);
     const int unrotated = rope_keys_unrotated(&run->rope), rerope = rope_is_rerope(&run->rope);
-    const size_t att = attention_scratch_floats(run->ctx, p->n_heads, p->n_kv_heads, p->head_dim, rerope);
+    const size_t att = attention_scratch_floats(run->n_ctx, p->n_heads, p->n_kv_heads, p->head_dim, rerope);
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
     if (att == 0 || work == 0) *overflow = 1;
     struct {
@@ -111,7 +115,7 @@ size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_thre
     *overflow = 0;
     size_t bytes = state_layout(&s, NULL, c, run, n_threads, overflow);
     // + the cos and sin tables (rope.c)
-    size_t rope = mul_checked(mul_checked(rope_table_rows(&run->rope, run->ctx), (size_t)c->head_dim, overflow),
+    size_t rope = mul_checked(mul_checked(rope_table_rows(&run->rope, run->n_ctx), (size_t)c->head_dim, overflow),
                               sizeof(float), overflow);
     if (*overflow || bytes > SIZE_MAX - rope) {
         *overflow = 1;
@@ -124,16 +128,16 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     RunState *s = &t->state;
     const Config *p = &t->config;
     t->run = *run;
-    if (run->ctx < 1 || run->max_batch < 1) {
+    if (run->n_ctx < 1 || run->max_batch < 1) {
         snprintf(err, errlen, "the context and the batch must hold at least one token");
         return PREPARE_BAD_SIZE;
     }
-    if (t->run.max_batch > run->ctx) t->run.max_batch = run->ctx;
+    if (t->run.max_batch > run->n_ctx) t->run.max_batch = run->n_ctx;
     s->n_threads = max_threads();
     int overflow = 0;
     size_t bytes = state_layout(s, NULL, p, &t->run, s->n_threads, &overflow);
     if (overflow) {
-        snprintf(err, errlen, "a context of %d tokens needs more memory than can be addressed", run->ctx);
+        snprintf(err, errlen, "a context of %d tokens needs more memory than can be addressed", run->n_ctx);
         return PREPARE_BAD_SIZE;
     }
     // Anonymous memory comes zeroed and page-aligned, and only the pages the run touches get RSS.
@@ -145,7 +149,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     // buffer.
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) {
-        snprintf(err, errlen, "out of memory allocating %zu bytes for a context of %d tokens", bytes, run->ctx);
+        snprintf(err, errlen, "out of memory allocating %zu bytes for a context of %d tokens", bytes, run->n_ctx);
         return PREPARE_NO_MEMORY;
     }
     madvise(base, bytes, MADV_HUGEPAGE); // a hint: without THP (or on failure) the pages stay 4 KiB
@@ -156,7 +160,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
                       .key_type = run->cache_k,
                       .value_type = run->cache_v,
                       .n_layers = p->n_layers,
-                      .ctx = run->ctx,
+                      .ctx = run->n_ctx,
                       .n_heads = p->n_heads,
                       .n_kv_heads = p->n_kv_heads,
                       .head_dim = p->head_dim,
@@ -168,16 +172,16 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     s->work.bytes = workspace_bytes(s->work.max_n, s->work.max_cols, s->n_threads);
     t->state_bytes = transformer_state_bytes(p, &t->run, s->n_threads, &overflow);
     char rope_err[300];
-    if (rope_init(&t->rope, &run->rope, run->ctx, rope_err, sizeof rope_err)) {
+    if (rope_init(&t->rope, &run->rope, run->n_ctx, rope_err, sizeof rope_err)) {
         snprintf(err, errlen, "%s", rope_err);
         munmap(base, s->bytes);
         memset(s, 0, sizeof(*s));
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
-    if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->ctx);
+    if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->n_ctx);
     if (rope_is_rerope(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
-        float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->ctx, p->head_dim) : NULL;
-        kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->ctx);
+        float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->n_ctx, p->head_dim) : NULL;
+        kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->n_ctx);
     }
     s->rope_version = t->rope.version;
     return PREPARE_OK;
@@ -271,10 +275,15 @@ static void rope_head(Transformer *t, int i, int h, int pos) {
     rope_rotate(&t->rope, head, pos + i);
 }
 
+// Below this many coordinates to turn, RoPE runs on the calling thread: waking the team costs more
+// than the work (one decoded token of Llama 2 7B turns 8192 coordinates, q and k; a prompt block of 64
+// tokens of the 110M shape 98304; docs/speed.md, "No team for one thread", has the cost of a region).
+#define ROPE_PARALLEL_MIN 16384
+
 static void rope_qk(Transformer *t, int n, int pos) {
     const Config *p = &t->config;
     const int heads = p->n_heads + (t->state.rotation ? 0 : p->n_kv_heads);
-    if ((size_t)n * heads * p->head_dim < 16384) {
+    if ((size_t)n * heads * p->head_dim < ROPE_PARALLEL_MIN) {
         for (int i = 0; i < n; i++)
             for (int h = 0; h < heads; h++)
                 rope_head(t, i, h, pos);
@@ -295,7 +304,7 @@ static void rope_qk(Transformer *t, int n, int pos) {
 // exceeds seq_length, else 1): the same factors. Works with every RoPE mode, since a rotation does not
 // change a length.
 static void logn_queries(Transformer *t, int n, int pos) {
-    const int L = t->rope.p.orig_ctx, qd = t->config.n_heads * t->config.head_dim;
+    const int L = t->config.n_ctx_train, qd = t->config.n_heads * t->config.head_dim;
     for (int i = 0; i < n; i++) {
         const int m = pos + i;
         if (L < 2 || m + 1 <= L) continue;
@@ -314,8 +323,12 @@ static void logn_queries(Transformer *t, int n, int pos) {
 // (kernels.c: a region of one thread still costs a system call).
 static float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+// Below this many values the SwiGLU runs on the calling thread (one decoded token of the largest
+// MLP here, TinyLlama's 5632, is far below it; a prompt block is far above).
+#define SWIGLU_PARALLEL_MIN 65536
+
 static void swiglu(float *hb, const float *hb2, size_t n) {
-    if (n < 65536) {
+    if (n < SWIGLU_PARALLEL_MIN) {
         for (size_t i = 0; i < n; i++)
             hb[i] = silu_times(hb[i], hb2[i]);
         return;
@@ -339,7 +352,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
     const Config *p = &t->config;
     const TransformerWeights *w = &t->weights;
     RunState *s = &t->state;
-    const int D = p->dim, H = p->hidden_dim, ctx = t->run.ctx;
+    const int D = p->dim, H = p->hidden_dim, ctx = t->run.n_ctx;
     if (n < 1 || n > t->run.max_batch || pos < 0 || pos > ctx - n || text_len < pos + n || text_len > ctx) {
         snprintf(err, errlen,
                  "forward: %d tokens at position %d of a %d-token sequence do not fit a %d-token "
@@ -413,7 +426,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
 // a key by its (new) position, near or far, as it reads it.
 int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, size_t errlen) {
     RunState *s = &t->state;
-    if (keep < 0 || drop < 1 || len > t->run.ctx || keep > len - drop) {
+    if (keep < 0 || drop < 1 || len > t->run.n_ctx || keep > len - drop) {
         snprintf(err, errlen, "shift: cannot keep %d and drop %d of %d cached positions", keep, drop, len);
         return -1;
     }

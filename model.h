@@ -120,9 +120,11 @@ typedef struct {
     int n_kv_heads;
     int head_dim;   // hd
     int vocab_size; // V
-    int max_pos;    // largest context the checkpoint supports (max_position_embeddings); the
-                    // trained context L is rope.orig_ctx (original_max_position_embeddings
-                    // when the checkpoint has one, else max_pos)
+    // Contexts, named as llama.cpp's hparams name them: n_ctx_train is the one the model was
+    // trained at, L (original_max_position_embeddings when the checkpoint has one, else
+    // max_position_embeddings; rope.orig_ctx holds the same for rope.c); n_ctx_max is the largest
+    // it says it supports with its own scaling (max_position_embeddings, the header's seq_len).
+    int n_ctx_train, n_ctx_max;
     int bos_id, eos_id;
     int n_end_ids;                    // more ids that end the text (version 2 files), besides eos_id
     int end_ids[MODEL_MAX_END_IDS];
@@ -159,9 +161,9 @@ typedef struct {
     Matrix wcls;            // (V, D); the token embedding when the classifier is shared
 } TransformerWeights;
 
-// What the user asked for at run time.
+// What the user asked for at run time (llama.cpp's cparams).
 typedef struct {
-    int ctx;       // KV cache length in tokens
+    int n_ctx;     // KV cache length in tokens (--ctx)
     int max_batch; // most tokens one forward call takes (prefill block)
     DType cache_k, cache_v; // types of the cached keys and values: DTYPE_F32, DTYPE_F16 or DTYPE_Q8_0
     RopeParams rope;
@@ -212,7 +214,7 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
 // size_t.
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads, int *overflow);
 
-// Allocate the run state and RoPE tables for run->ctx tokens, sized for the current OpenMP
+// Allocate the run state and RoPE tables for run->n_ctx tokens, sized for the current OpenMP
 // thread count. Returns PREPARE_OK, or another status with a plain message in err.
 typedef enum { PREPARE_OK = 0, PREPARE_BAD_SIZE, PREPARE_NO_MEMORY, PREPARE_BAD_ROPE } PrepareStatus;
 PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen);

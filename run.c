@@ -157,9 +157,9 @@ static int is_end(const Config *c, int id) {
 // shift can make the room (the kept positions and the new tokens alone fill the context); -1 after
 // an error, in err.
 static int make_room(Transformer *t, int keep, int *pos, int need, int *shifts, char *err, size_t errlen) {
-    while (*pos + need > t->run.ctx) {
+    while (*pos + need > t->run.n_ctx) {
         const int drop = (*pos - keep) / 2;
-        if (drop < 1 || keep + need > t->run.ctx) return 1;
+        if (drop < 1 || keep + need > t->run.n_ctx) return 1;
         if (transformer_shift(t, *pos, keep, drop, err, errlen)) return -1;
         *pos -= drop;
         (*shifts)++;
@@ -253,21 +253,21 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         free(ids);
         return 1;
     }
-    if (n_prompt > t->run.ctx) {
+    if (n_prompt > t->run.n_ctx) {
         fprintf(stderr,
                 "error: the prompt is %d tokens, longer than the context of %d (hint: a larger --ctx "
                 "or a shorter prompt)\n",
-                n_prompt, t->run.ctx);
+                n_prompt, t->run.n_ctx);
         free(ids);
         return 1;
     }
-    Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.ctx);
+    Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.n_ctx);
     if (!sampler) {
         free(ids);
         return 1;
     }
     Stop stop = stop_new(o);
-    const int keep = keep_of(o, t->run.ctx);
+    const int keep = keep_of(o, t->run.n_ctx);
 
     // Prompt: echo it, then run it through the network.
     for (int i = 0; i < n_prompt; i++) {
@@ -330,7 +330,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     char shifted[80] = "";
     if (shifts)
         snprintf(shifted, sizeof shifted, " | context shifts: %d (kept %d, dropped %d each)", shifts, keep,
-                 (t->run.ctx - keep) / 2);
+                 (t->run.n_ctx - keep) / 2);
     fprintf(stderr,
             "\nprompt: %d token%s in %.3f s (%.1f tok/s) | generation: %d token%s, %d decode step%s in %.3f s "
             "(%.1f tok/s) | threads %d%s%s%s\n",
@@ -375,8 +375,8 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
     const int tty = isatty(STDIN_FILENO) && isatty(STDERR_FILENO); // a person types the turns
     fprintf(stderr, "chat: template %s%s%s\n", CHAT_NAMES[k], o->chat_template ? " (--chat-template)" : "",
             tty ? "; one line a turn, Ctrl-D ends the chat" : "");
-    Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.ctx);
-    const int keep = keep_of(o, t->run.ctx);
+    Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.n_ctx);
+    const int keep = keep_of(o, t->run.n_ctx);
     char *line = NULL, err[300];
     size_t line_cap = 0;
     int *ids = NULL, cap = 0, pos = 0, shifts = 0, status = sampler ? 0 : 1, turns = 0, refused = 0;
@@ -401,11 +401,11 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
             break;
         }
         free(text);
-        if (keep + n > t->run.ctx) { // no context shift can make room for it: refuse it, go on
+        if (keep + n > t->run.n_ctx) { // no context shift can make room for it: refuse it, go on
             fprintf(stderr,
                     "chat: this turn is %d tokens, more than the context of %d holds after the first %d kept; it "
                     "was not sent (hint: a shorter line, or a larger --ctx)\n",
-                    n, t->run.ctx, keep);
+                    n, t->run.n_ctx, keep);
             refused++;
             continue;
         }
@@ -494,7 +494,7 @@ static int bucket_of(int pos, int L) {
 }
 
 static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
-    const int V = t->config.vocab_size, N = t->run.ctx, L = t->rope.p.orig_ctx;
+    const int V = t->config.vocab_size, N = t->run.n_ctx, L = t->config.n_ctx_train;
     size_t len;
     char *text = read_file(o->ppl, &len);
     if (!text) {
@@ -692,12 +692,12 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     int overflow;
     const size_t kv = transformer_kv_bytes(c, run), all = transformer_state_bytes(c, run, max_threads(), &overflow);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
-    if (c->max_pos != c->rope.orig_ctx)
-        snprintf(supports, sizeof supports, " (supports %d with its scaling)", c->max_pos);
+    if (c->n_ctx_max != c->n_ctx_train)
+        snprintf(supports, sizeof supports, " (n_ctx_max %d with its scaling)", c->n_ctx_max);
     fprintf(stderr,
-            "context: trained %d%s, requested %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s%s, "
+            "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped) | KV cache %.2f MiB (keys %s%s, "
             "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
-            c->rope.orig_ctx, supports, run->ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
+            c->n_ctx_train, supports, run->n_ctx, t->weight_bytes / 1048576.0, kv / 1048576.0,
             dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
             (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
             wait_policy(waiting, sizeof waiting));
@@ -706,7 +706,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
 // The banner's RoPE line, once the tables are made.
 static void banner_rope(const Transformer *t) {
     char what[400];
-    rope_describe(&t->rope, t->run.ctx, what, sizeof what);
+    rope_describe(&t->rope, t->run.n_ctx, what, sizeof what);
     fprintf(stderr, "rope: %s%s\n", what, t->run.attn_logn ? ", log-n: queries past L times ln(m + 1) / ln(L)" : "");
 }
 
@@ -728,23 +728,23 @@ static void banner_tokenizer(const Tokenizer *tok, const char *path, int model_v
 // Runs that go ahead but probably not as meant say so, each with the fix.
 static void warn_context(const Config *c, const RunConfig *run, const Options *o) {
     const RopeParams *p = &run->rope;
-    const int L = p->orig_ctx, ctx = run->ctx;
+    const int L = c->n_ctx_train, ctx = run->n_ctx;
     const int own = (o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode) && o->rope.factor == 0;
     if (ctx > L && !rope_is_scaled(p))
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
                 "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope)\n",
                 ctx, L, L);
-    if (own && c->max_pos > L && ctx > c->max_pos)
+    if (own && c->n_ctx_max > L && ctx > c->n_ctx_max)
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d positions the checkpoint says it supports with its own %s "
                 "scaling (max_position_embeddings) (hint: --ctx %d, or a larger --rope-factor)\n",
-                ctx, c->max_pos, rope_scaling_name(c->rope.mode), c->max_pos);
+                ctx, c->n_ctx_max, rope_scaling_name(c->rope.mode), c->n_ctx_max);
     // A factor covers s L positions (rope_covers); dynamic's grows with the length and rerope has
     // none. A checkpoint's own factor covers what it says it supports (Llama 3.1: factor 8 of 8192,
     // said good to 131072).
     double fix, covers = rope_covers(p, ctx, &fix);
-    if (own && c->max_pos > covers) covers = c->max_pos;
+    if (own && c->n_ctx_max > covers) covers = c->n_ctx_max;
     if (covers && covers < ctx)
         fprintf(stderr,
                 "warning: %s with --rope-factor %g covers %g positions, fewer than --ctx %d: positions past %g are "
@@ -758,7 +758,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     const Config *c = &t->config;
     char err[300];
     // Default context: the one the model was trained at, L (not the largest its scaling supports).
-    *run = (RunConfig){.ctx = o->ctx ? o->ctx : c->rope.orig_ctx, .max_batch = o->batch, .attn_logn = o->attn_logn};
+    *run = (RunConfig){.n_ctx = o->ctx ? o->ctx : c->n_ctx_train, .max_batch = o->batch, .attn_logn = o->attn_logn};
     const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
     DType *set[2] = {&run->cache_k, &run->cache_v};
     for (int i = 0; i < 2; i++) {
@@ -774,7 +774,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
             return 2;
         }
     }
-    if (check_keep(o, run->ctx)) return 2;
+    if (check_keep(o, run->n_ctx)) return 2;
     // rope.c owns the rules; here each broken one gets its flag and its fix.
     static const char *const RULE[] = {
         [ROPE_FACTOR_WITHOUT_MODE] = "--rope-factor needs a scaling mode (hint: --rope-scaling "
@@ -788,7 +788,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         [ROPE_LONGROPE_NO_FACTORS] = "--rope-scaling longrope needs a LongRoPE checkpoint's short and long factors "
                                      "(Phi-3's rope_scaling), and this model has none (hint: --rope-scaling yarn)",
     };
-    const RopeRule rule = rope_params_resolve(&run->rope, &c->rope, run->ctx, &o->rope, err, sizeof err);
+    const RopeRule rule = rope_params_resolve(&run->rope, &c->rope, run->n_ctx, &o->rope, err, sizeof err);
     if (rule == ROPE_BAD_VALUE) {
         fprintf(stderr, "error: %s (hint: see --help for the RoPE flags)\n", err);
         return 2;
@@ -811,7 +811,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         fprintf(stderr,
                 "error: --ctx %d needs %.2f GiB for the KV cache and activations, more than the %.2f GiB "
                 "of memory available (hint: a smaller --ctx%s)\n",
-                run->ctx, overflow ? INFINITY : bytes / 1073741824.0, avail / 1073741824.0,
+                run->n_ctx, overflow ? INFINITY : bytes / 1073741824.0, avail / 1073741824.0,
                 f32_cache ? ", or -ctk f16 -ctv f16 for a cache of half the size (q8_0: 0.27x)" : "");
         return 1;
     }

@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
     }
     const Config *c = &t.config;
     const RunConfig run = {
-        .ctx = STEP_POS + 1, .max_batch = 1, .cache_k = DTYPE_F16, .cache_v = DTYPE_F16, .rope = c->rope};
+        .n_ctx = STEP_POS + 1, .max_batch = 1, .cache_k = DTYPE_F16, .cache_v = DTYPE_F16, .rope = c->rope};
     if (transformer_prepare(&t, &run, err, sizeof err) != PREPARE_OK) {
         fprintf(stderr, "error: %s\n", err);
         return 1;

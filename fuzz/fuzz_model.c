@@ -49,9 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const Config *c = &t.config;
     // 8 positions: past the trained context when it is < 6, so that dynamic RoPE re-rotates keys.
-    RunConfig run = {.ctx = 8, .max_batch = 5};
+    RunConfig run = {.n_ctx = 8, .max_batch = 5};
     RopeOverrides none = {.mode = -1};
-    if (!rope_params_resolve(&run.rope, &c->rope, run.ctx, &none, err, sizeof err) &&
+    if (!rope_params_resolve(&run.rope, &c->rope, run.n_ctx, &none, err, sizeof err) &&
         !transformer_prepare(&t, &run, err, sizeof err)) {
         const int V = c->vocab_size, tokens[6] = {0, V - 1, V / 2, 1 % V, V / 3, 2 % V};
         float *logits;

@@ -58,7 +58,7 @@ def test_n_minus_one_runs_to_an_end_token(c_tools):
 
 def test_flag_equals_value(c_tools):
     code, out, err = run("--ctx=64", "--n-predict=5", "--temp=0", "-i", "Once")
-    assert code == 0 and "requested 64" in err and "generation: 5 tokens" in err, err
+    assert code == 0 and "n_ctx 64 |" in err and "generation: 5 tokens" in err, err
     code, _, err = run("--attn-logn=1")
     assert code == 2 and "--attn-logn is a switch and takes no value" in err
 

@@ -933,7 +933,7 @@ def test_trained_context_and_supported_context(tmp_path, capsys, c_tools):
     proc = subprocess.run([str(REPO / "run"), str(tmp_path / "m.bin"), "-z", str(TOK512), "-n", "2", "-t", "0"],
                           capture_output=True, text=True, errors="replace", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "context: trained 16 (supports 64 with its scaling), requested 16 |" in proc.stderr
+    assert "context: n_ctx_train 16 (n_ctx_max 64 with its scaling), n_ctx 16 |" in proc.stderr
     assert "trained context L = 16" in proc.stderr
 
 

@@ -66,11 +66,11 @@ static void layer0_keys(const Transformer *t, int len, float *out) {
 static int start(Transformer *t, const char *path, int mode, DType kt, const int *ids, int n, int ctx) {
     char err[600];
     float *logits;
-    RunConfig run = {.ctx = ctx, .max_batch = 64, .cache_k = kt, .cache_v = DTYPE_F32};
+    RunConfig run = {.n_ctx = ctx, .max_batch = 64, .cache_k = kt, .cache_v = DTYPE_F32};
     const int no_factor = mode == ROPE_SCALING_DYNAMIC || mode == ROPE_SCALING_NONE || mode == ROPE_SCALING_REROPE;
     RopeOverrides o = {.mode = mode, .factor = no_factor ? 0 : 2};
     if (transformer_load(t, path, err, sizeof err) ||
-        rope_params_resolve(&run.rope, &t->config.rope, run.ctx, &o, err, sizeof err) ||
+        rope_params_resolve(&run.rope, &t->config.rope, run.n_ctx, &o, err, sizeof err) ||
         transformer_prepare(t, &run, err, sizeof err) != PREPARE_OK ||
         transformer_forward(t, ids, n, 0, n, 0, &logits, err, sizeof err)) {
         fprintf(stderr, "test_model: %s\n", err);
@@ -129,9 +129,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_model: %s\n", err);
         return 1;
     }
-    RunConfig run = {.ctx = 1024, .max_batch = 256};
+    RunConfig run = {.n_ctx = 1024, .max_batch = 256};
     RopeOverrides dynamic = {.mode = ROPE_SCALING_DYNAMIC};
-    if (rope_params_resolve(&run.rope, &t.config.rope, run.ctx, &dynamic, err, sizeof err) ||
+    if (rope_params_resolve(&run.rope, &t.config.rope, run.n_ctx, &dynamic, err, sizeof err) ||
         transformer_prepare(&t, &run, err, sizeof err) != PREPARE_OK) {
         fprintf(stderr, "test_model: %s\n", err);
         return 1;

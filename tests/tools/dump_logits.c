@@ -72,8 +72,8 @@ int main(int argc, char **argv) {
     Transformer t;
     if (transformer_load(&t, argv[1], err, sizeof err)) return fail(err);
     const int V = t.config.vocab_size;
-    RunConfig run = {.ctx = ctx ? ctx : n, .max_batch = growing ? 1 : batch, .attn_logn = logn};
-    if (rope_params_resolve(&run.rope, &t.config.rope, run.ctx, &ov, err, sizeof err)) return fail(err);
+    RunConfig run = {.n_ctx = ctx ? ctx : n, .max_batch = growing ? 1 : batch, .attn_logn = logn};
+    if (rope_params_resolve(&run.rope, &t.config.rope, run.n_ctx, &ov, err, sizeof err)) return fail(err);
     if (transformer_prepare(&t, &run, err, sizeof err)) return fail(err);
 
     float *out = malloc((size_t)n * V * sizeof(float));
