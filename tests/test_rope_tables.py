@@ -388,3 +388,65 @@ def test_c_yarn_edges(rope_tools, d, b, l0):
     label = f"yarn edge d={d} b={b:g} L={l0} (lo={lo}, hi={hi})"
     rel, _ = compare(got, "yarn", d, b, l0, 4.0, [0, 1, 3, 5000], {}, label)
     assert rel < 1e-12
+
+
+# --- Partial rotary and LongRoPE (issue 37): rope.c against rope_ref on the rotated part ---------------
+# d = 64 with the first R = 48 dimensions turning (Phi-4-mini's 0.75): the frequencies are those of a
+# head of R (rope_ref with d = R), the pairs past R/2 have theta 0 and cos 1, sin 0 exactly whatever the
+# magnitude. LongRoPE: the short factors up to L, the long past it (by --length), attention factor
+# sqrt(1 + ln s / ln L) at every length; the table's version moves once when the length passes L.
+
+def factor_flags(fs):
+    return ",".join(repr(f) for f in fs)
+
+
+def run_dump_extra(exe, mode, d, b, l0, s, positions, extra):
+    cmd = [str(exe), "--mode", mode, "--head-dim", str(d), "--base", repr(float(b)), "--orig-ctx", str(l0),
+           "--factor", repr(float(s)), "--positions", ",".join(map(str, positions)), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    out = {"cos": {}, "sin": {}}
+    for line in proc.stdout.splitlines():
+        f = line.split()
+        if f[0] in ("cos", "sin"):
+            out[f[0]][int(f[1])] = np.array([float(v) for v in f[2:]])
+        elif f[0] in ("inv_freq", "table_inv_freq"):
+            out[f[0]] = np.array([float(v) for v in f[1:]])
+        elif f[0] != "params":
+            out[f[0]] = float(f[1])
+    return out
+
+
+R, D_HEAD, L_LR = 48, 64, 4096
+SHORT = [1.0 + 0.02 * i for i in range(R // 2)]
+LONG = [1.0 + 1.7 * i for i in range(R // 2)]
+
+
+@pytest.mark.parametrize("mode,length", [("none", 0), ("yarn", 0), ("longrope", 100), ("longrope", 8000)])
+def test_c_partial_rotary_and_longrope(rope_tools, mode, length):
+    s = 32.0  # Phi-3-mini-128k: 131072 / 4096
+    extra = ["--rot-dims", str(R)]
+    kw = {}
+    if mode == "longrope":
+        extra += ["--short-factor", factor_flags(SHORT), "--long-factor", factor_flags(LONG), "--length", str(length)]
+        kw = dict(short_factor=SHORT, long_factor=LONG, length=length)
+    got = run_dump_extra(rope_tools["rope_dump"], mode, D_HEAD, 1e4, L_LR, s, POSITIONS, extra)
+    want_inv, want_ms = ref.inv_freq(mode, R, 1e4, L_LR, s, **kw)
+    for key in ("inv_freq", "table_inv_freq"):
+        assert np.max(np.abs(got[key][:R // 2] / want_inv - 1)) < 1e-12, key
+        assert not got[key][R // 2:].any(), f"{key}: the pairs past R/2 must not turn"
+    assert abs(got["table_mscale"] / want_ms - 1) < 1e-12
+    worst = 0.0
+    for p in POSITIONS:
+        c, sn = ref.cos_sin(want_inv, want_ms, p)
+        worst = max(worst, np.max(np.abs(got["cos"][p][:R // 2] - c)), np.max(np.abs(got["sin"][p][:R // 2] - sn)))
+        assert (got["cos"][p][R // 2:] == 1).all() and (got["sin"][p][R // 2:] == 0).all()
+    assert worst < 1e-6
+    if mode == "longrope":
+        assert got["table_version"] == (1 if length > L_LR else 0)
+        assert abs(want_ms - math.sqrt(1 + math.log(s) / math.log(L_LR))) < 1e-15
+        # control: the other set of factors is far off
+        other, _ = ref.inv_freq(mode, R, 1e4, L_LR, s, short_factor=SHORT, long_factor=LONG,
+                                length=L_LR + 1 if length <= L_LR else 1)
+        assert np.max(np.abs(got["table_inv_freq"][:R // 2] / other - 1)) > 0.5
+    print(f"{mode} rot 48 of 64{f' length {length}' if length else ''}: cos/sin max abs {worst:.2e}")

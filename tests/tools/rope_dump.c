@@ -8,10 +8,11 @@
 //   tests/tools/rope_dump --mode NAME --head-dim D --base B --orig-ctx L --factor S
 //                         [--alpha A] [--length l] [--attn-factor F] [--beta-fast X] [--beta-slow Y]
 //                         [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...
-//                         [--rotate x_0,...,x_{d-1}]
+//                         [--rotate x_0,...,x_{d-1}] [--rot-dims R]
+//                         [--short-factor f_0,...] [--long-factor f_0,...]   (longrope: R/2 each)
 //
 // Output (stdout), one record per line, fields separated by single spaces, reals as %.17g:
-//   params MODE head_dim orig_ctx base factor alpha attn_factor beta_fast beta_slow lf hf
+//   params MODE head_dim orig_ctx base factor alpha attn_factor beta_fast beta_slow lf hf rot_dims
 //                                   (after rope_params_check filled in the defaults)
 //   inv_freq v_0 ... v_{d/2-1}      rope_inv_freq(p, length) with length = --length or 0
 //   mscale x                        ... its mscale
@@ -39,7 +40,8 @@ static void usage(const char *why) {
             "usage: rope_dump --mode NAME --head-dim D --base B --orig-ctx L --factor S [--alpha A]\n"
             "                 [--length l] [--attn-factor F] [--beta-fast X] [--beta-slow Y]\n"
             "                 [--low-freq-factor a] [--high-freq-factor b] --positions p1,p2,...\n"
-            "                 [--rotate x_0,...,x_{d-1}]\n",
+            "                 [--rotate x_0,...,x_{d-1}] [--rot-dims R] [--short-factor f,...]\n"
+            "                 [--long-factor f,...]\n",
             why);
     exit(2);
 }
@@ -80,6 +82,19 @@ static int parse_positions(const char *s, int *pos) {
     return n;
 }
 
+// "1,2.5,-3" -> x (double); returns the count.
+static int parse_doubles(const char *flag, const char *s, double *x) {
+    int n = 0;
+    char buf[16384];
+    if (strlen(s) >= sizeof(buf)) usage("list too long");
+    strcpy(buf, s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_ROTATE) usage("at most 1024 values");
+        x[n++] = parse_real(flag, tok);
+    }
+    return n;
+}
+
 // "1,2.5,-3" -> x (float); returns the count.
 static int parse_reals(const char *flag, const char *s, float *x) {
     int n = 0;
@@ -113,6 +128,8 @@ int main(int argc, char **argv) {
     int have_mode = 0, length = 0, npos = 0, nrot = 0;
     int positions[MAX_POSITIONS];
     float rot[MAX_ROTATE]; // --rotate: one head to rotate to every position
+    double lambda[2][MAX_ROTATE]; // --short-factor, --long-factor
+    int nfactors[2] = {0, 0};
 
     for (int a = 1; a < argc; a++) {
         const char *flag = argv[a];
@@ -147,6 +164,12 @@ int main(int argc, char **argv) {
             p.high_freq_factor = parse_real(flag, val);
         } else if (!strcmp(flag, "--rotate")) {
             nrot = parse_reals(flag, val, rot);
+        } else if (!strcmp(flag, "--rot-dims")) {
+            p.rot_dims = parse_int(flag, val, 1 << 16);
+        } else if (!strcmp(flag, "--short-factor") || !strcmp(flag, "--long-factor")) {
+            const int k = flag[2] == 'l';
+            nfactors[k] = parse_doubles(flag, val, lambda[k]);
+            *(k ? &p.long_factor : &p.short_factor) = lambda[k];
         } else if (!strcmp(flag, "--positions")) {
             npos = parse_positions(val, positions);
         } else {
@@ -157,14 +180,16 @@ int main(int argc, char **argv) {
         usage("--mode, --head-dim, --base, --orig-ctx and --positions are required");
     if (nrot && nrot != p.head_dim) usage("--rotate needs exactly --head-dim values");
 
+    if ((nfactors[0] || nfactors[1]) && (nfactors[0] != nfactors[1] || nfactors[0] != (p.rot_dims ? p.rot_dims : p.head_dim) / 2))
+        usage("--short-factor and --long-factor need rot_dims / 2 values each");
     char err[256];
     if (rope_params_check(&p, err, sizeof(err))) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    printf("params %s %d %d %.17g %.17g %.17g %.17g %.17g %.17g %.17g %.17g\n", rope_scaling_name(p.mode), p.head_dim,
+    printf("params %s %d %d %.17g %.17g %.17g %.17g %.17g %.17g %.17g %.17g %d\n", rope_scaling_name(p.mode), p.head_dim,
            p.orig_ctx, p.base, p.factor, p.alpha, p.attn_factor, p.beta_fast, p.beta_slow, p.low_freq_factor,
-           p.high_freq_factor);
+           p.high_freq_factor, p.rot_dims);
 
     // The pure function first.
     const int half = p.head_dim / 2;
