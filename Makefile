@@ -12,7 +12,10 @@ CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
 
-CORE = model.o loader.o rope.o kernels.o
+# The kernels: the fences and references, decode, prefill, attention, and their x86 vector versions
+# (kernels_internal.h says what each file holds; kernels_x86.c compiles to nothing without AVX2).
+KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o
+CORE = model.o loader.o rope.o $(KERNELS)
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
 APP = run.o cli.o chat.o sampler.o
 TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump \
@@ -56,14 +59,14 @@ tests/tools/chat_ids: tests/tools/chat_ids.c chat.o tokenizer.o bpe.o
 tests/tools/sample_dump: tests/tools/sample_dump.c sampler.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-tests/test_kernels: tests/test_kernels.c kernels.o
+tests/test_kernels: tests/test_kernels.c $(KERNELS)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-tests/test_kernels_plain: tests/test_kernels.c kernels.c kernels.h kernels_x86.h
-	$(CC) $(CFLAGS) -DKERNELS_PLAIN -I. -o $@ tests/test_kernels.c kernels.c -lm
+tests/test_kernels_plain: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+	$(CC) $(CFLAGS) -DKERNELS_PLAIN -I. -o $@ $(filter %.c,$^) -lm
 
-tests/test_kernels_avx2: tests/test_kernels.c kernels.c kernels.h kernels_x86.h
-	$(CC) $(CFLAGS) -march=haswell -I. -o $@ tests/test_kernels.c kernels.c -lm
+tests/test_kernels_avx2: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+	$(CC) $(CFLAGS) -march=haswell -I. -o $@ $(filter %.c,$^) -lm
 
 tools: run run-ref $(TOOLS)
 
@@ -73,7 +76,7 @@ build/ref/model.o: model.c *.h
 	@mkdir -p build/ref
 	$(CC) $(CFLAGS) -DLRUN_REFERENCE -c -o $@ $<
 
-run-ref: $(APP) build/ref/model.o loader.o rope.o kernels.o tokenizer.o bpe.o
+run-ref: $(APP) build/ref/model.o loader.o rope.o $(KERNELS) tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # glibc gives each allocation of 32 MiB and more its own mmap and returns it on free, so every large
@@ -98,7 +101,7 @@ BENCH_ARGS ?=
 bench/bwprobe: bench/bwprobe.c bench/fold.h
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
-bench/matmul_bench: bench/matmul_bench.c kernels.o
+bench/matmul_bench: bench/matmul_bench.c $(KERNELS)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
 bench/stepread: bench/stepread.c bench/fold.h $(CORE)
@@ -174,7 +177,7 @@ FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
 FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
-FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o kernels.o tokenizer.o bpe.o cli.o chat.o sampler.o)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o $(KERNELS) tokenizer.o bpe.o cli.o chat.o sampler.o)
 
 build/fuzz/%.o: %.c *.h
 	@mkdir -p build/fuzz

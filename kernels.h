@@ -1,12 +1,13 @@
 // kernels.h - the numerical kernels of the forward pass: matrix products and attention.
 //
 // Every product in a Llama layer is out = x @ W^T with W an nn.Linear weight (out, in), stored as
-// f32, f16 or q8_0 (model.h has the bytes). Attention reads a KV cache whose layout is this
+// f32, f16, q8_0 or q4_0 (model.h has the bytes). Attention reads a KV cache whose layout is this
 // module's business. Each kernel exists twice: a plain reference (matmul_ref, attention_ref),
 // written to be obviously right, and the fast one the forward pass uses (matmul, attention).
 // tests/test_kernels.c checks one against the other in every build (AVX-512, AVX2, plain C).
 // The Matrix and KVCache structs are fences: the forward pass never sees a weight type or the
-// cache layout.
+// cache layout. Behind this header: kernels.c (the references, the cache, matmul), kernels_decode.c,
+// kernels_prefill.c, kernels_attention.c and kernels_x86.c (kernels_internal.h says what each holds).
 #ifndef KERNELS_H
 #define KERNELS_H
 

@@ -1,14 +1,15 @@
-// kernels_x86.h - the x86 vector versions of kernels.c's microkernels (AVX-512, VNNI, AVX2).
+// kernels_x86.c - the x86 vector versions of the kernels' microkernels (AVX-512, VNNI, AVX2).
 //
-// Included by kernels.c only, after the plain C microkernels, when the compiler targets AVX2 or
-// more (-march=native on such a machine). Each function here has the signature and the meaning of
-// the plain C one it replaces (dot_rows_x86 <-> dot_rows_plain, ...); the table at the end says
-// which ones a build replaces. Attention has one 256-bit version for AVX2 and AVX-512 builds; decode
-// has a 256-bit one and, for AVX-512 with VNNI, 512-bit f16, q8_0 and q4_0 dot products (half the
-// instructions per byte, which counts once a core streams fast enough); the prefill tiles have two side by side,
-// 512-bit (AVX-512, with VNNI for the integer ones) and 256-bit (AVX2, for machines without
-// AVX-512). tests/test_kernels.c checks every path against the references, in
-// a native, an AVX2 and a plain C build.
+// Compiled to nothing unless the compiler targets AVX2 or more (-march=native on such a machine;
+// kernels_internal.h decides). Each function here that the algorithms call has the signature and
+// the meaning of the plain C one it replaces (dot_rows_x86 <-> dot_rows_plain in kernels_decode.c,
+// ...): kernels_internal.h declares both with one type and its table says which one a build uses.
+// This file needs nothing from the other kernel files but that header. Attention has one 256-bit
+// version for AVX2 and AVX-512 builds; decode has a 256-bit one and, for AVX-512 with VNNI, 512-bit
+// f16, q8_0 and q4_0 dot products (half the instructions per byte, which counts once a core
+// streams fast enough); the prefill tiles have two side by side, 512-bit (AVX-512, with VNNI for
+// the integer ones) and 256-bit (AVX2, for machines without AVX-512). tests/test_kernels.c checks
+// every path against the references, in a native, an AVX2 and a plain C build.
 //
 // What the vector versions add, and why (docs/speed.md has the measurements):
 //   - decode reads four weight rows at once, one from each quarter of the matrix, with wide loads
@@ -16,7 +17,8 @@
 //     loaded serves four rows;
 //   - q8_0 and q4_0 dot products are exact integer sums of byte products. The multiply instructions
 //     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
-//     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already;
+//     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already; the
+//     decode hook (q4_prep) lays each token's activations out in the order of q4_0's nibbles;
 //   - scales multiplied eight blocks at a time, as one vector, not one block at a time (q8_0 then
 //     hands each block its scale by a broadcast load, not by a permute across the halves of a
 //     vector, which some cores run slowly);
@@ -24,17 +26,17 @@
 //     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
 //   - attention works on tiles of up to 3 query rows x 32 positions (or coordinates) in registers,
 //     so each key or value loaded serves every query head of its kv head and several queries.
-#ifndef KERNELS_X86_H
-#define KERNELS_X86_H
+#include "kernels_internal.h"
 
+#ifdef USE_AVX2
 #include <immintrin.h>
+#include <string.h>
 
 // How far ahead (in values) packing asks for the rest of each weight row: the rows of a panel are
 // read 32 or 64 bytes at a time from 16 rows side by side, which the hardware prefetcher alone
 // does not keep up with.
 #define PACK_AHEAD 128
 
-#ifdef USE_AVX2
 // The sum of the 8 lanes of a vector.
 static inline float hsum8(__m256 a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -62,48 +64,119 @@ static inline void store_first8(float *p, int k, __m256 v) {
     else
         _mm256_maskstore_ps(p, first_lanes8(k), v);
 }
-#endif
 
+// ---------------------------------------------------------------------------------------------
 // Decode: DOT_ROWS = 4 weight rows at once (rows r, r + step, ..., chosen by matvec) against one
 // activation row, in 256-bit vectors (the 512-bit versions follow), for each group of a run
-// (dot_rows_plain in kernels.c says what a run is). Four rows far apart keep
-// four streams of the weights in flight, where one row at a time is one stream; each activation
-// vector loaded serves the four rows. Rows past nr (the end of a matrix) repeat the last real row
-// and are not stored, so a row is summed in the same order whichever group it falls in. No software
-// prefetch: with four streams it only slowed them down (docs/speed.md, "Four rows at a time").
+// (dot_rows_plain in kernels_decode.c says what a run is). Four rows far apart keep four streams
+// of the weights in flight, where one row at a time is one stream; each activation vector loaded
+// serves the four rows. No software prefetch: with four streams it only slowed them down
+// (docs/speed.md, "Four rows at a time").
 
-// The row a group's k-th dot product reads: r + k step, or the last real one past nr.
-static inline size_t group_row(int r, int step, int k, int nr) { return (size_t)(r + (k < nr ? k : nr - 1) * step); }
-
-// AVX-512 machines with VNNI run the 512-bit versions further down; -DDECODE_256 keeps the 256-bit ones
-// there too (for comparing the two).
+// AVX-512 machines with VNNI run the 512-bit versions further down; -DDECODE_256 keeps the 256-bit
+// ones there too (for comparing the two).
 #if defined(USE_AVX512_VNNI) && !defined(DECODE_256)
 #define DECODE_512 1
 #endif
 
+// The decode hook (kernels_internal.h): each token's q8_0 activations arranged once more for the
+// q4_0 dot products. Per token: its q with each group of SPLIT_GROUP blocks split in halves, the
+// values 0-15 of each block of the group, then the values 16-31 of each (for two blocks: [b 0-15,
+// b+1 0-15, b 16-31, b+1 16-31]), the order q4_0's low and high nibbles have in one vector load of
+// the weights; then, for the 256-bit kernel, c8 (cp/32 floats): 8 d sum(q) of each block, what the
+// -8 of every q4_0 weight takes off. A last group of fewer blocks stays as it is.
+#ifdef DECODE_512
+#define SPLIT_GROUP 4 // dots_q4_512 reads four blocks' nibbles per load
+#define C8          0 // and takes the -8s off in its integer sums
+#else
+#define SPLIT_GROUP 2
+#define C8          1
+#endif
+
+size_t q4_prep_bytes(size_t cp) { return cp + (C8 ? cp / Q8_BLOCK * sizeof(float) : 0); }
+
+int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size_t cp) {
+    const size_t nb = cp / Q8_BLOCK, half = Q8_BLOCK / 2;
+    for (size_t t = 0; t < (size_t)n; t++) {
+        const int8_t *q = qx->q + t * cp;
+        int8_t *p = prep + t * q4_prep_bytes(cp);
+        size_t b = 0;
+        for (; b + SPLIT_GROUP <= nb; b += SPLIT_GROUP) // blocks b .. b + SPLIT_GROUP - 1
+            for (size_t j = 0; j < SPLIT_GROUP; j++) {
+                memcpy(p + b * Q8_BLOCK + j * half, q + (b + j) * Q8_BLOCK, half);
+                memcpy(p + b * Q8_BLOCK + (SPLIT_GROUP + j) * half, q + (b + j) * Q8_BLOCK + half, half);
+            }
+        memcpy(p + b * Q8_BLOCK, q + b * Q8_BLOCK, (nb - b) * Q8_BLOCK);
+        for (b = 0; C8 && b < nb; b++)
+            ((float *)(p + cp))[b] = 8 * qx->d[t * nb + b] * (float)qx->sum[t * nb + b];
+    }
+    return prep;
+}
+
+// The rows of a group, set up in one place for every dot product below. A run's matrix as its
+// groups read it: where its values and its scales (q8_0, q4_0) begin, the bytes of a stored row of
+// each, and how far apart a group's rows are (set up once per run).
+typedef struct {
+    const char *w, *d;
+    size_t w_row, d_row;
+    int rows, step;
+} RunRows;
+
+static inline RunRows run_rows(const Matrix *m, int step) {
+    return (RunRows){m->data, m->scale, row_bytes(m->dtype, m->cols), row_scale_bytes(m->dtype, m->cols),
+                     m->rows, step};
+}
+
+// Where a row's values or scales begin, as the matrix's type reads them.
+typedef union {
+    const char *at;
+    const float *f32;
+    const _Float16 *f16;
+    const int8_t *i8;
+    const uint8_t *u8;
+} Row;
+
+// Group r: rows r, r + step, ..., DOT_ROWS of them; past the end of the matrix the last real row
+// again, whose sums are not stored, so a row is summed in the same order whichever group it falls
+// in. Sets where each row's values (w) and scales (d; NULL: f32 and f16 have none) begin; returns
+// how many rows are real.
+static inline int group_at(const RunRows *a, int r, Row w[DOT_ROWS], Row d[DOT_ROWS]) {
+    const int nr = group_rows(a->rows, r, a->step);
+    for (int k = 0; k < DOT_ROWS; k++) {
+        const size_t row = (size_t)(r + (k < nr ? k : nr - 1) * a->step);
+        w[k].at = a->w + row * a->w_row;
+        if (d) d[k].at = a->d + row * a->d_row;
+    }
+    return nr;
+}
+
+// Blocks b .. of x, for the plain dot product that finishes a row.
+static inline QuantizedRow blocks_from(const QuantizedRow *x, int b) {
+    return (QuantizedRow){x->q + b * Q8_BLOCK, x->d + b, x->sum + b, NULL};
+}
+
 static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
+    const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const float *w[DOT_ROWS];
+        Row w[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, NULL);
         __m256 a[DOT_ROWS][2];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            w[k] = (const float *)m->data + group_row(r, step, k, nr) * n;
+        for (int k = 0; k < DOT_ROWS; k++)
             a[k][0] = a[k][1] = _mm256_setzero_ps();
-        }
         int i = 0;
         for (; i + 16 <= n; i += 16) {
             const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++) {
-                a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i), x0, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k] + i + 8), x1, a[k][1]);
+                a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k].f32 + i), x0, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k].f32 + i + 8), x1, a[k][1]);
             }
         }
         for (int k = 0; k < nr; k++) {
             float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
             for (int j = i; j < n; j++)
-                sum += w[k][j] * x[j];
+                sum += w[k].f32[j] * x[j];
             out[r + k * step] = sum;
         }
     }
@@ -111,50 +184,50 @@ static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step,
 
 #ifndef DECODE_512
 // The end of a q4_0 dot product whose first b blocks (a multiple of 8) went through a vector loop
-// without their -8s, summing to `vector`: the -8s come off as sum_j dw_j * c8_j (QuantizedRows'
-// c8_j = 8 dx_j sum(x_j)), then blocks b .. nb-1 are added one at a time, from x in its own order.
+// without their -8s, summing to `vector`: the -8s come off as sum_j dw_j * c8_j (q4_prep's c8_j =
+// 8 dx_j sum(x_j)), then blocks b .. nb-1 are added one at a time, from x in its own order.
 static inline float q4_finish(float vector, const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int b,
                               int nb) {
+    const float *c8 = (const float *)(xr->prep + (size_t)nb * Q8_BLOCK);
     __m256 corr = _mm256_setzero_ps();
     for (int j = 0; j < b; j += 8)
-        corr = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + j))), _mm256_loadu_ps(xr->c8 + j),
-                               corr);
-    const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b};
+        corr =
+            _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + j))), _mm256_loadu_ps(c8 + j), corr);
+    const QuantizedRow rest = blocks_from(xr, b);
     return vector - hsum8(corr) + (b < nb ? dot_q4_plain(w + b * Q4_BLOCK_BYTES, dw + b, &rest, nb - b) : 0);
 }
 
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
 static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
+    const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const _Float16 *w[DOT_ROWS];
+        Row w[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, NULL);
         __m256 a[DOT_ROWS][2];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
+        for (int k = 0; k < DOT_ROWS; k++)
             a[k][0] = a[k][1] = _mm256_setzero_ps();
-        }
         int i = 0;
         for (; i + 32 <= n; i += 32) { // 64 bytes of each row
             const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
             const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++) {
-                a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 8), x1, a[k][1]);
-                a[k][0] = _mm256_fmadd_ps(half8(w[k] + i + 16), x2, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(half8(w[k] + i + 24), x3, a[k][1]);
+                a[k][0] = _mm256_fmadd_ps(half8(w[k].f16 + i), x0, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(half8(w[k].f16 + i + 8), x1, a[k][1]);
+                a[k][0] = _mm256_fmadd_ps(half8(w[k].f16 + i + 16), x2, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(half8(w[k].f16 + i + 24), x3, a[k][1]);
             }
         }
         for (; i + 8 <= n; i += 8) {
             const __m256 x0 = _mm256_loadu_ps(x + i);
             for (int k = 0; k < DOT_ROWS; k++)
-                a[k][0] = _mm256_fmadd_ps(half8(w[k] + i), x0, a[k][0]);
+                a[k][0] = _mm256_fmadd_ps(half8(w[k].f16 + i), x0, a[k][0]);
         }
         for (int k = 0; k < nr; k++) {
             float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
             for (int j = i; j < n; j++)
-                sum += (float)w[k][j] * x[j];
+                sum += (float)w[k].f16[j] * x[j];
             out[r + k * step] = sum;
         }
     }
@@ -175,19 +248,14 @@ static inline __m256i dot_i8_block(__m256i ax, __m256i sw) {
 
 // Eight blocks per step.
 static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
-    const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
-    const int nb = (int)(cp / Q8_BLOCK);
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
+    const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const int8_t *w[DOT_ROWS];
-        const float *dw[DOT_ROWS];
+        Row w[DOT_ROWS], dw[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, dw);
         __m256 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            const size_t row = group_row(r, step, k, nr);
-            w[k] = (const int8_t *)m->data + row * cp;
-            dw[k] = (const float *)m->scale + row * nb;
+        for (int k = 0; k < DOT_ROWS; k++)
             acc[k] = _mm256_setzero_ps();
-        }
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             // Each row's eight dw * dx go through memory, from where block i's is broadcast by a load
@@ -195,7 +263,7 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r0, int step, 
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
             float d[DOT_ROWS][8];
             for (int k = 0; k < DOT_ROWS; k++)
-                _mm256_storeu_ps(d[k], _mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx));
+                _mm256_storeu_ps(d[k], _mm256_mul_ps(_mm256_loadu_ps(dw[k].f32 + b), dx));
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
                 const size_t at = (size_t)(b + i) * Q8_BLOCK; // block b + i
@@ -203,57 +271,52 @@ static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r0, int step, 
                 const __m256i ax = _mm256_sign_epi8(x, x);
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
-                    const int8_t *p = w[k] + at;
+                    const int8_t *p = w[k].i8 + at;
                     const __m256i s = dot_i8_block(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)p), x));
                     acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(&d[k][i]), acc[k]);
                 }
             }
         }
-        const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+        const QuantizedRow rest = blocks_from(xr, b); // the last blocks
         for (int k = 0; k < nr; k++)
             out[r + k * step] =
-                hsum8(acc[k]) + (b < nb ? dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b) : 0);
+                hsum8(acc[k]) + (b < nb ? dot_q8_plain(w[k].i8 + b * Q8_BLOCK, dw[k].f32 + b, &rest, nb - b) : 0);
     }
 }
 
 // q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
 // masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's split layout
-// (QuantizedRows) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by the
-// signed x and adds pairs into 16 bits; lo's and hi's sums are added there too (at most
-// 4 * 15 * 127: no saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and
-// 4-7 block b+1's, each scaled by its dw * dx. The -8 of every weight comes off at the end as
-// sum_b dw_b * (8 dx_b sum(x_b)), the c8 of QuantizedRows, instead of a correction per block.
+// (q4_prep) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by the signed x
+// and adds pairs into 16 bits; lo's and hi's sums are added there too (at most 4 * 15 * 127: no
+// saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and 4-7 block b+1's,
+// each scaled by its dw * dx. The -8 of every weight comes off at the end as
+// sum_b dw_b * (8 dx_b sum(x_b)), q4_prep's c8, instead of a correction per block.
 static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
-    const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
-    const int nb = (int)(cp / Q8_BLOCK);
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
+    const RunRows rows = run_rows(m, step);
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const uint8_t *w[DOT_ROWS];
-        const _Float16 *dw[DOT_ROWS];
+        Row w[DOT_ROWS], dw[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, dw);
         __m256 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            const size_t row = group_row(r, step, k, nr);
-            w[k] = (const uint8_t *)m->data + row * cp / 2;
-            dw[k] = (const _Float16 *)m->scale + row * nb;
+        for (int k = 0; k < DOT_ROWS; k++)
             acc[k] = _mm256_setzero_ps();
-        }
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
             __m256 d[DOT_ROWS];
             for (int k = 0; k < DOT_ROWS; k++)
-                d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx);
+                d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx);
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
-                const int8_t *xp = xr->split + (size_t)(b + 2 * p) * Q8_BLOCK;
+                const int8_t *xp = xr->prep + (size_t)(b + 2 * p) * Q8_BLOCK;
                 const __m256i xlo = _mm256_loadu_si256((const __m256i *)xp);
                 const __m256i xhi = _mm256_loadu_si256((const __m256i *)(xp + 32));
                 const __m256i sel =
                     _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
-                    const uint8_t *wb = w[k] + (size_t)(b + 2 * p) * Q4_BLOCK_BYTES;
+                    const uint8_t *wb = w[k].u8 + (size_t)(b + 2 * p) * Q4_BLOCK_BYTES;
                     const __m256i v = _mm256_loadu_si256((const __m256i *)wb);
                     const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                     const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
@@ -263,12 +326,11 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
             }
         }
         for (int k = 0; k < nr; k++)
-            out[r + k * step] = q4_finish(hsum8(acc[k]), w[k], dw[k], xr, b, nb);
+            out[r + k * step] = q4_finish(hsum8(acc[k]), w[k].u8, dw[k].f16, xr, b, nb);
     }
 }
 
-static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x,
-                         const QuantizedRow *xq) {
+void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
         dots_f32_x86(out, m, r, step, count, x);
@@ -306,29 +368,28 @@ static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
 
 static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
+    const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const _Float16 *w[DOT_ROWS];
+        Row w[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, NULL);
         __m512 a[DOT_ROWS][2];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            w[k] = (const _Float16 *)m->data + group_row(r, step, k, nr) * n;
+        for (int k = 0; k < DOT_ROWS; k++)
             a[k][0] = a[k][1] = _mm512_setzero_ps();
-        }
         int i = 0;
         for (; i + 32 <= n; i += 32) { // 64 bytes of each row, widened 16 halves at a time
             const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++) {
                 a[k][0] =
-                    _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k] + i))), x0, a[k][0]);
-                a[k][1] =
-                    _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k] + i + 16))), x1, a[k][1]);
+                    _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k].f16 + i))), x0, a[k][0]);
+                a[k][1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k].f16 + i + 16))), x1,
+                                          a[k][1]);
             }
         }
         for (int k = 0; k < nr; k++) {
             float sum = _mm512_reduce_add_ps(_mm512_add_ps(a[k][0], a[k][1]));
             for (int j = i; j < n; j++)
-                sum += (float)w[k][j] * x[j];
+                sum += (float)w[k].f16[j] * x[j];
             out[r + k * step] = sum;
         }
     }
@@ -339,26 +400,21 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
 // Lanes 0-7 hold block i's sums and 8-15 block i+1's; each gets its dw * dx by a permute of the
 // step's eight scales.
 static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
-    const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
-    const int nb = (int)(cp / Q8_BLOCK);
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
+    const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const int8_t *w[DOT_ROWS];
-        const float *dw[DOT_ROWS];
+        Row w[DOT_ROWS], dw[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, dw);
         __m512 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            const size_t row = group_row(r, step, k, nr);
-            w[k] = (const int8_t *)m->data + row * cp;
-            dw[k] = (const float *)m->scale + row * nb;
+        for (int k = 0; k < DOT_ROWS; k++)
             acc[k] = _mm512_setzero_ps();
-        }
         const __m512i zero = _mm512_setzero_si512();
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
             __m512 d[DOT_ROWS];
             for (int k = 0; k < DOT_ROWS; k++)
-                d[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(dw[k] + b), dx));
+                d[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(dw[k].f32 + b), dx));
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) { // blocks b + 2i and b + 2i + 1
                 const size_t at = (size_t)(b + 2 * i) * Q8_BLOCK;
@@ -369,7 +425,7 @@ static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r0, int step, 
                                      2 * i + 1, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i);
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
-                    const __m512i v = _mm512_loadu_si512(w[k] + at);
+                    const __m512i v = _mm512_loadu_si512(w[k].i8 + at);
                     const __m512i s = _mm512_dpbusd_epi32(zero, ax, _mm512_mask_sub_epi8(v, neg, zero, v));
                     acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(sel, d[k]), acc[k]);
                 }
@@ -377,35 +433,31 @@ static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r0, int step, 
         }
         float sums[DOT_ROWS];
         sum4_512(sums, acc);
-        const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+        const QuantizedRow rest = blocks_from(xr, b); // the last blocks
         for (int k = 0; k < nr; k++)
-            out[r + k * step] = sums[k] + (b < nb ? dot_q8_plain(w[k] + b * Q8_BLOCK, dw[k] + b, &rest, nb - b) : 0);
+            out[r + k * step] =
+                sums[k] + (b < nb ? dot_q8_plain(w[k].i8 + b * Q8_BLOCK, dw[k].f32 + b, &rest, nb - b) : 0);
     }
 }
 
 // q4_0: one 64-byte load holds the nibbles of four blocks, whose low nibbles (values 0-15, masked)
-// and high ones (16-31, shifted) meet x in the order QuantizedRows.split has for groups of four
-// blocks. Two vpdpbusd (nibbles unsigned, x signed) sum each block's 32 products into its 128-bit
-// lane; lanes then get their block's dw * dx by a permute. The -8s come off in the integer sums:
-// each of a block's four lanes starts from -2 sum(x_b) instead of 0, so the four add up to exactly
-// sum_i (q_i - 8) x_i, and no correction is left for the end (the AVX2 version's c8 sum).
+// and high ones (16-31, shifted) meet x in the order q4_prep gives groups of four blocks. Two
+// vpdpbusd (nibbles unsigned, x signed) sum each block's 32 products into its 128-bit lane; lanes
+// then get their block's dw * dx by a permute. The -8s come off in the integer sums: each of a
+// block's four lanes starts from -2 sum(x_b) instead of 0, so the four add up to exactly
+// sum_i (q_i - 8) x_i, and no correction is left for the end (the 256-bit version's c8 sum).
 static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
-    const size_t cp = (size_t)matrix_cols_stored(m->dtype, m->cols);
-    const int nb = (int)(cp / Q8_BLOCK);
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
+    const RunRows rows = run_rows(m, step);
     const __m512i low = _mm512_set1_epi8(15);
     const __m512i sel0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i sel1 = _mm512_add_epi32(sel0, _mm512_set1_epi32(4));
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        const int nr = group_rows(m->rows, r, step);
-        const uint8_t *w[DOT_ROWS];
-        const _Float16 *dw[DOT_ROWS];
+        Row w[DOT_ROWS], dw[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, dw);
         __m512 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            const size_t row = group_row(r, step, k, nr);
-            w[k] = (const uint8_t *)m->data + row * cp / 2;
-            dw[k] = (const _Float16 *)m->scale + row * nb;
+        for (int k = 0; k < DOT_ROWS; k++)
             acc[k] = _mm512_setzero_ps();
-        }
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
@@ -416,17 +468,17 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
             __m512 d[DOT_ROWS][2];
             for (int k = 0; k < DOT_ROWS; k++) {
                 const __m512 dk = _mm512_castps256_ps512(
-                    _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k] + b))), dx));
+                    _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx));
                 d[k][0] = _mm512_permutexvar_ps(sel0, dk);
                 d[k][1] = _mm512_permutexvar_ps(sel1, dk);
             }
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) { // blocks b + 4g .. b + 4g + 3
-                const int8_t *xs = xr->split + (size_t)(b + 4 * g) * Q8_BLOCK;
+                const int8_t *xs = xr->prep + (size_t)(b + 4 * g) * Q8_BLOCK;
                 const __m512i xlo = _mm512_loadu_si512(xs), xhi = _mm512_loadu_si512(xs + 64);
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
-                    const __m512i v = _mm512_loadu_si512(w[k] + (size_t)(b + 4 * g) * Q4_BLOCK_BYTES);
+                    const __m512i v = _mm512_loadu_si512(w[k].u8 + (size_t)(b + 4 * g) * Q4_BLOCK_BYTES);
                     const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                     const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[g], lo, xlo), hi, xhi);
                     acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d[k][g], acc[k]);
@@ -435,15 +487,14 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
         }
         float sums[DOT_ROWS];
         sum4_512(sums, acc);
-        const QuantizedRow rest = {xr->q + b * Q8_BLOCK, NULL, xr->d + b, NULL, xr->sum + b}; // the last blocks
+        const QuantizedRow rest = blocks_from(xr, b); // the last blocks
         for (int k = 0; k < nr; k++)
             out[r + k * step] =
-                sums[k] + (b < nb ? dot_q4_plain(w[k] + b * Q4_BLOCK_BYTES, dw[k] + b, &rest, nb - b) : 0);
+                sums[k] + (b < nb ? dot_q4_plain(w[k].u8 + b * Q4_BLOCK_BYTES, dw[k].f16 + b, &rest, nb - b) : 0);
     }
 }
 
-static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x,
-                         const QuantizedRow *xq) {
+void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
         dots_f32_x86(out, m, r, step, count, x);
@@ -460,6 +511,9 @@ static void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count
     }
 }
 #endif // DECODE_512
+
+// ---------------------------------------------------------------------------------------------
+// Prefill: packing and tiles
 
 #ifdef USE_AVX512
 // The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
@@ -491,7 +545,7 @@ static inline void transpose16(__m512 r[16]) {
 }
 
 // pack_w_f32: 16 columns of 16 rows at a time (load rows, transpose, store columns), the rest plain.
-static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
+void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
     const size_t cols = (size_t)m->cols;
     const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
     int k = 0;
@@ -521,8 +575,8 @@ static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
 // pack_w_q8: rows copied one after the other into `stage` (NR, kc), so memory is read in long runs
 // the prefetcher follows, then 16 x 16 transposes of 4-byte groups (the float transpose: it only
 // moves bits) from there, and 128 added to each byte (xor 0x80); the rest plain.
-static void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
-    const size_t cp = (size_t)matrix_cols_stored(DTYPE_Q8_0, m->cols);
+void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, m->cols);
     const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
     const int8_t *w = (const int8_t *)m->data;
     for (int j = 0; j < nr; j++)
@@ -545,8 +599,8 @@ static void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *
 
 // The f32 microkernel: 12 tokens x 32 rows of outputs in 24 registers; per column, 2 weight loads
 // and 12 broadcasts feed 24 fused multiply-adds.
-static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
-                                    int accumulate) {
+ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+                             int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR][2];
     for (int t = 0; t < MR; t++) {
@@ -591,7 +645,7 @@ static inline void transpose8(__m256 r[8]) {
 }
 
 // pack_w_f32: 8 columns of 8 rows at a time (load rows, widening halves, transpose, store columns).
-static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
+void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
     const size_t cols = (size_t)m->cols;
     const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
     int k = 0;
@@ -625,8 +679,8 @@ static void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
 // compiler keeps the 12 in registers (a loop bounded by nt made it store them after every
 // multiply-add: half the speed). Not inlined (ONE_COPY): inside gemm's loops GCC kept a weight vector
 // in memory and loaded it again for every multiply-add (docs/speed.md).
-static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
-                                    int accumulate) {
+ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+                             int accumulate) {
     for (int j0 = 0; j0 < nr; j0 += 16) {
         for (int t0 = 0; t0 < nt; t0 += 6) {
             __m256 c[6][2];
@@ -660,8 +714,8 @@ static ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, cons
 // The q8_0 microkernel: a 6-token x 32-row tile; per block of 32 columns the exact integer sums in
 // 12 registers (vpdpbusd of 4 bytes of every row against 4 bytes of one token), then scaled into
 // 12 float accumulators.
-static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
-                                   const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
+ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
+                            const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR_Q8][2];
     for (int t = 0; t < MR_Q8; t++) {
@@ -704,8 +758,8 @@ static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const
 // packed w + 128 is turned back into w (xor 0x80) and fed as |w| against x with w's sign: the same
 // products, pairs at most 2 * 128 * 127 < 32767; vpmaddwd then adds the pairs into int32. Per block
 // of 32 columns the exact sums are scaled into 6 float accumulators.
-static ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
-                                   const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
+ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
+                            const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
     (void)xs; // -128 sum(x), the start values of biased weights: not needed with w itself
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int r0 = 0; r0 < nr; r0 += 8) {
@@ -874,8 +928,8 @@ ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const
     }
 }
 
-static void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t,
-                                 const float *rot, float *turned, int hd, int len) {
+void attention_scores_x86(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t, const float *rot,
+                          float *turned, int hd, int len) {
     if (t == DTYPE_F16)
         scores_all(att, ld, qs, rows, kt, DTYPE_F16, rot, turned, hd, len);
     else if (t == DTYPE_Q8_0)
@@ -960,8 +1014,8 @@ ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const voi
     }
 }
 
-static void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide,
-                              int len, int hd) {
+void attention_mix_x86(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide, int len,
+                       int hd) {
     if (t == DTYPE_F16)
         mix_all(o, att, ld, rows, v, DTYPE_F16, wide, len, hd);
     else if (t == DTYPE_Q8_0)
@@ -982,7 +1036,7 @@ static inline float hmax8(__m256 a) {
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
-static void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); // undo the lane order of the packs
@@ -1012,22 +1066,4 @@ static void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *
     if (b * Q8_BLOCK < cols) quantize_block_q8(q + b * Q8_BLOCK, d + b, sum + b, x + b * Q8_BLOCK, cols - b * Q8_BLOCK);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Which microkernels this build replaces: all of them, each with its AVX-512 version where one is
-// written above and the 256-bit one otherwise; the q8_0 packing only with AVX-512 (plain C is as fast
-// with 32-byte vectors).
-#define dot_rows dot_rows_x86
-#ifdef DECODE_512
-#define SPLIT_GROUP 4 // dots_q4_512 reads four blocks' nibbles per load
-#endif
-#define pack_w_f32       pack_w_f32_x86
-#define kernel_f32       kernel_f32_x86
-#define kernel_q8        kernel_q8_x86
-#define attention_scores attention_scores_x86
-#define attention_mix    attention_mix_x86
-#define quantize_row_q8  quantize_row_q8_x86
-#ifdef USE_AVX512
-#define pack_w_q8 pack_w_q8_x86
-#endif
-
-#endif // KERNELS_X86_H
+#endif // USE_AVX2

@@ -1,0 +1,177 @@
+// kernels_decode.c - decode: out (n, rows) = x (n, cols) @ W^T for n < GEMM_MIN_N tokens, matrix x
+// vector, over f32, f16, q8_0 and q4_0 weights.
+//
+// Each weight is used once per token, so a product takes as long as streaming the weights from
+// memory; everything here is about reading memory at full speed and doing the arithmetic in the
+// shadow of the loads (docs/speed.md, "Decode: matrix x vector", has the measurements). The plain C
+// dot products come first: they define what each computes, and are what a build without vector
+// code runs. kernels_x86.c has the vector dot_rows behind the same signature (kernels_internal.h
+// says which a build uses). Then matvec: how the rows are grouped and shared among the threads.
+#include "kernels_internal.h"
+
+enum { PIECE_GROUPS = 16 }; // groups of DOT_ROWS rows a thread takes at a time (matvec)
+
+// ---------------------------------------------------------------------------------------------
+// The dot products, plain C
+
+// Dot product of one weight row with one activation row (dot_rows_plain below calls them).
+static ONE_COPY float dot_f32_plain(const float *w, const float *x, int n) {
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++)
+        sum += w[i] * x[i];
+    return sum;
+}
+
+static ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int n) {
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++)
+        sum += (float)w[i] * x[i];
+    return sum;
+}
+
+// q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i). The
+// vector versions also read x's sum and prep; this one only q and d.
+ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb) {
+    float sum = 0;
+    for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < Q8_BLOCK; i++)
+            s += q4_at(w + b * Q4_BLOCK_BYTES, i) * x->q[b * Q8_BLOCK + i];
+        sum += (float)s * ((float)dw[b] * x->d[b]);
+    }
+    return sum;
+}
+
+// q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i).
+ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb) {
+    float sum = 0;
+    for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < Q8_BLOCK; i++)
+            s += w[b * Q8_BLOCK + i] * x->q[b * Q8_BLOCK + i];
+        sum += (float)s * (dw[b] * x->d[b]);
+    }
+    return sum;
+}
+
+// A run of `count` groups of rows against one activation row. Group g (g < count) is rows
+// r + g, r + g + step, ..., DOT_ROWS of them or as many as the matrix has (group_rows); each row's
+// dot product with x goes to out[row], out being the activation row's output (m->rows values). x as
+// floats, and quantized (xq) for q8_0 and q4_0 weights. One call per run, not per group: the vector
+// versions set up once and keep the next group's loads going while one ends (docs/speed.md).
+void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
+    const size_t cp = (size_t)cols_stored(m->dtype, m->cols), nb = cp / Q8_BLOCK;
+    for (int g = r; g < r + count; g++) {
+        for (int k = 0; k < group_rows(m->rows, g, step); k++) {
+            const size_t row = (size_t)(g + k * step);
+            switch (m->dtype) {
+            case DTYPE_F32:
+                out[row] = dot_f32_plain((const float *)m->data + row * cp, x, m->cols);
+                break;
+            case DTYPE_F16:
+                out[row] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
+                break;
+            case DTYPE_Q8_0:
+                out[row] =
+                    dot_q8_plain((const int8_t *)m->data + row * cp, (const float *)m->scale + row * nb, xq, (int)nb);
+                break;
+            default:
+                out[row] = dot_q4_plain((const uint8_t *)m->data + row * cp / 2, (const _Float16 *)m->scale + row * nb,
+                                        xq, (int)nb);
+                break;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// matvec: out[i] (n, m[i]->rows) = x (n, cols) @ m[i]^T for the `count` matrices,
+// which share cols and dtype: their rows are shared out together in one parallel region. A matrix
+// of R rows is read as ceil(R / 4) groups: group j is rows j, j + R/4, j + 2R/4, j + 3R/4, read at
+// once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
+// sequential runs, as bench/bwprobe reads: the hardware prefetcher follows a few long streams and
+// starts over at every short one (docs/speed.md, "Where a step's reads go", has the layouts tried).
+// A row is never split, so the sum order does not depend on the thread count, nor on which thread
+// sums it.
+//
+// Sharing out: each thread owns one contiguous run of the stack's row groups, cut in pieces of
+// PIECE_GROUPS groups, and takes its pieces front to back, so that it streams its run start to end
+// as one static share would. A thread whose run is done takes pieces from the back of the others'
+// runs until none are left. Handing out small pieces to whichever thread asks (schedule dynamic)
+// interleaves the threads' reads and defeats the hardware prefetcher; a plain static split leaves
+// the faster thread waiting at the end of every product, since two vCPUs need not stream equally
+// fast (docs/speed.md has both measured).
+
+// The groups of a matrix of `rows` rows, which is also how far apart a group's rows are.
+static int row_groups(int rows) { return (rows + DOT_ROWS - 1) / DOT_ROWS; }
+
+// Groups g0 .. g1-1 of the stack of matrices (one piece), for each of the n activation rows x (and
+// quantized, xq). The piece's first group is found once; from there the piece goes as runs of
+// groups within one matrix (consecutive rows r, r + 1, ..), one dot_rows call per run.
+static void matvec_piece(float *const *out, const float *x, const Matrix *const *m, int g0, int g1, int n,
+                         const QuantizedRow *xq) {
+    int i = 0, j = g0; // group g0 of the stack is group j of matrix i
+    while (j >= row_groups(m[i]->rows))
+        j -= row_groups(m[i++]->rows);
+    for (int g = g0; g < g1;) {
+        if (j == row_groups(m[i]->rows)) i++, j = 0;
+        const int rows = m[i]->rows, cols = m[i]->cols, step = row_groups(rows); // group j: rows j, j + step, ..
+        const int count = step - j < g1 - g ? step - j : g1 - g;
+        for (int t = 0; t < n; t++)
+            dot_rows(out[i] + (size_t)t * rows, m[i], j, step, count, x + (size_t)t * cols, &xq[t]);
+        g += count, j += count;
+    }
+}
+
+// The next piece of a run (PieceRun), from its front or its back; -1 when the run is empty.
+static int take_piece(PieceRun *run, int from_back) {
+    uint64_t v = atomic_load_explicit(&run->next_end, memory_order_relaxed);
+    for (;;) {
+        const uint32_t next = (uint32_t)v, end = (uint32_t)(v >> 32);
+        if (next >= end) return -1;
+        const uint64_t taken = from_back ? (uint64_t)(end - 1) << 32 | next : v + 1;
+        if (atomic_compare_exchange_weak_explicit(&run->next_end, &v, taken, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int)(from_back ? end - 1 : next);
+    }
+}
+
+// Thread `self` of `threads`: its own run from the front, then the others' from the back.
+static void matvec_runs(PieceRun *runs, int self, int threads, int pieces, int groups, float *const *out,
+                        const float *x, const Matrix *const *m, int n, const QuantizedRow *xq) {
+    for (int k = 0; k < threads; k++) {
+        PieceRun *run = &runs[(self + k) % threads];
+        for (int p; (p = take_piece(run, k > 0)) >= 0;)
+            matvec_piece(out, x, m, p * PIECE_GROUPS, p < pieces - 1 ? (p + 1) * PIECE_GROUPS : groups, n, xq);
+    }
+}
+
+void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
+            const QuantizedRows *qx, const Matrix *const *m, int count, int n) {
+    int groups = 0;
+    for (int i = 0; i < count; i++)
+        groups += row_groups(m[i]->rows);
+    const int pieces = (groups + PIECE_GROUPS - 1) / PIECE_GROUPS;
+    threads = threads < pieces ? threads : pieces;
+    const size_t cp = (size_t)cols_stored(m[0]->dtype, m[0]->cols), nb = cp / Q8_BLOCK;
+    // Token t's row of x quantized, as the dot products read it (f32, f16: none); for q4_0 weights
+    // the decode hook (kernels_internal.h) arranges x once more, as the vector dot products read it.
+    const int8_t *prep = m[0]->dtype == DTYPE_Q4_0 ? q4_prep((int8_t *)(ws + l->prep), qx, n, cp) : NULL;
+    QuantizedRow xq[n];
+    for (int t = 0; t < n; t++)
+        xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb,
+                                    prep ? prep + t * q4_prep_bytes(cp) : NULL}
+                   : (QuantizedRow){0};
+    PieceRun *runs = (PieceRun *)(ws + l->runs);
+    for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)
+        atomic_init(&runs[t].next_end,
+                    (uint64_t)((int64_t)pieces * (t + 1) / threads) << 32 | (uint64_t)((int64_t)pieces * t / threads));
+    if (threads == 1) { // no team for one thread (kernels.c)
+        matvec_runs(runs, 0, 1, pieces, groups, out, x, m, n, xq);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    matvec_runs(runs, thread_num(), threads, pieces, groups, out, x, m, n, xq);
+}

@@ -1,0 +1,265 @@
+// kernels_internal.h - what the kernel files share, and nothing outside them includes (kernels.h is
+// the interface): the instruction set of the build, the sizes the algorithms and the microkernels
+// agree on, the quantized activations, the workspace's layout, and each microkernel's signature
+// with the table that picks its plain C or its vector version.
+//
+// The kernel files, each read top to bottom:
+//   kernels.c            the fences and the references: weight types and sizes, matmul_ref, the KV
+//                        cache's layout and attention_ref, RMSNorm, softmax, the q8_0 activations,
+//                        the workspace's layout, and matmul, which hands a product to decode or prefill
+//   kernels_decode.c     decode, matrix x vector: the plain dot products, then matvec
+//   kernels_prefill.c    prefill, matrix x matrix: the plain packing and tiles, then gemm_f32, gemm_q8
+//   kernels_attention.c  attention: the plain scores and mix, then the tasks attention runs
+//   kernels_x86.c        AVX-512 / VNNI / AVX2 versions of the microkernels, behind the same
+//                        signatures; it needs nothing from the other files but this header
+// The algorithms call the microkernels by their plain names (dot_rows, kernel_f32, ...) and never
+// see an instruction set; the table at the end of this file says which version a name is.
+#ifndef KERNELS_INTERNAL_H
+#define KERNELS_INTERNAL_H
+
+#include "kernels.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+// Which vector code to compile, from what the compiler targets (-march=native: this machine).
+// -DKERNELS_PLAIN compiles only the plain C, so that tests/test_kernels_plain can check it here.
+#if !defined(KERNELS_PLAIN) && defined(__AVX2__) && defined(__FMA__)
+#define USE_AVX2 1 // 256-bit integer and float vectors (Haswell, 2013, and later)
+#endif
+#if defined(USE_AVX2) && defined(__AVX512F__)
+#define USE_AVX512 1 // 512-bit vectors, masked loads and stores (Skylake-SP, 2017, and later)
+#endif
+#if defined(USE_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define USE_AVX512_VNNI 1 // vpdpbusd: 64 byte products summed into 16 int32 lanes (Cascade Lake, 2019)
+#endif
+
+// Not inlined: one compiled copy of each dot product, so every caller sums in the same order (a
+// compiler may vectorize an inlined plain C loop differently in each place it lands); and the
+// prefill tiles compiled on their own, whose registers an inlining caller would take (docs/speed.md).
+#define ONE_COPY __attribute__((noinline))
+
+enum {
+    NR = 32,      // prefill: weight rows per panel, two 16-float vectors
+    MR = 12,      // prefill: tokens per tile, MR * 2 = 24 accumulator vectors of the 32 a core has
+    MR_Q8 = 6,    // prefill, q8_0 tiles: 12 integer + 12 float accumulators
+    KC_MIN = 256, // prefill: columns per chunk, at least and at most
+    KC_MAX = 4096,
+    KV_RUN = 32,   // attention: positions (or coordinates) a vector tile covers; the cache's unit
+    MIX_RUN = 128, // attention: positions of values the weighted sum takes at a time (vector code)
+    DOT_ROWS = 4,  // decode: weight rows a group of dot_rows reads (at once in the vector code),
+                   // each from its own quarter of the matrix
+};
+
+static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
+
+// One stored row of a matrix (kernels.h's matrix_* functions are these for whole matrices): its
+// columns, q8_0 and q4_0 padded to whole blocks of Q8_BLOCK; the bytes of its values; the bytes of
+// its scales (q8_0, q4_0; else 0).
+static inline int cols_stored(DType t, int cols) {
+    return quantized(t) ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols;
+}
+static inline size_t row_bytes(DType t, int cols) {
+    const size_t cp = (size_t)cols_stored(t, cols);
+    return t == DTYPE_F32 ? cp * sizeof(float) : t == DTYPE_F16 ? cp * sizeof(_Float16) : t == DTYPE_Q8_0 ? cp : cp / 2;
+}
+static inline size_t row_scale_bytes(DType t, int cols) {
+    const size_t nb = (size_t)cols_stored(t, cols) / Q8_BLOCK;
+    return t == DTYPE_Q8_0 ? nb * sizeof(float) : t == DTYPE_Q4_0 ? nb * sizeof(_Float16) : 0;
+}
+
+// q4_0 (ggml's Q4_0): per block of 32 values, 16 bytes; byte j holds value j in its low 4 bits and
+// value j + 16 in its high 4 bits, each an unsigned q in [0, 15] meaning (q - 8) * d, with one f16
+// scale d per block, stored apart like q8_0's.
+static inline int q4_at(const uint8_t *block, int i) { return (i < 16 ? block[i] & 15 : block[i - 16] >> 4) - 8; }
+
+// Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
+// rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are).
+static inline int group_rows(int rows, int r, int step) {
+    const int ahead = (rows - r + step - 1) / step; // rows r, r + step, ... before the end
+    return ahead < DOT_ROWS ? ahead : DOT_ROWS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The KV cache as attention reads it (kernels.c has the layout): per layer and kv head, ctx
+// rounded up to whole blocks of KV_RUN positions (the stride), each position kv_row_bytes.
+
+static inline size_t kv_stride(int ctx) { return ((size_t)ctx + KV_RUN - 1) / KV_RUN * KV_RUN; }
+
+// Bytes of one position's keys (or values) of one kv head.
+static inline size_t kv_row_bytes(DType t, int hd) {
+    switch (t) {
+    case DTYPE_F16:
+        return (size_t)hd * sizeof(_Float16);
+    case DTYPE_Q8_0:
+        return (size_t)hd + (size_t)hd / Q8_BLOCK * sizeof(_Float16);
+    default:
+        return (size_t)hd * sizeof(float);
+    }
+}
+
+// The keys and the values of kv head h of a layer: stride rows of kv_row_bytes each.
+static inline void *head_keys(const KVCache *c, int layer, int h) {
+    return (char *)c->keys +
+           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->key_type, c->head_dim);
+}
+static inline void *head_values(const KVCache *c, int layer, int h) {
+    return (char *)c->values +
+           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->value_type, c->head_dim);
+}
+
+// Whether layer l's keys are rotated (all but the NoPE layers).
+static inline int layer_rotates(const KVCache *c, int l) {
+    return !(c->layer_kind && c->layer_kind[l] & LAYER_NO_ROPE);
+}
+
+// The positions a query at m sees in layer l start here: m - slide + 1 in a sliding layer, else 0.
+static inline int layer_first(const KVCache *c, int l, int m) {
+    const int first = c->layer_kind && c->layer_kind[l] & LAYER_SLIDING ? m - c->slide + 1 : 0;
+    return first > 0 ? first : 0;
+}
+
+// A block of keys kt (hd, KV_RUN) of type t as floats, into out (hd * KV_RUN); n cached values v
+// (n rows of type t) as floats, into out (n, hd). kernels.c.
+void key_block_floats(float *out, const void *kt, DType t, int hd);
+void value_rows_floats(float *out, const void *v, DType t, int hd, int n);
+
+// ---------------------------------------------------------------------------------------------
+// q8_0 activations (kernels.c): the rows of x cut into blocks of 32, d = max|x| / 127 and
+// q = round(x / d), so that a block's dot product with q8_0 or q4_0 weights is an exact integer sum.
+
+typedef struct {
+    int8_t *q;    // (n, cp) cp = cols rounded up to Q8_BLOCK, zero-padded
+    float *d;     // (n, cp/Q8_BLOCK) scales
+    int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
+    int8_t *prep; // decode against q4_0 weights: (n, q4_prep_bytes(cp)) as q4_prep arranged it; else NULL
+} QuantizedRows;
+
+// One token's row of a QuantizedRows, as the decode dot products read it.
+typedef struct {
+    const int8_t *q;
+    const float *d;
+    const int32_t *sum;
+    const int8_t *prep;
+} QuantizedRow;
+
+// One block of len <= Q8_BLOCK values of x (the rest of the block is zero padding).
+void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len);
+
+// ---------------------------------------------------------------------------------------------
+// The workspace, laid out in one place (kernels.c, ws_layout): workspace_bytes sizes it with the
+// layout and matmul hands the same layout to the product it runs, so the two cannot drift.
+
+// Decode's shares of the rows: one thread's run of pieces, its next piece and its end in one word,
+// so that the owner taking from the front and another thread taking from the back cannot both get
+// the last piece (kernels_decode.c).
+typedef struct {
+    _Alignas(64) _Atomic uint64_t next_end; // next (low 32 bits), end (high 32 bits); a cache line each
+} PieceRun;
+
+// One product's pieces, as byte offsets from the workspace's start, each 64-byte aligned; a piece
+// the product does not use is empty. The per-thread pieces (wp, wd, stage) are thread 0's; thread
+// t's are `each` bytes further per thread.
+typedef struct {
+    size_t q, d, sum;     // x quantized (q8_0 and q4_0 weights): QuantizedRows' q, d, sum
+    size_t prep;          // decode, q4_0 weights: QuantizedRows.prep
+    size_t runs;          // decode: a PieceRun per thread
+    size_t xp, xd, xs;    // prefill: x packed in tiles; q8_0 and q4_0: their scales and start values
+    size_t wp, wd, stage; // prefill, per thread: a packed panel of weights; q8_0 and q4_0: its scales,
+                          // and the panel's rows as read
+    size_t each, bytes;   // bytes of one thread's pieces; of the whole
+} WsLayout;
+
+// The products matmul runs (out[i] = x @ m[i]^T for i < count, shared cols and dtype) on `threads`
+// threads with the workspace at ws laid out as l; qx is x quantized (q8_0 and q4_0 weights).
+void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
+            const QuantizedRows *qx, const Matrix *const *m, int count, int n);
+void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
+              const Matrix *const *m, int count, int n);
+void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
+             const Matrix *const *m, int count, int n);
+
+// ---------------------------------------------------------------------------------------------
+// The microkernels. Each signature is a type, and both versions of a microkernel are declared with
+// it, so the compiler holds them to the same one; the comments say what each computes, the plain C
+// definitions (in the file of their algorithm) say it again as code.
+
+// Decode (kernels_decode.c): a run of `count` groups of rows against one activation row, each row's
+// dot product into out[row]; x as floats, and quantized (xq) for q8_0 and q4_0 weights.
+typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq);
+// The plain dot products the vector ones finish a row with: q8_0 or q4_0 weights . q8_0 activations
+// over nb blocks.
+float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb);
+float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb);
+
+// Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,
+// NR, 4) bytes with scales wd (kc/32, NR) through `stage`; the tiles that multiply it with packed
+// tokens into out. The pack_*_from functions pack from column `from` on: the plain rest of a
+// vector packing.
+typedef void PackF32(float *wp, const Matrix *m, int r0, int k0, int kc);
+typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc);
+typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
+typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
+                    const uint8_t *wq, const float *wd, int kc, int accumulate);
+void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
+void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
+
+// Attention (kernels_attention.c): a task's scores against one head's keys, and its weighted sum of
+// the values; rotate_block, a block of keys turned by RoPE with its block of the rotation table.
+typedef void Scores(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t, const float *rot,
+                    float *turned, int hd, int len);
+typedef void Mix(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide, int len, int hd);
+void rotate_block(float *k, const float *rot, int hd);
+
+// The q8_0 quantizer of one row of activations (kernels.c).
+typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int cols);
+
+DotRows dot_rows_plain, dot_rows_x86;
+PackF32 pack_w_f32_plain, pack_w_f32_x86;
+PackQ8 pack_w_q8_plain, pack_w_q8_x86;
+TileF32 kernel_f32_plain, kernel_f32_x86;
+TileQ8 kernel_q8_plain, kernel_q8_x86;
+Scores attention_scores_plain, attention_scores_x86;
+Mix attention_mix_plain, attention_mix_x86;
+QuantizeRow quantize_row_q8_plain, quantize_row_q8_x86;
+
+// The decode hook: a vector build may arrange each token's quantized activations once more, in the
+// order its q4_0 dot products read them (kernels_x86.c). q4_prep_bytes: the bytes per token of cp
+// values; q4_prep fills them at `prep` for the n rows of qx and returns prep, which becomes
+// QuantizedRows.prep. A plain build needs none of it: 0 bytes, nothing done, NULL.
+#ifdef USE_AVX2
+size_t q4_prep_bytes(size_t cp);
+int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size_t cp);
+#else
+static inline size_t q4_prep_bytes(size_t cp) { return (void)cp, 0; }
+static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size_t cp) {
+    return (void)prep, (void)qx, (void)n, (void)cp, NULL;
+}
+#endif
+
+// Which version each name is: in an x86 build with AVX2 every one has a vector version (the q8_0
+// packing only with AVX-512: plain C is as fast with 32-byte vectors), else the plain C.
+#ifdef USE_AVX2
+#define dot_rows         dot_rows_x86
+#define pack_w_f32       pack_w_f32_x86
+#define kernel_f32       kernel_f32_x86
+#define kernel_q8        kernel_q8_x86
+#define attention_scores attention_scores_x86
+#define attention_mix    attention_mix_x86
+#define quantize_row_q8  quantize_row_q8_x86
+#else
+#define dot_rows         dot_rows_plain
+#define pack_w_f32       pack_w_f32_plain
+#define kernel_f32       kernel_f32_plain
+#define kernel_q8        kernel_q8_plain
+#define attention_scores attention_scores_plain
+#define attention_mix    attention_mix_plain
+#define quantize_row_q8  quantize_row_q8_plain
+#endif
+#ifdef USE_AVX512
+#define pack_w_q8 pack_w_q8_x86
+#else
+#define pack_w_q8 pack_w_q8_plain
+#endif
+
+#endif

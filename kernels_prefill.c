@@ -1,0 +1,286 @@
+// kernels_prefill.c - prefill: out (n, rows) = x (n, cols) @ W^T for n >= GEMM_MIN_N tokens, matrix
+// x matrix, over f32, f16, q8_0 and q4_0 weights.
+//
+// Each weight is used n times, so once read and kept in cache the weights stop mattering and the
+// arithmetic does. Blocked as in Goto & van de Geijn, "Anatomy of high-performance matrix
+// multiplication" (ACM TOMS 2008) and BLIS (Van Zee & van de Geijn, ACM TOMS 2015): a panel of NR
+// weight rows is packed once into a layout the microkernel reads with one vector load per column,
+// and is then reused from cache by every token; the microkernel keeps an MR x NR block of outputs
+// in registers, so each loaded weight feeds MR fused multiply-adds. One level of cache blocking:
+// the K dimension, so a chunk of packed activations stays in L2.
+//
+// The plain C packing and tiles come first: they define what each computes, and are what a build
+// without vector code runs; kernels_x86.c has vector versions behind the same signatures
+// (kernels_internal.h says which a build uses). Then gemm_f32 and gemm_q8, which call them.
+#include "kernels_internal.h"
+
+#include <string.h>
+
+enum {
+    X_CHUNK = 512 << 10, // bytes of packed activations per chunk: a quarter of a 2 MB L2
+    PANEL_GROUP = 4,     // panels per work item, at most
+};
+
+// ---------------------------------------------------------------------------------------------
+// Packing and tiles, plain C
+
+// Packing the tokens: xp (cols, MR) = x[t0 : t0+MR, :] transposed, so column k of a tile is MR
+// consecutive floats, one broadcast each in the microkernel. Tokens past n are zero.
+static void pack_x_f32(float *xp, const float *x, int cols, int n, int t0) {
+    for (int t = 0; t < MR; t++) {
+        if (t0 + t < n) {
+            const float *src = x + (size_t)(t0 + t) * cols;
+            for (int k = 0; k < cols; k++)
+                xp[(size_t)k * MR + t] = src[k];
+        } else {
+            for (int k = 0; k < cols; k++)
+                xp[(size_t)k * MR + t] = 0;
+        }
+    }
+}
+
+// wp (kc, NR) = W[r0 : r0+NR, k0 : k0+kc] transposed and widened to f32, from column `from` of the
+// chunk on (the vector version packs the first columns itself); rows past the end are 0.
+void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from) {
+    const size_t cols = (size_t)m->cols;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    for (int j = 0; j < NR; j++) {
+        const size_t at = (size_t)(r0 + j) * cols + k0;
+        for (int k = from; k < kc; k++)
+            wp[k * NR + j] = j >= nr                 ? 0
+                             : m->dtype == DTYPE_F32 ? ((const float *)m->data)[at + k]
+                                                     : (float)((const _Float16 *)m->data)[at + k];
+    }
+}
+
+void pack_w_f32_plain(float *wp, const Matrix *m, int r0, int k0, int kc) { pack_w_f32_from(wp, m, r0, k0, kc, 0); }
+
+// out[t, j] (+)= sum_k xp[k, t] * wp[k, j] for t < nt tokens, j < nr rows; out rows are ldo apart.
+// Each output is one multiply-add chain over k in order, started from the value already in out
+// when accumulating: the same result however the columns were cut into chunks.
+void kernel_f32_plain(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc,
+                      int accumulate) {
+    float c[MR][NR] = {{0}};
+    for (int t = 0; accumulate && t < nt; t++)
+        for (int j = 0; j < nr; j++)
+            c[t][j] = out[t * ldo + j];
+    for (int k = 0; k < kc; k++)
+        for (int t = 0; t < MR; t++) {
+            const float a = xp[k * MR + t];
+#pragma omp simd
+            for (int j = 0; j < NR; j++)
+                c[t][j] += a * wp[k * NR + j];
+        }
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++)
+            out[t * ldo + j] = c[t][j];
+}
+
+// q8_0 prefill works on integer tiles. The multiply instruction of the vector version (vpdpbusd)
+// takes unsigned by signed bytes, so the weights are packed as qw + 128 (unsigned) and the
+// activations stay signed; the extra 128 * sum(qx) each block picks up is removed by starting its
+// integer sum at -128 * sum(qx).
+//   packed tokens   xq (cp/4, MR_Q8, 4) s8, scales xd (cp/32, MR_Q8), start values xs (cp/32, MR_Q8)
+//   packed weights  wq (kc/4, NR, 4) u8 and their scales wd (kc/32, NR)
+static void pack_x_q8(int8_t *xq, float *xd, int32_t *xs, const QuantizedRows *qx, int cp, int n, int t0) {
+    const int nb = cp / Q8_BLOCK;
+    for (int t = 0; t < MR_Q8; t++) {
+        const int real = t0 + t < n;
+        const int8_t *src = qx->q + (size_t)(real ? t0 + t : 0) * cp; // padding tokens read nothing
+        for (int k4 = 0; k4 < cp / 4; k4++)
+            for (int i = 0; i < 4; i++)
+                xq[((size_t)k4 * MR_Q8 + t) * 4 + i] = real ? src[k4 * 4 + i] : 0;
+        for (int b = 0; b < nb; b++) {
+            const size_t at = (size_t)(t0 + t) * nb + b;
+            xd[b * MR_Q8 + t] = real ? qx->d[at] : 0;
+            xs[b * MR_Q8 + t] = real ? -128 * qx->sum[at] : 0;
+        }
+    }
+}
+
+void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from) {
+    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, m->cols), nb = cp / Q8_BLOCK;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    const int8_t *w = (const int8_t *)m->data;
+    for (int j = 0; j < NR; j++)
+        for (int k4 = from / 4; k4 < kc / 4; k4++)
+            for (int i = 0; i < 4; i++)
+                wq[(k4 * NR + j) * 4 + i] = j < nr ? (uint8_t)(w[(size_t)(r0 + j) * cp + k0 + k4 * 4 + i] + 128) : 128;
+    for (int j = 0; j < NR; j++)
+        for (int b = 0; b < kc / Q8_BLOCK; b++)
+            wd[b * NR + j] = j < nr ? ((const float *)m->scale)[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
+}
+
+// q4_0 weights go through the same integer tiles as q8_0, unpacked to q - 8 + 128 = q + 120: each
+// row's nibbles into stage (NR, kc) in column order (loops the compiler vectorizes), then moved
+// into wq's layout 4 bytes at a time.
+static void pack_w_q4(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cp = (size_t)cols_stored(DTYPE_Q4_0, m->cols), nb = cp / Q8_BLOCK;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    const _Float16 *d = (const _Float16 *)m->scale;
+    for (int j = 0; j < NR; j++) {
+        uint8_t *row = stage + (size_t)j * kc;
+        const uint8_t *src = j < nr ? (const uint8_t *)m->data + ((size_t)(r0 + j) * cp + k0) / 2 : NULL;
+        // Byte i of a block holds value i (low nibble) and value i + 16 (high); padding rows read as
+        // 0x88: q = 8, w = 0.
+        for (int b = 0; b < kc / Q4_BLOCK; b++)
+            for (int i = 0; i < Q4_BLOCK_BYTES; i++) {
+                const uint8_t two = src ? src[b * Q4_BLOCK_BYTES + i] : 0x88;
+                row[b * Q4_BLOCK + i] = (uint8_t)((two & 15) + 120);
+                row[b * Q4_BLOCK + Q4_BLOCK_BYTES + i] = (uint8_t)((two >> 4) + 120);
+            }
+    }
+    for (int k4 = 0; k4 < kc / 4; k4++)
+        for (int j = 0; j < NR; j++)
+            memcpy(wq + ((size_t)k4 * NR + j) * 4, stage + (size_t)j * kc + k4 * 4, 4);
+    for (int j = 0; j < NR; j++)
+        for (int b = 0; b < kc / Q8_BLOCK; b++)
+            wd[b * NR + j] = j < nr ? (float)d[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
+}
+
+void pack_w_q8_plain(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
+    (void)stage; // the vector version copies rows through it
+    pack_w_q8_from(wq, wd, m, r0, k0, kc, 0);
+}
+
+// Per block of 32 columns: the exact integer sums of an MR_Q8 x NR tile, then dw * dx * sum added
+// to float accumulators.
+void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
+                     const uint8_t *wq, const float *wd, int kc, int accumulate) {
+    float c[MR_Q8][NR] = {{0}};
+    for (int t = 0; accumulate && t < nt; t++)
+        for (int j = 0; j < nr; j++)
+            c[t][j] = out[t * ldo + j];
+    for (int b = 0; b < kc / Q8_BLOCK; b++) {
+        int32_t s[MR_Q8][NR];
+        for (int t = 0; t < MR_Q8; t++)
+            for (int j = 0; j < NR; j++)
+                s[t][j] = xs[b * MR_Q8 + t];
+        for (int k4 = b * Q8_BLOCK / 4; k4 < (b + 1) * Q8_BLOCK / 4; k4++)
+            for (int t = 0; t < MR_Q8; t++)
+                for (int j = 0; j < NR; j++)
+                    for (int i = 0; i < 4; i++)
+                        s[t][j] += wq[(k4 * NR + j) * 4 + i] * xq[(k4 * MR_Q8 + t) * 4 + i];
+        for (int t = 0; t < MR_Q8; t++)
+            for (int j = 0; j < NR; j++)
+                c[t][j] += (float)s[t][j] * xd[b * MR_Q8 + t] * wd[b * NR + j];
+    }
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++)
+            out[t * ldo + j] = c[t][j];
+}
+
+// ---------------------------------------------------------------------------------------------
+// gemm_f32, gemm_q8: blocked matrix x matrix, for the `count` matrices that read the same x (q, k
+// and v; gate and up): x is packed once for all of them (and for q8_0 and q4_0 weights quantized
+// once before, by matmul).
+//
+//   pack x into tiles of MR tokens                        xp (tiles, cols, MR), once, shared
+//   for each matrix, for each group of a few panels of NR weight rows, to whichever thread is free
+//     for each chunk of KC columns k0 ..                  (that chunk of xp stays in L2)
+//       for each panel of the group
+//         pack W[panel rows, k0 : k0+KC]                  wp (KC, NR): NR rows side by side
+//         for each tile of MR tokens
+//           out[tile, panel] (+)= xp[tile, k0 : k0+KC] @ wp   the microkernel, MR x NR in registers
+//
+// A group of panels is one thread's work from start to end, so every output is summed in the same
+// order whatever the number of threads. Groups go to whichever thread is free (schedule dynamic)
+// and nothing waits between them, nor between matrices (nowait): on a busy machine a thread that
+// lost its core delays the others by one group, not by its whole share. Padding: a partial tile is
+// packed with zero tokens, a partial panel with zero rows; only real outputs are stored.
+
+// Panels per work item: several, so a chunk of packed activations read into L2 serves them all,
+// but items enough for every thread to get a few (the last ones finish close together).
+static int panel_group(int panels, int threads) {
+    int g = panels / (4 * threads);
+    return g < 1 ? 1 : g > PANEL_GROUP ? PANEL_GROUP : g;
+}
+
+// Columns per chunk: the packed activations of all n tokens in about X_CHUNK bytes, a multiple of
+// 32, at most KC_MAX (ws_layout sizes the packed panels for that many) and at most cols.
+static int chunk_cols(int n, int cols, size_t elem) {
+    long kc = X_CHUNK / ((long)n * (long)elem);
+    kc = kc < KC_MIN ? KC_MIN : kc > KC_MAX ? KC_MAX : kc;
+    kc = kc / Q8_BLOCK * Q8_BLOCK;
+    return kc < cols ? (int)kc : cols;
+}
+
+// f32 and f16 weights.
+void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
+              const Matrix *const *m, int count, int n) {
+    const int cols = m[0]->cols, tiles = (n + MR - 1) / MR;
+    const int kc_max = chunk_cols(tiles * MR, cols, sizeof(float));
+    float *xp = (float *)(ws + l->xp); // (tiles, cols, MR)
+#pragma omp parallel num_threads(threads)
+    {
+        float *wp = (float *)(ws + l->wp + (size_t)thread_num() * l->each); // (kc, NR), this thread's
+#pragma omp for schedule(dynamic)
+        for (int i = 0; i < tiles; i++)
+            pack_x_f32(xp + (size_t)i * cols * MR, x, cols, n, i * MR);
+        for (int mi = 0; mi < count; mi++) {
+            const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
+            const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
+#pragma omp for schedule(dynamic) nowait
+            for (int g = 0; g < groups; g++) {
+                const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
+                for (int k0 = 0; k0 < cols; k0 += kc_max) {
+                    const int kc = cols - k0 < kc_max ? cols - k0 : kc_max;
+                    for (int p = g * group; p < p_end; p++) {
+                        const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
+                        pack_w_f32(wp, m[mi], r0, k0, kc);
+                        for (int i = 0; i < tiles; i++) {
+                            const int nt = n - i * MR < MR ? n - i * MR : MR;
+                            kernel_f32(out[mi] + (size_t)i * MR * rows + r0, (size_t)rows, nt, nr,
+                                       xp + ((size_t)i * cols + k0) * MR, wp, kc, k0 > 0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// q8_0 and q4_0 weights: the same loops over integer tiles.
+void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
+             const Matrix *const *m, int count, int n) {
+    const int cp = cols_stored(DTYPE_Q8_0, m[0]->cols), nb = cp / Q8_BLOCK;
+    const int tiles = (n + MR_Q8 - 1) / MR_Q8;
+    const int kc_max = chunk_cols(tiles * MR_Q8, cp, 1);
+    const size_t tile_q = (size_t)cp * MR_Q8, tile_b = (size_t)nb * MR_Q8; // per tile: bytes, blocks
+    int8_t *xq = (int8_t *)(ws + l->xp);                                   // (tiles, cp/4, MR_Q8, 4)
+    float *xd = (float *)(ws + l->xd);                                     // (tiles, cp/32, MR_Q8)
+    int32_t *xs = (int32_t *)(ws + l->xs);                                 // (tiles, cp/32, MR_Q8)
+#pragma omp parallel num_threads(threads)
+    {
+        unsigned char *mine = ws + (size_t)thread_num() * l->each; // this thread's panel:
+        uint8_t *wq = mine + l->wp, *stage = mine + l->stage;      // (kc/4, NR, 4), (NR, kc)
+        float *wd = (float *)(mine + l->wd);                       // (kc/32, NR)
+#pragma omp for schedule(dynamic)
+        for (int i = 0; i < tiles; i++)
+            pack_x_q8(xq + i * tile_q, xd + i * tile_b, xs + i * tile_b, qx, cp, n, i * MR_Q8);
+        for (int mi = 0; mi < count; mi++) {
+            const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
+            const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
+#pragma omp for schedule(dynamic) nowait
+            for (int g = 0; g < groups; g++) {
+                const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
+                for (int k0 = 0; k0 < cp; k0 += kc_max) {
+                    const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / Q8_BLOCK;
+                    for (int p = g * group; p < p_end; p++) {
+                        const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
+                        if (m[mi]->dtype == DTYPE_Q4_0)
+                            pack_w_q4(wq, wd, stage, m[mi], r0, k0, kc);
+                        else
+                            pack_w_q8(wq, wd, stage, m[mi], r0, k0, kc);
+                        for (int i = 0; i < tiles; i++) {
+                            const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
+                            kernel_q8(out[mi] + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,
+                                      xq + i * tile_q + (size_t)k0 * MR_Q8, xd + i * tile_b + (size_t)b0 * MR_Q8,
+                                      xs + i * tile_b + (size_t)b0 * MR_Q8, wq, wd, kc, k0 > 0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
