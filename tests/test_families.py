@@ -291,3 +291,19 @@ def test_padded_vocabulary(tmp_path, c_tools):
     assert "generation: 64 tokens" in proc.stderr, proc.stderr
     # 64 tokens of the tokenizer's own: text (a sampler that drew the padding would print nothing)
     assert len(proc.stdout) > len("Once upon a time") + 32, proc.stdout
+
+
+def test_longrope_follows_the_text_not_the_context(exported, tmp_path):
+    """llama.cpp picks LongRoPE's factors once from the context size (n_ctx > L: long for the whole
+    run). Here they follow the text: a 200-token text in a 1024-token context (L 256) still uses the
+    short factors, and equals transformers' logits for it; the long factors there would be 0.29 off
+    (test_control_without_the_feature_fails, phi3-longrope-short)."""
+    d, ids, rows, theirs = fixture("phi3-longrope-short")
+    out = tmp_path / "logits.bin"
+    proc = subprocess.run([str(TOOLS / "dump_logits"), str(exported["phi3-longrope-short"]), str(d / "ids.bin"), str(out),
+                           "--ctx", "1024"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(out, np.float32).reshape(len(ids), -1)[rows]
+    diff = rel(got, theirs)
+    print(f"longrope, 200 tokens in a 1024-token context: {diff:.2e} from transformers' short-factor logits")
+    assert diff < TOL
