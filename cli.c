@@ -60,7 +60,8 @@ static const Flag FLAGS[] = {
     {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
     {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
     {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
-    {{"--rope-window"}, FLAG_INT, offsetof(Options, rope.window), 1, 1 << 24, 0, 0},
+    {{"--rope-window", "--grp-attn-w", "-gaw"}, FLAG_INT, offsetof(Options, rope.window), 1, 1 << 24, 0, 0},
+    {{"--grp-attn-n", "-gan"}, FLAG_INT, offsetof(Options, rope.group), 1, 1 << 24, 0, 0},
     {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
     {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
     {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
@@ -334,7 +335,7 @@ int parse_args(int argc, char **argv, Options *o) {
         if (rope_scaling_from_name(o->rope_mode, &mode)) {
             fprintf(stderr,
                     "error: invalid value '%s' for --rope-scaling: none, pi (or linear), ntk, dynamic, yarn, "
-                    "llama3, rerope, leaky-rerope, longrope\n",
+                    "llama3, rerope, leaky-rerope, longrope, selfextend, dynamic-yarn\n",
                     o->rope_mode);
             see_help();
             return -1;
@@ -401,7 +402,8 @@ void usage(FILE *f) {
                "\n"
                "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
                "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3 |\n"
-               "                           rerope | leaky-rerope | longrope (a LongRoPE checkpoint's own)\n"
+               "                           rerope | leaky-rerope | longrope (a LongRoPE checkpoint's own) |\n"
+               "                           selfextend | dynamic-yarn (YaRN with s = length / trained ctx)\n"
                "                           (default: the checkpoint's own, else none)\n"
                "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
                "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
@@ -410,9 +412,12 @@ void usage(FILE *f) {
                "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
                "                           (alias --rope-freq-base)\n"
                "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
-               "      --rope-window W      rerope, leaky-rerope: the window [1, 16777216] (default L / 4):\n"
-               "                           a distance r >= W is scored as W (leaky: W + (r - W) / K);\n"
-               "                           W <= L, the trained context (leaky-rerope: W < L)\n"
+               "      --rope-window W      rerope, leaky-rerope, selfextend: the window [1, 16777216]\n"
+               "                           (alias --grp-attn-w, -gaw; default L / 4): a distance r >= W is\n"
+               "                           scored as W (leaky: W + (r - W) / K; selfextend: grouped);\n"
+               "                           W <= L, the trained context (leaky-rerope, selfextend: W < L)\n"
+               "      --grp-attn-n G       selfextend: the group size [1, 16777216] (alias -gan; default:\n"
+               "                           the smallest whose capacity (L - W) G + W covers ctx)\n"
                "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
                "                           ln(m + 1) / ln(L); combines with every mode\n"
                "  -h, --help               this text\n");

@@ -65,7 +65,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
     size_t kv[3];
     kv_parts(p, run, kv, overflow);
-    const int unrotated = rope_keys_unrotated(&run->rope), rerope = rope_is_rerope(&run->rope);
+    const int unrotated = rope_keys_unrotated(&run->rope), rerope = rope_far_path(&run->rope);
     const size_t att = attention_scratch_floats(run->n_ctx, p->n_heads, p->n_kv_heads, p->head_dim, rerope);
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
     if (att == 0 || work == 0) *overflow = 1;
@@ -179,7 +179,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
     if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->n_ctx);
-    if (rope_is_rerope(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
+    if (rope_far_path(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
         float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->n_ctx, p->head_dim) : NULL;
         kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->n_ctx);
     }

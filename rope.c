@@ -32,8 +32,9 @@
 // ---------------------------------------------------------------------------------------------
 // Names
 
-static const char *const NAMES[ROPE_SCALING_COUNT] = {"none",   "pi",     "ntk",          "dynamic", "yarn",
-                                                      "llama3", "rerope", "leaky-rerope", "longrope"};
+static const char *const NAMES[ROPE_SCALING_COUNT] = {"none",   "pi",       "ntk",          "dynamic",
+                                                      "yarn",   "llama3",   "rerope",       "leaky-rerope",
+                                                      "longrope", "selfextend", "dynamic-yarn"};
 
 const char *rope_scaling_name(RopeScaling mode) {
     return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? NAMES[mode] : "unknown";
@@ -58,9 +59,12 @@ int rope_scaling_from_name(const char *name, RopeScaling *mode) {
 
 static int finite_pos(double x) { return isfinite(x) && x > 0; }
 
+// yarn and dynamic-yarn share the per-pair blend and its parameters.
+static int is_yarn(const RopeParams *p) { return p->mode == ROPE_SCALING_YARN || p->mode == ROPE_SCALING_DYNAMIC_YARN; }
+
 int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     // Defaults of the optional fields, as transformers' modeling_rope_utils.py uses them.
-    if (p->mode == ROPE_SCALING_YARN) {
+    if (p->mode == ROPE_SCALING_YARN || p->mode == ROPE_SCALING_DYNAMIC_YARN) {
         if (p->beta_fast == 0) p->beta_fast = 32;
         if (p->beta_slow == 0) p->beta_slow = 1;
     }
@@ -92,24 +96,29 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "longrope needs the checkpoint's short and long factors";
     else if (p->mode == ROPE_SCALING_LONGROPE && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
         bad = "longrope attention factor must be >= 0";
-    else if (p->mode == ROPE_SCALING_YARN && !(p->base > 1))
+    else if (is_yarn(p) && !(p->base > 1))
         bad = "yarn needs base > 1 (its ramp divides by ln(base))";
-    else if (p->mode == ROPE_SCALING_YARN && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
+    else if (is_yarn(p) && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
         bad = "yarn attention factor must be >= 0";
-    else if (p->mode == ROPE_SCALING_YARN && !(finite_pos(p->beta_slow) && p->beta_fast > p->beta_slow))
+    else if (is_yarn(p) && !(finite_pos(p->beta_slow) && p->beta_fast > p->beta_slow))
         bad = "yarn needs beta_fast > beta_slow > 0";
+    else if (p->mode == ROPE_SCALING_DYNAMIC_YARN && p->factor != 1)
+        bad = "dynamic-yarn has no factor (it follows the length: s = l / L)";
+    else if (p->mode == ROPE_SCALING_SELFEXTEND && !(p->factor == floor(p->factor) && p->factor <= 1 << 24))
+        bad = "selfextend's group size G must be a whole number";
     else if (p->mode == ROPE_SCALING_LLAMA3 && !(finite_pos(p->low_freq_factor) && isfinite(p->high_freq_factor) &&
                                                  p->high_freq_factor > p->low_freq_factor))
         bad = "llama3 needs high_freq_factor > low_freq_factor > 0";
-    else if (rope_is_rerope(p) && !(p->window >= 1 && p->window <= p->orig_ctx))
+    else if (rope_far_path(p) && !(p->window >= 1 && p->window <= p->orig_ctx))
         bad = "the window W must be in [1, L], L the trained context: no distance is then rotated past what "
               "the model was trained on";
     else if (p->mode == ROPE_SCALING_REROPE && p->factor != 1)
         bad = "rerope has no factor (distances past W are all scored as W)";
-    else if (p->mode == ROPE_SCALING_LEAKY_REROPE && p->window >= p->orig_ctx)
-        bad = "leaky-rerope needs a window W below L, the trained context (distances past W grow from W)";
-    else if (!rope_is_rerope(p) && p->window != 0)
-        bad = "a window is used only by rerope and leaky-rerope";
+    else if ((p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND) && p->window >= p->orig_ctx)
+        bad = "leaky-rerope and selfextend need a window W below L, the trained context (distances past W grow "
+              "from W)";
+    else if (!rope_far_path(p) && p->window != 0)
+        bad = "a window is used only by rerope, leaky-rerope and selfextend";
     for (int i = 0; !bad && p->mode == ROPE_SCALING_LONGROPE && i < p->rot_dims / 2; i++)
         if (!finite_pos(p->short_factor[i]) || !finite_pos(p->long_factor[i]))
             bad = "longrope factors must be finite numbers > 0";
@@ -118,6 +127,16 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+// Self-Extend's farthest distance in a context of ctx: the query at ctx - 1 against the key at 0, on
+// the grouped path: floor((ctx - 1) / G) + W - floor(W / G). The smallest G that keeps it below L
+// (1 when the window is no smaller than L: nothing is grouped that could be kept in range).
+static int selfextend_group(int ctx, int W, int L) {
+    int g = 1;
+    while (W < L && g < ctx && (ctx - 1) / g + W - W / g > L - 1)
+        g++;
+    return g;
 }
 
 RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
@@ -137,13 +156,20 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
     if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) return ROPE_ALPHA_NOT_NTK;
     if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) return ROPE_REROPE_FACTOR;
     if (out->mode == ROPE_SCALING_LEAKY_REROPE && o->factor == 1) return ROPE_LEAKY_FACTOR_ONE;
-    if (o->window > 0 && !rope_is_rerope(out)) return ROPE_WINDOW_NOT_REROPE;
+    if (o->window > 0 && !rope_far_path(out)) return ROPE_WINDOW_NOT_REROPE;
+    if (o->group > 0 && out->mode != ROPE_SCALING_SELFEXTEND) return ROPE_GROUP_NOT_SELFEXTEND;
+    if (out->mode == ROPE_SCALING_SELFEXTEND && o->factor > 0) return ROPE_FACTOR_SELFEXTEND;
+    if (out->mode == ROPE_SCALING_DYNAMIC_YARN && o->factor > 0) return ROPE_FACTOR_FOLLOWS_LENGTH;
     // ReRoPE's window (Su 2023, kexue.fm/archives/9708; bojone/rerope uses W = 512 for L = 4096, and
     // reports W = 1024 = L/4): by default L / 4, well inside the trained range, where every pair's
     // angles have been seen with plenty of training examples at each distance.
-    out->window = rope_is_rerope(out) ? (o->window > 0 ? o->window : (out->orig_ctx >= 4 ? out->orig_ctx / 4 : 1)) : 0;
-    if (out->mode == ROPE_SCALING_NONE || out->mode == ROPE_SCALING_REROPE)
-        out->factor = 1;
+    out->window = rope_far_path(out) ? (o->window > 0 ? o->window : (out->orig_ctx >= 4 ? out->orig_ctx / 4 : 1)) : 0;
+    if (out->mode == ROPE_SCALING_NONE || out->mode == ROPE_SCALING_REROPE || out->mode == ROPE_SCALING_DYNAMIC_YARN)
+        out->factor = 1; // (dynamic-yarn's s follows the length, rope_inv_freq)
+    else if (out->mode == ROPE_SCALING_SELFEXTEND)
+        // Self-Extend's group size G (LongLM's group_size_1, llama.cpp's --grp-attn-n): the one given,
+        // else the smallest that keeps every grouped distance of the context inside L (selfextend_group).
+        out->factor = o->group > 0 ? o->group : selfextend_group(ctx, out->window, out->orig_ctx);
     else if (o->factor > 0)
         out->factor = o->factor;
     else if (out->factor == 0 && out->mode == ROPE_SCALING_DYNAMIC)
@@ -177,7 +203,8 @@ static double yarn_pair_with_turns(double turns, int d, double b, double L) {
 
 void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *mscale, double *eff_base) {
     const int d = p->rot_dims ? p->rot_dims : p->head_dim, half = d / 2;
-    const double s = p->factor, L = p->orig_ctx;
+    const double L = p->orig_ctx;
+    double s = p->factor;
     double b = p->base;
     *mscale = 1;
 
@@ -208,6 +235,7 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
     case ROPE_SCALING_DYNAMIC:
     case ROPE_SCALING_REROPE: // the frequencies are the trained ones; attention clips the distance
     case ROPE_SCALING_LEAKY_REROPE:
+    case ROPE_SCALING_SELFEXTEND: // ... or groups the positions (rope_init's far tables)
         break;
     case ROPE_SCALING_PI:
         // Position Interpolation (Chen et al. 2023, arXiv 2306.15595): f'(x, m) = f(x, m/s).
@@ -215,6 +243,14 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
         for (int i = 0; i < half; i++)
             inv_freq[i] /= s;
         break;
+    case ROPE_SCALING_DYNAMIC_YARN:
+        // Dynamic YaRN (the YaRN paper's sec. 3.3, "Dynamic Scaling", applied to YaRN as its authors
+        // recommend for models used without fine-tuning): YaRN below with s = max(1, l / L) for the
+        // current length l, so a text no longer than L runs with the trained frequencies, and at the
+        // full window l = ctx it is static YaRN with s = ctx / L. Rotation-consistent like dynamic
+        // NTK: the keys are cached un-rotated and every one is turned with the current s.
+        s = length > p->orig_ctx ? (double)length / p->orig_ctx : 1;
+        // fall through
     case ROPE_SCALING_YARN: {
         // YaRN (Peng et al. 2023, arXiv 2309.00071, sec. 3.2-3.4, as transformers'
         // _compute_yarn_parameters computes it). Pairs that turn more than beta_fast times over
@@ -308,6 +344,25 @@ static void fill_tables(const Rope *r, float *cos_out, float *sin_out, int n, do
     }
 }
 
+// Self-Extend's tables: row m for the position at + floor(m / group), the same row for the group's
+// members; every distinct row from cos and sin of its angle directly (a row per G positions).
+static void fill_grouped(const Rope *r, float *cos_out, float *sin_out, int n, int at, int group) {
+    const int half = r->p.head_dim / 2, turning = r->p.rot_dims / 2;
+    for (int m = 0; m < n; m++) {
+        float *c = cos_out + (size_t)m * half, *s = sin_out + (size_t)m * half;
+        if (m % group) { // a later member of a group: the first one's row
+            memcpy(c, c - half, (size_t)half * sizeof(float));
+            memcpy(s, s - half, (size_t)half * sizeof(float));
+            continue;
+        }
+        const double pos = at + m / group;
+        for (int i = 0; i < half; i++) {
+            c[i] = i < turning ? (float)(r->mscale * cos(pos * r->inv_freq[i])) : 1;
+            s[i] = i < turning ? (float)(r->mscale * sin(pos * r->inv_freq[i])) : 0;
+        }
+    }
+}
+
 int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen) {
     memset(r, 0, sizeof(*r));
     r->p = *p;
@@ -329,8 +384,8 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
     r->length = r->p.orig_ctx; // dynamic: up to L the frequencies are the unscaled ones
     rope_inv_freq(&r->p, r->length, r->inv_freq, &r->mscale, &r->eff_base);
     fill_tables(r, r->cos, r->sin, n_pos, 0, 1);
-    if (rope_is_rerope(&r->p)) { // the far path (README, "ReRoPE")
-        const int leaky = r->p.mode == ROPE_SCALING_LEAKY_REROPE, rows = leaky ? n_pos : 1;
+    if (rope_far_path(&r->p)) { // the far path (README, "ReRoPE", "Self-Extend")
+        const int leaky = r->p.mode != ROPE_SCALING_REROPE, rows = leaky ? n_pos : 1; // (leaky: per position)
         const double W = r->p.window, K = r->p.factor;
         r->far_cos = malloc((size_t)rows * half * sizeof(float));
         r->far_sin = malloc((size_t)rows * half * sizeof(float));
@@ -346,8 +401,17 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
         // rerope: every query to W. leaky-rerope: the query at m to W + (m - W) / K = (W - W/K) + m / K,
         // the key at n to n / K (bojone/rerope leaky_rerope_patch.py: positions + W (K - 1) and
         // positions, both at 1/K the rate).
-        fill_tables(r, r->far_cos, r->far_sin, rows, leaky ? W - W / K : W, leaky ? 1 / K : 0);
-        if (leaky) fill_tables(r, r->key_cos, r->key_sin, n_pos, 0, 1 / K);
+        // selfextend (Jin et al. 2024, "LLM Maybe LongLM", arXiv 2401.01325, eq. 3; LongLM's
+        // self_extend_patch: group_query_position, group_key_position): the query at m to
+        // floor(m / G) + W - floor(W / G), the key at n to floor(n / G).
+        if (r->p.mode == ROPE_SCALING_SELFEXTEND) {
+            const int G = (int)K, w = r->p.window;
+            fill_grouped(r, r->far_cos, r->far_sin, n_pos, w - w / G, G);
+            fill_grouped(r, r->key_cos, r->key_sin, n_pos, 0, G);
+        } else {
+            fill_tables(r, r->far_cos, r->far_sin, rows, leaky ? W - W / K : W, leaky ? 1 / K : 0);
+            if (leaky) fill_tables(r, r->key_cos, r->key_sin, n_pos, 0, 1 / K);
+        }
     }
     return 0;
 }
@@ -363,26 +427,32 @@ void rope_free(Rope *r) {
     memset(r, 0, sizeof(*r));
 }
 
-int rope_is_dynamic(const Rope *r) { return r->p.mode == ROPE_SCALING_DYNAMIC || r->p.mode == ROPE_SCALING_LONGROPE; }
-
-int rope_is_rerope(const RopeParams *p) {
-    return p->mode == ROPE_SCALING_REROPE || p->mode == ROPE_SCALING_LEAKY_REROPE;
+// The modes whose frequencies follow the current length.
+static int follows_length(RopeScaling m) {
+    return m == ROPE_SCALING_DYNAMIC || m == ROPE_SCALING_LONGROPE || m == ROPE_SCALING_DYNAMIC_YARN;
 }
 
-int rope_keys_unrotated(const RopeParams *p) {
-    return p->mode == ROPE_SCALING_DYNAMIC || p->mode == ROPE_SCALING_LONGROPE || rope_is_rerope(p);
+int rope_is_dynamic(const Rope *r) { return follows_length(r->p.mode); }
+
+int rope_far_path(const RopeParams *p) {
+    return p->mode == ROPE_SCALING_REROPE || p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND;
 }
+
+int rope_keys_unrotated(const RopeParams *p) { return follows_length(p->mode) || rope_far_path(p); }
 
 int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
 
-int rope_key_tables(const RopeParams *p) {
-    return p->mode == ROPE_SCALING_LEAKY_REROPE ? 2 : rope_keys_unrotated(p) ? 1 : 0;
+// leaky-rerope and selfextend turn a far key by a table of its own (n / K, floor(n / G)).
+static int far_key_table(const RopeParams *p) {
+    return p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND;
 }
 
-// rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope a far
-// and a key table of every position more.
+int rope_key_tables(const RopeParams *p) { return far_key_table(p) ? 2 : rope_keys_unrotated(p) ? 1 : 0; }
+
+// rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope and
+// selfextend a far and a key table of every position more.
 size_t rope_table_rows(const RopeParams *p, int ctx) {
-    return (size_t)ctx * (p->mode == ROPE_SCALING_LEAKY_REROPE ? 3 : 1) + (p->mode == ROPE_SCALING_REROPE);
+    return (size_t)ctx * (far_key_table(p) ? 3 : 1) + (p->mode == ROPE_SCALING_REROPE);
 }
 
 double rope_covers(const RopeParams *p, int ctx, double *fix) {
@@ -397,6 +467,9 @@ double rope_covers(const RopeParams *p, int ctx, double *fix) {
     case ROPE_SCALING_LEAKY_REROPE:
         *fix = (ctx - W) / (L - W);
         return W + p->factor * (L - W);
+    case ROPE_SCALING_SELFEXTEND: // a whole G: (L - W) G + W, the capacity of LongLM's paper
+        *fix = ceil((ctx - W) / (L - W));
+        return W + p->factor * (L - W);
     default:
         *fix = 0;
         return 0;
@@ -409,6 +482,9 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
 #define MORE(...) (n += n < len ? (size_t)snprintf(buf + n, len - n, __VA_ARGS__) : 0)
     if (p->mode == ROPE_SCALING_LONGROPE) {
         MORE(" (short factors up to L, long ones past it)");
+    } else if (p->mode == ROPE_SCALING_DYNAMIC_YARN) {
+        MORE(" (past L the factor is the length over L: %g at %d)", ctx > p->orig_ctx ? (double)ctx / p->orig_ctx : 1.0,
+             ctx);
     } else if (rope_is_dynamic(r)) { // the base follows the length: show where it ends up
         double inv_freq[ROPE_MAX_PAIRS], mscale, at_ctx;
         rope_inv_freq(p, ctx, inv_freq, &mscale, &at_ctx);
@@ -420,7 +496,11 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
         MORE(", window W = %d (distances past W scored as W)", p->window);
     else if (p->mode == ROPE_SCALING_LEAKY_REROPE)
         MORE(", window W = %d, K = %g (distance r past W scored as W + (r - W) / K)", p->window, p->factor);
-    if (!rope_is_rerope(p)) MORE(", factor %g", p->factor);
+    else if (p->mode == ROPE_SCALING_SELFEXTEND)
+        MORE(", neighbour window W = %d, group G = %g (a key at distance >= W scored at floor(m/G) + W - "
+             "floor(W/G) against floor(n/G); capacity (L - W) G + W = %g)",
+             p->window, p->factor, p->window + p->factor * (p->orig_ctx - p->window));
+    if (!rope_far_path(p) && p->mode != ROPE_SCALING_DYNAMIC_YARN) MORE(", factor %g", p->factor);
     if (p->rot_dims < p->head_dim) MORE(", %d of %d dimensions turn", p->rot_dims, p->head_dim);
     MORE(", trained context L = %d, attention factor %g", p->orig_ctx, r->mscale);
 #undef MORE
@@ -438,6 +518,7 @@ void rope_set_length(Rope *r, int length) {
     if (!rope_is_dynamic(r)) return;
     int l = length > r->p.orig_ctx ? length : r->p.orig_ctx;
     if (r->p.mode == ROPE_SCALING_LONGROPE) l = length > r->p.orig_ctx ? r->p.orig_ctx + 1 : r->p.orig_ctx; // a side of L
+    // (dynamic-yarn, like dynamic, at every length past L)
     if (l == r->length) return;
     r->length = l;
     rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);
@@ -476,6 +557,6 @@ void rope_rotate(const Rope *r, float *x, int pos) {
 
 // ReRoPE's far path for a query at pos: rerope's table has one row (W), leaky-rerope's one per position.
 void rope_rotate_far(const Rope *r, float *x, int pos) {
-    const size_t half = (size_t)r->p.head_dim / 2, row = r->p.mode == ROPE_SCALING_LEAKY_REROPE ? (size_t)pos : 0;
+    const size_t half = (size_t)r->p.head_dim / 2, row = r->p.mode == ROPE_SCALING_REROPE ? 0 : (size_t)pos;
     rotate_with(x, r->far_cos + row * half, r->far_sin + row * half, (int)half);
 }

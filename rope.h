@@ -47,6 +47,9 @@ typedef enum {
     ROPE_SCALING_LEAKY_REROPE = 7, // distances r >= W are scored as W + (r - W) / K, K = factor
     // LongRoPE (Phi-3): a factor per pair, the short ones up to L and the long ones past it.
     ROPE_SCALING_LONGROPE = 8,
+    // Run-time only, like the rerope modes:
+    ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at grouped positions
+    ROPE_SCALING_DYNAMIC_YARN = 10, // YaRN whose factor follows the length: s = max(1, l / L)
     ROPE_SCALING_COUNT
 } RopeScaling;
 
@@ -66,7 +69,8 @@ typedef struct {
     double beta_slow;        // yarn only: ramp ends at pairs with this many turns over L (1)
     double low_freq_factor;  // llama3 only: wavelengths above L/low_freq_factor are divided by s
     double high_freq_factor; // llama3 only: wavelengths below L/high_freq_factor are kept
-    int window;              // rerope, leaky-rerope: W, distances below it are rotated as usual
+    int window;              // rerope, leaky-rerope, selfextend: W, distances below it are rotated as
+                             // usual (selfextend: the neighbour window; factor is its group size G)
     // longrope only: rot_dims / 2 factors each, pair i's frequency divided by short_factor[i] for
     // lengths up to L, by long_factor[i] past it (pointers into the model file, or the caller's)
     const double *short_factor, *long_factor;
@@ -78,19 +82,21 @@ typedef struct {
     int length;       // dynamic: sequence length the tables were computed for
     double eff_base;  // base after any base change (ntk, dynamic), for the banner
     double mscale;    // magnitude folded into cos and sin (yarn), else 1
-    unsigned version; // increases whenever the tables change (dynamic only)
+    unsigned version; // increases whenever the tables change (dynamic, dynamic-yarn, longrope)
     double *inv_freq; // (head_dim/2) theta_i after scaling, in double
     float *cos;       // (n_pos, head_dim/2) mscale * cos(m * theta_i)
     float *sin;       // (n_pos, head_dim/2) mscale * sin(m * theta_i)
-    // rerope, leaky-rerope (else NULL): the far path's rotations. far_cos, far_sin: of a query at m,
-    // to W (rerope: one row, the same for every m) or to W + (m - W) / K (leaky-rerope: n_pos rows);
-    // key_cos, key_sin (leaky-rerope only, n_pos rows): of a key at n, to n / K. The score of a far
-    // key is then (R(W + (m - W)/K) q) . (R(n/K) k) = q^T R(-(W + (m - n - W)/K)) k: relative again.
+    // rerope, leaky-rerope, selfextend (else NULL): the far path's rotations. far_cos, far_sin: of a
+    // query at m, to W (rerope: one row, the same for every m), to W + (m - W) / K (leaky-rerope) or
+    // to floor(m / G) + W - floor(W / G) (selfextend; n_pos rows for both); key_cos, key_sin
+    // (leaky-rerope, selfextend; n_pos rows): of a key at n, to n / K or floor(n / G). The score of a
+    // far key is then (R(W + (m - W)/K) q) . (R(n/K) k) = q^T R(-(W + (m - n - W)/K)) k: relative
+    // again (selfextend: relative to the groups, floor(m/G) - floor(n/G) + W - floor(W/G)).
     float *far_cos, *far_sin, *key_cos, *key_sin;
 } Rope;
 
 // Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3,
-// rerope, leaky-rerope, longrope.
+// rerope, leaky-rerope, longrope, selfextend, dynamic-yarn.
 const char *rope_scaling_name(RopeScaling mode);
 int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unknown name
 
@@ -100,7 +106,8 @@ typedef struct {
     double factor; // --rope-factor; 0 = the checkpoint's, else ctx / L when ctx > L, else 1 (dynamic: 1)
     double base;   // --rope-base; 0 = the checkpoint's rope_theta
     double alpha;  // --rope-alpha (ntk); 0 = factor
-    int window;    // --rope-window (rerope, leaky-rerope); 0 = L / 4
+    int window;    // --rope-window, --grp-attn-w (rerope, leaky-rerope, selfextend); 0 = L / 4
+    int group;     // --grp-attn-n (selfextend): G; 0 = the smallest that covers the context
 } RopeOverrides;
 
 // The rules an override can break, one code each: rope_params_resolve owns the rules, run.c says
@@ -113,6 +120,9 @@ typedef enum {
     ROPE_REROPE_FACTOR,       // rerope has no factor (every distance past W is scored as W)
     ROPE_LEAKY_FACTOR_ONE,    // leaky-rerope with factor 1 is plain RoPE
     ROPE_LONGROPE_NO_FACTORS, // longrope, and the checkpoint has no short and long factors
+    ROPE_GROUP_NOT_SELFEXTEND, // a group size G, and the mode is not selfextend
+    ROPE_FACTOR_SELFEXTEND,   // a factor with selfextend, whose factor is G (--grp-attn-n)
+    ROPE_FACTOR_FOLLOWS_LENGTH, // a factor with dynamic-yarn, whose factor is l / L
     ROPE_BAD_VALUE,           // a parameter out of its range (rope_params_check; err says which)
 } RopeRule;
 
@@ -144,8 +154,9 @@ void rope_set_length(Rope *r, int length);
 // True when rope_set_length can change the tables (dynamic NTK, longrope; the caller must then keep
 // keys un-rotated).
 int rope_is_dynamic(const Rope *r);
-// True for rerope and leaky-rerope: attention scores far keys by another path (rope_rotate_far).
-int rope_is_rerope(const RopeParams *p);
+// True for rerope, leaky-rerope and selfextend: attention scores the keys at distance >= window by
+// another path (rope_rotate_far, the key table).
+int rope_far_path(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
 int rope_is_scaled(const RopeParams *p);
 // True when the keys must be cached un-rotated: dynamic and longrope (the frequencies change with the

@@ -733,7 +733,7 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     if (ctx > L && !rope_is_scaled(p))
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
-                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope)\n",
+                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn)\n",
                 ctx, L, L);
     if (own && c->n_ctx_max > L && ctx > c->n_ctx_max)
         fprintf(stderr,
@@ -745,11 +745,12 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     // said good to 131072).
     double fix, covers = rope_covers(p, ctx, &fix);
     if (own && c->n_ctx_max > covers) covers = c->n_ctx_max;
+    const char *flag = p->mode == ROPE_SCALING_SELFEXTEND ? "--grp-attn-n" : "--rope-factor"; // its factor is G
     if (covers && covers < ctx)
         fprintf(stderr,
-                "warning: %s with --rope-factor %g covers %g positions, fewer than --ctx %d: positions past %g are "
-                "extrapolated (hint: --rope-factor %g, or leave it out: the default covers --ctx)\n",
-                rope_scaling_name(p->mode), p->factor, covers, ctx, covers, fix);
+                "warning: %s with %s %g covers %g positions, fewer than --ctx %d: positions past %g are "
+                "extrapolated (hint: %s %g, or leave it out: the default covers --ctx)\n",
+                rope_scaling_name(p->mode), flag, p->factor, covers, ctx, covers, flag, fix);
 }
 
 // The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
@@ -780,11 +781,15 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         [ROPE_FACTOR_WITHOUT_MODE] = "--rope-factor needs a scaling mode (hint: --rope-scaling "
                                      "pi|ntk|dynamic|yarn|llama3|leaky-rerope; rerope takes --rope-window, not a factor)",
         [ROPE_ALPHA_NOT_NTK] = "--rope-alpha is used only by --rope-scaling ntk",
-        [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope and leaky-rerope",
+        [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope, leaky-rerope and selfextend",
         [ROPE_REROPE_FACTOR] = "rerope has no --rope-factor: every distance past the window is scored as the window "
                                "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
         [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
                                   "--rope-scaling none)",
+        [ROPE_GROUP_NOT_SELFEXTEND] = "--grp-attn-n is used only by --rope-scaling selfextend",
+        [ROPE_FACTOR_SELFEXTEND] = "selfextend's factor is its group size (hint: --grp-attn-n G, not --rope-factor)",
+        [ROPE_FACTOR_FOLLOWS_LENGTH] = "dynamic-yarn has no --rope-factor: its factor is the length over the trained "
+                                       "context (hint: --rope-scaling yarn --rope-factor S for a fixed one)",
         [ROPE_LONGROPE_NO_FACTORS] = "--rope-scaling longrope needs a LongRoPE checkpoint's short and long factors "
                                      "(Phi-3's rope_scaling), and this model has none (hint: --rope-scaling yarn)",
     };
@@ -797,7 +802,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         fprintf(stderr, "error: %s\n", RULE[rule]);
         return 2;
     }
-    if (rope_is_rerope(&run->rope) && c->sliding_window) {
+    if (rope_far_path(&run->rope) && c->sliding_window) {
         fprintf(stderr,
                 "error: --rope-scaling %s on a model with sliding-window layers (window %d): their queries see no "
                 "key farther than the window, and the two are not run together (hint: another --rope-scaling)\n",

@@ -1,4 +1,5 @@
-"""rerope_cost.py - what ReRoPE's two score paths cost, against plain RoPE, in one alternating run.
+"""rerope_cost.py - what ReRoPE's and Self-Extend's two score paths cost, against plain RoPE, in one
+alternating run.
 
     /usr/bin/python3 bench/rerope_cost.py [--shape 110m] [--dtype f16] [--threads 1 2] [--runs 5]
                                           [--window W] [--out FILE]
@@ -8,8 +9,9 @@ machine's drift hits them alike:
   prefill  a 4000-token prompt (blocks of 512 tokens, --ctx 4096), tokens/s
   decode   the 64 tokens decoded after it, tokens/s
 for --rope-scaling none (the reference: keys cached rotated, one score path), dynamic (keys cached
-un-rotated and turned as they are read, one path), rerope and leaky-rerope (keys cached un-rotated,
-a far and a near path; the README, "ReRoPE and leaky ReRoPE", says which keys each path turns).
+un-rotated and turned as they are read, one path), dynamic-yarn (the same, with YaRN's blend),
+rerope, leaky-rerope and selfextend (keys cached un-rotated, a far and a near path; the README,
+"ReRoPE and leaky ReRoPE" and "Self-Extend", says which keys each path turns).
 The model is bench.py's random checkpoint of the shape (made on first use into its cache). This is
 a benchmark, not a test: nothing fails on speed. Output: a markdown table on stdout and in --out
 (default build/rerope-cost.md; bench/rerope-cost.md holds the run the README quotes).
@@ -24,12 +26,12 @@ from pathlib import Path
 
 import bench  # bench/bench.py, beside this file: checkpoints, prompts, one ./run and its timing lines
 
-MODES = ("none", "dynamic", "rerope", "leaky-rerope")
+MODES = ("none", "dynamic", "dynamic-yarn", "rerope", "leaky-rerope", "selfextend")
 GEN = 64  # decoded tokens: 4000 + 64 fit in --ctx 4096, and twice bench.py's 32 for a steadier median
 
 
 def rerope_args(mode, window):
-    return ["--rope-window", str(window)] if window and "rerope" in mode else []
+    return ["--rope-window", str(window)] if window and ("rerope" in mode or mode == "selfextend") else []
 
 
 def main():

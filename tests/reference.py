@@ -112,7 +112,9 @@ from lrun.hf_checkpoint import Checkpoint  # noqa: E402  (our own reader of HF w
 HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
                  "longrope": "longrope"}
 ROPE_KEYS = ("mode", "factor", "base", "alpha", "orig_ctx", "attn_factor", "beta_fast", "beta_slow",
-             "low_freq_factor", "high_freq_factor", "window", "short_factor", "long_factor", "longrope_factors")
+             "low_freq_factor", "high_freq_factor", "window", "short_factor", "long_factor", "longrope_factors",
+             "group")
+FAR_MODES = ("rerope", "leaky-rerope", "selfextend")  # a window W, and keys past it scored another way
 
 
 # --- Families: what config.json means for each architecture ---------------------------------------------
@@ -323,8 +325,12 @@ def resolve_rope(trained, rope=None, ctx=None):
       factor  1 for none (giving one is an error); else given, else the checkpoint's own (same
               mode), else ctx / L when ctx > L, else 1;
       base    given, else rope_theta;  alpha  given (ntk only), else 0 = factor;
-      window  rerope and leaky-rerope only: W, given, else L // 4 (at least 1); leaky-rerope's
-              factor K defaults to (ctx - W) / (L - W) when ctx > L (ctx maps to L), else 1.
+      window  rerope, leaky-rerope and selfextend only: W, given, else L // 4 (at least 1);
+              leaky-rerope's factor K defaults to (ctx - W) / (L - W) when ctx > L (ctx maps to
+              L), else 1;
+      group   selfextend only: G, given, else the smallest G for which the farthest grouped
+              distance, (ctx - 1) // G + W - W // G, stays below L (LongLM's capacity); it is the
+              factor. dynamic-yarn's factor is 1 (its s follows the length: rope_ref).
     ctx is the run's context (the C program's --ctx); None means L, the trained context.
     Also accepted (tests only; the C command line has no flag for them): orig_ctx, attn_factor,
     beta_fast, beta_slow, low_freq_factor, high_freq_factor, and longrope's short_factor,
@@ -344,16 +350,25 @@ def resolve_rope(trained, rope=None, ctx=None):
     if mode is not None and rope_ref.canonical_mode(mode) != out["mode"]:
         out.update(mode=rope_ref.canonical_mode(mode), factor=0.0, attn_factor=0.0, beta_fast=0.0,
                    beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0)
-    if out["mode"] in ("none", "rerope") and rope.get("factor") and rope["factor"] != 1:
-        raise ValueError("a factor needs a scaling mode other than none and rerope (rope.c)")
+    if out["mode"] == "selfextend" and rope.get("factor") and not rope.get("group"):  # a resolved dict: factor is G
+        rope["group"] = int(rope.pop("factor"))
+    if out["mode"] in ("none", "rerope", "selfextend", "dynamic-yarn") and rope.get("factor") and rope["factor"] != 1:
+        raise ValueError("a factor needs a scaling mode other than none, rerope, selfextend and dynamic-yarn")
+    if rope.get("group") and out["mode"] != "selfextend":
+        raise ValueError("a group size is used only by selfextend")
     out["alpha"] = float(rope.get("alpha") or 0.0)
     if out["alpha"] and out["mode"] != "ntk":
         raise ValueError("alpha is used only by mode ntk")
-    if rope.get("window") and out["mode"] not in ("rerope", "leaky-rerope"):
-        raise ValueError("a window is used only by rerope and leaky-rerope")
-    out["window"] = (int(rope.get("window") or max(1, L // 4))) if out["mode"] in ("rerope", "leaky-rerope") else 0
-    if out["mode"] in ("none", "rerope"):
+    if rope.get("window") and out["mode"] not in FAR_MODES:
+        raise ValueError("a window is used only by rerope, leaky-rerope and selfextend")
+    out["window"] = (int(rope.get("window") or max(1, L // 4))) if out["mode"] in FAR_MODES else 0
+    if out["mode"] in ("none", "rerope", "dynamic-yarn"):
         out["factor"] = 1.0
+    elif out["mode"] == "selfextend":
+        W, G = out["window"], int(rope.get("group") or 1)
+        while not rope.get("group") and W < L and G < ctx and (ctx - 1) // G + W - W // G > L - 1:
+            G += 1
+        out["factor"] = float(G)
     elif rope.get("factor"):
         out["factor"] = float(rope["factor"])
     elif out["mode"] == "leaky-rerope":
@@ -367,7 +382,7 @@ def resolve_rope(trained, rope=None, ctx=None):
               "short_factor", "long_factor", "longrope_factors"):
         if rope.get(k):
             out[k] = rope[k]
-    if out["mode"] == "yarn":
+    if out["mode"] in ("yarn", "dynamic-yarn"):
         out["beta_fast"] = out["beta_fast"] or 32.0
         out["beta_slow"] = out["beta_slow"] or 1.0
     if out["mode"] == "llama3":
@@ -596,11 +611,15 @@ class Reference:
                            lw, "down_proj")
 
     # --- the forward pass ---
-    def forward(self, ids, inv_freq, mscale, logn_L=None, rel=None):
+    def forward(self, ids, inv_freq, mscale, logn_L=None, rel=None, grouped=None):
         """Logits (n, V) in dtype for token ids at positions 0 .. n-1 with the given RoPE table; with
         logn_L, log-n attention scaling: queries times max(1, ln(m + 1) / ln(logn_L)) (bojone/rerope);
         with rel (relative_position: ReRoPE), q and k are not rotated by their positions, and the
-        scores rotate each pair by rel(m - n) instead (relative_scores)."""
+        scores rotate each pair by rel(m - n) instead (relative_scores). With grouped = (W, G),
+        Self-Extend as LongLM's self_extend_patch writes it (Jin et al. 2024, arXiv 2401.01325): two
+        score matrices, the "neighbor" one of q and k rotated at their positions m and n and the
+        "group" one of q rotated at m // G + W - W // G and k at n // G, and each score taken from
+        the first where m - n < W, else from the second (torch.where on a neighbour mask)."""
         ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
         n, hd, H, KV = ids.shape[0], self.head_dim, self.n_heads, self.n_kv_heads
         if rel is not None and self.rotary_dim != hd:
@@ -608,17 +627,30 @@ class Reference:
         cos, sin = cos_sin(inv_freq, mscale, range(n), self.dtype)                  # (n, r)
         masks = {W: causal_mask(0, n, n, W, self.acc) for W in set(self.family["windows"])}      # (n, n)
         phases = relative_phases(rel, inv_freq, n) if rel is not None else None     # (n, hd/2) ReRoPE
+        if grouped is not None:  # Self-Extend: the group positions' tables, and where the neighbours are
+            W, G = grouped
+            pos = np.arange(n)
+            gq_cos, gq_sin = cos_sin(inv_freq, mscale, pos // G + W - W // G, self.dtype)
+            gk_cos, gk_sin = cos_sin(inv_freq, mscale, pos // G, self.dtype)
+            neighbour = torch.from_numpy(pos[:, None] - pos[None, :] < W)                # (n, n)
 
         x = self.embed[ids]                                                         # (n, D)
         for l, lw in enumerate(self.layers):
             a = self.rmsnorm(x, lw["input_layernorm"])                              # (n, D)
             q, k, v = self.qkv(lw, a)                                               # (H|KV, n, hd)
             relative = rel is not None and self.family["rope_layers"][l]
+            group = grouped is not None and self.family["rope_layers"][l]
+            if group:  # the group path's q and k, from the raw ones
+                qg, kg = self.rotate(l, q, gq_cos, gq_sin), self.rotate(l, k, gk_cos, gk_sin)
             if not relative:
                 q, k = self.rotate(l, q, cos, sin), self.rotate(l, k, cos, sin)
             if logn_L:  # per position m: max(1, ln(m + 1) / ln(L)), a rotation commutes with it
                 grow = np.maximum(1.0, np.log(np.arange(1, n + 1, dtype=np.float64)) / math.log(logn_L))
                 q = q * torch.from_numpy(grow).to(self.dtype)[None, :, None]
+                if group:
+                    qg = qg * torch.from_numpy(grow).to(self.dtype)[None, :, None]
+            if group:
+                kg = kg.repeat_interleave(H // KV, dim=0)                           # (H, n, hd)
             # repeat_kv: query head h reads kv head h // (H/KV)
             k = k.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
             v = v.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
@@ -632,6 +664,9 @@ class Reference:
                     s = (q[:, r0:r1] @ k.transpose(1, 2)) / math.sqrt(hd)          # (H, r, n)
                 else:
                     s = scores[:, r0:r1]
+                if group:  # Self-Extend: the group score wherever the key is not a neighbour
+                    far = (qg[:, r0:r1] @ kg.transpose(1, 2)) / math.sqrt(hd)      # (H, r, n)
+                    s = torch.where(neighbour[r0:r1], s, far)
                 s = s.to(self.acc) + mask[r0:r1]
                 out[:, r0:r1] = torch.softmax(s, dim=-1).to(self.dtype) @ v         # (H, r, hd)
             o = out.transpose(0, 1).reshape(n, H * hd)                              # (n, H*hd)
@@ -648,8 +683,9 @@ class Reference:
         longrope). logn: log-n attention scaling past the trained context (run's --attn-logn)."""
         p = self.resolve_rope(rope, ctx)
         inv, ms = rope_tables(p, self.rotary_dim, len(token_ids))
+        grouped = (p["window"], int(p["factor"])) if p["mode"] == "selfextend" else None
         return self.forward(token_ids, inv, ms, p["orig_ctx"] if logn else None,
-                            relative_position(p)).to(torch.float64).numpy()
+                            relative_position(p), grouped).to(torch.float64).numpy()
 
     @torch.no_grad()
     def logits_growing(self, token_ids, rope=None, ctx=None):
@@ -663,7 +699,7 @@ class Reference:
         those rows come from one forward."""
         p = self.resolve_rope(rope, ctx)
         n = len(token_ids)
-        if p["mode"] not in ("dynamic", "longrope"):
+        if p["mode"] not in ("dynamic", "longrope", "dynamic-yarn"):
             return self.logits(token_ids, p, ctx)
         L = p["orig_ctx"]
         out = np.empty((n, self.vocab_size))
@@ -780,8 +816,8 @@ class Decoder:
     def __init__(self, model, p, n_max, keys="raw"):
         if keys not in ("raw", "rotated"):
             raise ValueError("keys must be 'raw' or 'rotated'")
-        if relative_position(p) is not None:
-            raise ValueError("the Decoder rotates by absolute positions; rerope modes: use logits()")
+        if relative_position(p) is not None or p["mode"] == "selfextend":
+            raise ValueError("the Decoder rotates by absolute positions; rerope modes and selfextend: use logits()")
         m = self.m = model
         self.p, self.keys, self.pos = p, keys, 0
         self.k = [torch.zeros(m.n_kv_heads, n_max, m.head_dim, dtype=m.dtype) for _ in m.layers]  # (KV, n_max, hd)

@@ -94,15 +94,32 @@ def test_usage_errors(c_tools, args, needle):
 # ReRoPE's flags (stories260K: L = 512). Every combination that would do nothing or leave the trained
 # range is refused with exit 2 and a message naming the flag and the fix.
 @pytest.mark.parametrize("args, needle", [
-    (["--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope and leaky-rerope"),
+    (["--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope, leaky-rerope and selfextend"),
     (["--rope-scaling", "ntk", "--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope"),
     (["--rope-scaling", "rerope", "--rope-factor", "2"], "rerope has no --rope-factor"),
     (["--rope-scaling", "leaky-rerope", "--rope-factor", "1"], "leaky-rerope with --rope-factor 1 is plain RoPE"),
     (["--rope-scaling", "rerope", "--rope-window", "513"], "the window W must be in [1, L]"),
-    (["--rope-scaling", "leaky-rerope", "--rope-window", "512"], "leaky-rerope needs a window W below L"),
+    (["--rope-scaling", "leaky-rerope", "--rope-window", "512"], "leaky-rerope and selfextend need a window W below L"),
+    # Self-Extend (--grp-attn-n, --grp-attn-w / --rope-window) and dynamic YaRN
+    (["--grp-attn-n", "4"], "--grp-attn-n is used only by --rope-scaling selfextend"),
+    (["--rope-scaling", "selfextend", "--rope-factor", "4"], "selfextend's factor is its group size"),
+    (["--rope-scaling", "selfextend", "-gaw", "512"], "leaky-rerope and selfextend need a window W below L"),
+    (["--rope-scaling", "dynamic-yarn", "--rope-factor", "4"], "dynamic-yarn has no --rope-factor"),
 ])
 def test_rerope_usage_errors(c_tools, args, needle):
     expect(2, [needle], LEGACY, "-z", TOK512, "--ctx", "2048", *args)
+
+
+def test_selfextend_capacity_and_banner(c_tools):
+    # stories260K, L = 512, W = 128: the default G covers --ctx 4096 ((512 - 128) 11 + 128 = 4352); a G
+    # given too small warns with the capacity and the G that would cover it; the banner names W and G.
+    code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "4096", "-n", "3", "--rope-scaling", "selfextend")
+    assert code == 0 and "warning" not in err, err
+    assert "neighbour window W = 128, group G = 11" in err and "capacity (L - W) G + W = 4352" in err, err
+    code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "4096", "-n", "3", "--rope-scaling", "selfextend", "-gan", "4")
+    assert code == 0, err
+    assert ("warning: selfextend with --grp-attn-n 4 covers 1664 positions, fewer than --ctx 4096" in err
+            and "(hint: --grp-attn-n 11" in err), err
 
 
 def test_rerope_edges_and_banner(c_tools):
@@ -137,7 +154,7 @@ def test_help_ranges_are_the_parsers(c_tools):
         if m:
             ranges[m[1]] = (m[2] == "(", m[3], m[4])
     assert set(ranges) == {"--n-predict", "--keep", "--temp", "--top-p", "--seed", "--ctx", "--threads",
-                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha", "--rope-window",
+                           "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha", "--rope-window", "--grp-attn-n",
                            "--top-k", "--min-p", "--repeat-penalty", "--repeat-last-n"}, ranges
     assert "RoPE base > 0" in out
     ranges["--rope-base"] = (True, "0", "1e300")
@@ -162,7 +179,7 @@ def test_warnings(c_tools):
         assert code == 0, err
         return err
     # Past L with no scaling: the hint names every mode.
-    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope)" in stderr_of("--ctx", "1024")
+    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn)" in stderr_of("--ctx", "1024")
     assert "warning" not in stderr_of("--ctx", "512")
     # A factor with s * L < ctx, in every mode that has one: the positions past s * L are
     # extrapolated, not interpolated. dynamic's factor grows with the length and never warns.

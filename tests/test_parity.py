@@ -252,3 +252,69 @@ def test_rerope_reference_with_every_distance_near(stories):
     diff = np.abs(ref.logits(ids, rope={"mode": "rerope", "window": 512}) - ref.logits(ids)).max()
     print(f"reference: rerope with W past every distance vs RoPE: max |diff| {diff:.1e}")
     assert diff < 1e-9
+
+
+# --- Self-Extend: far keys scored at grouped positions (Jin et al. 2024, LongLM) ---------------------
+# The reference scores every pair twice, with q and k rotated at their positions and at the grouped
+# ones (m // G + W - W // G against n // G), and picks per pair by m - n < W (torch.where, as LongLM's
+# self_extend_patch); model.c rotates queries twice and turns each cached key by n or n // G as
+# attention reads it. Controls: plain RoPE, the window off by one, the group size off by one.
+
+def selfextend_check(label, model, ref, ids, tmp_path, ctx, rope, flags, logn=False):
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, *flags, *(["--attn-logn"] if logn else []))
+    expected = ref.logits(ids, rope=rope, ctx=ctx, logn=logn)
+    compare(label, ours, expected, control=ref.logits(ids, rope={"mode": "none"}, ctx=ctx, logn=logn))
+    p = ref.resolve_rope(rope, ctx)
+    diff = np.abs(ours - expected).max()
+    for what, off in (("window + 1", dict(rope, window=p["window"] + 1, group=int(p["factor"]))),
+                      ("group + 1", dict(rope, window=p["window"], group=int(p["factor"]) + 1))):
+        miss = np.abs(ours - ref.logits(ids, rope=off, ctx=ctx, logn=logn)).max()
+        print(f"{label}: {what} control misses by {miss:.2e} (ours {diff:.2e})")
+        assert miss > 10 * diff and miss > TOL * np.abs(expected).max(), f"{what} is not told apart"
+
+
+@pytest.mark.parametrize("batch", [64, 1], ids=["blocks", "token-by-token"])
+def test_selfextend_random_gqa_at_4x(c_tools, batch, tmp_path_factory, tmp_path):
+    # GQA 8/2, L = 64, the default W = 16 and G = 6 (the smallest whose farthest grouped distance at 256
+    # positions stays below 64: 255 // 6 + 16 - 16 // 6 = 56, while G = 5 gives 64), prefill in blocks
+    # of 64 and decode one token at a time.
+    hf = tmp_path_factory.mktemp("selfextend")
+    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
+    model, ref = export(hf, hf), reference.load(hf)
+    ids = random_ids(4 * 64, ref.vocab_size, seed=5)
+    selfextend_check(f"random GQA, selfextend, ctx 256 = 4 x 64, batch {batch}", model, ref, ids, tmp_path, 256,
+                     {"mode": "selfextend"}, ["--rope-scaling", "selfextend", "--batch", batch])
+
+
+def test_selfextend_stories_with_logn(c_tools, stories, tmp_path):
+    # stories260K at 2x with log-n, LongLM-style parameters given: G 4, W 64 (--grp-attn-n, -gaw).
+    model, ref = stories
+    ctx = 2 * 512
+    ids = ref.encode(TEXT.read_text()[:20000])[:ctx]
+    selfextend_check(f"stories260K-hf, selfextend G 4 W 64 + log-n, ctx {ctx}", model, ref, ids, tmp_path, ctx,
+                     {"mode": "selfextend", "group": 4, "window": 64},
+                     ["--rope-scaling", "selfextend", "--grp-attn-n", 4, "--rope-window", 64], logn=True)
+
+
+# --- Dynamic YaRN: YaRN whose factor is the length over L ------------------------------------------
+
+def test_dynamic_yarn(c_tools, stories, tmp_path):
+    """One pass over 2048 tokens (4 x L): every position uses s = 2048 / 512 = 4, the reference's
+    dynamic-yarn and also static yarn with factor 4 (the issue's "equal to static YaRN with s = ctx / L
+    at the full window"); token by token, each step's s = (t + 1) / L with every cached key turned by
+    it, against the reference's raw-key decoder (control: its stale keys)."""
+    model, ref = stories
+    ctx = 4 * 512
+    ids = ref.encode(TEXT.read_text()[:20000])[:ctx]
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", "dynamic-yarn")
+    compare("stories260K-hf, dynamic-yarn, one pass of 2048", ours,
+            ref.logits(ids, rope={"mode": "dynamic-yarn"}, ctx=ctx),
+            control=ref.logits(ids, rope={"mode": "yarn", "factor": 2.0}, ctx=ctx))
+    static = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", "yarn", "--rope-factor", 4)
+    print(f"dynamic-yarn at the full window vs static yarn s = 4: max |diff| {np.abs(ours - static).max():.1e}")
+    assert np.abs(ours - static).max() < 1e-6 * np.abs(static).max()
+    n = 640  # token by token past L = 512
+    grown = c_logits(model, ids[:n], tmp_path, "--ctx", n, "--rope-scaling", "dynamic-yarn", "--growing", "--batch", 1)
+    compare("stories260K-hf, dynamic-yarn token by token to 640", grown,
+            ref.logits_cached(ids[:n], rope={"mode": "dynamic-yarn"}, ctx=n, keys="raw"),
+            control=ref.logits_cached(ids[:n], rope={"mode": "dynamic-yarn"}, ctx=n, keys="rotated"))

@@ -36,7 +36,8 @@ def run_ppl(model, text, *flags):
     return total, buckets
 
 
-@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic", "rerope", "leaky-rerope"])
+@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic", "rerope", "leaky-rerope", "selfextend",
+                                  "dynamic-yarn"])
 def test_matches_reference(c_tools, setup, mode):
     model, text, ref = setup
     total, buckets = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", mode)

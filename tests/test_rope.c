@@ -409,6 +409,52 @@ static void test_dynamic(void) {
     rope_free(&r);
 }
 
+// Self-Extend's position rule (Jin et al. 2024, eq. 3): a query at m against a key at n with
+// m - n >= W is scored at the grouped positions floor(m / G) + W - floor(W / G) and floor(n / G).
+// The far query (rope_rotate_far at m) dotted with the key turned by key table row n must equal q and
+// k rotated, in double, to those two positions; below the window the plain rotation serves. Control:
+// positions divided without the floor (m / G) give another score.
+static void test_selfextend(void) {
+    const int d = 16, L = 64, W = 16, G = 4, N = 400;
+    RopeParams p = params(ROPE_SCALING_SELFEXTEND, d, 1e4, L, G);
+    p.window = W;
+    Rope r;
+    init_or_die(&r, &p, N);
+    float q[16], k[16];
+    double qd[16], kd[16];
+    double worst = 0, unfloored = 0;
+    const int pairs[][2] = {{100, 3}, {399, 0}, {250, 234}, {37, 21}, {398, 5}};
+    for (size_t t = 0; t < sizeof pairs / sizeof pairs[0]; t++) {
+        const int m = pairs[t][0], n = pairs[t][1];
+        fill_qk(q, k, qd, kd, d);
+        rope_rotate_far(&r, q, m);
+        for (int i = 0; i < d / 2; i++) { // the key table row n, as attention turns a cached key
+            const float c = r.key_cos[(size_t)n * d / 2 + i], sn = r.key_sin[(size_t)n * d / 2 + i];
+            const float x0 = k[2 * i], x1 = k[2 * i + 1];
+            k[2 * i] = x0 * c - x1 * sn, k[2 * i + 1] = x0 * sn + x1 * c;
+        }
+        rotate_double(qd, r.inv_freq, 1, d, m / G + W - W / G);
+        rotate_double(kd, r.inv_freq, 1, d, n / G);
+        const double want = dot_d(qd, kd, d);
+        worst = fmax(worst, fabs(dot_f(q, k, d) - want) / fmax(1, fabs(want)));
+        fill_qk(q, k, qd, kd, d);
+        rotate_double(qd, r.inv_freq, 1, d, (double)m / G + W - (double)W / G);
+        rotate_double(kd, r.inv_freq, 1, d, (double)n / G);
+        unfloored = fmax(unfloored, fabs(dot_d(qd, kd, d) - want) / fmax(1, fabs(want)));
+    }
+    check("selfextend: far score at floor(m/G) + W - floor(W/G) vs floor(n/G)", worst, 1e-5);
+    check_true("selfextend: without the floor the score differs (negative test, > 1e-3)", unfloored > 1e-3);
+    check_true("selfextend: a far path with a key table of its own", rope_far_path(&p) && rope_key_tables(&p) == 2);
+    RopeOverrides none = {.mode = ROPE_SCALING_SELFEXTEND};
+    RopeParams trained = params(ROPE_SCALING_NONE, d, 1e4, L, 1), out;
+    char err[256];
+    // the default G for 256 positions: 255 // 6 + 16 - 2 = 56 < 64, while G = 5 gives 51 + 16 - 3 = 64
+    const int resolved = rope_params_resolve(&out, &trained, 256, &none, err, sizeof err) == ROPE_OK;
+    check_true("selfextend: default W = L/4, G the smallest that keeps 256 positions inside L (6)",
+               resolved && out.window == 16 && out.factor == 6);
+    rope_free(&r);
+}
+
 int main(void) {
     test_names();
     test_params_check();
@@ -416,6 +462,7 @@ int main(void) {
     test_layout();
     test_fixed_modes();
     test_dynamic();
+    test_selfextend();
     if (n_failed) {
         printf("test_rope: FAILED %d of %d checks\n", n_failed, n_checks);
         return 1;
