@@ -62,6 +62,7 @@ static const Flag FLAGS[] = {
     {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
     {{"--rope-window", "--grp-attn-w", "-gaw"}, FLAG_INT, offsetof(Options, rope.window), 1, 1 << 24, 0, 0},
     {{"--grp-attn-n", "-gan"}, FLAG_INT, offsetof(Options, rope.group), 1, 1 << 24, 0, 0},
+    {{"--dca-chunk"}, FLAG_INT, offsetof(Options, rope.chunk), 2, 1 << 24, 0, 0},
     {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
     {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
     {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
@@ -335,7 +336,7 @@ int parse_args(int argc, char **argv, Options *o) {
         if (rope_scaling_from_name(o->rope_mode, &mode)) {
             fprintf(stderr,
                     "error: invalid value '%s' for --rope-scaling: none, pi (or linear), ntk, dynamic, yarn, "
-                    "llama3, rerope, leaky-rerope, longrope, selfextend, dynamic-yarn\n",
+                    "llama3, rerope, leaky-rerope, longrope, selfextend, dynamic-yarn, dca\n",
                     o->rope_mode);
             see_help();
             return -1;
@@ -403,7 +404,8 @@ void usage(FILE *f) {
                "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
                "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3 |\n"
                "                           rerope | leaky-rerope | longrope (a LongRoPE checkpoint's own) |\n"
-               "                           selfextend | dynamic-yarn (YaRN with s = length / trained ctx)\n"
+               "                           selfextend | dynamic-yarn (YaRN with s = length / trained ctx) |\n"
+               "                           dca (dual chunk attention)\n"
                "                           (default: the checkpoint's own, else none)\n"
                "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
                "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
@@ -418,6 +420,8 @@ void usage(FILE *f) {
                "                           W <= L, the trained context (leaky-rerope, selfextend: W < L)\n"
                "      --grp-attn-n G       selfextend: the group size [1, 16777216] (alias -gan; default:\n"
                "                           the smallest whose capacity (L - W) G + W covers ctx)\n"
+               "      --dca-chunk S        dca: the chunk size [2, 16777216] (default 3 L / 4), below L; its\n"
+               "                           local window is --rope-window (default L / 16)\n"
                "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
                "                           ln(m + 1) / ln(L); combines with every mode\n"
                "  -h, --help               this text\n");

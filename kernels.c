@@ -327,6 +327,8 @@ void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *si
     c->rotation = table;
 }
 
+void kv_set_dca(KVCache *c, int chunk) { c->dca_chunk = chunk; }
+
 void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const float *sin, int len) {
     if (table) fill_rotation(table, cos, sin, len, c->head_dim);
     c->window = window;
@@ -358,12 +360,14 @@ float kv_value(const KVCache *c, int layer, int pos, int i) {
 // Attention as written in the paper, for every query i and head h: scores over the positions
 // 0 .. pos+i (a sliding layer: the last `slide` of them), a softmax over them, the weighted sum of
 // the values. ReRoPE: a key at distance pos + i - j >= window is scored with the far query and the
-// far key instead (README, "ReRoPE"), except in a NoPE layer, where nothing is rotated.
+// far key instead (README, "ReRoPE"), except in a NoPE layer, where nothing is rotated. Dual chunk
+// attention: the query's rotation follows the key's chunk (KVCache.dca_chunk).
 // The keys and values of each kv head are first read out of the cache as the math sees them
 // (kv_key_seen, kv_key_far, kv_value) into plain arrays, so the three loops are only arithmetic.
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos) {
     const int hd = c->head_dim, qd = c->n_heads * hd, group = c->n_heads / c->n_kv_heads, all = pos + n;
     const int two = c->window > 0 && layer_rotates(c, layer); // ReRoPE's two paths
+    const int dca = c->dca_chunk > 0 && layer_rotates(c, layer), C = c->dca_chunk; // dual chunk attention
     double *p = malloc((size_t)all * sizeof(double));
     float *k = malloc((size_t)all * hd * sizeof(float)), *k_far = malloc((size_t)all * hd * sizeof(float));
     float *v = malloc((size_t)all * hd * sizeof(float));
@@ -383,6 +387,10 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
                 const int far = two && pos + i - j >= c->window;
                 const float *qj = far ? q_far + (size_t)i * qd + (size_t)h * hd : qh,
                             *kj = (far ? k_far : k) + (size_t)j * hd;
+                if (dca) { // the chunk of the key: the query's own, the one before, or earlier
+                    const int gap = (pos + i) / C - j / C;
+                    qj = gap == 0 ? qh : q_far + (size_t)i * 2 * qd + (gap == 1 ? 0 : qd) + (size_t)h * hd;
+                }
                 double s = 0;
                 for (int d = 0; d < hd; d++)
                     s += (double)qj[d] * kj[d];

@@ -94,6 +94,11 @@ typedef struct {
     // (Mistral's sliding window: keys at distance m - j < slide).
     const int *layer_kind;
     int slide;
+    // Dual chunk attention (kv_set_dca; else 0): chunks of dca_chunk positions; a query at m scores a
+    // key at n with its own rotation (q) when both are in one chunk, with its successive-chunk one
+    // (q_far) when the key is in the chunk before, and with its inter-chunk one (q_far's second half)
+    // when earlier; every key turned by `rotation` (to n mod dca_chunk).
+    int dca_chunk;
 } KVCache;
 
 #define LAYER_NO_ROPE 1
@@ -115,6 +120,8 @@ void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *si
 // ReRoPE: distances from `window` on take the far path; its keys turned by a table filled like
 // kv_set_rotation's from cos, sin (leaky ReRoPE), or as cached when table is NULL (ReRoPE).
 void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const float *sin, int len);
+// Dual chunk attention: chunks of `chunk` positions (rope.c's c = S - w).
+void kv_set_dca(KVCache *c, int chunk);
 
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
@@ -139,16 +146,18 @@ float kv_value(const KVCache *c, int layer, int pos, int i);
 //     score_j = q . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
 // With ReRoPE (c->window > 0), q_far (n, n_heads*head_dim) holds the same queries rotated for the far
 // path, and a key at distance pos + i - j >= window is scored q_far . k_far_j / sqrt(head_dim) instead
-// (kv_key_far); else q_far is not read (NULL).
+// (kv_key_far); with dual chunk attention (c->dca_chunk > 0) q_far is (n, 2*n_heads*head_dim): row i
+// the successive-chunk queries, then the inter-chunk ones; else q_far is not read (NULL).
 // attention_ref: those three steps as three plain loops, in double.
 // attention: the same, fast: the query heads of one kv head and a run of queries together, so that
 //   each cached key and value read serves all of them; tasks on at most n_threads threads, each
 //   with attention_scratch_floats(...) floats of scratch (scratch holds n_threads of them).
-//   two_paths: attention_scratch_floats for a ReRoPE cache (room for the far queries and scores).
+//   extra_turns: attention_scratch_floats for 1 more turn of each query (ReRoPE, Self-Extend) or 2
+//   (dual chunk attention): room for those queries and a second row of scores.
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos);
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                float *scratch, int n_threads);
-size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths); // 0: overflow
+size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int extra_turns); // 0: overflow
 
 // softmax(x) over n scores in place, with the exp attention uses (relative error ~1e-7; e^x is 0 for
 // x < -40, where a term weighs less than 4e-18 beside the largest one).

@@ -108,7 +108,8 @@ void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const 
 // after its softmax (the causal mask), which adds exact zeros to its mix, so a query's result does
 // not depend on which task it was in: the same for any block size or thread count.
 // Scratch per thread: attention_scratch_floats, for the scaled queries, the scores and the outputs
-// (ReRoPE: and the scaled far queries and the near scores).
+// (ReRoPE and Self-Extend: and the scaled far queries and the near scores; dual chunk attention: its
+// two more turns of each query and a second row of scores).
 
 static int att_queries(int n_heads, int n_kv_heads) {
     const int group = n_heads / n_kv_heads;
@@ -120,22 +121,26 @@ static int att_queries(int n_heads, int n_kv_heads) {
 // returns the total. rows: the task's most query rows; each part is that many rows long.
 typedef struct {
     size_t qs, o, att; // the scaled queries, the outputs, the scores (a row of stride per query)
-    size_t qf, near;   // ReRoPE (two paths): the scaled far queries and the near scores
+    size_t qf, near;   // more turns of the queries (ReRoPE's far ones; dca's successive, then inter
+                       // ones), scaled; a second row of scores
     size_t turned;     // a turned or widened block of keys, or a run of widened values, and 32 past it
 } AttLayout;
 
-static size_t att_layout(AttLayout *a, size_t rows, size_t hd, size_t stride, int two_paths) {
+static size_t att_layout(AttLayout *a, size_t rows, size_t hd, size_t stride, int extra_turns) {
     size_t at = 0;
     a->qs = at, at += rows * hd;
     a->o = at, at += rows * hd;
     a->att = at, at += rows * stride;
-    a->qf = at, at += two_paths ? rows * hd : 0;
-    a->near = at, at += two_paths ? rows * stride : 0;
+    a->qf = at, at += (size_t)extra_turns * rows * hd;
+    a->near = at, at += extra_turns ? rows * stride : 0;
     a->turned = at, at += hd * MIX_RUN + KV_RUN;
     return at;
 }
 
-size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int two_paths) {
+// The extra turns of each query a cache's attention reads (rope.h, rope_query_turns - 1).
+static int extra_turns(const KVCache *c) { return c->dca_chunk > 0 ? 2 : c->window > 0 ? 1 : 0; }
+
+size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int extra) {
     // The bounds make every product of att_layout fit a size_t: ctx and head_dim as the loader and
     // --ctx allow them (each part is below 2^24 x 2^10 x 16 x 2^10 floats).
     if (ctx < 1 || ctx > (1 << 24) || n_heads < 1 || n_kv_heads < 1 || n_heads > 1024 || head_dim < 1 ||
@@ -143,7 +148,7 @@ size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_d
         return 0;
     AttLayout a;
     const size_t rows = (size_t)att_queries(n_heads, n_kv_heads) * (n_heads / n_kv_heads);
-    return att_layout(&a, rows, (size_t)head_dim, kv_stride(ctx), two_paths);
+    return att_layout(&a, rows, (size_t)head_dim, kv_stride(ctx), extra);
 }
 
 // ReRoPE's scores for a task's rows (row r: the query at first + r / group), the cache's keys kt of one
@@ -169,6 +174,28 @@ static void rerope_scores(float *att, float *near, size_t ld, const float *qs, c
     }
 }
 
+// Dual chunk attention's scores for rows r0 .. r0 + rows - 1 whose queries are all in chunk k (of C
+// positions): the keys of chunks before k - 1 with the inter-chunk queries qi, those of chunk k - 1
+// with the successive-chunk ones qf, those of chunk k with the intra-chunk ones qs; every key turned
+// by the cache's rotation (to n mod C). Each range is scored from the block holding its start (the
+// cache's unit), into `spare` when it must not overwrite the range before it, then copied into att.
+static void dca_scores(float *att, float *spare, size_t ld, const float *qs, const float *qf, const float *qi,
+                       int rows, const KVCache *c, const void *kt, float *turned, int k, int len) {
+    const int hd = c->head_dim, C = c->dca_chunk;
+    const int bounds[4] = {0, (k - 1) * C > 0 ? (k - 1) * C : 0, k * C, len}; // inter, successive, intra
+    const float *qx[3] = {qi, qf, qs};
+    for (int part = 0; part < 3; part++) {
+        const int from = bounds[part], to = bounds[part + 1] < len ? bounds[part + 1] : len;
+        if (from >= to) continue;
+        const int start = from / KV_RUN * KV_RUN; // the block holding `from`
+        float *dst = part == 0 ? att : spare;
+        attention_scores(dst + start, ld, qx[part], rows, (const char *)kt + (size_t)start * kv_row_bytes(c->key_type, hd),
+                         c->key_type, c->rotation + (size_t)start * hd, turned, hd, to - start);
+        for (int r = 0; dst != att && r < rows; r++)
+            memcpy(att + r * ld + from, spare + r * ld + from, (size_t)(to - from) * sizeof(float));
+    }
+}
+
 // One task of attention: kv head kvh's query rows for queries t * per .. (at most per of them).
 static void attention_task(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                            float *scratch, int kvh, int t) {
@@ -178,11 +205,12 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     const float scale = 1.0f / sqrtf((float)hd);
     const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
     AttLayout lay;
-    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, c->window > 0); // as attention_scratch_floats sized it
+    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, extra_turns(c)); // as attention_scratch_floats sized it
+    const int dca = c->dca_chunk > 0 && layer_rotates(c, layer);
     // A sliding layer: the task's first query sees nothing before `first`, so neither does any later
     // one; scores and the mix start at the block that holds it (the positions before it in that
     // block are masked below, with the ones each later query no longer sees).
-    const int first = two ? 0 : layer_first(c, layer, pos + i0) / KV_RUN * KV_RUN;
+    const int first = two || dca ? 0 : layer_first(c, layer, pos + i0) / KV_RUN * KV_RUN;
     const void *keys = (const char *)head_keys(c, layer, kvh) + (size_t)first * kv_row_bytes(c->key_type, hd);
     const float *rot = layer_rotates(c, layer) && c->rotation ? c->rotation + (size_t)first * hd : NULL;
     float *qs = scratch + lay.qs, *o = scratch + lay.o, *att = scratch + lay.att, *turned = scratch + lay.turned;
@@ -193,9 +221,25 @@ static void attention_task(float *out, const float *q, const float *q_far, const
             qs[(size_t)r * hd + d] = q[at + d] * scale;
         for (int d = 0; two && d < hd; d++)
             qf[(size_t)r * hd + d] = q_far[at + d] * scale;
+        // dca: q_far's row holds the successive-chunk turns of every head, then the inter-chunk ones
+        const size_t far = (size_t)(i0 + r / group) * 2 * qd + (size_t)(kvh * group + r % group) * hd;
+        for (int d = 0; dca && d < hd; d++) {
+            qf[(size_t)r * hd + d] = q_far[far + d] * scale;
+            qf[((size_t)max_rows + r) * hd + d] = q_far[far + qd + d] * scale;
+        }
     }
     if (two) // q . k_j / sqrt(d), near or far
         rerope_scores(att, near, stride, qs, qf, rows, group, c, head_keys(c, layer, kvh), turned, pos + i0, len);
+    else if (dca) // by runs of the task's queries that share a chunk
+        for (int r0 = 0; r0 < rows;) {
+            const int k = (pos + i0 + r0 / group) / c->dca_chunk;
+            int r1 = r0;
+            while (r1 < rows && (pos + i0 + r1 / group) / c->dca_chunk == k)
+                r1 += group;
+            dca_scores(att + r0 * stride, near + r0 * stride, stride, qs + (size_t)r0 * hd, qf + (size_t)r0 * hd,
+                       qf + ((size_t)max_rows + r0) * hd, r1 - r0, c, head_keys(c, layer, kvh), turned, k, len);
+            r0 = r1;
+        }
     else
         attention_scores(att + first, stride, qs, rows, keys, c->key_type, rot, turned, hd,
                          len - first); // q . k_j / sqrt(d)
@@ -215,7 +259,7 @@ static void attention_task(float *out, const float *q, const float *q_far, const
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                float *scratch, int n_threads) {
     const int per = att_queries(c->n_heads, c->n_kv_heads), tasks = (n + per - 1) / per;
-    const size_t each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, c->window > 0);
+    const size_t each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, extra_turns(c));
     if (n_threads == 1) { // no team for one thread (kernels.c)
         for (int kvh = 0; kvh < c->n_kv_heads; kvh++)
             for (int t = 0; t < tasks; t++)

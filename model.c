@@ -65,8 +65,8 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     const size_t H = (size_t)p->hidden_dim, F = sizeof(float);
     size_t kv[3];
     kv_parts(p, run, kv, overflow);
-    const int unrotated = rope_keys_unrotated(&run->rope), rerope = rope_far_path(&run->rope);
-    const size_t att = attention_scratch_floats(run->n_ctx, p->n_heads, p->n_kv_heads, p->head_dim, rerope);
+    const int unrotated = rope_keys_unrotated(&run->rope), extra = rope_query_turns(&run->rope) - 1;
+    const size_t att = attention_scratch_floats(run->n_ctx, p->n_heads, p->n_kv_heads, p->head_dim, extra);
     const size_t work = workspace_bytes(run->max_batch, widest_input(p), n_threads);
     if (att == 0 || work == 0) *overflow = 1;
     struct {
@@ -77,7 +77,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->xb, mul_checked(B * F, D > qd ? D : qd, overflow)},
         {&s->xb2, mul_checked(B * F, D, overflow)},
         {&s->q, mul_checked(B * F, qd, overflow)},
-        {&s->q_far, rerope ? mul_checked(B * F, qd, overflow) : F},
+        {&s->q_far, extra ? mul_checked(B * F * extra, qd, overflow) : F},
         {&s->k, mul_checked(B * F, kvd, overflow)},
         {&s->v, mul_checked(B * F, kvd, overflow)},
         {&s->hb, mul_checked(B * F, H, overflow)},
@@ -98,7 +98,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         total += n;
     }
     if (base && !unrotated) s->rotation = NULL;
-    if (base && !rerope) s->q_far = NULL;
+    if (base && !extra) s->q_far = NULL;
     return total;
 }
 
@@ -179,6 +179,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
     if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->n_ctx);
+    if (run->rope.mode == ROPE_SCALING_DCA) kv_set_dca(&s->kv, run->rope.chunk - run->rope.window);
     if (rope_far_path(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
         float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->n_ctx, p->head_dim) : NULL;
         kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->n_ctx);
@@ -260,17 +261,24 @@ static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
 // a few microseconds of work, which one thread does without a parallel region (kernels.c: a region
 // of one thread still costs a system call). Values are never rotated, nor are keys under dynamic
 // NTK and ReRoPE: the cache keeps them as they are and attention turns them as it reads them
-// (kv_set_rotation). ReRoPE: each query also gets its far rotation, in q_far.
+// (kv_set_rotation). ReRoPE and Self-Extend: each query also gets its far rotation, in q_far; dual
+// chunk attention its successive- and inter-chunk ones (row i of q_far: the one, then the other).
 static void rope_head(Transformer *t, int i, int h, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
     const int hd = p->head_dim;
     float *head = h < p->n_heads ? s->q + ((size_t)i * p->n_heads + h) * hd
                                  : s->k + ((size_t)i * p->n_kv_heads + h - p->n_heads) * hd;
-    if (s->q_far && h < p->n_heads) {
-        float *far = s->q_far + ((size_t)i * p->n_heads + h) * hd;
+    if (s->q_far && h < p->n_heads) { // row i of q_far: the far (dca: successive) turns, then dca's inter ones
+        const int extra = rope_query_turns(&t->rope.p) - 1;
+        float *far = s->q_far + ((size_t)i * extra * p->n_heads + h) * hd;
         memcpy(far, head, (size_t)hd * sizeof(float));
         rope_rotate_far(&t->rope, far, pos + i);
+        if (extra == 2) {
+            float *inter = far + (size_t)p->n_heads * hd;
+            memcpy(inter, head, (size_t)hd * sizeof(float));
+            rope_rotate_inter(&t->rope, inter);
+        }
     }
     rope_rotate(&t->rope, head, pos + i);
 }
@@ -309,10 +317,11 @@ static void logn_queries(Transformer *t, int n, int pos) {
         const int m = pos + i;
         if (L < 2 || m + 1 <= L) continue;
         const float f = (float)(log(m + 1.0) / log((double)L));
-        float *q = t->state.q + (size_t)i * qd, *q_far = t->state.q_far ? t->state.q_far + (size_t)i * qd : NULL;
+        const int extra = rope_query_turns(&t->rope.p) - 1; // q_far holds extra turns of each query
+        float *q = t->state.q + (size_t)i * qd, *q_far = t->state.q_far ? t->state.q_far + (size_t)i * extra * qd : NULL;
         for (int j = 0; j < qd; j++)
             q[j] *= f;
-        for (int j = 0; q_far && j < qd; j++)
+        for (int j = 0; q_far && j < extra * qd; j++)
             q_far[j] *= f;
     }
 }

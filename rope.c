@@ -34,7 +34,7 @@
 
 static const char *const NAMES[ROPE_SCALING_COUNT] = {"none",   "pi",       "ntk",          "dynamic",
                                                       "yarn",   "llama3",   "rerope",       "leaky-rerope",
-                                                      "longrope", "selfextend", "dynamic-yarn"};
+                                                      "longrope", "selfextend", "dynamic-yarn", "dca"};
 
 const char *rope_scaling_name(RopeScaling mode) {
     return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? NAMES[mode] : "unknown";
@@ -117,8 +117,14 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     else if ((p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND) && p->window >= p->orig_ctx)
         bad = "leaky-rerope and selfextend need a window W below L, the trained context (distances past W grow "
               "from W)";
-    else if (!rope_far_path(p) && p->window != 0)
-        bad = "a window is used only by rerope, leaky-rerope and selfextend";
+    else if (p->mode == ROPE_SCALING_DCA && !(p->chunk < p->orig_ctx && p->window >= 1 && p->window < p->chunk))
+        bad = "dca needs a local window w >= 1 below its chunk size S, and S below L, the trained context";
+    else if (p->mode == ROPE_SCALING_DCA && p->factor != 1)
+        bad = "dca has no factor";
+    else if (!rope_far_path(p) && p->mode != ROPE_SCALING_DCA && p->window != 0)
+        bad = "a window is used only by rerope, leaky-rerope, selfextend and dca";
+    else if (p->mode != ROPE_SCALING_DCA && p->chunk != 0)
+        bad = "a chunk size is used only by dca";
     for (int i = 0; !bad && p->mode == ROPE_SCALING_LONGROPE && i < p->rot_dims / 2; i++)
         if (!finite_pos(p->short_factor[i]) || !finite_pos(p->long_factor[i]))
             bad = "longrope factors must be finite numbers > 0";
@@ -156,15 +162,25 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
     if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) return ROPE_ALPHA_NOT_NTK;
     if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) return ROPE_REROPE_FACTOR;
     if (out->mode == ROPE_SCALING_LEAKY_REROPE && o->factor == 1) return ROPE_LEAKY_FACTOR_ONE;
-    if (o->window > 0 && !rope_far_path(out)) return ROPE_WINDOW_NOT_REROPE;
+    if (o->window > 0 && !rope_far_path(out) && out->mode != ROPE_SCALING_DCA) return ROPE_WINDOW_NOT_REROPE;
     if (o->group > 0 && out->mode != ROPE_SCALING_SELFEXTEND) return ROPE_GROUP_NOT_SELFEXTEND;
     if (out->mode == ROPE_SCALING_SELFEXTEND && o->factor > 0) return ROPE_FACTOR_SELFEXTEND;
     if (out->mode == ROPE_SCALING_DYNAMIC_YARN && o->factor > 0) return ROPE_FACTOR_FOLLOWS_LENGTH;
+    if (o->chunk > 0 && out->mode != ROPE_SCALING_DCA) return ROPE_CHUNK_NOT_DCA;
+    if (out->mode == ROPE_SCALING_DCA && o->factor > 0) return ROPE_FACTOR_DCA;
+    if (out->mode == ROPE_SCALING_DCA) {
+        // Dual chunk attention's sizes as ChunkLlama sets them (replace_with_chunkllama): chunks of
+        // S = 3 L / 4 with a local window w = L / 16, so every position it rotates to stays below L.
+        out->window = o->window > 0 ? o->window : (out->orig_ctx >= 16 ? out->orig_ctx / 16 : 1);
+        out->chunk = o->chunk > 0 ? o->chunk : out->orig_ctx * 3 / 4;
+    }
     // ReRoPE's window (Su 2023, kexue.fm/archives/9708; bojone/rerope uses W = 512 for L = 4096, and
     // reports W = 1024 = L/4): by default L / 4, well inside the trained range, where every pair's
     // angles have been seen with plenty of training examples at each distance.
-    out->window = rope_far_path(out) ? (o->window > 0 ? o->window : (out->orig_ctx >= 4 ? out->orig_ctx / 4 : 1)) : 0;
-    if (out->mode == ROPE_SCALING_NONE || out->mode == ROPE_SCALING_REROPE || out->mode == ROPE_SCALING_DYNAMIC_YARN)
+    if (out->mode != ROPE_SCALING_DCA)
+        out->window = rope_far_path(out) ? (o->window > 0 ? o->window : (out->orig_ctx >= 4 ? out->orig_ctx / 4 : 1)) : 0;
+    if (out->mode == ROPE_SCALING_NONE || out->mode == ROPE_SCALING_REROPE || out->mode == ROPE_SCALING_DYNAMIC_YARN ||
+        out->mode == ROPE_SCALING_DCA)
         out->factor = 1; // (dynamic-yarn's s follows the length, rope_inv_freq)
     else if (out->mode == ROPE_SCALING_SELFEXTEND)
         // Self-Extend's group size G (LongLM's group_size_1, llama.cpp's --grp-attn-n): the one given,
@@ -236,6 +252,7 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
     case ROPE_SCALING_REROPE: // the frequencies are the trained ones; attention clips the distance
     case ROPE_SCALING_LEAKY_REROPE:
     case ROPE_SCALING_SELFEXTEND: // ... or groups the positions (rope_init's far tables)
+    case ROPE_SCALING_DCA:        // ... or counts them within chunks (rope_init)
         break;
     case ROPE_SCALING_PI:
         // Position Interpolation (Chen et al. 2023, arXiv 2306.15595): f'(x, m) = f(x, m/s).
@@ -363,6 +380,31 @@ static void fill_grouped(const Rope *r, float *cos_out, float *sin_out, int n, i
     }
 }
 
+// Dual chunk attention's positions (An et al. 2024, "Training-Free Long-Context Scaling of Large
+// Language Models", arXiv 2402.17463, sec. 3; HKUNLP/ChunkLlama chunkllama_attn_replace.py, its
+// q_t, qc_t and k_t): chunks of c = S - w positions. A key at n sits at n mod c, as does the query at
+// m against the keys of its own chunk (intra: distances below c, as trained); against the previous
+// chunk the query sits at min(m mod c + c, S) (successive: the distance of neighbouring tokens
+// across the boundary stays right, up to the local window w); against any earlier chunk at S
+// (inter: every such key looks at least w and at most S away). Every position is below S < L.
+static double dca_position(const RopeParams *p, int m, int which) {
+    const int c = p->chunk - p->window, at = m % c;
+    if (which == 0) return at;                       // keys, and the intra-chunk query
+    if (which == 1) return at + c < p->chunk ? at + c : p->chunk; // the successive-chunk query
+    return p->chunk;                                 // the inter-chunk query
+}
+
+// n rows of the table `which` of dca_position, each from cos and sin of its angle directly.
+static void fill_dca(const Rope *r, float *cos_out, float *sin_out, int n, int which) {
+    const int half = r->p.head_dim / 2, turning = r->p.rot_dims / 2;
+    for (int m = 0; m < n; m++)
+        for (int i = 0; i < half; i++) {
+            const double angle = dca_position(&r->p, m, which) * r->inv_freq[i];
+            cos_out[(size_t)m * half + i] = i < turning ? (float)(r->mscale * cos(angle)) : 1;
+            sin_out[(size_t)m * half + i] = i < turning ? (float)(r->mscale * sin(angle)) : 0;
+        }
+}
+
 int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen) {
     memset(r, 0, sizeof(*r));
     r->p = *p;
@@ -383,6 +425,21 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
     }
     r->length = r->p.orig_ctx; // dynamic: up to L the frequencies are the unscaled ones
     rope_inv_freq(&r->p, r->length, r->inv_freq, &r->mscale, &r->eff_base);
+    if (r->p.mode == ROPE_SCALING_DCA) { // README, "Dual chunk attention"
+        r->far_cos = malloc((size_t)n_pos * half * sizeof(float));
+        r->far_sin = malloc((size_t)n_pos * half * sizeof(float));
+        r->inter_cos = malloc(half * sizeof(float));
+        r->inter_sin = malloc(half * sizeof(float));
+        if (!r->far_cos || !r->far_sin || !r->inter_cos || !r->inter_sin) {
+            rope_free(r);
+            snprintf(err, errlen, "RoPE: out of memory for the tables of %d positions", n_pos);
+            return -1;
+        }
+        fill_dca(r, r->cos, r->sin, n_pos, 0);
+        fill_dca(r, r->far_cos, r->far_sin, n_pos, 1);
+        fill_dca(r, r->inter_cos, r->inter_sin, 1, 2);
+        return 0;
+    }
     fill_tables(r, r->cos, r->sin, n_pos, 0, 1);
     if (rope_far_path(&r->p)) { // the far path (README, "ReRoPE", "Self-Extend")
         const int leaky = r->p.mode != ROPE_SCALING_REROPE, rows = leaky ? n_pos : 1; // (leaky: per position)
@@ -423,6 +480,8 @@ void rope_free(Rope *r) {
     free(r->far_cos);
     free(r->far_sin);
     free(r->key_cos);
+    free(r->inter_cos);
+    free(r->inter_sin);
     free(r->key_sin);
     memset(r, 0, sizeof(*r));
 }
@@ -438,7 +497,11 @@ int rope_far_path(const RopeParams *p) {
     return p->mode == ROPE_SCALING_REROPE || p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND;
 }
 
-int rope_keys_unrotated(const RopeParams *p) { return follows_length(p->mode) || rope_far_path(p); }
+int rope_keys_unrotated(const RopeParams *p) {
+    return follows_length(p->mode) || rope_far_path(p) || p->mode == ROPE_SCALING_DCA;
+}
+
+int rope_query_turns(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? 3 : rope_far_path(p) ? 2 : 1; }
 
 int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
 
@@ -452,6 +515,7 @@ int rope_key_tables(const RopeParams *p) { return far_key_table(p) ? 2 : rope_ke
 // rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope and
 // selfextend a far and a key table of every position more.
 size_t rope_table_rows(const RopeParams *p, int ctx) {
+    if (p->mode == ROPE_SCALING_DCA) return (size_t)ctx * 2 + 1; // (dca: a far table, and the inter row)
     return (size_t)ctx * (far_key_table(p) ? 3 : 1) + (p->mode == ROPE_SCALING_REROPE);
 }
 
@@ -500,7 +564,12 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
         MORE(", neighbour window W = %d, group G = %g (a key at distance >= W scored at floor(m/G) + W - "
              "floor(W/G) against floor(n/G); capacity (L - W) G + W = %g)",
              p->window, p->factor, p->window + p->factor * (p->orig_ctx - p->window));
-    if (!rope_far_path(p) && p->mode != ROPE_SCALING_DYNAMIC_YARN) MORE(", factor %g", p->factor);
+    else if (p->mode == ROPE_SCALING_DCA)
+        MORE(", chunk S = %d, local window w = %d (chunks of %d: a key at n mod c, the query at m mod c in its "
+             "own chunk, min(m mod c + c, S) in the previous one, S in earlier ones)",
+             p->chunk, p->window, p->chunk - p->window);
+    if (!rope_far_path(p) && p->mode != ROPE_SCALING_DYNAMIC_YARN && p->mode != ROPE_SCALING_DCA)
+        MORE(", factor %g", p->factor);
     if (p->rot_dims < p->head_dim) MORE(", %d of %d dimensions turn", p->rot_dims, p->head_dim);
     MORE(", trained context L = %d, attention factor %g", p->orig_ctx, r->mscale);
 #undef MORE
@@ -556,6 +625,8 @@ void rope_rotate(const Rope *r, float *x, int pos) {
 }
 
 // ReRoPE's far path for a query at pos: rerope's table has one row (W), leaky-rerope's one per position.
+void rope_rotate_inter(const Rope *r, float *x) { rotate_with(x, r->inter_cos, r->inter_sin, r->p.head_dim / 2); }
+
 void rope_rotate_far(const Rope *r, float *x, int pos) {
     const size_t half = (size_t)r->p.head_dim / 2, row = r->p.mode == ROPE_SCALING_REROPE ? 0 : (size_t)pos;
     rotate_with(x, r->far_cos + row * half, r->far_sin + row * half, (int)half);

@@ -50,6 +50,7 @@ typedef enum {
     // Run-time only, like the rerope modes:
     ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at grouped positions
     ROPE_SCALING_DYNAMIC_YARN = 10, // YaRN whose factor follows the length: s = max(1, l / L)
+    ROPE_SCALING_DCA = 11,          // dual chunk attention: positions within chunks, three query turns
     ROPE_SCALING_COUNT
 } RopeScaling;
 
@@ -70,7 +71,9 @@ typedef struct {
     double low_freq_factor;  // llama3 only: wavelengths above L/low_freq_factor are divided by s
     double high_freq_factor; // llama3 only: wavelengths below L/high_freq_factor are kept
     int window;              // rerope, leaky-rerope, selfextend: W, distances below it are rotated as
-                             // usual (selfextend: the neighbour window; factor is its group size G)
+                             // usual (selfextend: the neighbour window; factor is its group size G);
+                             // dca: the local window w
+    int chunk;               // dca only: the chunk size S; chunks hold c = S - w positions
     // longrope only: rot_dims / 2 factors each, pair i's frequency divided by short_factor[i] for
     // lengths up to L, by long_factor[i] past it (pointers into the model file, or the caller's)
     const double *short_factor, *long_factor;
@@ -93,10 +96,14 @@ typedef struct {
     // far key is then (R(W + (m - W)/K) q) . (R(n/K) k) = q^T R(-(W + (m - n - W)/K)) k: relative
     // again (selfextend: relative to the groups, floor(m/G) - floor(n/G) + W - floor(W/G)).
     float *far_cos, *far_sin, *key_cos, *key_sin;
+    // dca (else NULL): the inter-chunk query's one row, at S. Its cos and sin (n_pos rows) are of
+    // m mod c, for keys and the intra-chunk query; far_cos, far_sin of min(m mod c + c, S), the
+    // successive-chunk query.
+    float *inter_cos, *inter_sin;
 } Rope;
 
 // Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3,
-// rerope, leaky-rerope, longrope, selfextend, dynamic-yarn.
+// rerope, leaky-rerope, longrope, selfextend, dynamic-yarn, dca.
 const char *rope_scaling_name(RopeScaling mode);
 int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unknown name
 
@@ -108,6 +115,7 @@ typedef struct {
     double alpha;  // --rope-alpha (ntk); 0 = factor
     int window;    // --rope-window, --grp-attn-w (rerope, leaky-rerope, selfextend); 0 = L / 4
     int group;     // --grp-attn-n (selfextend): G; 0 = the smallest that covers the context
+    int chunk;     // --dca-chunk (dca): S; 0 = 3 L / 4
 } RopeOverrides;
 
 // The rules an override can break, one code each: rope_params_resolve owns the rules, run.c says
@@ -123,6 +131,8 @@ typedef enum {
     ROPE_GROUP_NOT_SELFEXTEND, // a group size G, and the mode is not selfextend
     ROPE_FACTOR_SELFEXTEND,   // a factor with selfextend, whose factor is G (--grp-attn-n)
     ROPE_FACTOR_FOLLOWS_LENGTH, // a factor with dynamic-yarn, whose factor is l / L
+    ROPE_CHUNK_NOT_DCA,       // a chunk size, and the mode is not dca
+    ROPE_FACTOR_DCA,          // a factor with dca, which has none
     ROPE_BAD_VALUE,           // a parameter out of its range (rope_params_check; err says which)
 } RopeRule;
 
@@ -157,6 +167,9 @@ int rope_is_dynamic(const Rope *r);
 // True for rerope, leaky-rerope and selfextend: attention scores the keys at distance >= window by
 // another path (rope_rotate_far, the key table).
 int rope_far_path(const RopeParams *p);
+// How many rotations of each query attention reads: 1; 2 for the far-path modes (near, far); 3 for
+// dca (intra, successive, inter chunk). model.c keeps the ones past the first in q_far.
+int rope_query_turns(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
 int rope_is_scaled(const RopeParams *p);
 // True when the keys must be cached un-rotated: dynamic and longrope (the frequencies change with the
@@ -186,7 +199,10 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len);
 
 // Rotate one head x (head_dim floats, interleaved pairs) to position pos.
 void rope_rotate(const Rope *r, float *x, int pos);
-// rerope modes: rotate one head of a query at position pos for its far keys (far_cos, far_sin).
+// rerope modes: rotate one head of a query at position pos for its far keys (far_cos, far_sin);
+// dca: for the keys of the previous chunk.
 void rope_rotate_far(const Rope *r, float *x, int pos);
+// dca: rotate one head of a query for the keys of every earlier chunk (to S, whatever its position).
+void rope_rotate_inter(const Rope *r, float *x);
 
 #endif

@@ -733,7 +733,7 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     if (ctx > L && !rope_is_scaled(p))
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
-                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn)\n",
+                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn|dca)\n",
                 ctx, L, L);
     if (own && c->n_ctx_max > L && ctx > c->n_ctx_max)
         fprintf(stderr,
@@ -781,7 +781,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         [ROPE_FACTOR_WITHOUT_MODE] = "--rope-factor needs a scaling mode (hint: --rope-scaling "
                                      "pi|ntk|dynamic|yarn|llama3|leaky-rerope; rerope takes --rope-window, not a factor)",
         [ROPE_ALPHA_NOT_NTK] = "--rope-alpha is used only by --rope-scaling ntk",
-        [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope, leaky-rerope and selfextend",
+        [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope, leaky-rerope, selfextend and dca",
         [ROPE_REROPE_FACTOR] = "rerope has no --rope-factor: every distance past the window is scored as the window "
                                "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
         [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
@@ -790,6 +790,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         [ROPE_FACTOR_SELFEXTEND] = "selfextend's factor is its group size (hint: --grp-attn-n G, not --rope-factor)",
         [ROPE_FACTOR_FOLLOWS_LENGTH] = "dynamic-yarn has no --rope-factor: its factor is the length over the trained "
                                        "context (hint: --rope-scaling yarn --rope-factor S for a fixed one)",
+        [ROPE_CHUNK_NOT_DCA] = "--dca-chunk is used only by --rope-scaling dca",
+        [ROPE_FACTOR_DCA] = "dca has no --rope-factor (hint: --dca-chunk S and --rope-window w size its chunks)",
         [ROPE_LONGROPE_NO_FACTORS] = "--rope-scaling longrope needs a LongRoPE checkpoint's short and long factors "
                                      "(Phi-3's rope_scaling), and this model has none (hint: --rope-scaling yarn)",
     };
@@ -802,7 +804,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         fprintf(stderr, "error: %s\n", RULE[rule]);
         return 2;
     }
-    if (rope_far_path(&run->rope) && c->sliding_window) {
+    if (rope_query_turns(&run->rope) > 1 && c->sliding_window) {
         fprintf(stderr,
                 "error: --rope-scaling %s on a model with sliding-window layers (window %d): their queries see no "
                 "key farther than the window, and the two are not run together (hint: another --rope-scaling)\n",

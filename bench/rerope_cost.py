@@ -26,7 +26,7 @@ from pathlib import Path
 
 import bench  # bench/bench.py, beside this file: checkpoints, prompts, one ./run and its timing lines
 
-MODES = ("none", "dynamic", "dynamic-yarn", "rerope", "leaky-rerope", "selfextend")
+MODES = ("none", "dynamic", "dynamic-yarn", "rerope", "leaky-rerope", "selfextend", "dca")
 GEN = 64  # decoded tokens: 4000 + 64 fit in --ctx 4096, and twice bench.py's 32 for a steadier median
 
 

@@ -40,9 +40,10 @@ import numpy as np
 
 # rerope and leaky-rerope keep the trained frequencies (none's): they clip the relative position in
 # attention instead (tests/reference.py, relative_scores); selfextend too: it groups the positions of
-# far keys (tests/reference.py, selfextend_scores). dynamic-yarn is yarn with s = max(1, l / L).
+# far keys, and dca, which rotates by positions within chunks (tests/reference.py, forward).
+# dynamic-yarn is yarn with s = max(1, l / L).
 MODES = ("none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope", "longrope", "selfextend",
-         "dynamic-yarn")
+         "dynamic-yarn", "dca")
 ALIASES = {"default": "none", "linear": "pi"}
 
 
@@ -124,7 +125,7 @@ def inv_freq(mode, d, base, L, s, alpha=None, length=None, beta_fast=32, beta_sl
         # The YaRN paper's sec. 3.3 "Dynamic Scaling" on YaRN: s = max(1, l' / L) for the current
         # length l' (None: L), then YaRN as below with that s.
         mode, s = "yarn", max(1.0, (length or L) / L)
-    if mode in ("none", "rerope", "leaky-rerope", "selfextend"):
+    if mode in ("none", "rerope", "leaky-rerope", "selfextend", "dca"):
         pass
     elif mode == "pi":
         # PI: positions m -> m / s, i.e. theta_i -> theta_i / s (HF: inv_freq /= factor).

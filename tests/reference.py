@@ -113,8 +113,8 @@ HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn"
                  "longrope": "longrope"}
 ROPE_KEYS = ("mode", "factor", "base", "alpha", "orig_ctx", "attn_factor", "beta_fast", "beta_slow",
              "low_freq_factor", "high_freq_factor", "window", "short_factor", "long_factor", "longrope_factors",
-             "group")
-FAR_MODES = ("rerope", "leaky-rerope", "selfextend")  # a window W, and keys past it scored another way
+             "group", "chunk")
+FAR_MODES = ("rerope", "leaky-rerope", "selfextend", "dca")  # a window, and keys scored another way past it
 
 
 # --- Families: what config.json means for each architecture ---------------------------------------------
@@ -328,6 +328,8 @@ def resolve_rope(trained, rope=None, ctx=None):
       window  rerope, leaky-rerope and selfextend only: W, given, else L // 4 (at least 1);
               leaky-rerope's factor K defaults to (ctx - W) / (L - W) when ctx > L (ctx maps to
               L), else 1;
+      chunk   dca only: the chunk size S, given, else 3 L // 4 (ChunkLlama's default); dca's window
+              is its local window w, given, else L // 16 (at least 1), and its chunks c = S - w;
       group   selfextend only: G, given, else the smallest G for which the farthest grouped
               distance, (ctx - 1) // G + W - W // G, stays below L (LongLM's capacity); it is the
               factor. dynamic-yarn's factor is 1 (its s follows the length: rope_ref).
@@ -352,7 +354,7 @@ def resolve_rope(trained, rope=None, ctx=None):
                    beta_slow=0.0, low_freq_factor=0.0, high_freq_factor=0.0)
     if out["mode"] == "selfextend" and rope.get("factor") and not rope.get("group"):  # a resolved dict: factor is G
         rope["group"] = int(rope.pop("factor"))
-    if out["mode"] in ("none", "rerope", "selfextend", "dynamic-yarn") and rope.get("factor") and rope["factor"] != 1:
+    if out["mode"] in ("none", "rerope", "selfextend", "dynamic-yarn", "dca") and rope.get("factor") and rope["factor"] != 1:
         raise ValueError("a factor needs a scaling mode other than none, rerope, selfextend and dynamic-yarn")
     if rope.get("group") and out["mode"] != "selfextend":
         raise ValueError("a group size is used only by selfextend")
@@ -361,8 +363,12 @@ def resolve_rope(trained, rope=None, ctx=None):
         raise ValueError("alpha is used only by mode ntk")
     if rope.get("window") and out["mode"] not in FAR_MODES:
         raise ValueError("a window is used only by rerope, leaky-rerope and selfextend")
-    out["window"] = (int(rope.get("window") or max(1, L // 4))) if out["mode"] in FAR_MODES else 0
-    if out["mode"] in ("none", "rerope", "dynamic-yarn"):
+    out["window"] = (int(rope.get("window") or max(1, L // (16 if out["mode"] == "dca" else 4)))
+                     if out["mode"] in FAR_MODES else 0)
+    if rope.get("chunk") and out["mode"] != "dca":
+        raise ValueError("a chunk size is used only by dca")
+    out["chunk"] = int(rope.get("chunk") or 3 * L // 4) if out["mode"] == "dca" else 0
+    if out["mode"] in ("none", "rerope", "dynamic-yarn", "dca"):
         out["factor"] = 1.0
     elif out["mode"] == "selfextend":
         W, G = out["window"], int(rope.get("group") or 1)
@@ -611,7 +617,7 @@ class Reference:
                            lw, "down_proj")
 
     # --- the forward pass ---
-    def forward(self, ids, inv_freq, mscale, logn_L=None, rel=None, grouped=None):
+    def forward(self, ids, inv_freq, mscale, logn_L=None, rel=None, grouped=None, chunked=None):
         """Logits (n, V) in dtype for token ids at positions 0 .. n-1 with the given RoPE table; with
         logn_L, log-n attention scaling: queries times max(1, ln(m + 1) / ln(logn_L)) (bojone/rerope);
         with rel (relative_position: ReRoPE), q and k are not rotated by their positions, and the
@@ -619,7 +625,12 @@ class Reference:
         Self-Extend as LongLM's self_extend_patch writes it (Jin et al. 2024, arXiv 2401.01325): two
         score matrices, the "neighbor" one of q and k rotated at their positions m and n and the
         "group" one of q rotated at m // G + W - W // G and k at n // G, and each score taken from
-        the first where m - n < W, else from the second (torch.where on a neighbour mask)."""
+        the first where m - n < W, else from the second (torch.where on a neighbour mask). With
+        chunked = (S, w), dual chunk attention as ChunkLlama defines it (An et al. 2024, arXiv
+        2402.17463; HKUNLP/ChunkLlama chunkllama_attn_replace.py): chunks of c = S - w positions,
+        every key rotated at n mod c, and the query at m rotated by the chunk of the key: the same
+        chunk (intra) at m mod c, the previous one (successive) at min(m mod c + c, S), any earlier
+        one (inter) at S; three score matrices, each score taken from the one its pair belongs to."""
         ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
         n, hd, H, KV = ids.shape[0], self.head_dim, self.n_heads, self.n_kv_heads
         if rel is not None and self.rotary_dim != hd:
@@ -633,6 +644,15 @@ class Reference:
             gq_cos, gq_sin = cos_sin(inv_freq, mscale, pos // G + W - W // G, self.dtype)
             gk_cos, gk_sin = cos_sin(inv_freq, mscale, pos // G, self.dtype)
             neighbour = torch.from_numpy(pos[:, None] - pos[None, :] < W)                # (n, n)
+        if chunked is not None:  # DCA: the key and the three query tables, and which pair is which
+            S, w = chunked
+            c = S - w
+            pos = np.arange(n)
+            k_cos, k_sin = cos_sin(inv_freq, mscale, pos % c, self.dtype)
+            q_tabs = [cos_sin(inv_freq, mscale, qpos, self.dtype)
+                      for qpos in (pos % c, np.minimum(pos % c + c, S), np.full(n, S))]
+            gap = pos[:, None] // c - pos[None, :] // c                                # (n, n) chunks apart
+            which = torch.from_numpy(np.where(gap == 0, 0, np.where(gap == 1, 1, 2)))  # intra, successive, inter
 
         x = self.embed[ids]                                                         # (n, D)
         for l, lw in enumerate(self.layers):
@@ -640,6 +660,10 @@ class Reference:
             q, k, v = self.qkv(lw, a)                                               # (H|KV, n, hd)
             relative = rel is not None and self.family["rope_layers"][l]
             group = grouped is not None and self.family["rope_layers"][l]
+            chunk = chunked is not None and self.family["rope_layers"][l]
+            if chunk:  # DCA: keys at n mod c, the query three ways; nothing else rotates
+                kc = self.rotate(l, k, k_cos, k_sin).repeat_interleave(H // KV, dim=0)      # (H, n, hd)
+                qcs = [self.rotate(l, q, qc, qs) for qc, qs in q_tabs]
             if group:  # the group path's q and k, from the raw ones
                 qg, kg = self.rotate(l, q, gq_cos, gq_sin), self.rotate(l, k, gk_cos, gk_sin)
             if not relative:
@@ -649,6 +673,8 @@ class Reference:
                 q = q * torch.from_numpy(grow).to(self.dtype)[None, :, None]
                 if group:
                     qg = qg * torch.from_numpy(grow).to(self.dtype)[None, :, None]
+                if chunk:
+                    qcs = [x * torch.from_numpy(grow).to(self.dtype)[None, :, None] for x in qcs]
             if group:
                 kg = kg.repeat_interleave(H // KV, dim=0)                           # (H, n, hd)
             # repeat_kv: query head h reads kv head h // (H/KV)
@@ -667,6 +693,10 @@ class Reference:
                 if group:  # Self-Extend: the group score wherever the key is not a neighbour
                     far = (qg[:, r0:r1] @ kg.transpose(1, 2)) / math.sqrt(hd)      # (H, r, n)
                     s = torch.where(neighbour[r0:r1], s, far)
+                if chunk:  # DCA: each pair's score from its own query rotation
+                    three = [(qx[:, r0:r1] @ kc.transpose(1, 2)) / math.sqrt(hd) for qx in qcs]
+                    sel = which[r0:r1]
+                    s = torch.where(sel == 0, three[0], torch.where(sel == 1, three[1], three[2]))
                 s = s.to(self.acc) + mask[r0:r1]
                 out[:, r0:r1] = torch.softmax(s, dim=-1).to(self.dtype) @ v         # (H, r, hd)
             o = out.transpose(0, 1).reshape(n, H * hd)                              # (n, H*hd)
@@ -684,8 +714,9 @@ class Reference:
         p = self.resolve_rope(rope, ctx)
         inv, ms = rope_tables(p, self.rotary_dim, len(token_ids))
         grouped = (p["window"], int(p["factor"])) if p["mode"] == "selfextend" else None
+        chunked = (p["chunk"], p["window"]) if p["mode"] == "dca" else None
         return self.forward(token_ids, inv, ms, p["orig_ctx"] if logn else None,
-                            relative_position(p), grouped).to(torch.float64).numpy()
+                            relative_position(p), grouped, chunked).to(torch.float64).numpy()
 
     @torch.no_grad()
     def logits_growing(self, token_ids, rope=None, ctx=None):
@@ -816,8 +847,8 @@ class Decoder:
     def __init__(self, model, p, n_max, keys="raw"):
         if keys not in ("raw", "rotated"):
             raise ValueError("keys must be 'raw' or 'rotated'")
-        if relative_position(p) is not None or p["mode"] == "selfextend":
-            raise ValueError("the Decoder rotates by absolute positions; rerope modes and selfextend: use logits()")
+        if relative_position(p) is not None or p["mode"] in ("selfextend", "dca"):
+            raise ValueError("the Decoder rotates by absolute positions; rerope modes, selfextend, dca: use logits()")
         m = self.m = model
         self.p, self.keys, self.pos = p, keys, 0
         self.k = [torch.zeros(m.n_kv_heads, n_max, m.head_dim, dtype=m.dtype) for _ in m.layers]  # (KV, n_max, hd)

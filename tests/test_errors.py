@@ -94,7 +94,7 @@ def test_usage_errors(c_tools, args, needle):
 # ReRoPE's flags (stories260K: L = 512). Every combination that would do nothing or leave the trained
 # range is refused with exit 2 and a message naming the flag and the fix.
 @pytest.mark.parametrize("args, needle", [
-    (["--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope, leaky-rerope and selfextend"),
+    (["--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope, leaky-rerope, selfextend and dca"),
     (["--rope-scaling", "ntk", "--rope-window", "64"], "--rope-window is used only by --rope-scaling rerope"),
     (["--rope-scaling", "rerope", "--rope-factor", "2"], "rerope has no --rope-factor"),
     (["--rope-scaling", "leaky-rerope", "--rope-factor", "1"], "leaky-rerope with --rope-factor 1 is plain RoPE"),
@@ -105,6 +105,11 @@ def test_usage_errors(c_tools, args, needle):
     (["--rope-scaling", "selfextend", "--rope-factor", "4"], "selfextend's factor is its group size"),
     (["--rope-scaling", "selfextend", "-gaw", "512"], "leaky-rerope and selfextend need a window W below L"),
     (["--rope-scaling", "dynamic-yarn", "--rope-factor", "4"], "dynamic-yarn has no --rope-factor"),
+    # dual chunk attention: a chunk size below L, a local window below it
+    (["--dca-chunk", "256"], "--dca-chunk is used only by --rope-scaling dca"),
+    (["--rope-scaling", "dca", "--rope-factor", "2"], "dca has no --rope-factor"),
+    (["--rope-scaling", "dca", "--dca-chunk", "512"], "dca needs a local window w >= 1 below its chunk size S"),
+    (["--rope-scaling", "dca", "--dca-chunk", "64", "--rope-window", "64"], "dca needs a local window w >= 1 below"),
 ])
 def test_rerope_usage_errors(c_tools, args, needle):
     expect(2, [needle], LEGACY, "-z", TOK512, "--ctx", "2048", *args)
@@ -155,6 +160,7 @@ def test_help_ranges_are_the_parsers(c_tools):
             ranges[m[1]] = (m[2] == "(", m[3], m[4])
     assert set(ranges) == {"--n-predict", "--keep", "--temp", "--top-p", "--seed", "--ctx", "--threads",
                            "--batch-size", "--ppl-windows", "--rope-factor", "--rope-alpha", "--rope-window", "--grp-attn-n",
+                           "--dca-chunk",
                            "--top-k", "--min-p", "--repeat-penalty", "--repeat-last-n"}, ranges
     assert "RoPE base > 0" in out
     ranges["--rope-base"] = (True, "0", "1e300")
@@ -179,7 +185,7 @@ def test_warnings(c_tools):
         assert code == 0, err
         return err
     # Past L with no scaling: the hint names every mode.
-    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn)" in stderr_of("--ctx", "1024")
+    assert "(hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn|dca)" in stderr_of("--ctx", "1024")
     assert "warning" not in stderr_of("--ctx", "512")
     # A factor with s * L < ctx, in every mode that has one: the positions past s * L are
     # extrapolated, not interpolated. dynamic's factor grows with the length and never warns.

@@ -318,3 +318,44 @@ def test_dynamic_yarn(c_tools, stories, tmp_path):
     compare("stories260K-hf, dynamic-yarn token by token to 640", grown,
             ref.logits_cached(ids[:n], rope={"mode": "dynamic-yarn"}, ctx=n, keys="raw"),
             control=ref.logits_cached(ids[:n], rope={"mode": "dynamic-yarn"}, ctx=n, keys="rotated"))
+
+
+# --- Dual chunk attention (An et al. 2024, ChunkLlama) ------------------------------------------------
+# The reference rotates every key at n mod c and the query three ways (m mod c; min(m mod c + c, S); S),
+# then takes each score from the query rotation its key's chunk calls for (same chunk, the one before,
+# earlier), as ChunkLlama's chunkllama_attn_replace.py; model.c keeps the three turns of each query
+# and attention picks one per key range. Controls: plain RoPE, the chunk size and the local window
+# each off by one.
+
+def dca_check(label, model, ref, ids, tmp_path, ctx, rope, flags, logn=False):
+    ours = c_logits(model, ids, tmp_path, "--ctx", ctx, *flags, *(["--attn-logn"] if logn else []))
+    expected = ref.logits(ids, rope=rope, ctx=ctx, logn=logn)
+    compare(label, ours, expected, control=ref.logits(ids, rope={"mode": "none"}, ctx=ctx, logn=logn))
+    p = ref.resolve_rope(rope, ctx)
+    diff = np.abs(ours - expected).max()
+    for what, off in (("chunk + 1", dict(rope, chunk=p["chunk"] + 1, window=p["window"])),
+                      ("local window + 1", dict(rope, chunk=p["chunk"], window=p["window"] + 1))):
+        miss = np.abs(ours - ref.logits(ids, rope=off, ctx=ctx, logn=logn)).max()
+        print(f"{label}: {what} control misses by {miss:.2e} (ours {diff:.2e})")
+        assert miss > 10 * diff and miss > TOL * np.abs(expected).max(), f"{what} is not told apart"
+
+
+@pytest.mark.parametrize("batch", [64, 7, 1], ids=["blocks", "odd-blocks", "token-by-token"])
+def test_dca_random_gqa_at_4x(c_tools, batch, tmp_path_factory, tmp_path):
+    # L = 64: chunks S = 48 with a local window w = 4, so c = 44 positions (blocks of 7 queries straddle
+    # chunk boundaries: a task's queries then take their scores in runs)
+    hf = tmp_path_factory.mktemp("dca")
+    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
+    model, ref = export(hf, hf), reference.load(hf)
+    ids = random_ids(4 * 64, ref.vocab_size, seed=5)
+    dca_check(f"random GQA, dca, ctx 256 = 4 x 64, batch {batch}", model, ref, ids, tmp_path, 256, {"mode": "dca"},
+              ["--rope-scaling", "dca", "--batch", batch])
+
+
+def test_dca_stories_with_logn(c_tools, stories, tmp_path):
+    model, ref = stories
+    ctx = 2 * 512
+    ids = ref.encode(TEXT.read_text()[:20000])[:ctx]
+    dca_check(f"stories260K-hf, dca S 256 w 16 + log-n, ctx {ctx}", model, ref, ids, tmp_path, ctx,
+              {"mode": "dca", "chunk": 256, "window": 16},
+              ["--rope-scaling", "dca", "--dca-chunk", 256, "--rope-window", 16], logn=True)

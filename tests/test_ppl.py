@@ -36,7 +36,7 @@ def run_ppl(model, text, *flags):
     return total, buckets
 
 
-@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic", "rerope", "leaky-rerope", "selfextend",
+@pytest.mark.parametrize("mode", ["none", "pi", "ntk", "yarn", "llama3", "dynamic", "rerope", "leaky-rerope", "selfextend", "dca",
                                   "dynamic-yarn"])
 def test_matches_reference(c_tools, setup, mode):
     model, text, ref = setup

@@ -455,6 +455,40 @@ static void test_selfextend(void) {
     rope_free(&r);
 }
 
+// Dual chunk attention's positions (An et al. 2024; ChunkLlama's q_t, qc_t, k_t): with S = 48, w = 4
+// the chunks hold c = 44 positions. Row m of the main table (keys; the intra-chunk query) is at
+// m mod c, of the far table (the successive-chunk query) at min(m mod c + c, S), and the inter row at
+// S: each row against cos and sin of that position in double. Control: without the clamp at S, the
+// successive query's row would differ.
+static void test_dca(void) {
+    const int d = 16, L = 64, N = 200;
+    RopeParams p = params(ROPE_SCALING_DCA, d, 1e4, L, 1);
+    p.window = 4, p.chunk = 48;
+    Rope r;
+    init_or_die(&r, &p, N);
+    const int c = 44;
+    double worst = 0, unclamped = 0;
+    for (int m = 0; m < N; m++)
+        for (int i = 0; i < d / 2; i++) {
+            const double succ = m % c + c < 48 ? m % c + c : 48;
+            worst = fmax(worst, fabs(r.cos[m * d / 2 + i] - cos((m % c) * r.inv_freq[i])));
+            worst = fmax(worst, fabs(r.sin[m * d / 2 + i] - sin((m % c) * r.inv_freq[i])));
+            worst = fmax(worst, fabs(r.far_cos[m * d / 2 + i] - cos(succ * r.inv_freq[i])));
+            worst = fmax(worst, fabs(r.far_sin[m * d / 2 + i] - sin(succ * r.inv_freq[i])));
+            if (m == 0) worst = fmax(worst, fabs(r.inter_cos[i] - cos(48 * r.inv_freq[i])));
+            unclamped = fmax(unclamped, fabs(r.far_cos[m * d / 2 + i] - cos((m % c + c) * r.inv_freq[i])));
+        }
+    check("dca: keys and intra at m mod c, successive min(m mod c + c, S), inter S", worst, 1e-6);
+    check_true("dca: the successive query clamped at S (negative test, > 1e-3)", unclamped > 1e-3);
+    check_true("dca: three turns of each query, keys un-rotated", rope_query_turns(&p) == 3 && rope_keys_unrotated(&p));
+    RopeOverrides dca = {.mode = ROPE_SCALING_DCA};
+    RopeParams trained = params(ROPE_SCALING_NONE, d, 1e4, L, 1), out;
+    char err[256];
+    const int resolved = rope_params_resolve(&out, &trained, 256, &dca, err, sizeof err) == ROPE_OK;
+    check_true("dca: default chunk 3 L / 4 = 48, local window L / 16 = 4", resolved && out.chunk == 48 && out.window == 4);
+    rope_free(&r);
+}
+
 int main(void) {
     test_names();
     test_params_check();
@@ -463,6 +497,7 @@ int main(void) {
     test_fixed_modes();
     test_dynamic();
     test_selfextend();
+    test_dca();
     if (n_failed) {
         printf("test_rope: FAILED %d of %d checks\n", n_failed, n_checks);
         return 1;

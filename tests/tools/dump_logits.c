@@ -2,7 +2,8 @@
 // can compare them with the PyTorch reference (tests/reference.py).
 //
 //   dump_logits MODEL IDS OUT [--ctx N] [--rope-scaling M] [--rope-factor S] [--rope-base B]
-//               [--rope-alpha A] [--rope-window W] [--grp-attn-n G] [--batch B] [--threads T] [--growing]
+//               [--rope-alpha A] [--rope-window W] [--grp-attn-n G] [--dca-chunk S] [--batch B] [--threads T]
+//               [--growing]
 //               [--attn-logn]
 //
 // IDS is int32 token ids; OUT gets float32 logits (n, vocab). The ids run from position 0. By
@@ -49,6 +50,8 @@ int main(int argc, char **argv) {
             ov.window = (int)strtol(v, NULL, 10);
         else if (!strcmp(a, "--grp-attn-n"))
             ov.group = (int)strtol(v, NULL, 10);
+        else if (!strcmp(a, "--dca-chunk"))
+            ov.chunk = (int)strtol(v, NULL, 10);
         else if (!strcmp(a, "--rope-scaling")) {
             RopeScaling m;
             if (rope_scaling_from_name(v, &m)) return fail("unknown --rope-scaling"), 2;
