@@ -67,7 +67,8 @@ static int start(Transformer *t, const char *path, int mode, DType kt, const int
     char err[600];
     float *logits;
     RunConfig run = {.n_ctx = ctx, .max_batch = 64, .cache_k = kt, .cache_v = DTYPE_F32};
-    const int no_factor = mode == ROPE_SCALING_DYNAMIC || mode == ROPE_SCALING_NONE || mode == ROPE_SCALING_REROPE;
+    const int no_factor = mode == ROPE_SCALING_DYNAMIC || mode == ROPE_SCALING_NONE || mode == ROPE_SCALING_REROPE ||
+                          mode == ROPE_SCALING_SELFEXTEND || mode == ROPE_SCALING_DYNAMIC_YARN || mode == ROPE_SCALING_DCA;
     RopeOverrides o = {.mode = mode, .factor = no_factor ? 0 : 2};
     if (transformer_load(t, path, err, sizeof err) ||
         rope_params_resolve(&run.rope, &t->config.rope, run.n_ctx, &o, err, sizeof err) ||
