@@ -264,7 +264,9 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
                  hd,
                  NULL,
                  0,
-                 NULL};
+                 NULL,
+                 NULL,
+                 0};
     float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd), *q = malloc(sizeof(float) * n * qd);
     float *fast = malloc(sizeof(float) * n * qd), *ref = malloc(sizeof(float) * n * qd);
     const int threads = max_threads(); // more threads than cores would only spin at the barriers
