@@ -114,17 +114,23 @@ bench: run $(BENCH_TOOLS)
 plots: tests/tools/rope_dump
 	$(PYTHON) scripts/plot_rope.py
 
-# `make results`: docs/ppl_results.md and docs/ppl_buckets.png, perplexity of the trained head_dim-64
-# model tiny64x512 on its held-out text at 1x..16x its trained context, every mode with and without
-# log-n (scripts/ppl_results.py; 80 runs, minutes). RESULTS_ARGS="--ctx 512,2048 --modes none,rerope"
+# `make results`: the perplexity of the trained head_dim-64 model tiny64x512 on its held-out text at
+# 1x..32x its trained context, and the passkey retrieval of passkey64x512 (tiny64x512 taught to
+# retrieve at 512 tokens) at 1x..16x by depth, every mode with and without log-n, into
+# docs/ppl_results.md, docs/passkey_results.md and their figures (scripts/ppl_results.py; about 15
+# minutes on two cores). RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes none,rerope+logn"
 # (any subset) writes build/ppl-quick/ instead.
 RESULTS_ARGS ?=
-results: run build/tiny64.bin
+results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin
 	$(PYTHON) scripts/ppl_results.py $(RESULTS_ARGS)
 
 build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safetensors export/export.py
 	mkdir -p build
 	$(PYTHON) export/export.py data/tiny64x512-hf $@ > /dev/null
+
+build/passkey64.bin: data/passkey64x512-hf/config.json data/passkey64x512-hf/model.safetensors export/export.py
+	mkdir -p build
+	$(PYTHON) export/export.py data/passkey64x512-hf $@ > /dev/null
 
 clean:
 	rm -f run run-ref *.o $(TOOLS) $(BENCH_TOOLS)

@@ -407,14 +407,14 @@ def run_env():
     return env
 
 
-def run_one(run, model, tokenizer, prompt, ctx, mode, n_predict, threads=None, timeout=3600):
-    """Greedy continuation of prompt.text by ./run at --ctx ctx with --rope-scaling mode; returns
-    (continuation, answer or None)."""
+def run_one(run, model, tokenizer, prompt, ctx, mode, n_predict, threads=None, timeout=3600, flags=()):
+    """Greedy continuation of prompt.text by ./run at --ctx ctx with --rope-scaling mode (and the ./run
+    options `flags`, e.g. --attn-logn); returns (continuation, answer or None)."""
     if len(prompt.text.encode()) > MAX_ARG:
         raise ValueError(f"the prompt is {len(prompt.text.encode())} bytes, more than the {MAX_ARG} bytes "
                          f"Linux allows in one command-line argument (hint: shorter --lengths)")
     cmd = [str(run), str(model), "-t", "0", "-n", str(n_predict), "--ctx", str(ctx), "--rope-scaling", mode,
-           "-i", prompt.text]
+           *flags, "-i", prompt.text]
     if tokenizer:
         cmd += ["-z", str(tokenizer)]
     if threads:

@@ -1,52 +1,123 @@
-"""ppl_results.py - perplexity past the trained context, for every RoPE scaling mode: the results table.
+"""ppl_results.py - the results tables: perplexity and passkey retrieval past the trained context, for
+every RoPE scaling mode (`make results`).
 
 Usage:
   /usr/bin/python3 scripts/ppl_results.py [--model M.bin] [-z TOK.model] [--text FILE]
-                                          [--ctx 512,1024,2048,4096,8192] [--modes none,ntk,rerope+logn,...]
-                                          [--ppl-windows K | --tokens N] [--threads N] [--out-dir docs]
-                                          [--json FILE] [--from-json FILE]
+              [--ctx 512,...,16384] [--modes none,ntk,rerope+logn,...] [--ppl-windows K | --tokens N]
+              [--passkey-model M.bin] [--passkey-tokenizer TOK] [--lengths 512,...,8192]
+              [--depths 0,0.25,0.5,0.75,1] [--trials N] [--seed S] [--only ppl | passkey]
+              [--jobs J] [--threads N] [--out-dir DIR] [--json FILE] [--from-json FILE]
 
-Runs `./run MODEL --ppl TEXT --ctx N --rope-scaling MODE [--attn-logn]` for every context N and mode
-(a mode written `M+logn` is M with --attn-logn), reads the `perplexity:` line and the per-bucket
-table from its stdout, and writes
-  docs/ppl_results.md   overall perplexity (rows: mode, columns: context) and perplexity by position
-                        bucket [0, L), [L, 2L), [2L, 4L), ... (L = the trained context)
-  docs/ppl_buckets.png  left: perplexity against the context, one line per mode; right: perplexity by
-                        position bucket at the largest context.
-Defaults: tiny64x512 (data/tiny64x512-hf exported to build/tiny64.bin by `make results`; head_dim
-64, trained at L = 512) on the held-out tenth of the TinyStories text it never saw in training,
-the first 32768 tokens at every context (64 windows of 512 ... 4 of 8192: the same text in every
-column), 1x to 16x, the eight modes with and without log-n: 80 ./run calls, a few minutes on two
-cores. A run that is not the full default one writes to build/ppl-quick/ unless --out-dir says
-otherwise: docs/ holds the full run. --json saves the parsed numbers and --from-json redraws the
-table and the plot from them without running anything.
+Every row of --modes is a --rope-scaling mode, or `M+logn` for mode M with --attn-logn. Each mode runs
+with ./run's defaults at each --ctx (dynamic with --rope-factor ctx / L, as transformers runs it), and
+the same flags in both parts. Two parts:
 
-What this is not: a benchmark of the modes in general. One 3M-parameter model on one kind of text
-(short stories, so far positions mostly look back at unrelated stories) says whether distance
-hurts, not whether a long context is used; the README, "Results", reads the table.
+Perplexity. `./run MODEL --ppl TEXT --ctx N ...` for every context N and row; the `perplexity:` line
+and the per-bucket table of its stdout go to
+  docs/ppl_results.md   overall perplexity (rows: mode, columns: context), the same divided by the 1x
+                        perplexity of plain RoPE (none at --ctx L), and perplexity by position bucket
+                        [0, L), [L, 2L), [2L, 4L), ... (L = the trained context)
+  docs/ppl_buckets.png  perplexity against the context, one line per row, and by position bucket at the
+                        largest context
+  docs/ppl_ratio.png    heat map of the ratio to the 1x perplexity, rows x contexts
+Passkey. scripts/passkey.py's prompts (a key line hidden in filler at a depth, then the question),
+exactly N - 8 tokens long, --trials trials at each depth of --depths, the same keys and depths for
+every row, answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
+  docs/passkey_results.md  right answers per row and length (all depths), and per length, row and depth
+  docs/passkey_grid.png    heat map per row: length x depth, the share of right answers
+
+Defaults: the perplexity of tiny64x512 (data/tiny64x512-hf exported to build/tiny64.bin; head_dim 64,
+trained at L = 512) on the held-out tenth of the TinyStories text it never saw in training, the first
+32768 tokens at every context (64 windows of 512 ... 2 of 16384: the same text in every column), 1x to
+32x; passkey retrieval of passkey64x512 (data/passkey64x512-hf, build/passkey64.bin: tiny64x512 taught
+to retrieve at 512 tokens) at 1x to 16x, 5 depths x 2 trials; the eleven modes with and without log-n.
+The ./run calls go J at a time (--jobs, default: one per core), each with --threads (default 1), the
+longest first; the numbers do not depend on either. A run that is not the full default one writes to
+build/ppl-quick/ unless --out-dir says otherwise: docs/ holds the full run. --json saves the parsed
+numbers (and the run's date, machine and wall time) and --from-json redraws the tables and figures
+from them without running anything.
+
+What this is not: a benchmark of the modes in general. Two 3M-parameter models on one kind of text
+(short stories, so far positions mostly look back at unrelated stories) say whether distance hurts
+and whether one planted fact is still found, not how a large model uses a long context; the README,
+"Results", reads the tables.
 """
 import argparse
 import json
+import math
+import os
 import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
-MODES = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope"]
-from passkey import run_env  # noqa: E402  (scripts/ beside this file: OMP_WAIT_POLICY=passive)
-from plot_rope import STYLE  # noqa: E402  (the same colour per mode in every plot)
+MODES = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope", "selfextend", "dca",
+         "dynamic-yarn"]
+ROWS = MODES + [m + "+logn" for m in MODES]
+import passkey  # noqa: E402  (scripts/ beside this file: the prompts, ./run's environment)
+from plot_rope import STYLE as ROPE_STYLE  # noqa: E402  (the same colour per mode in every plot)
+
+STYLE = {**ROPE_STYLE, "selfextend": ("tab:olive", "h", "-"), "dca": ("tab:pink", "p", "-"),
+         "dynamic-yarn": ("tab:gray", "D", "-.")}
+N_PREDICT = 8  # tokens a passkey trial generates: a key of up to 5 digits and what follows it
+GOAL = 1.03    # issue 39: the best mode within 1.03x of the 1x perplexity (a line in the figure)
 
 
 # ---------------------------------------------------------------------------------------------
-# One ./run --ppl
+# One row's ./run flags, and the ./run calls J at a time
+
+def row_flags(row, ctx, L):
+    """(mode, extra ./run flags) of a row at --ctx ctx: `M+logn` adds --attn-logn; dynamic gets
+    --rope-factor ctx / L past L (transformers' dynamic with factor s; ./run's default is 1, which
+    makes one window of --ppl the ntk row)."""
+    mode = row.removesuffix("+logn")
+    extra = ["--attn-logn"] if row.endswith("+logn") else []
+    if mode == "dynamic" and ctx > L:
+        extra += ["--rope-factor", repr(ctx / L)]
+    return mode, extra
+
+
+def trained_context(run, model, tok):
+    """L, the trained context, from ./run's banner (`trained context L = 512`)."""
+    proc = subprocess.run([str(run), str(model), "-z", str(tok), "-n", "0"], env=passkey.run_env(),
+                          capture_output=True, text=True)
+    m = re.search(r"trained context L = (\d+)", proc.stderr)
+    if proc.returncode != 0 or not m:
+        sys.exit(f"error: {model}: ./run did not print its trained context (exit {proc.returncode}):\n"
+                 f"{proc.stderr.strip()}")
+    return int(m[1])
+
+
+def run_jobs(jobs, n):
+    """Runs jobs [(cost, key, fn)] n at a time, the costliest first (so that no long run starts last
+    and keeps one core busy alone); returns {key: fn()}. An error (SystemExit) in one stops the rest."""
+    pool = ThreadPoolExecutor(n)
+    try:
+        todo = {pool.submit(fn): key for _, key, fn in sorted(jobs, key=lambda j: -j[0])}
+        return {todo[f]: f.result() for f in as_completed(todo)}
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def cost(tokens, ctx):
+    """A rough time for ./run on `tokens` tokens in windows of ctx, for the order only: attention grows
+    with the window (measured: 32768 tokens take 1.6 s at 512 and 20 s at 16384, one thread)."""
+    return tokens * (1 + ctx / 1024) + 2000  # + the start of a process
+
+
+# ---------------------------------------------------------------------------------------------
+# Perplexity: one ./run --ppl
 
 ROW = re.compile(r"^\[(\d+), (\d+)\)\s+(\d+)\s+(\S+)\s+(\S+)\s*$")
 
@@ -69,20 +140,16 @@ def parse_ppl(stdout):
 
 
 def run_ppl(run, model, tok, text, ctx, row, windows=None, threads=None, L=None):
-    """One row of the table at one context: row is a --rope-scaling mode, or `mode+logn` for the mode
-    with --attn-logn."""
-    mode, logn = row.removesuffix("+logn"), row.endswith("+logn")
-    cmd = [str(run), str(model), "-z", str(tok), "--ppl", str(text), "--ctx", str(ctx), "--rope-scaling", mode]
-    if logn:
-        cmd.append("--attn-logn")
-    if mode == "dynamic" and L and ctx > L:  # transformers' dynamic with factor ctx / L (./run's default is 1)
-        cmd += ["--rope-factor", repr(ctx / L)]
+    """One row of the table at one context."""
+    mode, extra = row_flags(row, ctx, L or ctx)
+    cmd = [str(run), str(model), "-z", str(tok), "--ppl", str(text), "--ctx", str(ctx), "--rope-scaling", mode,
+           *extra]
     if windows:
         cmd += ["--ppl-windows", str(windows)]
     if threads:
         cmd += ["--threads", str(threads)]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=run_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=passkey.run_env(), capture_output=True, text=True)
     secs = time.monotonic() - t0
     if proc.returncode != 0:
         sys.exit(f"error: {' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
@@ -98,8 +165,60 @@ def run_ppl(run, model, tok, text, ctx, row, windows=None, threads=None, L=None)
     return res
 
 
+def ppl_jobs(a, ctxs, rows, L):
+    """[(cost, key, fn)]: one ./run --ppl per context and row; key (ctx, row)."""
+    jobs = []
+    for c in ctxs:
+        windows = a.ppl_windows or (max(1, a.tokens // c) if a.tokens else None)
+        for row in rows:
+            def job(c=c, row=row, windows=windows):
+                r = run_ppl(a.run, a.model, a.tokenizer, a.text, c, row, windows, a.threads, L)
+                print(f"--ctx {c:5d} {row:20s} perplexity {r['perplexity']:12.4f}  ({r['windows']} windows, "
+                      f"{r['seconds']:.1f} s)", file=sys.stderr)
+                return r
+            jobs.append((cost(windows * c if windows else 40000, c), (c, row), job))
+    return jobs
+
+
 # ---------------------------------------------------------------------------------------------
-# The table and the plot
+# Passkey: one greedy ./run per trial
+
+def passkey_jobs(a, lengths, rows, L, depths):
+    """[(cost, key, fn)]: one ./run per length, row and trial; key (length, row, k) for the k-th of
+    the trials (passkey.trial_plan: --trials at each depth, keys uniform in [1, 50000], seeded), which
+    are the same prompts for every row. fn returns {"depth", "at" (where the key line landed), "key",
+    "answer" (None: no number), "seconds"}."""
+    tok_path = Path(a.passkey_tokenizer)
+    try:
+        tok = passkey.Tokenizer(tok_path, passkey.checkpoint_bos(a.passkey_model))
+        plan = passkey.trial_plan(a.trials, depths, a.seed)
+        prompts = passkey.build_prompts(tok, [(n - N_PREDICT, key, d) for n in lengths for key, d in plan])
+    except (passkey.TokenizerError, ValueError) as e:
+        sys.exit(f"error: passkey prompts: {e}")
+    jobs = []
+    for i, n in enumerate(lengths):
+        for row in rows:
+            mode, extra = row_flags(row, n, L)
+            for k, (key, d) in enumerate(plan):
+                p = prompts[i * len(plan) + k]
+
+                def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra):
+                    t0 = time.monotonic()
+                    try:
+                        cont, ans = passkey.run_one(a.run, a.passkey_model, tok_path, p, n, mode, N_PREDICT,
+                                                    a.threads, flags=extra)
+                    except (ValueError, RuntimeError) as e:
+                        sys.exit(f"error: {e}")
+                    print(f"length {n:5d} {row:20s} depth {p.filler_depth:.3f} key {p.key:5d} answer {ans} "
+                          f"{'ok' if ans == p.key else '--'} {cont!r}", file=sys.stderr)
+                    return {"depth": d, "at": round(p.filler_depth, 4), "key": p.key, "answer": ans,
+                            "seconds": round(time.monotonic() - t0, 2)}
+                jobs.append((cost(n, n), (n, row, k), job))
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------
+# The perplexity tables and figures
 
 def fmt(x):
     return f"{x:.3f}" if x < 1000 else f"{x:.4g}"
@@ -109,28 +228,55 @@ def bucket_name(b):
     return f"[{b['lo']}, {b['hi']})"
 
 
+def run_line(meta):
+    """Where, when and how long: the line every document carries."""
+    return (f"Run {meta['date']} on {meta['machine']}, {meta['jobs']} ./run at a time with --threads "
+            f"{meta['threads']}: {meta['seconds']:.0f} s wall time for the run "
+            f"(perplexity {meta['ppl_seconds']:.0f} s and passkey {meta['passkey_seconds']:.0f} s of ./run time)."
+            if "date" in meta else "")
+
+
+def baseline(res, ctxs, modes):
+    """The 1x perplexity every ratio divides by: plain RoPE (none, else the first row) at the smallest
+    context."""
+    lo = res[str(ctxs[0])]
+    return lo["none" if "none" in modes else modes[0]]["perplexity"]
+
+
 def markdown(res, ctxs, modes, meta):
+    L = meta["L"]
+    ref = "none" if "none" in modes else modes[0]
+    base = baseline(res, ctxs, modes)
     out = [f"# Perplexity of {meta['model']} past its trained context",
            "",
            f"Generated by `{meta['command']}`. Text: `{meta['text']}`; "
-           f"{meta['scope']}. Trained context L = {meta['L']}; every mode with `./run`'s defaults at each --ctx "
-           f"(s = ctx / L; rerope's window W = L / 4, leaky-rerope's rate K = (ctx - W) / (L - W)), except "
-           f"dynamic, run with `--rope-factor ctx/L` (its default is 1, which makes one window the ntk row). "
-           f"`+logn`: with `--attn-logn`. Lower is better; the [0, {meta['L']}) column of the bucket tables is "
-           f"the model inside its trained range.",
-           "",
-           "## Overall perplexity (rows: --rope-scaling, columns: --ctx)",
-           "",
-           "| mode | " + " | ".join(str(c) for c in ctxs) + " |",
-           "|---|" + "---:|" * len(ctxs)]
+           f"{meta['scope']}. Trained context L = {L}; every mode with `./run`'s defaults at each --ctx "
+           f"(s = ctx / L; rerope's window W = L / 4, leaky-rerope's rate K = (ctx - W) / (L - W); selfextend's "
+           f"W = L / 4 and the smallest group G whose capacity (L - W) G + W covers ctx; dca's chunk S = 3L / 4 "
+           f"and local window w = L / 16; dynamic-yarn's s = length / L), except dynamic, run with "
+           f"`--rope-factor ctx/L` (its default is 1, which makes one window the ntk row). `+logn`: with "
+           f"`--attn-logn`. Lower is better; the [0, {L}) column of the bucket tables is the model inside its "
+           f"trained range.",
+           ""]
+    if run_line(meta):
+        out += [run_line(meta), ""]
+    out += ["## Overall perplexity (rows: --rope-scaling, columns: --ctx)",
+            "",
+            "| mode | " + " | ".join(str(c) for c in ctxs) + " |",
+            "|---|" + "---:|" * len(ctxs)]
     for m in modes:
         out.append(f"| {m} | " + " | ".join(fmt(res[str(c)][m]["perplexity"]) for c in ctxs) + " |")
-    if len(ctxs) > 1:
-        lo, hi = str(ctxs[0]), str(ctxs[-1])
-        best = min(modes, key=lambda m: res[hi][m]["perplexity"])
-        ratio = res[hi][best]["perplexity"] / res[lo][best]["perplexity"]
-        out += ["", f"Best at --ctx {hi}: {best}, {fmt(res[hi][best]['perplexity'])}, {ratio:.3f}x its value at "
-                f"--ctx {lo}."]
+    out += ["", f"## Ratio to the 1x perplexity ({ref} at --ctx {ctxs[0]}: {fmt(base)})", "",
+            "| mode | " + " | ".join(f"{c} ({c / L:g}x)" for c in ctxs) + " |",
+            "|---|" + "---:|" * len(ctxs)]
+    for m in modes:
+        out.append(f"| {m} | " + " | ".join(f"{res[str(c)][m]['perplexity'] / base:.3f}" for c in ctxs) + " |")
+    out.append("")
+    for c in ctxs[1:]:
+        best = min(modes, key=lambda m: res[str(c)][m]["perplexity"])
+        r = res[str(c)][best]["perplexity"] / base
+        out.append(f"Best at --ctx {c} ({c / L:g}x): {best}, {fmt(res[str(c)][best]['perplexity'])}, {r:.3f}x the "
+                   f"1x perplexity ({'within' if r <= GOAL else 'not within'} {GOAL}x).  ")
     for c in sorted(ctxs, reverse=True):
         names = [bucket_name(b) for b in res[str(c)][modes[0]]["buckets"]]
         if len(names) < 2:
@@ -158,8 +304,8 @@ def line_style(row):
 
 def plot(res, ctxs, modes, L, path, title):
     top = max(ctxs)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
-    base = res[str(L)][modes[0]]["perplexity"] if str(L) in res else None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
+    base = baseline(res, ctxs, modes) if ctxs[0] == L else None
     for m in modes:
         left.plot([c / L for c in ctxs], [res[str(c)][m]["perplexity"] for c in ctxs], **line_style(m))
         bs = res[str(top)][m]["buckets"]
@@ -171,7 +317,7 @@ def plot(res, ctxs, modes, L, path, title):
     left.set_title("perplexity of the whole window")
     names = [bucket_name(b) for b in res[str(top)][modes[0]]["buckets"]]
     right.set_xticks(range(len(names)))
-    right.set_xticklabels(names, fontsize=8)
+    right.set_xticklabels(names, fontsize=7)
     right.set_xlabel("position of the predicting token in the window")
     right.set_title(f"by position, --ctx {top} (s = {top / L:g})")
     # The scale is set for the modes that work; a row above it (pi, none) is in the table.
@@ -191,14 +337,143 @@ def plot(res, ctxs, modes, L, path, title):
     handles, labels = left.get_legend_handles_labels()
     if base:
         handles += [plt.Line2D([], [], color="grey", lw=1, ls="--"), plt.Line2D([], [], color="grey", lw=0.8, ls="-.")]
-        labels += [f"{modes[0]} at --ctx {L}", "1.3x that"]
-    fig.legend(handles, labels, fontsize=8, loc="center right")
+        labels += [f"none at --ctx {L}", "1.3x that"]
+    fig.legend(handles, labels, fontsize=7, loc="center right")
     fig.suptitle(title + (f"\n(cut at perplexity {top_y:.0f}: the rows above it are in the table)" if top_y == 60
                           else ""), fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.83, 1))
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
+
+def text_colour(cmap, norm, value):
+    """Black on a light cell, white on a dark one."""
+    r, g, b, _ = cmap(norm(value))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def split_logn(rows):
+    """The panels of a heat map: the rows without log-n and those with it (empty ones left out)."""
+    return [(rs, name) for rs, name in (([r for r in rows if not r.endswith("+logn")], "without log-n"),
+                                        ([r for r in rows if r.endswith("+logn")], "with --attn-logn")) if rs]
+
+
+def plot_ratio(res, ctxs, modes, L, path, title):
+    """Heat map: perplexity / the 1x perplexity, rows x contexts, one panel without and one with log-n.
+    Green is at or below 1x, red far above it; a bold number is within the goal (GOAL)."""
+    base = baseline(res, ctxs, modes)
+    panels = split_logn(modes)
+    cmap, norm = plt.get_cmap("RdYlGn_r"), LogNorm(vmin=0.9, vmax=10)
+    high = max(len(p) for p, _ in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.5 + 4.6 * len(panels), 1.4 + 0.34 * high), squeeze=False,
+                             sharey=True, layout="constrained")
+    for ax, (rows, name) in zip(axes[0], panels):
+        ratio = np.array([[res[str(c)][m]["perplexity"] / base for c in ctxs] for m in rows])
+        im = ax.imshow(np.clip(ratio, 0.9, 10), cmap=cmap, norm=norm, aspect="auto")
+        for i in range(len(rows)):
+            for j in range(len(ctxs)):
+                v = ratio[i, j]
+                ax.text(j, i, f"{v:.2f}" if v < 10 else f"{v:.0f}", ha="center", va="center", fontsize=8,
+                        color=text_colour(cmap, norm, min(max(v, 0.9), 10)),
+                        fontweight="bold" if v <= GOAL else "normal")
+        ax.set_xticks(range(len(ctxs)), [f"{c}\n{c / L:g}x" for c in ctxs], fontsize=8)
+        if ax is axes[0][0]:
+            ax.set_yticks(range(len(rows)), [r.removesuffix("+logn") for r in rows], fontsize=9)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("--ctx")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label=f"perplexity / {fmt(base)} (none at 1x; log scale)")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# The passkey table and figure
+
+def right(trials):
+    return sum(t["answer"] == t["key"] for t in trials)
+
+
+def by_depth(trials, d):
+    return [t for t in trials if t["depth"] == d]
+
+
+def passkey_markdown(pk, lengths, rows):
+    meta, res = pk["meta"], pk["results"]
+    L, depths = meta["L"], meta["depths"]
+    ref = "none" if "none" in rows else rows[0]
+    out = [f"# Passkey retrieval of {meta['model']} past its trained context",
+           "",
+           f"Generated by `{meta['command']}`. scripts/passkey.py's prompts, each exactly N - {meta['n_predict']} "
+           f"tokens (N: the --ctx of the run, so the prompt and the {meta['n_predict']} generated tokens fill it), "
+           f"{meta['trials']} trial(s) at each depth {', '.join(f'{d:g}' for d in depths)} (the share of the filler "
+           f"before the key line), keys uniform in [1, 50000] (seed {meta['seed']}), the same prompts for every "
+           f"row; `./run {meta['model']} -t 0 -n {meta['n_predict']} --ctx N --rope-scaling MODE` with the flags "
+           f"of docs/ppl_results.md (dynamic: `--rope-factor N/L`; `+logn`: `--attn-logn`); right means the first "
+           f"number of the continuation is the key. Trained context L = {L}.",
+           ""]
+    if run_line(meta):
+        out += [run_line(meta), ""]
+    out += ["## Right answers, all depths (rows: --rope-scaling, columns: N)", "",
+            "| mode | " + " | ".join(f"{n} ({n / L:g}x)" for n in lengths) + " |",
+            "|---|" + "---:|" * len(lengths)]
+    for m in rows:
+        out.append(f"| {m} | " + " | ".join(f"{right(res[str(n)][m])}/{len(res[str(n)][m])}" for n in lengths) + " |")
+    base = right(res[str(lengths[0])][ref])
+    out.append("")
+    for n in lengths[1:]:
+        top = max(right(res[str(n)][m]) for m in rows)
+        best = [m for m in rows if right(res[str(n)][m]) == top]
+        total = len(res[str(n)][rows[0]])
+        out.append(f"Best at {n} ({n / L:g}x): {top}/{total} ({', '.join(best)}); {ref} at {lengths[0]}: "
+                   f"{base}/{len(res[str(lengths[0])][ref])}.  ")
+    for n in lengths:
+        out += ["", f"## By depth, N = {n} ({n / L:g}x)", "",
+                "| mode | " + " | ".join(f"{d:g}" for d in depths) + " |", "|---|" + "---:|" * len(depths)]
+        for m in rows:
+            out.append(f"| {m} | " + " | ".join(f"{right(by_depth(res[str(n)][m], d))}/"
+                                                f"{len(by_depth(res[str(n)][m], d))}" for d in depths) + " |")
+    return "\n".join(out) + "\n"
+
+
+def plot_passkey(pk, lengths, rows, path, title):
+    """One small heat map per row, length (down) x depth (across), the share of right answers; a row
+    with log-n beside the same mode without it."""
+    meta, res = pk["meta"], pk["results"]
+    L, depths = meta["L"], meta["depths"]
+    order = sorted(rows, key=lambda r: (MODES.index(r.removesuffix("+logn")) if r.removesuffix("+logn") in MODES
+                                        else len(MODES), r.endswith("+logn")))
+    cols = min(6, len(order))
+    lines = math.ceil(len(order) / cols)
+    cmap = plt.get_cmap("RdYlGn")
+    fig, axes = plt.subplots(lines, cols, figsize=(1.4 + 2.0 * cols, 0.8 + 2.1 * lines), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[len(order):]:
+        ax.axis("off")
+    for ax, m in zip(axes.flat, order):
+        share = np.array([[right(by_depth(res[str(n)][m], d)) / max(1, len(by_depth(res[str(n)][m], d)))
+                           for d in depths] for n in lengths])
+        im = ax.imshow(share, cmap=cmap, vmin=0, vmax=1, aspect="auto")
+        for i, n in enumerate(lengths):
+            for j, d in enumerate(depths):
+                t = by_depth(res[str(n)][m], d)
+                ax.text(j, i, f"{right(t)}/{len(t)}", ha="center", va="center", fontsize=6,
+                        color=text_colour(cmap, plt.Normalize(0, 1), share[i, j]))
+        ax.set_title(m.replace("+logn", " + log-n"), fontsize=8)
+        ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=6)
+        ax.set_yticks(range(len(lengths)), [f"{n / L:g}x" for n in lengths], fontsize=6)
+    for ax in axes[-1]:
+        ax.set_xlabel("depth", fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"length (L = {L})", fontsize=7)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="share of right answers")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
 
 def parse_list(text, conv, what):
     try:
@@ -210,81 +485,138 @@ def parse_list(text, conv, what):
     return items
 
 
+def machine():
+    """The CPU's name and the number of cores, as /proc/cpuinfo and os.cpu_count() say."""
+    try:
+        name = re.search(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)[1].strip()
+    except (OSError, TypeError):
+        name = "unknown CPU"
+    return f"{name}, {os.cpu_count()} cores"
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Perplexity per context length and RoPE scaling mode, as a "
-                                 "markdown table and a plot.")
-    ap.add_argument("--model", default=str(REPO / "build/tiny64.bin"), help="default: data/tiny64x512-hf as "
-                    "`make build/tiny64.bin` exports it")
+    ap = argparse.ArgumentParser(description="Perplexity and passkey retrieval per context length and RoPE "
+                                 "scaling mode, as markdown tables and heat maps.")
+    ap.add_argument("--model", default=str(REPO / "build/tiny64.bin"), help="the perplexity model (default: "
+                    "data/tiny64x512-hf as `make build/tiny64.bin` exports it)")
     ap.add_argument("-z", "--tokenizer", default=str(DATA / "tiny64x512-hf/tokenizer.model"))
     ap.add_argument("--text", default=str(DATA / "text/tinystories_heldout_tail.txt"))
-    ap.add_argument("--ctx", default="512,1024,2048,4096,8192", help="context lengths (the smallest should be L)")
-    ap.add_argument("--modes", default=",".join(MODES + [m + "+logn" for m in MODES]),
-                    help="--rope-scaling modes; M+logn is M with --attn-logn")
+    ap.add_argument("--ctx", default="512,1024,2048,4096,8192,16384", help="perplexity: context lengths (the "
+                    "smallest should be L)")
+    ap.add_argument("--modes", default=",".join(ROWS), help="--rope-scaling modes; M+logn is M with --attn-logn")
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--ppl-windows", type=int, help="at most K windows per run")
-    g.add_argument("--tokens", type=int, default=32768, help="the first N tokens at every context: N // ctx "
-                   "windows (default 32768; 0: the whole text)")
-    ap.add_argument("--threads", type=int, help="passed to ./run (default: its own, all cores)")
+    g.add_argument("--ppl-windows", type=int, help="perplexity: at most K windows per run")
+    g.add_argument("--tokens", type=int, default=32768, help="perplexity: the first N tokens at every context: "
+                   "N // ctx windows (default 32768; 0: the whole text)")
+    ap.add_argument("--passkey-model", default=str(REPO / "build/passkey64.bin"), help="the passkey model "
+                    "(default: data/passkey64x512-hf as `make build/passkey64.bin` exports it)")
+    ap.add_argument("--passkey-tokenizer", default=str(DATA / "passkey64x512-hf/tokenizer.model"))
+    ap.add_argument("--lengths", default="512,1024,2048,4096,8192", help="passkey: context lengths N (the "
+                    "smallest should be L)")
+    ap.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="passkey: depths in [0, 1]")
+    ap.add_argument("--trials", type=int, default=2, help="passkey: trials per length, depth and row (default 2)")
+    ap.add_argument("--seed", type=int, default=1, help="passkey: the seed of the keys (default 1)")
+    ap.add_argument("--only", choices=["ppl", "passkey"], help="run one part only")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="./run processes at a time (default: one "
+                    "per core)")
+    ap.add_argument("--threads", type=int, default=1, help="passed to ./run (default 1)")
     ap.add_argument("--run", default=str(REPO / "run"))
-    ap.add_argument("--out-dir", help="where ppl_results.md and ppl_buckets.png go (default: docs/ for a full "
-                    "run, build/ppl-quick/ for a subset, so a quick look never replaces the committed results)")
+    ap.add_argument("--out-dir", help="where the tables and figures go (default: docs/ for a full run, "
+                    "build/ppl-quick/ for a subset, so a quick look never replaces the committed results)")
     ap.add_argument("--json", help="also save the parsed numbers here")
     ap.add_argument("--from-json", help="do not run anything: redraw from numbers saved with --json")
     a = ap.parse_args(argv)
     ctxs = sorted(parse_list(a.ctx, int, "--ctx"))
     modes = parse_list(a.modes, str, "--modes")
+    lengths = sorted(parse_list(a.lengths, int, "--lengths"))
+    depths = parse_list(a.depths, float, "--depths")
+    if not all(0 <= d <= 1 for d in depths):
+        sys.exit("error: --depths: every depth must be in [0, 1]")
+    if a.trials < 1 or a.jobs < 1:
+        sys.exit("error: --trials and --jobs must be at least 1")
     full = not a.from_json and all(getattr(a, k) == ap.get_default(k) for k in
-                                   ("model", "tokenizer", "text", "ctx", "modes", "ppl_windows", "tokens", "run"))
+                                   ("model", "tokenizer", "text", "ctx", "modes", "ppl_windows", "tokens", "run",
+                                    "passkey_model", "passkey_tokenizer", "lengths", "depths", "trials", "seed",
+                                    "only"))
     out = Path(a.out_dir) if a.out_dir else REPO / ("docs" if full else "build/ppl-quick")
     if not a.out_dir and not full:
         print(f"note: not the full default run, so the results go to {out}, not docs/ (which hold the full run; "
               "pass --out-dir docs to replace them)", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
+    do_ppl, do_passkey = a.only != "passkey", a.only != "ppl"
 
     if a.from_json:
         saved = json.loads(Path(a.from_json).read_text())
-        res, meta = saved["results"], saved["meta"]
-        ctxs = [c for c in ctxs if str(c) in res]
-        modes = [m for m in modes if all(m in res[str(c)] for c in ctxs)]
+        res, meta, pk = saved.get("results"), saved.get("meta"), saved.get("passkey")
+        if res:
+            ctxs = [c for c in ctxs if str(c) in res]
+            modes_ppl = [m for m in modes if all(m in res[str(c)] for c in ctxs)]
+        if pk:
+            lengths = [n for n in lengths if str(n) in pk["results"]]
+            modes_pk = [m for m in modes if all(m in pk["results"][str(n)] for n in lengths)]
+        do_ppl, do_passkey = do_ppl and bool(res), do_passkey and bool(pk)
     else:
-        if not Path(a.run).exists():
-            sys.exit(f"error: {a.run}: not found (hint: `make` first)")
-        if not Path(a.model).exists():
-            sys.exit(f"error: {a.model}: not found (hint: `make build/tiny64.bin` exports the default model)")
-        res = {}
+        needed = [(a.run, "`make` first")] + \
+            ([(a.model, "`make build/tiny64.bin` exports the default model")] if do_ppl else []) + \
+            ([(a.passkey_model, "`make build/passkey64.bin` exports the default passkey model")] if do_passkey else [])
+        for path, hint in needed:
+            if not Path(path).exists():
+                sys.exit(f"error: {path}: not found (hint: {hint})")
+        cmd = "/usr/bin/python3 scripts/ppl_results.py" + "".join(
+            f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
+        L = trained_context(a.run, a.model, a.tokenizer) if do_ppl else None
+        Lp = trained_context(a.run, a.passkey_model, a.passkey_tokenizer) if do_passkey else None
+        jobs = (ppl_jobs(a, ctxs, modes, L) if do_ppl else []) + \
+               (passkey_jobs(a, lengths, modes, Lp, depths) if do_passkey else [])
         t_all = time.monotonic()
-        for c in ctxs:
-            res[str(c)] = {}
-            windows = a.ppl_windows or (max(1, a.tokens // c) if a.tokens else None)
-            for m in modes:
-                r = run_ppl(a.run, a.model, a.tokenizer, a.text, c, m, windows, a.threads, L=min(ctxs))
-                res[str(c)][m] = r
-                print(f"--ctx {c:5d} {m:17s} perplexity {r['perplexity']:12.4f}  ({r['windows']} windows, "
-                      f"{r['seconds']:.1f} s)", file=sys.stderr)
-        if a.ppl_windows:
-            scope = f"at most {a.ppl_windows} window(s) per run"
-        elif a.tokens:
-            scope = f"the first {a.tokens} tokens at every context (tokens // ctx windows)"
-        else:
-            scope = "the whole text at every context"
-        w = {c: res[str(c)][modes[0]]["windows"] for c in ctxs}
-        scope += " (windows: " + ", ".join(f"{w[c]} x {c}" for c in ctxs) + ")"
-        cmd = "/usr/bin/python3 scripts/ppl_results.py" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
-        m = re.search(r"trained context L = (\d+)", res[str(ctxs[0])][modes[0]]["rope"])
-        meta = {"model": Path(a.model).name, "text": Path(a.text).name, "command": cmd, "scope": scope,
-                "L": int(m[1]) if m else ctxs[0], "seconds": round(time.monotonic() - t_all, 1)}
-        print(f"all runs: {meta['seconds']:.0f} s", file=sys.stderr)
+        done = run_jobs(jobs, a.jobs)
+        run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
+               "seconds": round(time.monotonic() - t_all, 1),
+               "ppl_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 2), 1),
+               "passkey_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 3), 1)}
+        res = meta = pk = None
+        if do_ppl:
+            res = {str(c): {m: done[(c, m)] for m in modes} for c in ctxs}
+            if a.ppl_windows:
+                scope = f"at most {a.ppl_windows} window(s) per run"
+            elif a.tokens:
+                scope = f"the first {a.tokens} tokens at every context (tokens // ctx windows)"
+            else:
+                scope = "the whole text at every context"
+            scope += " (windows: " + ", ".join(f"{res[str(c)][modes[0]]['windows']} x {c}" for c in ctxs) + ")"
+            meta = {"model": Path(a.model).name, "text": Path(a.text).name, "command": cmd, "scope": scope, "L": L,
+                    **run}
+        if do_passkey:
+            pk_res = {str(n): {m: [done[(n, m, k)] for k in range(len(depths) * a.trials)] for m in modes}
+                      for n in lengths}
+            pk = {"meta": {"model": Path(a.passkey_model).name, "command": cmd, "L": Lp, "depths": depths,
+                           "trials": a.trials, "seed": a.seed, "n_predict": N_PREDICT, **run}, "results": pk_res}
+        print(f"all runs: {run['seconds']:.0f} s", file=sys.stderr)
         if a.json:
-            Path(a.json).write_text(json.dumps({"meta": meta, "results": res}, indent=1) + "\n")
+            Path(a.json).write_text(json.dumps({"meta": meta, "results": res, "passkey": pk}, indent=1) + "\n")
+        modes_ppl = modes_pk = modes
 
-    md = markdown(res, ctxs, modes, meta)
-    (out / "ppl_results.md").write_text(md)
-    if max(ctxs) > meta["L"]:  # the plot needs a context past L
-        plot(res, ctxs, modes, meta["L"], out / "ppl_buckets.png",
-             f"{meta['model']} (trained at L = {meta['L']}) on {meta['text']}, per RoPE scaling mode")
-    print(md)
-    print(f"wrote {out / 'ppl_results.md'}" + (f" and {out / 'ppl_buckets.png'}" if max(ctxs) > meta["L"] else ""),
-          file=sys.stderr)
+    wrote = []
+    if do_ppl:
+        md = markdown(res, ctxs, modes_ppl, meta)
+        (out / "ppl_results.md").write_text(md)
+        wrote.append(out / "ppl_results.md")
+        if max(ctxs) > meta["L"]:  # the figures need a context past L
+            what = f"{meta['model']} (trained at L = {meta['L']}) on {meta['text']}"
+            plot(res, ctxs, modes_ppl, meta["L"], out / "ppl_buckets.png", what + ", per RoPE scaling mode")
+            plot_ratio(res, ctxs, modes_ppl, meta["L"], out / "ppl_ratio.png",
+                       f"{what}: perplexity / the 1x perplexity (bold: within {GOAL}x)")
+            wrote += [out / "ppl_buckets.png", out / "ppl_ratio.png"]
+        print(md)
+    if do_passkey:
+        md = passkey_markdown(pk, lengths, modes_pk)
+        (out / "passkey_results.md").write_text(md)
+        plot_passkey(pk, lengths, modes_pk, out / "passkey_grid.png",
+                     f"passkey retrieval of {pk['meta']['model']} (trained at L = {pk['meta']['L']}), greedy: "
+                     f"right answers per length and depth of the key")
+        wrote += [out / "passkey_results.md", out / "passkey_grid.png"]
+        print(md)
+    print("wrote " + ", ".join(str(p) for p in wrote), file=sys.stderr)
     return 0
 
 

@@ -105,18 +105,25 @@ def test_results_doc_shows_the_current_banner(c_tools, tiny64):
 
 
 def test_quick_results_leave_docs_alone(c_tools, tiny64):
-    """scripts/ppl_results.py on a subset writes to build/ppl-quick/ and says so; docs/ keeps the full run."""
-    before = (REPO / "docs" / "ppl_results.md").read_bytes()
+    """scripts/ppl_results.py on a subset writes to build/ppl-quick/ and says so; docs/ keeps the full run.
+    Both parts: perplexity, and passkey retrieval (tiny64 stands in for the passkey model: it scores 0)."""
+    docs = lambda: {f.name: f.read_bytes() for f in (REPO / "docs").iterdir() if f.is_file()}  # noqa: E731
+    before = docs()
     proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx", "512,1024",
-                           "--modes", "none,rerope+logn", "--ppl-windows", "1"], capture_output=True, text=True, timeout=120)
+                           "--modes", "none,rerope+logn", "--ppl-windows", "1", "--passkey-model", str(tiny64),
+                           "--passkey-tokenizer", str(TINY64_HF / "tokenizer.model"), "--lengths", "512",
+                           "--depths", "0.5", "--trials", "1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     quick = REPO / "build" / "ppl-quick"
     assert f"the results go to {quick}, not docs/" in proc.stderr, proc.stderr
     doc = (quick / "ppl_results.md").read_text()
     assert "at most 1 window(s) per run" in doc
     assert re.search(r"^- `rerope\+logn`: rerope, .*log-n", doc, re.M), doc  # the row ran with --attn-logn
-    assert (quick / "ppl_buckets.png").stat().st_size > 0
-    assert (REPO / "docs" / "ppl_results.md").read_bytes() == before
+    assert re.search(r"^\| rerope\+logn \| [01]/1 \|$", (quick / "passkey_results.md").read_text(), re.M)
+    assert len(re.findall(r"^length   512 ", proc.stderr, re.M)) == 2  # one trial per row, each logged
+    for png in ("ppl_buckets.png", "ppl_ratio.png", "passkey_grid.png"):
+        assert (quick / png).stat().st_size > 0
+    assert docs() == before  # no file in docs/ written, added or removed
 
 
 def test_block_size_does_not_change_the_result(c_tools, setup):
