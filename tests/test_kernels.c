@@ -9,7 +9,8 @@
 //      is multiplied alone (prefill sums do not depend on the block size), and matmul_many
 //      equals matmul;
 // attention against attention_ref (with a negative control), also with keys turned as read (dynamic NTK)
-// and with ReRoPE's two score paths (with a window off by one as the control); softmax (with its e^-40
+// and with ReRoPE's two score paths (with a window off by one as the control), sliding and NoPE layers
+// and dual chunk attention (each with its control); softmax (with its e^-40
 // cutoff) and rmsnorm against double.
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
@@ -247,30 +248,77 @@ static int check_rerope(KVCache *c, const float *q, const float *turned, float *
     return ok;
 }
 
+// The other per-layer and per-mode paths of attention, on the same cache (keys turned by the table
+// the caller set, random angles): a sliding layer (Mistral: a query sees the last `slide` positions;
+// windows 1, 33 and about half the length), a NoPE layer (SmolLM3: the rotation table is not applied,
+// so the output is that of the keys as cached, `unturned`), and dual chunk attention (chunks of 5,
+// 33 and about half the length: the query's turn follows the key's chunk). Each against
+// attention_ref, each query alone giving the same bits; controls: the window and the chunk each off
+// by one must move the reference's output away from attention's. Returns 1 when all hold.
+static int check_layers_and_dca(KVCache *c, const float *q, const float *unturned, float *ref, int n, int pos,
+                                float *scratch, int threads, double *worst) {
+    const int qd = c->n_heads * c->head_dim, len = pos + n, layer = 1;
+    int ok = 1, kinds[2] = {0, 0};
+    float *out = malloc(sizeof(float) * n * qd), *q_far = malloc(sizeof(float) * n * 2 * qd);
+    for (int i = 0; i < n * 2 * qd; i++)
+        q_far[i] = 2 * uniform();
+    c->layer_kind = kinds;
+    const int sizes[3] = {1, 33, len / 2 + 1};
+    for (int mode = 0; mode < 3; mode++) // sliding, NoPE, dca
+        for (int w = 0; w < (mode == 1 ? 1 : 3); w++) {
+            const int W = mode == 2 && sizes[w] == 1 ? 5 : sizes[w];
+            kinds[layer] = mode == 0 ? LAYER_SLIDING : mode == 1 ? LAYER_NO_ROPE : 0;
+            c->slide = mode == 0 ? W : 0;
+            c->dca_chunk = mode == 2 ? W : 0;
+            const float *far = mode == 2 ? q_far : NULL;
+            attention(out, q, far, c, layer, n, pos, scratch, threads);
+            attention_ref(ref, q, far, c, layer, n, pos);
+            double error = 0;
+            for (int i = 0; i < n * qd; i++)
+                error = fmax(error, fabs((double)out[i] - ref[i]));
+            *worst = fmax(*worst, error / 1e-5);
+            if (mode == 1) ok &= memcmp(out, unturned, sizeof(float) * n * qd) == 0; // NoPE: no turn at all
+            if (mode != 1 && W + 1 < len) { // the control: one more position in the window or the chunk
+                c->slide += mode == 0, c->dca_chunk += mode == 2;
+                attention_ref(ref, q, far, c, layer, n, pos);
+                double off = 0;
+                for (int i = 0; i < n * qd; i++)
+                    off = fmax(off, fabs((double)out[i] - ref[i]));
+                ok &= off > 2 * error && off > 1e-6;
+                c->slide -= mode == 0, c->dca_chunk -= mode == 2;
+            }
+            for (int a = 0; a < 3; a++) { // each query alone: the same bits
+                const int i = a == 0 ? 0 : a == 1 ? n / 2 : n - 1;
+                attention(ref, q + (size_t)i * qd, far ? far + (size_t)i * 2 * qd : NULL, c, layer, 1, pos + i, scratch,
+                          threads);
+                ok &= memcmp(ref, out + (size_t)i * qd, sizeof(float) * qd) == 0;
+            }
+        }
+    c->layer_kind = NULL, c->slide = 0, c->dca_chunk = 0;
+    free(out);
+    free(q_far);
+    return ok;
+}
+
 // attention (fast) against attention_ref (double, three plain loops) on a cache filled with random
 // keys and values: grouped-query shapes, odd head sizes, one query (decode) and a block of queries
 // (prefill) ending at the last position. The output is a weighted mean of values in [-1, 1], so
 // the bound is absolute: 1e-5. A changed cached value must change the reference (negative control).
 static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int hd, int len, int n, int rerope) {
     const int layers = 2, layer = 1, ctx = len + 3, qd = n_heads * hd, kvd = n_kv_heads * hd, pos = len - n;
-    KVCache c = {malloc(kv_cache_bytes(kt, layers, ctx, n_kv_heads, hd)),
-                 malloc(kv_cache_bytes(vt, layers, ctx, n_kv_heads, hd)),
-                 kt,
-                 vt,
-                 layers,
-                 ctx,
-                 n_heads,
-                 n_kv_heads,
-                 hd,
-                 NULL,
-                 0,
-                 NULL,
-                 NULL,
-                 0};
+    KVCache c = {.keys = malloc(kv_cache_bytes(kt, layers, ctx, n_kv_heads, hd)),
+                 .values = malloc(kv_cache_bytes(vt, layers, ctx, n_kv_heads, hd)),
+                 .key_type = kt,
+                 .value_type = vt,
+                 .n_layers = layers,
+                 .ctx = ctx,
+                 .n_heads = n_heads,
+                 .n_kv_heads = n_kv_heads,
+                 .head_dim = hd};
     float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd), *q = malloc(sizeof(float) * n * qd);
     float *fast = malloc(sizeof(float) * n * qd), *ref = malloc(sizeof(float) * n * qd);
     const int threads = max_threads(); // more threads than cores would only spin at the barriers
-    float *scratch = malloc(sizeof(float) * threads * attention_scratch_floats(ctx, n_heads, n_kv_heads, hd, 1));
+    float *scratch = malloc(sizeof(float) * threads * attention_scratch_floats(ctx, n_heads, n_kv_heads, hd, 2));
     for (int l = 0; l < layers; l++)
         for (int j = 0; j < ctx; j++) {
             for (int i = 0; i < kvd; i++)
@@ -313,6 +361,7 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
             moved = fmax(moved, fabs((double)turned[i] - fast[i]));
         }
         if (rerope) rerope_ok = check_rerope(&c, q, turned, ref, cs, sn, n, pos, scratch, threads, &worst_rerope);
+        if (rerope) rerope_ok &= check_layers_and_dca(&c, q, fast, ref, n, pos, scratch, threads, &worst_rerope);
         c.rotation = NULL;
         free(cs);
         free(sn);
