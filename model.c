@@ -8,9 +8,9 @@
 // for a block of consecutive positions at once (a prompt, a perplexity window, or one token).
 // The other families change a step each (README, "RoPE in today's models"): Qwen2 adds biases to
 // wq, wk, wv; Qwen3 RMS-normalizes each q and k head before rope; SmolLM3's NoPE layers skip rope;
-// Mistral's sliding layers attend to the last W positions only (kernels.c); Phi-3 turns part of each
+// Mistral's sliding layers attend to the last W positions only (kernels_attention.c); Phi-3 turns part of each
 // head, with LongRoPE's frequencies (rope.c).
-// What this is not: the file reader (loader.c), the products and attention (kernels.c, behind
+// What this is not: the file reader (loader.c), the products and attention (kernels*.c, behind
 // the Matrix and KVCache fences), the frequencies of RoPE (rope.c).
 #include "model.h"
 

@@ -3,16 +3,18 @@
 // Everything positional is decided here: the frequencies of every scaling mode, the cos/sin tables,
 // the parameter rules, what a mode needs of the rest of the program, and the one pair turn
 // (rope_turn0/1) every rotation uses. Where the rotations happen:
-//   queries and keys    rope_rotate / rope_rotate_far, called by model.c's rope_qk for each head;
-//   cached keys         when a mode keeps them un-rotated (rope_keys_unrotated: dynamic NTK, whose
-//                       frequencies follow the length, and the rerope modes, which score a key at
-//                       two rotations), kernels.c turns them as attention reads them (key_turned,
-//                       rotate_block) with rotation tables that kv_set_rotation lays out from
-//                       rope.c's cos and sin (rope_key_tables of them), again whenever model.c sees
-//                       Rope.version move;
+//   queries and keys    rope_rotate / rope_rotate_far / rope_rotate_inter, called by model.c's
+//                       rope_qk for each head (rope_query_turns of each query);
+//   cached keys         when a mode keeps them un-rotated (rope_keys_unrotated: dynamic NTK, dynamic
+//                       YaRN and LongRoPE, whose frequencies follow the length; the rerope modes,
+//                       Self-Extend and dual chunk attention, which score a key at more than one
+//                       rotation), attention turns them as it reads them (kernels.c key_turned for
+//                       the reference, kernels_attention.c rotate_block for the fast path) with
+//                       rotation tables that kv_set_rotation lays out from rope.c's cos and sin
+//                       (rope_key_tables of them), again whenever model.c sees Rope.version move;
 //   a context shift     kernels.c's kv_shift turns the kept keys back by rope_shift_angles.
-// The forward pass asks "the sequence is now l tokens long" (rope_set_length, which only dynamic
-// NTK reacts to) and never looks at the scaling mode itself.
+// The forward pass asks "the sequence is now l tokens long" (rope_set_length, which only the modes
+// that follow the length react to) and never looks at the scaling mode itself.
 //
 // Layout: pairs are interleaved, (x0,x1), (x2,x3), ... as in the RoFormer paper and Meta's and
 // llama2.c's code. Hugging Face checkpoints use the rotate_half layout; export/export.py permutes
