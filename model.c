@@ -179,7 +179,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
     if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->n_ctx);
-    if (run->rope.mode == ROPE_SCALING_DCA) kv_set_dca(&s->kv, run->rope.chunk - run->rope.window);
+    kv_set_dca(&s->kv, rope_dca_chunk(&run->rope)); // 0: not dual chunk attention
     if (rope_far_path(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
         float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->n_ctx, p->head_dim) : NULL;
         kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->n_ctx);

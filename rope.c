@@ -503,6 +503,10 @@ int rope_keys_unrotated(const RopeParams *p) {
 
 int rope_query_turns(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? 3 : rope_far_path(p) ? 2 : 1; }
 
+int rope_dca_chunk(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? p->chunk - p->window : 0; }
+
+int rope_factor_is_group(const RopeParams *p) { return p->mode == ROPE_SCALING_SELFEXTEND; }
+
 int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
 
 // leaky-rerope and selfextend turn a far key by a table of its own (n / K, floor(n / G)).

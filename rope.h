@@ -172,6 +172,10 @@ int rope_far_path(const RopeParams *p);
 // How many rotations of each query attention reads: 1; 2 for the far-path modes (near, far); 3 for
 // dca (intra, successive, inter chunk). model.c keeps the ones past the first in q_far.
 int rope_query_turns(const RopeParams *p);
+// Dual chunk attention's chunk length c = S - w (positions per chunk); 0 for every other mode.
+int rope_dca_chunk(const RopeParams *p);
+// Whether the mode's factor is Self-Extend's group size G (--grp-attn-n) rather than a stretch factor.
+int rope_factor_is_group(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
 int rope_is_scaled(const RopeParams *p);
 // True when the keys must be cached un-rotated: dynamic and longrope (the frequencies change with the

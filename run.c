@@ -745,7 +745,7 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     // said good to 131072).
     double fix, covers = rope_covers(p, ctx, &fix);
     if (own && c->n_ctx_max > covers) covers = c->n_ctx_max;
-    const char *flag = p->mode == ROPE_SCALING_SELFEXTEND ? "--grp-attn-n" : "--rope-factor"; // its factor is G
+    const char *flag = rope_factor_is_group(p) ? "--grp-attn-n" : "--rope-factor";
     if (covers && covers < ctx)
         fprintf(stderr,
                 "warning: %s with %s %g covers %g positions, fewer than --ctx %d: positions past %g are "
