@@ -50,8 +50,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const Config *c = &t.config;
     // 8 positions: past the trained context when it is < 6, so that dynamic RoPE re-rotates keys.
     RunConfig run = {.n_ctx = 8, .max_batch = 5};
-    RopeOverrides none = {.mode = -1};
-    if (!rope_params_resolve(&run.rope, &c->rope, run.n_ctx, &none, err, sizeof err) &&
+    // The checkpoint's own RoPE, or (chosen by the input's size, so the corpus reaches all of them) one
+    // of the run-time modes whose attention paths differ: the far path, Self-Extend, dual chunk
+    // attention, dynamic YaRN. A mode the tiny model's L does not allow is refused and skipped.
+    static const int modes[] = {-1, ROPE_SCALING_REROPE, ROPE_SCALING_LEAKY_REROPE, ROPE_SCALING_SELFEXTEND,
+                                ROPE_SCALING_DCA, ROPE_SCALING_DYNAMIC_YARN};
+    RopeOverrides o = {.mode = modes[size % (sizeof modes / sizeof modes[0])]};
+    if (!rope_params_resolve(&run.rope, &c->rope, run.n_ctx, &o, err, sizeof err) &&
         !transformer_prepare(&t, &run, err, sizeof err)) {
         const int V = c->vocab_size, tokens[6] = {0, V - 1, V / 2, 1 % V, V / 3, 2 % V};
         float *logits;
