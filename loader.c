@@ -72,8 +72,8 @@ static void walk_ours(Cursor *c, Transformer *t) {
     c->off = MODEL_HEADER_SIZE;
     if (p->version >= 3) {
         p->layer_kind = take(c, count3(c, p->n_layers, sizeof(int32_t), 1), MODEL_ALIGN);
-        if (p->rope.mode == ROPE_SCALING_LONGROPE) {
-            const size_t pairs = (size_t)p->rope.rot_dims / 2;
+        if (rope_file_factors(&p->rope)) { // longrope's short and long factors
+            const size_t pairs = (size_t)rope_file_factors(&p->rope);
             p->rope.short_factor = take(c, count3(c, pairs, sizeof(double), 1), MODEL_ALIGN);
             p->rope.long_factor = take(c, count3(c, pairs, sizeof(double), 1), MODEL_ALIGN);
         }
@@ -207,6 +207,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     p->rope = (RopeParams){
         .mode = (RopeScaling)mode,
         .head_dim = p->head_dim,
+        .rot_dims = p->head_dim, // version 3 may turn fewer (below)
         .orig_ctx = orig ? orig : p->n_ctx_max, // L, the trained context
         .base = get_f64(h, 64),
         .factor = get_f64(h, 80),
@@ -221,9 +222,9 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0)";
     // rerope and leaky-rerope are chosen at run time (--rope-scaling); no checkpoint carries them.
-    if (!bad && (mode < 0 || (mode > ROPE_SCALING_LLAMA3 && mode != ROPE_SCALING_LONGROPE)))
+    if (!bad && !rope_mode_in_file(mode))
         bad = "unknown rope_scaling mode";
-    if (!bad && mode == ROPE_SCALING_LONGROPE && version < 3) bad = "longrope needs a version 3 file";
+    if (!bad && rope_file_factors(&p->rope) && version < 3) bad = "longrope needs a version 3 file";
     if (!bad && (orig < 0 || orig > 1 << 24)) bad = "rope_orig_ctx must be in [0, 2^24]";
     p->n_end_ids = version >= 2 ? get_i32(h, 128) : 0;
     if (!bad && version == 2 && (p->n_end_ids < 1 || p->n_end_ids > MODEL_MAX_END_IDS))
@@ -262,7 +263,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     p->shared_classifier = shared;
     p->dtype = (DType)dtype;
     char rope_err[200]; // every mode but longrope, whose factors follow the header (check_tables)
-    if (mode != ROPE_SCALING_LONGROPE && rope_params_check(&p->rope, rope_err, sizeof rope_err)) {
+    if (!rope_file_factors(&p->rope) && rope_params_check(&p->rope, rope_err, sizeof rope_err)) {
         snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", rope_err);
         return -1;
     }

@@ -503,6 +503,12 @@ int rope_keys_unrotated(const RopeParams *p) {
 
 int rope_query_turns(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? 3 : rope_far_path(p) ? 2 : 1; }
 
+int rope_mode_in_file(int mode) {
+    return mode >= ROPE_SCALING_NONE && (mode <= ROPE_SCALING_LLAMA3 || mode == ROPE_SCALING_LONGROPE);
+}
+
+int rope_file_factors(const RopeParams *p) { return p->mode == ROPE_SCALING_LONGROPE ? p->rot_dims / 2 : 0; }
+
 int rope_dca_chunk(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? p->chunk - p->window : 0; }
 
 int rope_factor_is_group(const RopeParams *p) { return p->mode == ROPE_SCALING_SELFEXTEND; }

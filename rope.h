@@ -172,6 +172,11 @@ int rope_far_path(const RopeParams *p);
 // How many rotations of each query attention reads: 1; 2 for the far-path modes (near, far); 3 for
 // dca (intra, successive, inter chunk). model.c keeps the ones past the first in q_far.
 int rope_query_turns(const RopeParams *p);
+// The model file's side (loader.c): whether a checkpoint can carry the mode (none, pi, dynamic, yarn,
+// llama3, longrope; the others are chosen at run time), and how many per-pair factors of each set
+// follow the header for it (longrope: rot_dims / 2 short, then as many long; else 0).
+int rope_mode_in_file(int mode);
+int rope_file_factors(const RopeParams *p);
 // Dual chunk attention's chunk length c = S - w (positions per chunk); 0 for every other mode.
 int rope_dca_chunk(const RopeParams *p);
 // Whether the mode's factor is Self-Extend's group size G (--grp-attn-n) rather than a stretch factor.

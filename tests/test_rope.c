@@ -489,6 +489,33 @@ static void test_dca(void) {
     rope_free(&r);
 }
 
+// Dynamic YaRN's rule: at length l its frequencies and magnitude are static YaRN's with s = l / L
+// (and none's up to L); control: at l = 2L they are not those of l = 4L.
+static void test_dynamic_yarn(void) {
+    const int d = 64, L = 512;
+    RopeParams dyn = params(ROPE_SCALING_DYNAMIC_YARN, d, 1e4, L, 1);
+    char err[256];
+    check_true("dynamic-yarn: parameters accepted", rope_params_check(&dyn, err, sizeof err) == 0);
+    double worst = 0, apart = 0;
+    const int lengths[] = {100, 512, 700, 2048, 5000};
+    for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
+        const int l = lengths[k];
+        RopeParams yarn = params(l > L ? ROPE_SCALING_YARN : ROPE_SCALING_NONE, d, 1e4, L, l > L ? (double)l / L : 1);
+        rope_params_check(&yarn, err, sizeof err);
+        double a[32], b[32], c[32], ma, mb, mc, ea, eb, ec;
+        rope_inv_freq(&dyn, l, a, &ma, &ea);
+        rope_inv_freq(&yarn, l, b, &mb, &eb);
+        rope_inv_freq(&dyn, 2 * l, c, &mc, &ec);
+        worst = fmax(worst, fabs(ma - mb));
+        for (int i = 0; i < d / 2; i++) {
+            worst = fmax(worst, fabs(a[i] - b[i]) / b[i]);
+            if (l > L) apart = fmax(apart, fabs(a[i] - c[i]) / c[i]);
+        }
+    }
+    check("dynamic-yarn: at length l, static yarn with s = l / L (none up to L)", worst, 1e-15);
+    check_true("dynamic-yarn: the length matters (negative test: l and 2l differ by > 1e-2)", apart > 1e-2);
+}
+
 int main(void) {
     test_names();
     test_params_check();
@@ -498,6 +525,7 @@ int main(void) {
     test_dynamic();
     test_selfextend();
     test_dca();
+    test_dynamic_yarn();
     if (n_failed) {
         printf("test_rope: FAILED %d of %d checks\n", n_failed, n_checks);
         return 1;
