@@ -373,7 +373,7 @@ def plot_ratio(res, ctxs, modes, L, path, title):
         for i in range(len(rows)):
             for j in range(len(ctxs)):
                 v = ratio[i, j]
-                ax.text(j, i, f"{v:.2f}" if v < 10 else f"{v:.0f}", ha="center", va="center", fontsize=8,
+                ax.text(j, i, f"{v:.3f}" if v < 10 else f"{v:.0f}", ha="center", va="center", fontsize=8,
                         color=text_colour(cmap, norm, min(max(v, 0.9), 10)),
                         fontweight="bold" if v <= GOAL else "normal")
         ax.set_xticks(range(len(ctxs)), [f"{c}\n{c / L:g}x" for c in ctxs], fontsize=8)
