@@ -14,7 +14,8 @@ rerope, leaky-rerope and selfextend (keys cached un-rotated, a far and a near pa
 "ReRoPE and leaky ReRoPE" and "Self-Extend", says which keys each path turns).
 The model is bench.py's random checkpoint of the shape (made on first use into its cache). This is
 a benchmark, not a test: nothing fails on speed. Output: a markdown table on stdout and in --out
-(default build/rerope-cost.md; bench/rerope-cost.md holds the run the README quotes).
+(default build/rerope-cost.md; bench/rerope-cost.md and bench/selfextend-dca-cost.md hold the runs the
+README quotes).
 """
 import argparse
 import datetime
