@@ -1,0 +1,447 @@
+"""train_passkey.py - train passkey64x512: tiny64x512 fine-tuned until it can do passkey retrieval at 512 tokens.
+
+Status (2026-11-26): not there yet. With the defaults (900 steps, one thread, 2728 s on the 2-vCPU Zen 5
+VM) the model learned the format but retrieved the key in 9% of trials at 512 and 256 tokens (16% with
+story filler); issue 39 needs 90% at 1x. data/passkey64x512-hf is therefore not in the repository, and
+`make results` runs its perplexity part alone until it is.
+
+Usage (from the repository root, `make run tools` first: the text is tokenized by tests/tools/tok_dump):
+  /usr/bin/python3 scripts/train_passkey.py [--out data/passkey64x512-hf] [--steps 900] [--seed 7]
+                                            [--threads 1] [--time-steps K]
+
+What it makes: data/passkey64x512-hf/, a Hugging Face Llama directory (config.json as transformers
+writes it for LlamaForCausalLM, model.safetensors in F32 written by lrun/hf_checkpoint.py's save_file,
+tokenizer.model = tok512.model), the shape of data/tiny64x512-hf (hidden 256, 4 layers, 4 heads / 2 kv
+heads, head_dim 64, intermediate 688, vocab 512, tied embeddings, rope_theta 10000, trained context 512),
+whose weights it starts from. The issue it answers (39, item 4): the bundled models score 0 on
+scripts/passkey.py even at 1x, so no context-extension mode can show what it does to retrieval.
+
+The recipe, top to bottom (the functions below follow this order):
+  1. Text. The first 90% of the tokens of data/text/tinystories_validation_head.txt, as tiny64x512 was
+     trained: [BOS] + encode(text) with tok512.model = 393,013 tokens, training uses [0, 353,711); the
+     rest, [353,711, 393,013), is held out (data/text/tinystories_heldout_tail.txt is its text). Tokens
+     come from ./run's own tokenizer (tok_dump), so training sees exactly the ids ./run feeds the model.
+  2. Passkey examples, in the layout of scripts/passkey.py (its TASK, FILLER, KEY_LINE and QUESTION,
+     imported from it, not copied):
+         TASK \\n filler before \\n The pass key is K. Remember it. K is the pass key. \\n filler after \\n
+         What is the pass key? The pass key is K.
+     K uniform in [1, 50000], the depth (share of the filler before the key line) uniform in [0, 1],
+     the length uniform in [no filler, 512] tokens with BOS and the answer (165 tokens have no
+     filler: tok512 spends about one token per 2 to 3 characters). Half of them have the
+     repeated filler sentences of passkey.py (cut at token granularity, started at a random sentence,
+     as passkey.py cuts them), half have story text from the training tokens as filler (a random
+     span, cut at the depth), so that the model learns to find the key in text, not only in a
+     pattern it could learn by heart. Each example is tokenized as one text, as ./run tokenizes the
+     prompt: " K." at the end is the tokens "_", the digits of K (tok512 splits digits) and ".".
+  3. Rows of 513 tokens (512 inputs, 512 targets). A passkey row is BOS + example, then BOS + a random
+     span of story tokens to fill it; a story row is a random 513-token window of the training tokens,
+     as tiny64x512 was trained. A batch is PASSKEY_ROWS passkey rows and STORY_ROWS story rows, drawn
+     afresh for every step.
+  4. The loss: cross-entropy on every target, weighted: ANSWER_WEIGHT on the answer's "_", its digits
+     and the "." after them (so the loss counts the answer and the model learns where the number
+     ends), 1 elsewhere; sum(w * ce) / sum(w) over the batch.
+  5. Optimizer: AdamW, betas (0.9, 0.95), weight decay 0.05 on the matrices (not the norm weights),
+     peak LR with WARMUP linear warm-up steps and cosine decay to 10% of it, gradient clipping 1.0.
+     One thread (torch.set_num_threads(1)) unless --threads says otherwise: the machine is shared.
+  6. Checks while training, every EVAL_EVERY steps: the loss on the held-out tokens (16 windows of 513
+     tokens), and passkey accuracy teacher-forced (every answer token, "_", digits and the token after
+     them, is the model's argmax: the same as ./run's greedy answer) on prompts that
+     scripts/passkey.py's own build_prompts builds, exactly as long as its trials are (512 and 256
+     tokens with 8 to generate), plus held-out story-filler examples made from the held-out tokens.
+  7. The result is written with its config; then check it with ./run:
+         /usr/bin/python3 export/export.py data/passkey64x512-hf build/passkey64.bin
+         /usr/bin/python3 scripts/passkey.py build/passkey64.bin --lengths 256,512 --modes none \\
+             --trials 50 --depths random
+
+The model (HF semantics, the forward of transformers' LlamaForCausalLM, written here from the
+definitions): embedding; 4 x [RMSNorm (eps 1e-5), q/k/v projections, rotate_half RoPE (theta 10000)
+on q and k, causal softmax attention with q . k / sqrt(64), kv head h // 2 for query head h, o
+projection, residual; RMSNorm, down(silu(gate(x)) * up(x)), residual]; RMSNorm; logits with the
+embedding matrix (tied). Tensors are kept under their Hugging Face names, so saving is a dict.
+
+Time: on this project's machine (two shared cores, one thread for training) about 45 minutes for
+the default run (the docstring's numbers, and data/README.md's, say what the run measured);
+--time-steps K runs K steps, prints the time per step and writes nothing, to size a run.
+The seed (--seed, default 7) fixes the examples, the batches and everything torch draws; torch's
+CPU kernels can still differ in the last bits between machines and thread counts.
+"""
+import argparse
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))                 # lrun/
+sys.path.insert(0, str(REPO / "scripts"))     # passkey.py
+from lrun.hf_checkpoint import SafetensorsFile, save_file  # noqa: E402
+import passkey  # noqa: E402  (the prompt layout, ./run's tokenizer through tok_dump, build_prompts)
+
+DATA = REPO / "data"
+TEXT = DATA / "text/tinystories_validation_head.txt"
+TOK = DATA / "stories260K/tokenizer.model"
+BASE = DATA / "tiny64x512-hf"                 # the starting weights
+TRAIN_TOKENS = 353_711                        # [BOS] + encode(TEXT)[: this] is the training text
+BOS, SPACE, DOT = 1, 410, 426                 # tok512: BOS, "_" (a lone space), "."
+DIGITS = (477, 475, 479, 472, 484, 480, 490, 491, 487, 483)  # tok512: "0" .. "9" (split_digits)
+
+# The shape (data/tiny64x512-hf's).
+DIM, LAYERS, HEADS, KV_HEADS, HEAD_DIM, HIDDEN, VOCAB = 256, 4, 4, 2, 64, 688, 512
+CTX, THETA, EPS = 512, 10000.0, 1e-5
+
+# The recipe.
+STEPS = 900
+PASSKEY_ROWS, STORY_ROWS = 14, 2   # rows of 513 tokens per batch
+STORY_SHARE = 0.5                  # share of passkey examples whose filler is story text
+ANSWER_WEIGHT = 10.0
+QUESTIONS = 3                      # an example asks its question 1 to QUESTIONS times
+CURRICULUM = 0.3                   # share of the steps over which the longest example grows to CTX
+LR, WARMUP, WEIGHT_DECAY, CLIP = 1.5e-3, 50, 0.05, 1.0
+EVAL_EVERY = 100
+SEED = 7
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Text
+
+def tokenize_text(tok):
+    """[BOS] + encode(TEXT) as ./run has it, and the byte string each token adds (pieces[i] for
+    token i; BOS adds nothing), so that a span of tokens can be turned back into text."""
+    [(ids, pieces)] = tok.batch([TEXT.read_text()])
+    return [BOS] + ids, [b""] + pieces
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Passkey examples
+
+def example_text(tok, rng, pieces, span, length, story, fixed, asked, questions=None):
+    """The text of one passkey example of about `length` tokens (BOS and answers included; `fixed`
+    of them are not filler, and `asked` more for each question before the last), with its key:
+    filler of the repeated sentences, or (story) of the tokens in [span[0], span[1]) of the text.
+    The question is asked at the end and, with `questions` (default QUESTIONS) > 1, up to
+    questions - 1 more times at random places in the filler after the key line, each time
+    answered: "...The pass key is K."."""
+    key, depth, q = rng.randint(1, 50000), rng.random(), rng.randint(1, questions or QUESTIONS)
+    n = max(0, length - fixed - (q - 1) * asked)
+    before = round(depth * n)
+    cuts = [before] + sorted(rng.randint(before, n) for _ in range(q - 1)) + [n]  # filler parts' ends
+    if story:
+        at = rng.randrange(span[0], span[1] - n)
+        part = lambda a, b: b"".join(pieces[at + a:at + b]).decode("utf-8", "ignore").strip()  # noqa: E731
+    else:
+        part = lambda a, b: tok.filler(b - a, rng.randrange(len(passkey.SENTENCES)))  # noqa: E731
+    lines = [passkey.TASK, part(0, before), passkey.KEY_LINE.format(key=key)]
+    for a, b in zip(cuts, cuts[1:]):
+        lines += [part(a, b), passkey.QUESTION + f" {key}."]
+    return "\n".join(x for x in lines if x), key
+
+
+def digit_runs(ids, key):
+    """[(first, end)] of the runs of tokens in ids that spell the digits of key, in order."""
+    want = [DIGITS[int(c)] for c in str(key)]
+    return [(i, i + len(want)) for i in range(len(ids) - len(want) + 1)
+            if ids[i:i + len(want)] == want
+            and (i == 0 or ids[i - 1] not in DIGITS) and (i + len(want) == len(ids) or ids[i + len(want)] not in DIGITS)]
+
+
+def answer_span(ids, key):
+    """(first, end) of the answer tokens "_", digits, "." at the end of an example's ids."""
+    k = len(str(key))
+    first = len(ids) - k - 2
+    assert ids[first] == SPACE and ids[-1] == DOT and all(t in DIGITS for t in ids[first + 1:-1]), ids[-12:]
+    return first, len(ids)
+
+
+def fixed_tokens(tok):
+    """(tokens of an example without filler: BOS, task, key line, question, a 5-digit answer;
+    tokens that one more question and its answer add)."""
+    one = "\n".join([passkey.TASK, passkey.KEY_LINE.format(key=12345), passkey.QUESTION + " 12345."])
+    two = one + "\n" + passkey.QUESTION + " 12345."
+    a, b = (len(ids) for ids, _ in tok.batch([one, two]))
+    return 1 + a, b - a
+
+
+def make_examples(tok, rng, pieces, span, count, longest, fixed):
+    """count passkey examples of at most `longest` tokens as (ids with BOS, weights, answer spans),
+    tokenized in one tok_dump process: weight ANSWER_WEIGHT on every answer ("_", the digits, "."),
+    1 elsewhere. An example longer than CTX tokens (a filler that tokenized longer in place) or
+    with the key's digits elsewhere in its story filler is dropped."""
+    fixed, asked = fixed
+    wanted = [example_text(tok, rng, pieces, span, rng.randint(fixed, longest), rng.random() < STORY_SHARE,
+                           fixed, asked) for _ in range(count)]
+    out = []
+    for (text, key), (ids, _) in zip(wanted, tok.batch([t for t, _ in wanted])):
+        ids = [BOS] + ids
+        runs = digit_runs(ids, key)
+        if len(ids) > CTX or len(runs) != 2 + text.count(passkey.QUESTION):
+            continue
+        assert runs[-1] == (answer_span(ids, key)[0] + 1, len(ids) - 1)
+        spans = [(a - 1, b + 1) for a, b in runs[2:]]   # "_" before the digits, "." after them
+        w = [1.0] * len(ids)
+        for a, b in spans:
+            assert ids[a] == SPACE and ids[b - 1] == DOT
+            w[a:b] = [ANSWER_WEIGHT] * (b - a)
+        out.append((ids, w, spans))
+    return out
+
+
+def longest_at(step, steps, fixed):
+    """The length curriculum: examples of at most this many tokens at this step, from fixed + 64 (a
+    key at most ~100 tokens before its question) up to CTX over the first CURRICULUM of the steps."""
+    t = min(1.0, (step + 1) / max(1, CURRICULUM * steps))
+    return int(fixed[0] + 64 + t * (CTX - fixed[0] - 64))
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Rows and batches
+
+def batch(rng, tokens, examples, n_train):
+    """One batch: (inputs, targets, weights, answer mask), each (rows, 512). Passkey rows are packed:
+    whole examples one after another (each starts with its BOS) while the next fits, then BOS and
+    story tokens to the end of the row."""
+    rows, weights, answers = [], [], []
+    examples = iter(examples)
+    for _ in range(PASSKEY_ROWS):
+        row, w, ans = [], [], []
+        ex = next(examples, None)
+        while ex and len(row) + len(ex[0]) <= CTX + 1:
+            ids, wt, spans = ex
+            ans += [len(row) + i for a, b in spans for i in range(a, b)]
+            row, w = row + ids, w + wt
+            ex = next(examples, None)
+        rest = CTX + 1 - len(row)   # BOS and rest - 1 story tokens
+        at = rng.randrange(0, n_train - rest)
+        rows.append(row + ([BOS] + tokens[at:at + rest - 1] if rest else []))
+        weights.append(w + [1.0] * rest)
+        answers.append([i in ans for i in range(CTX + 1)])
+    for _ in range(STORY_ROWS):
+        at = rng.randrange(0, n_train - CTX - 1)
+        rows.append(tokens[at:at + CTX + 1])
+        weights.append([1.0] * (CTX + 1))
+        answers.append([False] * (CTX + 1))
+    x, w, m = torch.tensor(rows), torch.tensor(weights), torch.tensor(answers)
+    return x[:, :-1], x[:, 1:], w[:, 1:], m[:, 1:]   # target i is token i + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: LlamaForCausalLM's forward, on a dict of tensors with Hugging Face's names
+
+def names():
+    """The tensor names and shapes of the checkpoint (tied: no lm_head.weight)."""
+    out = {"model.embed_tokens.weight": (VOCAB, DIM), "model.norm.weight": (DIM,)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        out.update({p + "input_layernorm.weight": (DIM,), p + "post_attention_layernorm.weight": (DIM,),
+                    p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, DIM),
+                    p + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, DIM),
+                    p + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, DIM),
+                    p + "self_attn.o_proj.weight": (DIM, HEADS * HEAD_DIM),
+                    p + "mlp.gate_proj.weight": (HIDDEN, DIM), p + "mlp.up_proj.weight": (HIDDEN, DIM),
+                    p + "mlp.down_proj.weight": (DIM, HIDDEN)})
+    return dict(sorted(out.items()))
+
+
+def load_base():
+    """tiny64x512's weights, every tensor checked against the shape above."""
+    f = SafetensorsFile(str(BASE / "model.safetensors"))
+    shapes = names()
+    assert sorted(f.tensors) == sorted(shapes), "tiny64x512 has other tensors than expected"
+    params = {}
+    for name, shape in shapes.items():
+        t = torch.from_numpy(np.array(f.get(name)))
+        assert tuple(t.shape) == shape, (name, t.shape)
+        params[name] = t.requires_grad_(True)
+    return params
+
+
+def rope_tables(n):
+    """cos, sin of shape (n, HEAD_DIM) for positions 0..n-1: rotate_half's layout, the angle of
+    pair j repeated in columns j and j + HEAD_DIM / 2."""
+    inv = 1.0 / THETA ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM)
+    ang = torch.arange(n, dtype=torch.float32)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos(), ang.sin()
+
+
+def rmsnorm(x, w):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS))
+
+
+def rotate(x, cos, sin):
+    half = HEAD_DIM // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # rotate_half
+    return x * cos + rot * sin
+
+
+def forward(p, ids):
+    """Logits (B, T, VOCAB) for token ids (B, T), positions 0..T-1."""
+    B, T = ids.shape
+    cos, sin = rope_tables(T)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = F.embedding(ids, p["model.embed_tokens.weight"])
+    for i in range(LAYERS):
+        q_ = f"model.layers.{i}."
+        h = rmsnorm(x, p[q_ + "input_layernorm.weight"])
+        q = F.linear(h, p[q_ + "self_attn.q_proj.weight"]).view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
+        k = F.linear(h, p[q_ + "self_attn.k_proj.weight"]).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        v = F.linear(h, p[q_ + "self_attn.v_proj.weight"]).view(B, T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        k = k.repeat_interleave(HEADS // KV_HEADS, dim=1)   # query head h reads kv head h // 2
+        v = v.repeat_interleave(HEADS // KV_HEADS, dim=1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM) + mask, dim=-1)
+        o = (att @ v).transpose(1, 2).reshape(B, T, HEADS * HEAD_DIM)
+        x = x + F.linear(o, p[q_ + "self_attn.o_proj.weight"])
+        h = rmsnorm(x, p[q_ + "post_attention_layernorm.weight"])
+        x = x + F.linear(F.silu(F.linear(h, p[q_ + "mlp.gate_proj.weight"])) * F.linear(h, p[q_ + "mlp.up_proj.weight"]),
+                         p[q_ + "mlp.down_proj.weight"])
+    x = rmsnorm(x, p["model.norm.weight"])
+    return F.linear(x, p["model.embed_tokens.weight"])
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Checks
+
+def heldout_loss(p, tokens):
+    """Mean cross-entropy (nats/token) on 16 consecutive 513-token windows of the held-out tokens."""
+    with torch.no_grad():
+        rows = torch.tensor([tokens[TRAIN_TOKENS + i * (CTX + 1):TRAIN_TOKENS + (i + 1) * (CTX + 1)]
+                             for i in range(16)])
+        out = []
+        for r in rows.split(8):
+            out.append(F.cross_entropy(forward(p, r[:, :-1]).reshape(-1, VOCAB), r[:, 1:].reshape(-1),
+                                       reduction="none"))
+        return torch.cat(out).mean().item()
+
+
+def passkey_set(tok, rng, pieces, n_tokens, trials=32):
+    """Eval prompts as token ids with BOS plus their answer's span: scripts/passkey.py's prompts of
+    length 512 and 256 (8 tokens to generate, as its default), keys and depths drawn as its
+    --depths random, and story-filler examples from the held-out tokens."""
+    sets = {}
+    for n in (CTX, CTX // 2):
+        plan = [(n - 8, rng.randint(1, 50000), rng.random()) for _ in range(trials)]
+        prompts = passkey.build_prompts(tok, plan)
+        texts = [pr.text + f" {pr.key}." for pr in prompts]
+        sets[f"filler {n}"] = [([BOS] + ids, answer_span([BOS] + ids, pr.key))
+                               for (ids, _), pr in zip(tok.batch(texts), prompts)]
+    fixed, asked = fixed_tokens(tok)
+    story = [example_text(tok, rng, pieces, (TRAIN_TOKENS, n_tokens), rng.randint(CTX // 2, CTX - 8), True,
+                          fixed, asked, 1) for _ in range(trials)]
+    sets["story 256-504"] = [([BOS] + ids, answer_span([BOS] + ids, key))
+                             for (ids, _), (_, key) in zip(tok.batch([t for t, _ in story]), story)]
+    return sets
+
+
+def passkey_accuracy(p, examples):
+    """Share of examples whose answer tokens are all argmax given the ones before (greedy retrieval:
+    "_", the digits, then the "." that ends the number)."""
+    ok = 0
+    with torch.no_grad():
+        for ids, (a, b) in examples:
+            x = torch.tensor([ids[:-1]])
+            pred = forward(p, x)[0].argmax(-1)
+            ok += bool((pred[a - 1:b - 1] == torch.tensor(ids[a:b])).all())
+    return ok / len(examples)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Training, and 7. writing the directory
+
+def lr_at(step, steps):
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    t = (step - WARMUP) / max(1, steps - WARMUP)
+    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def write_model(p, out):
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": DIM,
+              "intermediate_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+              "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": CTX,
+              "rms_norm_eps": EPS, "rope_theta": THETA, "rope_scaling": None, "hidden_act": "silu",
+              "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(str(out / "model.safetensors"),
+              {name: p[name].detach().numpy().astype(np.float32) for name in names()})
+    shutil.copyfile(TOK, out / "tokenizer.model")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Fine-tune tiny64x512 on TinyStories with passkey examples mixed in.")
+    ap.add_argument("--out", default=str(DATA / "passkey64x512-hf"), help="the directory to write")
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
+    ap.add_argument("--time-steps", type=int, help="run this many steps, print the time per step, write nothing")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    t0 = time.time()
+
+    tok = passkey.Tokenizer(TOK, BOS, passkey.TOK_DUMP)
+    tokens, pieces = tokenize_text(tok)
+    assert len(tokens) == 393_013, f"{TEXT}: {len(tokens)} tokens, expected 393,013 (data/README.md)"
+    steps = a.time_steps or a.steps
+    fixed = fixed_tokens(tok)
+    evals = passkey_set(tok, rng, pieces, len(tokens))
+    print(f"data: {len(tokens)} tokens (an example without filler: {fixed[0]} tokens, {fixed[1]} more per extra question), "
+          f"eval sets {', '.join(f'{k} ({len(v)})' for k, v in evals.items())}; {time.time() - t0:.0f} s",
+          flush=True)
+
+    p = load_base()
+    decay = [t for n, t in p.items() if t.dim() == 2]
+    rest = [t for n, t in p.items() if t.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.95))
+
+    def report(step):
+        acc = {k: passkey_accuracy(p, v) for k, v in evals.items()}
+        print(f"step {step}: held-out loss {heldout_loss(p, tokens):.4f}, passkey "
+              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in acc.items()) + f"; {time.time() - t0:.0f} s", flush=True)
+
+    if not a.time_steps:
+        report(0)
+    t_train, lm_avg, ans_avg = time.time(), None, None
+    for step in range(steps):
+        longest = longest_at(step, steps, fixed)
+        examples = make_examples(tok, rng, pieces, (1, TRAIN_TOKENS), PASSKEY_ROWS * (1 + 2 * CTX // longest), longest, fixed)
+        x, y, w, m = batch(rng, tokens, examples, TRAIN_TOKENS)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps)
+        ce = F.cross_entropy(forward(p, x).reshape(-1, VOCAB), y.reshape(-1), reduction="none").view_as(y)
+        loss = (ce * w).sum() / w.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(p.values()), CLIP)
+        opt.step()
+        with torch.no_grad():
+            lm = ce[PASSKEY_ROWS:].mean().item()          # story rows: the plain language-model loss
+            ans = ce[m].mean().item()                     # answer tokens
+        lm_avg = lm if lm_avg is None else 0.9 * lm_avg + 0.1 * lm
+        ans_avg = ans if ans_avg is None else 0.9 * ans_avg + 0.1 * ans
+        if (step + 1) % 10 == 0 or a.time_steps:
+            print(f"step {step + 1}/{steps}: loss {loss.item():.4f}, story rows {lm_avg:.4f}, answer tokens "
+                  f"{ans_avg:.4f} ({m.sum().item()} in the batch), longest example {longest}, lr {lr_at(step, steps):.2e}, {(time.time() - t_train) / (step + 1):.2f} s/step",
+                  flush=True)
+        if not a.time_steps and ((step + 1) % EVAL_EVERY == 0 or step + 1 == steps):
+            report(step + 1)
+    if a.time_steps:
+        print(f"{(time.time() - t_train) / steps:.2f} s per step with {a.threads} thread(s)")
+        return 0
+    write_model(p, Path(a.out))
+    print(f"wrote {a.out}; {time.time() - t0:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
