@@ -3,6 +3,8 @@
     /usr/bin/python3 bench/bench.py                                     everything (about an hour)
     /usr/bin/python3 bench/bench.py --shape 110m --dtype f32 --runs 3   a subset (to build/bench-subset.md)
     make bench BENCH_ARGS="--shape 110m --dtype f16 --threads 2"
+    make bench BENCH_ARGS="--peer llama.cpp=BIN_DIR --peer 'ik_llama.cpp=BIN_DIR:-rtr 1 -fa 1:-rtr -fa 1' --gguf DIR"
+                                                                        against peers (bench/versus.py)
 
 What it measures, per model x weight type x thread count, each the median of --runs runs of ./run:
   pp   prompt processing: a prompt of exactly 512 tokens (BOS included), tokens/s
@@ -43,7 +45,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
-import versus  # --llama-cpp: the same cells against llama.cpp, in one interleaved run
+import versus  # --peer: ./run against llama.cpp, ik_llama.cpp, ... in one interleaved run
 # What bench.py and versus.py both use; tests/test_bench.py and rerope_cost.py reach it as bench.TIMING, ...
 from common import (DTYPES, REPO, RUN_ENV, SHAPES, TEXT, TIMING, checkpoint, commit, fresh_pages, loadavg, log,
                     machine, modelfile, prompt_text, read_header)
@@ -140,10 +142,11 @@ def window_speeds(model, tokenizer, threads, runs, kv_types, batches=(512, 1)):
     return {k: statistics.median(v) for k, v in speeds.items()}
 
 
-def bandwidth():
-    """{threads: GB/s} from bench/bwprobe (a 2 GiB buffer, median of 5 passes)."""
+def bandwidth(threads):
+    """{threads: GB/s} from bench/bwprobe (a 2 GiB buffer, best of 5 passes): 1, 2 and this many threads
+    (the probe measures OMP_NUM_THREADS threads besides 1 and 2)."""
     out = subprocess.run([str(REPO / "bench" / "bwprobe"), "2048", "5"], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stdout
     return {int(t): float(g) for t, g in re.findall(r"threads (\d+): ([\d.]+) GB/s", out)}
 
 
@@ -152,25 +155,38 @@ def bandwidth():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
-    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES,
+                    help=f"weight types (default: all; with --peer: {' '.join(versus.DTYPES)})")
+    ap.add_argument("--threads", nargs="+", default=["1,2"], help="thread counts, e.g. 1,2 or 4,8,16 (default: 1,2)")
     ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
-    ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000")
+    ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000 (with --peer: pp4k "
+                    "and tg@4k)")
     ap.add_argument("--no-window", action="store_true", help="skip the 4096-token window, batched vs one by one")
     ap.add_argument("--kv-types", nargs="+", choices=tuple(KV_BYTES), default=["f32"],
                     help="KV cache types for tg@4k and the window, run for run (default: f32)")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LRUN_BENCH_CACHE",
                                                                       Path.home() / ".cache" / "lrun-bench")))
     ap.add_argument("--out", type=Path, help="the table's file (default: bench/results.md, or bench/versus.md "
-                    "with --llama-cpp, for a full run; build/bench-subset.md for a subset)")
-    ap.add_argument("--llama-cpp", metavar="BIN_DIR", help="compare with llama.cpp in one interleaved run "
-                    "(bench/versus.py): its build/bin folder, with llama-bench and llama-batched-bench")
-    ap.add_argument("--gguf", metavar="DIR", help="with --llama-cpp: the GGUF files, SHAPE-DTYPE.gguf")
+                    "with --peer, for a full run; build/bench-subset.md or build/versus-subset.md for a subset)")
+    ap.add_argument("--peer", action="append", default=[], metavar="NAME=BIN_DIR[:BENCH_FLAGS[:BATCHED_FLAGS]]",
+                    help="compare with this build in one interleaved run (bench/versus.py; repeat for more peers): "
+                    "its build/bin folder, with llama-bench and llama-batched-bench, and extra flags for each, e.g. "
+                    "'ik_llama.cpp=~/ik_llama.cpp/build/bin:-rtr 1 -fa 1:-rtr -fa 1'")
+    ap.add_argument("--llama-cpp", metavar="BIN_DIR", help="short for --peer llama.cpp=BIN_DIR")
+    ap.add_argument("--gguf", metavar="DIR", help="with --peer: the GGUF files, SHAPE-DTYPE.gguf")
     ap.add_argument("--env", nargs="+", default=[], metavar="VAR=VALUE",
                     help="environment for ./run, e.g. OMP_WAIT_POLICY=passive (recorded in the table)")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    try:
+        args.threads = versus.thread_counts(args.threads)
+        args.peer = ([versus.parse_peer(f"llama.cpp={args.llama_cpp}")] if args.llama_cpp else []) \
+            + [versus.parse_peer(p) for p in args.peer]
+    except ValueError as e:
+        ap.error(str(e))
+    if args.dtype is None:
+        args.dtype = list(versus.DTYPES if args.peer else DTYPES)
     for assignment in args.env:
         name, eq, value = assignment.partition("=")
         if not eq or not name:
@@ -179,19 +195,23 @@ def main():
     if REPO in args.cache.resolve().parents or args.cache.resolve() == REPO:
         ap.error("--cache must be outside the repository (the checkpoints are gigabytes)")
     args.cache.mkdir(parents=True, exist_ok=True)
-    if args.llama_cpp or args.gguf:
-        if not (args.llama_cpp and args.gguf):
-            ap.error("--llama-cpp and --gguf go together")
+    if bool(args.peer) != bool(args.gguf):
+        ap.error("--peer (or --llama-cpp) and --gguf go together")
     # The committed tables hold full runs: a subset writes elsewhere unless --out says otherwise.
-    committed = REPO / "bench" / ("versus.md" if args.llama_cpp else "results.md")
-    full = (args.shape == list(SHAPES) and args.dtype == list(DTYPES) and args.threads == [1, 2] and args.runs == 5
-            and not args.no_long and not args.no_window and not args.env and args.kv_types == ["f32"])
+    committed = REPO / "bench" / ("versus.md" if args.peer else "results.md")
+    if args.peer:  # every shape with GGUF files, the issue's weight types, at least 3 rounds
+        full = (set(args.shape) >= {"110m", "tinyllama"} and args.dtype == list(versus.DTYPES)
+                and args.threads == [1, 2] and args.runs >= 3 and not args.no_long and not args.env)
+    else:
+        full = (args.shape == list(SHAPES) and args.dtype == list(DTYPES) and args.threads == [1, 2]
+                and args.runs == 5 and not args.no_long and not args.no_window and not args.env
+                and args.kv_types == ["f32"])
     if args.out is None:
         args.out = committed if full else REPO / "build" / f"{committed.stem}-subset.md"
         if not full:
             log(f"bench: a subset, so the table goes to {args.out}, not {committed.relative_to(REPO)} "
                 f"(pass --out {committed.relative_to(REPO)} to replace that)")
-    if args.llama_cpp:
+    if args.peer:
         return versus.main(args)
 
     started, load_before = datetime.datetime.now(), loadavg()
@@ -219,7 +239,7 @@ def main():
                     + [("--rope-scaling", "dynamic", *kv_args(kv_types[0]))])
                 long, dyn = (None, None) if deep is None else (deep[0], deep[-1])
                 w, kv = decode_bytes(header, PROMPT_TOKENS + GEN_TOKENS // 2)
-                bw = bandwidth()
+                bw = bandwidth(threads)
                 for t, g in bw.items():
                     bw_seen.setdefault(t, []).append(g)
                 gbps = bw.get(threads, max(bw.values()))

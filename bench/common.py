@@ -1,8 +1,9 @@
 """common.py - what bench.py and versus.py both use: the shapes, their checkpoints, the prompts, one
 ./run's timing line, and the machine's description.
 
-bench.py (`make bench`) imports this and versus.py (the comparison with llama.cpp, which bench.py
-starts for --llama-cpp); versus.py imports only this, so neither imports the other.
+bench.py (`make bench`) imports this and versus.py (the comparison with peers such as llama.cpp and
+ik_llama.cpp, which bench.py starts for --peer); versus.py imports only this, so versus.py never
+imports bench.py.
 """
 import os
 import re

@@ -1,48 +1,83 @@
-"""versus.py - ./run against llama.cpp on the same weights, in one interleaved run, with the roof.
+"""versus.py - ./run against any number of peer builds (llama.cpp, ik_llama.cpp, ...) on the same
+weights, in one interleaved run, with the roof.
 
-    make bench BENCH_ARGS="--llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR"
-    /usr/bin/python3 bench/bench.py --llama-cpp LLAMA_CPP/build/bin --gguf GGUF_DIR [--shape 110m] [--dtype q8_0]
+    make bench BENCH_ARGS="--peer llama.cpp=LLAMA_CPP/build/bin \
+        --peer 'ik_llama.cpp=IK_LLAMA_CPP/build/bin:-rtr 1 -fa 1:-rtr -fa 1' --gguf GGUF_DIR"
+    /usr/bin/python3 bench/bench.py --peer NAME=BIN_DIR[:LLAMA_BENCH_FLAGS[:BATCHED_BENCH_FLAGS]] ... --gguf GGUF_DIR
+        [--shape 110m] [--dtype q8_0] [--threads 1,2 | 4,8,16] [--runs 3]
 
-What it measures, per model shape x weight type x thread count (1 and 2), each the median of --runs
-rounds; within a round the programs and the bandwidth probe run one after the other, so that the
-machine's drift (20-30% between minutes here) hits all of them alike, and which program runs first
-in a cell alternates from round to round:
+A peer is a build directory holding llama-bench and llama-batched-bench, under a name of your choice,
+with extra flags for each of the two programs after colons (their flags differ: ik_llama.cpp's
+llama-bench takes `-rtr 1`, its batched-bench a bare `-rtr`). --llama-cpp BIN_DIR is short for
+--peer llama.cpp=BIN_DIR.
+
+What it measures, per model shape x weight type x thread count, each the median of --runs rounds;
+within a round every program and the bandwidth probe run one after the other, so that the machine's
+drift (20-30% between minutes here) hits all of them alike, and the order of the programs rotates
+round by round (ours, A, B; A, B, ours; B, ours, A; ...):
   tg      decode from an empty context, 64 steps: ./run with an empty prompt and -n 65 against
           llama-bench -p 0 -n 64
-  pp      a 512-token prompt: ./run's prompt speed against llama-bench -p 512 -n 0
-  tg@4k   decode at depth 4000: ./run with a 4000-token prompt, --ctx 4096, 32 steps, against
-          llama-batched-bench -c 4096 -npp 4000 -ntg 32 -npl 1
-  win4k   a 4096-token window: ./run with a 4096-token prompt (--ctx 4096, blocks of 512) against
-          llama-bench -p 4096 -n 0: both compute the logits of the last token only (./run --ppl
-          computes all 4096, whose classifier alone is a fifth of the 110M shape's work)
-  cache   both programs keep keys and values as f16 (llama.cpp's default; ./run -ctk f16 -ctv f16)
-  probe   bench/bwprobe at the same thread count (best of 3 passes over 1 GiB), before and after the
+  pp      a 512-token prompt: ./run's prompt speed against llama-bench -p 512 -n 0 (the same
+          llama-bench process as tg: -p 512 -n 64 runs the two tests one after the other)
+  pp4k    a 4000-token prompt, and
+  tg@4k   decode at depth 4000, 32 steps: one ./run with a 4000-token prompt, --ctx 4096, -n 33,
+          against one llama-batched-bench -c 4096 -npp 4000 -ntg 32 -npl 1 (its S_PP and S_TG);
+          these replace the earlier win4k cell (a 4096-token window), which measured what pp4k does
+  cache   every program keeps keys and values as f16 (llama.cpp's default; ./run -ctk f16 -ctv f16)
+  probe   bench/bwprobe at the same thread count (best of 3 passes over 1 GiB, OMP_NUM_THREADS set to
+          the thread count so that it measures that count, whatever the cores), before and after the
           round's programs; the round's probe is the larger of the two, since a probe that caught a
           slow moment is no roof (one such round once put both decoders above the probe's median)
-Decode GB/s = tok/s x the bytes of every weight matrix a step reads (all layers and the classifier,
-not the embedding lookup), counted the same for both programs with ggml's sizes: f32, f16, q8_0 (34
+Decode GB/s = tg tok/s x the bytes of every weight matrix a step reads (all layers and the classifier,
+not the embedding lookup), counted the same for every program with ggml's sizes: f32, f16, q8_0 (34
 bytes per 32 weights) and q4_0 (18 bytes per 32). ./run's q8_0 keeps a float32 scale (36 bytes per
 32), so its q8_0 decode reads 6% more than counted. "of probe" is that over the probe of the same
-round.
+round, the median over the rounds.
 
-What it needs (nothing of llama.cpp is built or converted here): a llama.cpp build directory with
-llama-bench and llama-batched-bench, and GGUF_DIR holding SHAPE-DTYPE.gguf (110m-f16.gguf, ...)
-converted from the same Hugging Face checkpoints that bench.py exports for ./run (docs/speed.md
-says how). Cells whose files are missing on either side are skipped and listed.
+What it needs (nothing of a peer is built or converted here): each peer's build directory, and
+GGUF_DIR holding SHAPE-DTYPE.gguf (110m-f16.gguf, ...) converted from the same Hugging Face
+checkpoints that bench.py exports for ./run (docs/speed.md says how). Cells whose files are missing
+are skipped and listed.
 """
 import datetime
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
+from collections import namedtuple
 from pathlib import Path
 
-import common  # shared with bench.py (which starts this for --llama-cpp): checkpoints, prompts, timing line
+import common  # shared with bench.py (which starts this for --peer): checkpoints, prompts, timing line
 
-TG, PP, DEEP, DEEP_CTX, DEEP_GEN, WIN = 64, 512, 4000, 4096, 32, 4096
-CELLS = ("tg", "pp", "tg@4k", "win4k")
+TG, PP, DEEP, DEEP_CTX, DEEP_GEN = 64, 512, 4000, 4096, 32
+CELLS = ("tg", "pp", "pp4k", "tg@4k")
+JOBS = {"short": ("tg", "pp"), "deep": ("pp4k", "tg@4k")}  # one process of a peer measures each job's cells
+DTYPES = ("f16", "q8_0", "q4_0")  # the full run's weight types (f32 runs too, given its GGUF files)
 DTYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}  # bytes per weights
+
+Peer = namedtuple("Peer", "name bindir bench_flags batched_flags")
+
+
+def parse_peer(text):
+    """'NAME=BIN_DIR[:LLAMA_BENCH_FLAGS[:BATCHED_BENCH_FLAGS]]' -> Peer; flags split as a shell would.
+    A BIN_DIR with a colon in it cannot be given this way."""
+    name, eq, rest = text.partition("=")
+    bindir, _, flags = rest.partition(":")
+    bench_flags, _, batched_flags = flags.partition(":")
+    if not eq or not name.strip() or not bindir:
+        raise ValueError(f"--peer {text!r}: expected NAME=BIN_DIR[:LLAMA_BENCH_FLAGS[:BATCHED_BENCH_FLAGS]]")
+    return Peer(name.strip(), Path(bindir).expanduser(), tuple(shlex.split(bench_flags)),
+                tuple(shlex.split(batched_flags)))
+
+
+def thread_counts(values):
+    """--threads as given ('1,2', or '4' '8' '16', or both ways at once) -> [1, 2]."""
+    counts = [int(t) for value in values for t in str(value).split(",") if t.strip()]
+    if not counts or min(counts) < 1:
+        raise ValueError(f"--threads {' '.join(map(str, values))}: expected positive counts, e.g. 1,2 or 4,8,16")
+    return counts
 
 
 def weight_bytes(h, dtype):
@@ -57,51 +92,170 @@ def weight_bytes(h, dtype):
 def run(cmd, env=None):
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
     if proc.returncode != 0:
-        raise SystemExit(f"versus: {' '.join(map(str, cmd[:3]))} ... failed (exit {proc.returncode}):\n"
+        raise SystemExit(f"versus: {' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n"
                          f"{proc.stderr[-2000:]}")
     return proc
 
 
-def ours(model, tok, cell, threads, prompts):
+# --- The programs ----------------------------------------------------------------------------------
+
+def ours(model, tok, job, threads, prompts):
+    """./run's tok/s for a job's cells: {"tg", "pp"} from two runs, or {"pp4k", "tg@4k"} from one."""
     base = [str(common.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads),
             "-ctk", "f16", "-ctv", "f16"]  # llama.cpp's default KV cache
-    if cell == "tg":
-        args = ["-i", "", "-n", str(TG + 1), "--ctx", "1024"]
-    elif cell == "pp":
-        args = ["-i", prompts[PP], "-n", "1", "--ctx", "1024"]
-    elif cell == "win4k":
-        args = ["-i", prompts[WIN], "-n", "1", "--ctx", str(WIN)]
-    else:
-        args = ["-i", prompts[DEEP], "-n", str(DEEP_GEN + 1), "--ctx", str(DEEP_CTX)]
-    m = common.TIMING.search(run(base + args, env=common.RUN_ENV).stderr)
-    return float(m.group(3)) if cell in ("pp", "win4k") else float(m.group(7))
+
+    def timing(*args):
+        return common.TIMING.search(run(base + list(args), env=common.RUN_ENV).stderr)
+
+    if job == "short":
+        tg = timing("-i", "", "-n", str(TG + 1), "--ctx", "1024")  # TG decode steps after the first token
+        pp = timing("-i", prompts[PP], "-n", "1", "--ctx", "1024")
+        return {"tg": float(tg.group(7)), "pp": float(pp.group(3))}
+    deep = timing("-i", prompts[DEEP], "-n", str(DEEP_GEN + 1), "--ctx", str(DEEP_CTX))
+    return {"pp4k": float(deep.group(3)), "tg@4k": float(deep.group(7))}
 
 
-def theirs(bindir, gguf, cell, threads):
-    if cell == "tg@4k":
-        out = run([str(bindir / "llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-c", str(DEEP_CTX),
-                   "-npp", str(DEEP), "-ntg", str(DEEP_GEN), "-npl", "1", "--output-format", "jsonl"]).stdout
-        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        return float(rows[-1]["speed_tg"])
-    p, n = {"tg": (0, TG), "pp": (PP, 0), "win4k": (WIN, 0)}[cell]
-    out = run([str(bindir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-p", str(p), "-n", str(n),
-               "-r", "1", "-o", "jsonl"]).stdout
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return float(rows[-1]["avg_ts"])
+def llama_bench_speeds(out):
+    """llama-bench -o json's output -> {(n_prompt, n_gen): tok/s} (ik_llama.cpp's has no jsonl)."""
+    rows, _ = json.JSONDecoder().raw_decode(out, re.search(r"^\[", out, re.M).start())
+    return {(r["n_prompt"], r["n_gen"]): float(r["avg_ts"]) for r in rows}
+
+
+def batched_bench_speeds(out, pp, tg):
+    """llama-batched-bench's markdown row for a prompt of pp tokens, tg steps and one sequence ->
+    (prompt tok/s, decode tok/s). Both peers print this row; only llama.cpp's has --output-format jsonl.
+        | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |"""
+    number = r"\s*[\d.]+ \|"
+    m = re.search(rf"^\|\s*{pp} \|\s*{tg} \|\s*1 \|{number}{number}\s*([\d.]+) \|{number}\s*([\d.]+) \|", out, re.M)
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def theirs(peer, gguf, job, threads):
+    """A peer's tok/s for a job's cells: llama-bench's pp and tg tests (one process), or
+    llama-batched-bench's prompt and decode speeds at depth (one process)."""
+    if job == "short":
+        speed = llama_bench_speeds(run([str(peer.bindir / "llama-bench"), "-m", str(gguf), "-t", str(threads),
+                                        "-p", str(PP), "-n", str(TG), "-r", "1", "-o", "json",
+                                        *peer.bench_flags]).stdout)
+        return {"tg": speed[0, TG], "pp": speed[PP, 0]}
+    proc = run([str(peer.bindir / "llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-c", str(DEEP_CTX),
+                "-npp", str(DEEP), "-ntg", str(DEEP_GEN), "-npl", "1", *peer.batched_flags])
+    speeds = batched_bench_speeds(proc.stdout + proc.stderr, DEEP, DEEP_GEN)
+    if not speeds:
+        raise SystemExit(f"versus: no result row in {peer.name}'s llama-batched-bench output:\n{proc.stdout[-2000:]}")
+    return {"pp4k": speeds[0], "tg@4k": speeds[1]}
 
 
 def probe(threads, compute):
-    """bench/bwprobe's read bandwidth at this thread count, GB/s; its compute line goes into compute."""
-    out = run([str(common.REPO / "bench" / "bwprobe"), "1024", "3"]).stdout
+    """bench/bwprobe's read bandwidth at this thread count, GB/s; its compute line goes into compute.
+    The probe prints 1, 2 and OMP_NUM_THREADS threads, so setting that measures any count."""
+    out = run([str(common.REPO / "bench" / "bwprobe"), "1024", "3"],
+              env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stdout
     compute.append(float(re.search(rf"compute, threads {threads}: ([\d.]+) GFLOP/s", out).group(1)))
     return float(re.search(rf"^threads {threads}: ([\d.]+) GB/s", out, re.M).group(1))
 
 
+def rotation(names, r):
+    """Round r's order of the programs: the list turned by r places, so that what the step before
+    leaves behind (the probe's minute of full load, a file just reread) moves from program to program."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+# --- One row: a shape x weight type x thread count -------------------------------------------------
+
+def measure_row(model, tok, gguf, peers, threads, runs, prompts, wbytes, long=True):
+    """runs interleaved rounds of every program; {cell: {program: [tok/s per round]}}, the round's
+    probes (GB/s), the compute lines, and {program: [tg's fraction of the round's probe]}."""
+    names = ["ours"] + [p.name for p in peers]
+    by_name = {p.name: p for p in peers}
+    jobs = [j for j in JOBS if long or j == "short"]
+    got = {c: {n: [] for n in names} for j in jobs for c in JOBS[j]}
+    probes, compute, of_probe = [], [], {n: [] for n in names}
+    common.fresh_pages(model, gguf)
+    ours(model, tok, "short", threads, prompts)  # warm up: the files in the page cache
+    for p in peers:
+        theirs(p, gguf, "short", threads)
+    for r in range(runs):
+        common.log(f"versus:   round {r + 1}/{runs}: " + ", ".join(rotation(names, r)))
+        common.fresh_pages(model, gguf)
+        before = probe(threads, compute)
+        for job in jobs:
+            for name in rotation(names, r):
+                speeds = (ours(model, tok, job, threads, prompts) if name == "ours"
+                          else theirs(by_name[name], gguf, job, threads))
+                for cell, v in speeds.items():
+                    got[cell][name].append(v)
+        probes.append(max(before, probe(threads, compute)))
+        for name in names:
+            of_probe[name].append(got["tg"][name][-1] * wbytes / 1e9 / probes[-1])
+    return got, probes, compute, of_probe
+
+
+def summarize(got, of_probe, names, wbytes):
+    """Medians per cell and program, ours over the best peer (the peer with the highest median), and
+    ours over that peer round by round; tg's GB/s and fraction of the probe per program."""
+    row = {}
+    for cell, by in got.items():
+        med = {n: statistics.median(v) for n, v in by.items()}
+        peers = names[1:]
+        best = max(peers, key=lambda n: med[n])
+        rounds = [o / b for o, b in zip(by["ours"], by[best])]
+        row[cell] = dict(med=med, best=best, ratio=med["ours"] / med[best], rounds=rounds)
+    row["gbps"] = {n: row["tg"]["med"][n] * wbytes / 1e9 for n in names}
+    row["of_probe"] = {n: statistics.median(v) for n, v in of_probe.items()}
+    return row
+
+
+# --- The table ---------------------------------------------------------------------------------------
+
+def format_cell(c, names):
+    """'482.0 / 260.2 / 300.1 (1.61x, rounds 1.50-1.70)': each program's median tok/s in order, ours
+    over the best peer (and the lowest and highest of that ratio within one round)."""
+    spread = f", rounds {min(c['rounds']):.2f}-{max(c['rounds']):.2f}" if len(c["rounds"]) > 1 else ""
+    return " / ".join(f"{c['med'][n]:.1f}" for n in names) + f" ({c['ratio']:.2f}x{spread})"
+
+
+def table(rows, peers, header):
+    """The markdown table: header lines, then a row per shape x weight type x thread count."""
+    names = ["ours"] + [p.name for p in peers]
+    order = " / ".join(names)
+    lines = header + [
+        f"Each cell: {order} tok/s, medians of the rounds, then ours over the best peer's median (and that ratio's "
+        "lowest and highest within one round: programs run minutes apart at most, so a round's ratio survives the "
+        "drift between rounds). tg GB/s: decode (tg) x bytes of the weight "
+        f"matrices per step, {order}, each with its fraction of the probe of the same round (bench/bwprobe before "
+        "and after the round, the larger; same threads), the median over the rounds. The probe column also gives the "
+        "range of bwprobe's compute line over the rounds: a low one marks rounds in which the vCPU itself was slow "
+        "(docs/speed.md, \"Noise\").", "",
+        "| model | weights | threads | tg | pp | pp4k | tg@4k | tg GB/s (of probe) | probe GB/s |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [format_cell(r[c], names) if c in r else "-" for c in CELLS]
+        gbps = " / ".join(f"{r['gbps'][n]:.1f} ({r['of_probe'][n]:.0%})" for n in names)
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | " + " | ".join(cells) + f" | {gbps} "
+                     f"| {r['probe']:.1f} ({min(r['probes']):.1f}-{max(r['probes']):.1f}; "
+                     f"compute {min(r['compute']):.0f}-{max(r['compute']):.0f} GFLOP/s) |")
+    return lines
+
+
+def peer_line(p):
+    """How a peer ran, for the table's header."""
+    flags = lambda f: f"`{shlex.join(f)}`" if f else "no extra flags"  # noqa: E731
+    return f"{p.name}: {p.bindir}; llama-bench {flags(p.bench_flags)}, llama-batched-bench {flags(p.batched_flags)}"
+
+
+# --- Main ------------------------------------------------------------------------------------------
+
 def main(args):
-    bindir, ggufs = Path(args.llama_cpp), Path(args.gguf)
-    for tool in ("llama-bench", "llama-batched-bench"):
-        if not (bindir / tool).exists():
-            raise SystemExit(f"versus: no {tool} in {bindir} (hint: --llama-cpp is llama.cpp's build/bin folder)")
+    peers, ggufs = args.peer, Path(args.gguf)
+    if len({p.name for p in peers}) != len(peers) or "ours" in {p.name for p in peers}:
+        raise SystemExit("versus: each --peer needs a name of its own (and not 'ours')")
+    for p in peers:
+        for tool in ("llama-bench", "llama-batched-bench"):
+            if not (p.bindir / tool).exists():
+                raise SystemExit(f"versus: no {tool} in {p.bindir} (hint: a peer's BIN_DIR is its build/bin folder)")
+    names = ["ours"] + [p.name for p in peers]
     rows, skipped = [], []
     started, load_before = datetime.datetime.now(), common.loadavg()
     prompts = {}
@@ -110,74 +264,38 @@ def main(args):
             continue  # no GGUF of it: llama.cpp's converter wants a larger vocabulary layout
         tok = common.SHAPES[shape]["tokenizer"]
         if not prompts:
-            prompts = {n: common.prompt_text(tok, n) for n in (PP, DEEP, WIN)}
+            prompts = {n: common.prompt_text(tok, n) for n in (PP, DEEP)}
         for dtype in args.dtype:
             gguf = ggufs / f"{shape}-{dtype}.gguf"
-            model = common.checkpoint(args.cache, shape, dtype)
             if not gguf.exists():
                 skipped.append(f"{shape} {dtype} (no {gguf.name})")
                 continue
-            h = common.read_header(model)
-            wbytes = weight_bytes(h, dtype)
+            model = common.checkpoint(args.cache, shape, dtype)
+            wbytes = weight_bytes(common.read_header(model), dtype)
             for threads in args.threads:
-                got = {c: ([], []) for c in CELLS}
-                probes, compute = [], []
-                common.fresh_pages(model, gguf)
-                ours(model, tok, "tg", threads, prompts)  # warm up: both files in the page cache
-                theirs(bindir, gguf, "tg", threads)
-                for r in range(args.runs):
-                    common.log(f"versus: {shape} {dtype} threads {threads} round {r + 1}/{args.runs}")
-                    common.fresh_pages(model, gguf)
-                    before = probe(threads, compute)
-                    for cell in CELLS:
-                        if cell == "tg@4k" and args.no_long or cell == "win4k" and args.no_window:
-                            continue
-                        # Who goes first alternates round by round (ours, theirs; theirs, ours; ...), so that
-                        # what the step before leaves behind (the probe's minute of full load, a file just
-                        # reread) does not always fall on the same program.
-                        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
-                            got[cell][side].append(ours(model, tok, cell, threads, prompts) if side == 0
-                                                   else theirs(bindir, gguf, cell, threads))
-                    probes.append(max(before, probe(threads, compute)))
-                bw = statistics.median(probes)
-                row = dict(shape=shape, dtype=dtype, threads=threads, probe=bw, probes=probes, compute=compute)
-                for cell, (a, b) in got.items():
-                    if a:
-                        row[cell] = (statistics.median(a), statistics.median(b), [x / y for x, y in zip(a, b)])
-                row["gbps"] = tuple(v * wbytes / 1e9 for v in row["tg"][:2])
+                common.log(f"versus: {shape} {dtype} threads {threads}")
+                got, probes, compute, of_probe = measure_row(model, tok, gguf, peers, threads, args.runs, prompts,
+                                                             wbytes, long=not args.no_long)
+                row = summarize(got, of_probe, names, wbytes)
+                row.update(shape=shape, dtype=dtype, threads=threads, probe=statistics.median(probes), probes=probes,
+                           compute=compute)
                 rows.append(row)
-                common.log(f"versus:   tg ours {row['tg'][0]:.2f} llama.cpp {row['tg'][1]:.2f} tok/s, "
-                          f"{row['gbps'][0] / bw:.0%} / {row['gbps'][1] / bw:.0%} of the probe ({bw:.1f} GB/s)")
-    lines = [f"# ./run against llama.cpp, {started:%Y-%m-%d %H:%M}", "",
-             f"Machine: {common.machine()}; Linux {os.uname().release}; commit {common.commit()}; llama.cpp: {bindir}",
-             f"Load average (1, 5, 15 min): {load_before} before, {common.loadavg()} after "
-             f"({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
-             f"Medians of {args.runs} interleaved rounds. tg = {TG} decode steps from an empty context; pp = a {PP}-token "
-             f"prompt; tg@4k = {DEEP_GEN} steps after {DEEP} tokens (--ctx {DEEP_CTX}); win4k = one {WIN}-token window. "
-             "Cells: ours / llama.cpp tok/s (ratio of the medians, and the lowest and highest ratio within one "
-             "round: the two programs run minutes apart at most, so a round's ratio survives the drift between rounds). GB/s: decode (tg) x bytes of the weight matrices per step, "
-             "and its fraction of the probe (bench/bwprobe before and after the round, the larger; same threads). The probe "
-             "column also gives the range of bwprobe's compute line over the rounds: a low one marks rounds in which "
-             "the vCPU itself was slow (docs/speed.md, \"Noise\").", "",
-             "| model | weights | threads | tg | pp | tg@4k | win4k | probe GB/s | tg GB/s ours (of probe) "
-             "| tg GB/s llama.cpp (of probe) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        cells = []
-        for cell in CELLS:
-            if cell in r:
-                a, b, each = r[cell]
-                spread = f", rounds {min(each):.2f}-{max(each):.2f}" if len(each) > 1 else ""
-                cells.append(f"{a:.1f} / {b:.1f} ({a / b:.2f}x{spread})")
-            else:
-                cells.append("-")
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['threads']} | " + " | ".join(cells)
-                     + f" | {r['probe']:.1f} ({min(r['probes']):.1f}-{max(r['probes']):.1f}; "
-                     f"compute {min(r['compute']):.0f}-{max(r['compute']):.0f} GFLOP/s) "
-                     f"| {r['gbps'][0]:.1f} ({r['gbps'][0] / r['probe']:.0%}) "
-                     f"| {r['gbps'][1]:.1f} ({r['gbps'][1] / r['probe']:.0%}) |")
+                common.log("versus:   tg " + " / ".join(f"{n} {row['tg']['med'][n]:.2f}" for n in names)
+                           + " tok/s, of the probe " + " / ".join(f"{row['of_probe'][n]:.0%}" for n in names)
+                           + f" ({row['probe']:.1f} GB/s)")
+    header = [f"# ./run against {', '.join(p.name for p in peers)}, {started:%Y-%m-%d %H:%M}", "",
+              f"Machine: {common.machine()}; Linux {os.uname().release}; commit {common.commit()}.",
+              "Peers: " + "; ".join(peer_line(p) for p in peers) + ".",
+              f"Load average (1, 5, 15 min): {load_before} before, {common.loadavg()} after "
+              f"({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
+              f"Medians of {args.runs} interleaved rounds, the programs' order rotating round by round. tg = {TG} "
+              f"decode steps from an empty context; pp = a {PP}-token prompt; pp4k = a {DEEP}-token prompt and tg@4k = "
+              f"{DEEP_GEN} decode steps after it (--ctx {DEEP_CTX}). KV cache f16 everywhere.", ""]
+    lines = table(rows, peers, header)
     if skipped:
         lines += ["", "Skipped (a file missing): " + ", ".join(skipped) + "."]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    args.out.write_text(table)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
     common.log(f"versus: wrote {args.out}")
