@@ -121,11 +121,8 @@ plots: tests/tools/rope_dump
 # minutes on two cores). RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes none,rerope+logn"
 # (any subset) writes build/ppl-quick/ instead.
 RESULTS_ARGS ?=
-# Without data/passkey64x512-hf (not yet in the repository: its training has not reached the goal), the
-# perplexity part alone runs, and, not being the full run, writes build/ppl-quick/.
-PASSKEY_HF := $(wildcard data/passkey64x512-hf/config.json)
-results: run tests/tools/tok_dump build/tiny64.bin $(if $(PASSKEY_HF),build/passkey64.bin)
-	$(PYTHON) scripts/ppl_results.py $(if $(PASSKEY_HF),,--only ppl) $(RESULTS_ARGS)
+results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin
+	$(PYTHON) scripts/ppl_results.py $(RESULTS_ARGS)
 
 build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safetensors export/export.py
 	mkdir -p build
