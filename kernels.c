@@ -1,5 +1,5 @@
-// kernels.c - the fences and the references of the kernels: matrix products over f32, f16, q8_0
-// and q4_0 weights, and attention over the KV cache.
+// kernels.c - the fences and the references of the kernels: matrix products over f32, f16, bf16,
+// q8_0 and q4_0 weights, and attention over the KV cache.
 //
 // Layout: W is (rows, cols) row-major; a block of n activations x is (n, cols); the product
 // out = x @ W^T is (n, rows). Every output element is computed start to end by one thread in an
@@ -39,7 +39,7 @@ enum { GEMM_MIN_N = 4 }; // from this many tokens on, matrix x matrix
 // ---------------------------------------------------------------------------------------------
 // Types and sizes
 
-static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0"};
+static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16"};
 
 const char *dtype_name(DType t) { return (t >= 0 && t < DTYPE_COUNT) ? DTYPE_NAMES[t] : "unknown"; }
 
@@ -83,8 +83,13 @@ int thread_num(void) {
 #endif
 }
 
+unsigned short bf16_round(float x) { return round_bf16(x); }
+float bf16_float(unsigned short b) { return widen_bf16(b); }
+
 const char *kernels_isa(void) {
-#if defined(USE_AVX512_VNNI)
+#if defined(USE_AVX512_VNNI) && defined(USE_AVX512_BF16)
+    return "avx512-vnni-bf16"; // bf16 prefill by vdpbf16ps
+#elif defined(USE_AVX512_VNNI)
     return "avx512-vnni";
 #elif defined(USE_AVX512)
     return "avx512";
@@ -107,6 +112,8 @@ static float weight_at(const Matrix *m, int r, int c) {
         return ((const float *)m->data)[(size_t)r * cp + c];
     case DTYPE_F16:
         return (float)((const _Float16 *)m->data)[(size_t)r * cp + c];
+    case DTYPE_BF16:
+        return widen_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]);
     case DTYPE_Q8_0:
         return ((const int8_t *)m->data)[(size_t)r * cp + c] *
                ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
@@ -125,12 +132,15 @@ void matrix_row(float *out, const Matrix *m, int r) {
         out[c] = weight_at(m, r, c);
 }
 
+// bf16 weights multiply x rounded to bf16 (kernels.h): the fast products do, in decode and prefill.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
     for (int t = 0; t < n; t++) {
         for (int r = 0; r < m->rows; r++) {
             double sum = 0;
-            for (int c = 0; c < m->cols; c++)
-                sum += (double)weight_at(m, r, c) * x[(size_t)t * m->cols + c];
+            for (int c = 0; c < m->cols; c++) {
+                const float xc = x[(size_t)t * m->cols + c];
+                sum += (double)weight_at(m, r, c) * (m->dtype == DTYPE_BF16 ? widen_bf16(round_bf16(xc)) : xc);
+            }
             out[(size_t)t * m->rows + r] = (float)sum;
         }
     }
@@ -542,8 +552,9 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     }
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
+        l->h = piece(&at, n * cols * sizeof(uint16_t));
         l->runs = piece(&at, threads * sizeof(PieceRun));
-    } else if (path == WS_GEMM_F32) {
+    } else if (path == WS_GEMM_F32) { // also bf16's pairs (gemm_bf16): (tiles, cols/2, MR), (kc/2, NR) words
         l->xp = piece(&at, (n + MR - 1) / MR * MR * cols * sizeof(float)); // (tiles, cols, MR)
         l->wp = piece(&mine, kc * NR * sizeof(float));                     // (kc, NR)
     } else {
@@ -597,12 +608,19 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     WsLayout l;
     if (ws_layout(&l, path, (size_t)n, (size_t)cols, (size_t)threads) > ws->bytes) return -1; // as above
     unsigned char *b = ws->base;
-    const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL};
-    if (quantized(m[0]->dtype)) quantize_rows_q8(&qx, x, n, cols); // once for every product that reads x
+    const DType t = m[0]->dtype;
+    const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
+                              (uint16_t *)(b + l.h)};
+    if (quantized(t)) quantize_rows_q8(&qx, x, n, cols); // once for every product that reads x
+    if (t == DTYPE_BF16 && path == WS_DECODE)          // prefill rounds x as it packs it
+        for (size_t i = 0; i < (size_t)n * cols; i++)
+            qx.h[i] = round_bf16(x[i]);
     if (path == WS_DECODE)
-        matvec(b, &l, threads, out, x, quantized(m[0]->dtype) ? &qx : NULL, m, count, n);
+        matvec(b, &l, threads, out, x, quantized(t) || t == DTYPE_BF16 ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
+    else if (t == DTYPE_BF16)
+        gemm_bf16(b, &l, threads, out, x, m, count, n);
     else
         gemm_f32(b, &l, threads, out, x, m, count, n);
     return 0;

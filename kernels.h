@@ -1,7 +1,7 @@
 // kernels.h - the numerical kernels of the forward pass: matrix products and attention.
 //
 // Every product in a Llama layer is out = x @ W^T with W an nn.Linear weight (out, in), stored as
-// f32, f16, q8_0 or q4_0 (model.h has the bytes). Attention reads a KV cache whose layout is this
+// f32, f16, bf16, q8_0 or q4_0 (model.h has the bytes). Attention reads a KV cache whose layout is this
 // module's business. Each kernel exists twice: a plain reference (matmul_ref, attention_ref),
 // written to be obviously right, and the fast one the forward pass uses (matmul, attention).
 // tests/test_kernels.c checks one against the other in every build (AVX-512, AVX2, plain C).
@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTYPE_COUNT } DType;
+typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTYPE_BF16 = 4, DTYPE_COUNT } DType;
 
 #define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
 // q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
@@ -23,7 +23,7 @@ typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTY
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
-    const void *data;  // (rows, cols) f32 or f16; q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2)
+    const void *data;  // (rows, cols) f32, f16 or bf16 (uint16_t bits); q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2)
     const void *scale; // q8_0: (rows, cols_padded / Q8_BLOCK) float; q4_0: the same in f16; else NULL
     int rows, cols;
     DType dtype;
@@ -40,6 +40,13 @@ size_t matrix_scale_bytes(DType t, int rows, int cols);
 
 // out (cols) = row r of m as float (the token embedding lookup).
 void matrix_row(float *out, const Matrix *m, int r);
+
+// bf16 (bfloat16): the top 16 bits of a float32. A bf16 product rounds each activation to bf16
+// first, to nearest, ties to even, as x86's vcvtneps2bf16 does: a NaN stays a (quiet) NaN, and a
+// value below the smallest normal float (2^-126) becomes a zero of its sign, as AVX512-BF16's dot
+// product reads it; then every product of two bf16 numbers is exact in float32 (kernels.c).
+unsigned short bf16_round(float x); // the bits of x rounded to bf16
+float bf16_float(unsigned short b); // a bf16 number as float32 (exact)
 
 // ---------------------------------------------------------------------------------------------
 // Scratch memory for the fast kernels (packed weights, quantized activations), set up once per
@@ -58,7 +65,7 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 //   matmul_ref: the definition, one weight at a time, summed in double.
 //   matmul: a matrix x vector product per token below a few tokens (decode), a blocked matrix x
 //     matrix product from there on (prefill); q8_0 and q4_0 quantize x to 8 bits per block of 32
-//     first.
+//     first, bf16 rounds x to bf16 (bf16_round), in decode and prefill alike.
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
 //     count. x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
 //     sized for (a caller's bug; nothing is computed then).

@@ -1,5 +1,5 @@
 // kernels_decode.c - decode: out (n, rows) = x (n, cols) @ W^T for n < GEMM_MIN_N tokens, matrix x
-// vector, over f32, f16, q8_0 and q4_0 weights.
+// vector, over f32, f16, bf16, q8_0 and q4_0 weights.
 //
 // Each weight is used once per token, so a product takes as long as streaming the weights from
 // memory; everything here is about reading memory at full speed and doing the arithmetic in the
@@ -31,6 +31,15 @@ static ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int n) {
     return sum;
 }
 
+// bf16 weights . x rounded to bf16 (kernels.h): every product exact, summed in float.
+static ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int n) {
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++)
+        sum += widen_bf16(w[i]) * widen_bf16(x[i]);
+    return sum;
+}
+
 // q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i). The
 // vector versions also read x's sum and prep; this one only q and d.
 ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb) {
@@ -59,7 +68,7 @@ ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow
 // A run of `count` groups of rows against one activation row. Group g (g < count) is rows
 // r + g, r + g + step, ..., DOT_ROWS of them or as many as the matrix has (group_rows); each row's
 // dot product with x goes to out[row], out being the activation row's output (m->rows values). x as
-// floats, and quantized (xq) for q8_0 and q4_0 weights. One call per run, not per group: the vector
+// floats, quantized (xq) for q8_0 and q4_0 weights, rounded (xq->h) for bf16. One call per run, not per group: the vector
 // versions set up once and keep the next group's loads going while one ends (docs/speed.md).
 void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     const size_t cp = (size_t)cols_stored(m->dtype, m->cols), nb = cp / Q8_BLOCK;
@@ -72,6 +81,9 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
                 break;
             case DTYPE_F16:
                 out[row] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
+                break;
+            case DTYPE_BF16:
+                out[row] = dot_bf16_plain((const uint16_t *)m->data + row * cp, xq->h, m->cols);
                 break;
             case DTYPE_Q8_0:
                 out[row] =
@@ -156,13 +168,14 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
     const int pieces = (groups + PIECE_GROUPS - 1) / PIECE_GROUPS;
     threads = threads < pieces ? threads : pieces;
     const size_t cp = (size_t)cols_stored(m[0]->dtype, m[0]->cols), nb = cp / Q8_BLOCK;
-    // Token t's row of x quantized, as the dot products read it (f32, f16: none); for q4_0 weights
-    // the decode hook (kernels_internal.h) arranges x once more, as the vector dot products read it.
+    // Token t's row of x quantized (or rounded to bf16), as the dot products read it (f32, f16: none);
+    // for q4_0 weights the decode hook (kernels_internal.h) arranges x once more, as the vector dot
+    // products read it.
     const int8_t *prep = m[0]->dtype == DTYPE_Q4_0 ? q4_prep((int8_t *)(ws + l->prep), qx, n, cp) : NULL;
     QuantizedRow xq[n];
     for (int t = 0; t < n; t++)
         xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb,
-                                    prep ? prep + t * q4_prep_bytes(cp) : NULL}
+                                    prep ? prep + t * q4_prep_bytes(cp) : NULL, qx->h + t * cp}
                    : (QuantizedRow){0};
     PieceRun *runs = (PieceRun *)(ws + l->runs);
     for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)

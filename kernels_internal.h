@@ -33,6 +33,9 @@
 #if defined(USE_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define USE_AVX512_VNNI 1 // vpdpbusd: 64 byte products summed into 16 int32 lanes (Cascade Lake, 2019)
 #endif
+#if defined(USE_AVX512) && defined(__AVX512BF16__)
+#define USE_AVX512_BF16 1 // vdpbf16ps: 32 bf16 products summed in pairs into 16 float lanes (Cooper Lake, Zen 4)
+#endif
 
 // Not inlined: one compiled copy of each dot product, so every caller sums in the same order (a
 // compiler may vectorize an inlined plain C loop differently in each place it lands); and the
@@ -61,7 +64,10 @@ static inline int cols_stored(DType t, int cols) {
 }
 static inline size_t row_bytes(DType t, int cols) {
     const size_t cp = (size_t)cols_stored(t, cols);
-    return t == DTYPE_F32 ? cp * sizeof(float) : t == DTYPE_F16 ? cp * sizeof(_Float16) : t == DTYPE_Q8_0 ? cp : cp / 2;
+    return t == DTYPE_F32                      ? cp * sizeof(float)
+           : t == DTYPE_F16 || t == DTYPE_BF16 ? cp * sizeof(uint16_t)
+           : t == DTYPE_Q8_0                   ? cp
+                                               : cp / 2;
 }
 static inline size_t row_scale_bytes(DType t, int cols) {
     const size_t nb = (size_t)cols_stored(t, cols) / Q8_BLOCK;
@@ -72,6 +78,24 @@ static inline size_t row_scale_bytes(DType t, int cols) {
 // value j + 16 in its high 4 bits, each an unsigned q in [0, 15] meaning (q - 8) * d, with one f16
 // scale d per block, stored apart like q8_0's.
 static inline int q4_at(const uint8_t *block, int i) { return (i < 16 ? block[i] & 15 : block[i - 16] >> 4) - 8; }
+
+// bf16 (kernels.h, bf16_round): x's bits rounded to their top 16, to nearest, ties to even (adding
+// 0x7fff and the lowest kept bit carries into the kept bits exactly when the dropped ones are more
+// than half, or half with the kept ones odd); a NaN keeps its top bits, made quiet; a subnormal x
+// (exponent bits 0) becomes a zero of its sign. Branch-free, so that loops over it vectorize.
+static inline uint16_t round_bf16(float x) {
+    uint32_t u;
+    __builtin_memcpy(&u, &x, sizeof u);
+    const uint32_t nan = (u & 0x7fffffff) > 0x7f800000, tiny = (u & 0x7f800000) == 0;
+    const uint32_t rounded = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+    return (uint16_t)(nan ? (u >> 16) | 0x40 : tiny ? (u >> 16) & 0x8000 : rounded);
+}
+static inline float widen_bf16(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
+    __builtin_memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are).
@@ -133,6 +157,7 @@ typedef struct {
     float *d;     // (n, cp/Q8_BLOCK) scales
     int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
     int8_t *prep; // decode against q4_0 weights: (n, q4_prep_bytes(cp)) as q4_prep arranged it; else NULL
+    uint16_t *h;  // decode against bf16 weights: (n, cols) x rounded to bf16 (round_bf16); else NULL
 } QuantizedRows;
 
 // One token's row of a QuantizedRows, as the decode dot products read it.
@@ -141,6 +166,7 @@ typedef struct {
     const float *d;
     const int32_t *sum;
     const int8_t *prep;
+    const uint16_t *h; // bf16 weights: x rounded to bf16
 } QuantizedRow;
 
 // One block of len <= Q8_BLOCK values of x (the rest of the block is zero padding).
@@ -163,6 +189,7 @@ typedef struct {
 typedef struct {
     size_t q, d, sum;     // x quantized (q8_0 and q4_0 weights): QuantizedRows' q, d, sum
     size_t prep;          // decode, q4_0 weights: QuantizedRows.prep
+    size_t h;             // decode, bf16 weights: QuantizedRows.h
     size_t runs;          // decode: a PieceRun per thread
     size_t xp, xd, xs;    // prefill: x packed in tiles; q8_0 and q4_0: their scales and start values
     size_t wp, wd, stage; // prefill, per thread: a packed panel of weights; q8_0 and q4_0: its scales,
@@ -178,6 +205,18 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
               const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
+// bf16 weights, prefill: every output one chain of multiply-adds over the columns in order, x
+// rounded to bf16, so each product is exact: c = c + x_k w_k, k = 0, 1, ... gemm_f32 computes it so
+// (its packing rounds x and widens the weights); with AVX512-BF16 gemm_bf16 does, in pairs of
+// columns by vdpbf16ps, which adds its pair's two products to a lane one after the other, each
+// rounded to nearest (kernels_prefill.c): the same bits, but for subnormal numbers, which vdpbf16ps
+// reads and writes as zero.
+#ifdef USE_AVX512_BF16
+void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
+               const Matrix *const *m, int count, int n);
+#else
+#define gemm_bf16 gemm_f32
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // The microkernels. Each signature is a type, and both versions of a microkernel are declared with
@@ -185,7 +224,8 @@ void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *ou
 // definitions (in the file of their algorithm) say it again as code.
 
 // Decode (kernels_decode.c): a run of `count` groups of rows against one activation row, each row's
-// dot product into out[row]; x as floats, and quantized (xq) for q8_0 and q4_0 weights.
+// dot product into out[row]; x as floats, and quantized (xq) for q8_0 and q4_0 weights, rounded to
+// bf16 (xq->h) for bf16 weights.
 typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq);
 // The plain dot products the vector ones finish a row with: q8_0 or q4_0 weights . q8_0 activations
 // over nb blocks.
@@ -201,6 +241,13 @@ typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
+// bf16 with AVX512-BF16 (gemm_bf16): a panel packed as wp (kc/2, NR) pairs of columns, and tokens
+// as xp (kc/2, MR) pairs, each pair one 32-bit word with its first column in the high half (where
+// vdpbf16ps adds first); the tile out[t, j] (+)= the chain over the pairs.
+typedef void PackBF16(uint32_t *wp, const Matrix *m, int r0, int k0, int kc);
+typedef void TileBF16(float *out, size_t ldo, int nt, int nr, const uint32_t *xp, const uint32_t *wp, int kc,
+                      int accumulate);
+void pack_w_bf16_from(uint32_t *wp, const Matrix *m, int r0, int k0, int kc, int from);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
 
@@ -219,6 +266,8 @@ PackF32 pack_w_f32_plain, pack_w_f32_x86;
 PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
+PackBF16 pack_w_bf16_x86;
+TileBF16 kernel_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
 Mix attention_mix_plain, attention_mix_x86;
 QuantizeRow quantize_row_q8_plain, quantize_row_q8_x86;

@@ -46,6 +46,10 @@ static inline float hsum8(__m256 a) {
 
 // 8 halves widened to floats (exact).
 static inline __m256 half8(const _Float16 *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
+// 8 bf16 numbers widened to floats (exact: their bits moved to the top of 32).
+static inline __m256 bf8(const uint16_t *b) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)b)), 16));
+}
 
 // The lane mask (all bits set) of the first k of 8 lanes, for vmaskmov loads and stores at ragged ends.
 static inline __m256i first_lanes8(int k) {
@@ -152,7 +156,7 @@ static inline int group_at(const RunRows *a, int r, Row w[DOT_ROWS], Row d[DOT_R
 
 // Blocks b .. of x, for the plain dot product that finishes a row.
 static inline QuantizedRow blocks_from(const QuantizedRow *x, int b) {
-    return (QuantizedRow){x->q + b * Q8_BLOCK, x->d + b, x->sum + b, NULL};
+    return (QuantizedRow){x->q + b * Q8_BLOCK, x->d + b, x->sum + b, NULL, NULL};
 }
 
 static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
@@ -228,6 +232,43 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step,
             float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
             for (int j = i; j < n; j++)
                 sum += (float)w[k].f16[j] * x[j];
+            out[r + k * step] = sum;
+        }
+    }
+}
+
+// bf16: weights and x (rounded to bf16 by matmul) widened exactly, as f16's are, then multiplied
+// and added; each product is exact.
+static ONE_COPY void dots_bf16_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
+    const int n = m->cols;
+    const RunRows rows = run_rows(m, step);
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        Row w[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, NULL);
+        __m256 a[DOT_ROWS][2];
+        for (int k = 0; k < DOT_ROWS; k++)
+            a[k][0] = a[k][1] = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 32 <= n; i += 32) { // 64 bytes of each row
+            const __m256 x0 = bf8(x + i), x1 = bf8(x + i + 8), x2 = bf8(x + i + 16), x3 = bf8(x + i + 24);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                const uint16_t *wk = (const uint16_t *)w[k].at;
+                a[k][0] = _mm256_fmadd_ps(bf8(wk + i), x0, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(bf8(wk + i + 8), x1, a[k][1]);
+                a[k][0] = _mm256_fmadd_ps(bf8(wk + i + 16), x2, a[k][0]);
+                a[k][1] = _mm256_fmadd_ps(bf8(wk + i + 24), x3, a[k][1]);
+            }
+        }
+        for (; i + 8 <= n; i += 8) {
+            const __m256 x0 = bf8(x + i);
+            for (int k = 0; k < DOT_ROWS; k++)
+                a[k][0] = _mm256_fmadd_ps(bf8((const uint16_t *)w[k].at + i), x0, a[k][0]);
+        }
+        for (int k = 0; k < nr; k++) {
+            float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
+            for (int j = i; j < n; j++)
+                sum += widen_bf16(((const uint16_t *)w[k].at)[j]) * widen_bf16(x[j]);
             out[r + k * step] = sum;
         }
     }
@@ -338,6 +379,9 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_F16:
         dots_f16_x86(out, m, r, step, count, x);
         break;
+    case DTYPE_BF16:
+        dots_bf16_x86(out, m, r, step, count, xq->h);
+        break;
     case DTYPE_Q8_0:
         dots_q8_x86(out, m, r, step, count, xq);
         break;
@@ -391,6 +435,58 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
             for (int j = i; j < n; j++)
                 sum += (float)w[k].f16[j] * x[j];
             out[r + k * step] = sum;
+        }
+    }
+}
+
+// bf16: 32 weights of a row against 32 of x (rounded to bf16 by matmul) per vdpbf16ps, where the
+// machine has AVX512-BF16 (each exact product added in turn, rounded to nearest, subnormal numbers
+// read and written as zero: kernels_prefill.c); else both widened exactly, 16 at a time, as f16's.
+static inline __m512 bf16_fma512(__m512 acc, const uint16_t *w, const uint16_t *x) {
+#ifdef USE_AVX512_BF16
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w), (__m512bh)_mm512_loadu_si512(x));
+#else
+    for (int h = 0; h < 32; h += 16) {
+        const __m512 wf = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + h))), 16));
+        const __m512 xf = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + h))), 16));
+        acc = _mm512_fmadd_ps(wf, xf, acc);
+    }
+    return acc;
+#endif
+}
+
+static ONE_COPY void dots_bf16_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
+    const int n = m->cols;
+    const RunRows rows = run_rows(m, step);
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        Row w[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, NULL);
+        __m512 a[DOT_ROWS][2];
+        for (int k = 0; k < DOT_ROWS; k++)
+            a[k][0] = a[k][1] = _mm512_setzero_ps();
+        int i = 0;
+        for (; i + 64 <= n; i += 64) { // 128 bytes of each row
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                const uint16_t *wk = (const uint16_t *)w[k].at;
+                a[k][0] = bf16_fma512(a[k][0], wk + i, x + i);
+                a[k][1] = bf16_fma512(a[k][1], wk + i + 32, x + i + 32);
+            }
+        }
+        for (; i + 32 <= n; i += 32)
+            for (int k = 0; k < DOT_ROWS; k++)
+                a[k][0] = bf16_fma512(a[k][0], (const uint16_t *)w[k].at + i, x + i);
+        __m512 both[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++)
+            both[k] = _mm512_add_ps(a[k][0], a[k][1]);
+        float sums[DOT_ROWS];
+        sum4_512(sums, both);
+        for (int k = 0; k < nr; k++) {
+            for (int j = i; j < n; j++)
+                sums[k] += widen_bf16(((const uint16_t *)w[k].at)[j]) * widen_bf16(x[j]);
+            out[r + k * step] = sums[k];
         }
     }
 }
@@ -502,6 +598,9 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_F16:
         dots_f16_512(out, m, r, step, count, x);
         break;
+    case DTYPE_BF16:
+        dots_bf16_512(out, m, r, step, count, xq->h);
+        break;
     case DTYPE_Q8_0:
         dots_q8_512(out, m, r, step, count, xq);
         break;
@@ -559,6 +658,11 @@ void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
                 } else if (m->dtype == DTYPE_F32) {
                     _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
                     v[j] = _mm512_loadu_ps((const float *)m->data + at);
+                } else if (m->dtype == DTYPE_BF16) { // bits moved to the top of 32: exact
+                    const uint16_t *b = (const uint16_t *)m->data + at;
+                    if (k % 32 == 0) _mm_prefetch((const char *)(b + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = _mm512_castsi512_ps(
+                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b)), 16));
                 } else {
                     if (k % 32 == 0)
                         _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
@@ -621,6 +725,59 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
         _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
 }
+#ifdef USE_AVX512_BF16
+// pack_w_bf16 (kernels_prefill.c has the layout): 16 rows of 32 columns at a time, each 32-bit word
+// of a row (columns k, k + 1, k in the low half) turned to put column k high (vprold by 16), then
+// the 16 x 16 transpose of words: vector j is pair j of the 16 rows. The rest plain.
+void pack_w_bf16_x86(uint32_t *wp, const Matrix *m, int r0, int k0, int kc) {
+    const size_t cols = (size_t)m->cols;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+    int k = 0;
+    for (; k + 32 <= kc; k += 32)
+        for (int j0 = 0; j0 < NR; j0 += 16) {
+            __m512 v[16];
+            for (int j = 0; j < 16; j++) {
+                const uint16_t *b = (const uint16_t *)m->data + (size_t)(r0 + j0 + j) * cols + k0 + k;
+                if (j0 + j >= nr) {
+                    v[j] = _mm512_setzero_ps();
+                } else {
+                    _mm_prefetch((const char *)(b + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = _mm512_castsi512_ps(_mm512_rol_epi32(_mm512_loadu_si512(b), 16));
+                }
+            }
+            transpose16(v);
+            for (int j = 0; j < 16; j++)
+                _mm512_store_ps((float *)(wp + (size_t)(k / 2 + j) * NR + j0), v[j]);
+        }
+    pack_w_bf16_from(wp, m, r0, k0, kc, k);
+}
+
+// The bf16 microkernel: kernel_f32's 12 tokens x 32 rows in 24 registers, a pair of columns per
+// step: 2 weight loads and 12 broadcasts of a token's pair feed 24 vdpbf16ps, each two
+// multiply-adds per lane, in column order (the pairs are packed so).
+ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, int nt, int nr, const uint32_t *xp, const uint32_t *wp, int kc,
+                              int accumulate) {
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
+    __m512 c[MR][2];
+    for (int t = 0; t < MR; t++) {
+        const int load = accumulate && t < nt;
+        c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
+        c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
+    }
+    for (int k2 = 0; k2 < (kc + 1) / 2; k2++) {
+        const __m512bh w0 = (__m512bh)_mm512_load_si512(wp + k2 * NR), w1 = (__m512bh)_mm512_load_si512(wp + k2 * NR + 16);
+        for (int t = 0; t < MR; t++) {
+            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)xp[k2 * MR + t]);
+            c[t][0] = _mm512_dpbf16_ps(c[t][0], a, w0);
+            c[t][1] = _mm512_dpbf16_ps(c[t][1], a, w1);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
+        _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
+    }
+}
+#endif // USE_AVX512_BF16
 #elif defined(USE_AVX2)
 // Transpose an 8 x 8 block of floats held in 8 vectors: pairs, then 4-value quarters within each
 // 128-bit half, then the halves.
@@ -660,6 +817,10 @@ void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
                     if (k % 16 == 0)
                         _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
                     v[j] = _mm256_loadu_ps((const float *)m->data + at);
+                } else if (m->dtype == DTYPE_BF16) {
+                    if (k % 32 == 0)
+                        _mm_prefetch((const char *)((const uint16_t *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
+                    v[j] = bf8((const uint16_t *)m->data + at);
                 } else {
                     if (k % 32 == 0)
                         _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);

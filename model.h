@@ -24,7 +24,9 @@
 //    40  bos_id
 //    44  eos_id
 //    48  shared_classifier     1: the classifier is the token embedding (tied); 0: wcls follows
-//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0
+//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16
+//                              (4 in any version: a reader older than bf16 refuses it as an
+//                              unknown dtype, so no version is needed to keep it from misreading)
 //    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
 //    60  rope_orig_ctx         the context it was trained at, L (HF original_max_position_embeddings);
 //                            0 = seq_len
@@ -81,6 +83,8 @@
 // A matrix (rows, cols) is row-major (out, in), like nn.Linear.weight, stored as its dtype says:
 //   f32   rows*cols float32
 //   f16   rows*cols IEEE half
+//   bf16  rows*cols bfloat16: the top 16 bits of the float32 (rounded to nearest even from f32;
+//         a bf16 checkpoint's bits copied as they are)
 //   q8_0  let cp = cols rounded up to a multiple of 32. rows*cp int8 values q (each row zero-padded
 //         to cp), then, at the next multiple of 64, rows*(cp/32) float32 scales d;
 //         value = q * d of its block of 32 (Q8_0 as in ggml, with the scales stored apart).

@@ -4,7 +4,7 @@ The families: Llama, Mistral (sliding window), Qwen2/2.5 (q/k/v biases), Qwen3 (
 SmolLM2 (a Llama), SmolLM3 (NoPE layers), Phi-3/3.5/4-mini (fused projections, partial rotary,
 LongRoPE). What each needs is read from config.json as transformers 4.x and 5.x write it.
 
-Usage: /usr/bin/python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|q8_0|q4_0]
+Usage: /usr/bin/python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|bf16|q8_0|q4_0]
 
 What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
 safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
-from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError  # noqa: E402
+from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
 from lrun.modelfile import (ALIGN, DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC, MAX_END_IDS,  # noqa: E402
                             Q8_BLOCK, VERSION, file_version, pack_header, tensors)
 
@@ -592,6 +592,15 @@ def write_tensor(f, w, kind, dtype, name):
             raise CheckpointError(f"tensor {name}", "has values beyond the f16 range (65504)",
                                   "export with --dtype f32 or q8_0")
         f.write(h.data)
+    elif dtype == "bf16":  # rounded to nearest even; a bf16 checkpoint's values come back bit for bit
+        if not np.isfinite(w).all():
+            raise CheckpointError(f"tensor {name}", "has NaN or infinite values, which bf16 would keep",
+                                  "the checkpoint is damaged: check it, or download it again")
+        b = np.ascontiguousarray(bf16_bits(w), dtype="<u2")
+        if ((b & 0x7F80) == 0x7F80).any():
+            raise CheckpointError(f"tensor {name}", "has values that round beyond the bf16 range (3.39e38)",
+                                  "export with --dtype f32")
+        f.write(b.data)
     elif dtype == "q8_0":  # all int8 rows, then at the next 64-byte boundary all the scales
         q, d = quantize_q8_0(w)
         f.write(q.data)

@@ -23,7 +23,7 @@ FAMILY = struct.Struct("<5i")
 FAMILIES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "smollm3": 4, "phi3": 5}  # Family in model.h
 LAYER_NO_ROPE, LAYER_SLIDING = 1, 2  # bits of layer_kind (kernels.h)
 LONGROPE = 8  # RopeScaling in rope.h
-DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}  # DType in model.h
+DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4}  # DType in model.h
 
 # Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
 # then zeros up to 256. '<' = little-endian, no padding between fields.
@@ -127,8 +127,8 @@ def tensors(h):
 
 
 def matrix_parts(rows, cols, dtype):
-    """Bytes of the pieces of a (rows, cols) matrix, each starting at a multiple of ALIGN: f32 and
-    f16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
+    """Bytes of the pieces of a (rows, cols) matrix, each starting at a multiple of ALIGN: f32, f16
+    and bf16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
     q4_0 the 4-bit values (16 bytes per block of 32) and the f16 scales."""
     cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
     if dtype == DTYPES["q8_0"]:

@@ -93,7 +93,7 @@ def test_t_as_threads_warns(c_tools):
 
 def test_version(c_tools):
     p = subprocess.run([RUN, "--version"], capture_output=True, text=True)
-    assert p.returncode == 0 and re.match(r"lrun \S+ \(kernels (avx512-vnni|avx2|plain-c), ", p.stdout), p.stdout
+    assert p.returncode == 0 and re.match(r"lrun \S+ \(kernels (avx512-vnni-bf16|avx512-vnni|avx512|avx2|plain-c), ", p.stdout), p.stdout
 
 
 def test_verbose_prompt(c_tools):

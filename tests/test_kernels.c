@@ -1,6 +1,6 @@
 // test_kernels.c - every fast matrix product against the plain reference (kernels.h).
 //
-// For each weight type (f32, f16, q8_0, q4_0), each shape (odd ones: 1 column, 172 columns, rows that
+// For each weight type (f32, f16, q8_0, q4_0, bf16), each shape (odd ones: 1 column, 172 columns, rows that
 // are no multiple of anything, enough tokens and columns to cross the tile and chunk edges) and
 // each token count (1 = decode's matrix x vector; 4 and more = prefill's blocked matrix x matrix):
 //   1. matmul agrees with matmul_ref within a stated bound (below);
@@ -11,9 +11,12 @@
 // attention against attention_ref (with a negative control), also with keys turned as read (dynamic NTK)
 // and with ReRoPE's two score paths (with a window off by one as the control), sliding and NoPE layers
 // and dual chunk attention (each with its control); softmax (with its e^-40
-// cutoff) and rmsnorm against double.
+// cutoff) and rmsnorm against double; bf16: the rounding of x against its definition (with truncation
+// as the control), and prefill's sums bit for bit against one chain of multiply-adds in column order
+// (with the pairs' order swapped as the control).
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
+//   bf16      the same: x is rounded to bf16 in matmul_ref too, so only the sums' rounding is left.
 //   q8_0      |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the activations
 //             are rounded to 8 bits per block (half a step dx / 2 at most each), the weights are
 //             already exactly q * d, so e bounds the whole quantization error.
@@ -64,6 +67,9 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
         if (t == DTYPE_F16)
             for (int c = 0; c < cols; c++)
                 ((_Float16 *)tm.data)[(size_t)r * cp + c] = (_Float16)row[c];
+        if (t == DTYPE_BF16)
+            for (int c = 0; c < cols; c++)
+                ((uint16_t *)tm.data)[(size_t)r * cp + c] = bf16_round(row[c]);
         if (t == DTYPE_Q4_0) { // ggml's Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8
             for (int b = 0; b < cp / Q8_BLOCK; b++) {
                 float max = 0;
@@ -511,6 +517,111 @@ static void check_quantize_q8(void) {
            checked, ok ? "yes" : "NO", ties, ok && ties ? "" : "  <-- FAIL");
 }
 
+// bf16's rounding of x (kernels.h) against its definition, computed here another way: a normal x
+// to 8 significant bits by rint (ties to even) on x scaled by 2^(8 - its exponent), a value below
+// 2^-126 to a zero of its sign, a NaN to a quiet NaN of its top bits; overflow to infinity. Then
+// through matmul, with one-hot weights (out[t, r] = x[t, r] rounded), in decode (1 token) and
+// prefill (5 tokens). The control: truncation (the top 16 bits as they are) differs from the
+// definition on some of the inputs, which the check would catch.
+static uint16_t expected_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);
+    if (isinf(x) || fabsf(x) < 0x1p-126f) return (uint16_t)(isinf(x) ? u >> 16 : (u >> 16) & 0x8000);
+    int e;
+    frexp(x, &e);
+    const float r = (float)ldexp(rint(ldexp(x, 8 - e)), e - 8); // may overflow to inf: so does bf16
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static void check_bf16_round(void) {
+    enum { N = 4000, COLS = 40 };
+    static float x[N];
+    for (int i = 0; i < N; i++) {
+        const float base = (float)ldexp(1 + (i % 128) / 128.0, i % 40 - 20); // a bf16 number
+        const int kind = i % 10;
+        float v = uniform() * 1000;
+        if (kind == 0) v = base * (1 + 0x1p-9f);                          // a tie (halfway): to even
+        if (kind == 1) v = nextafterf(base * (1 + 0x1p-9f), INFINITY);   // just above halfway
+        if (kind == 2) v = nextafterf(base * (1 + 0x1p-9f), 0);          // just below
+        if (kind == 3) v = i % 3 == 0 ? 1e-40f : i % 3 == 1 ? -1e-39f : -0.0f; // subnormal, zero
+        if (kind == 4) v = i % 4 == 0 ? NAN : i % 4 == 1 ? -INFINITY : i % 4 == 2 ? 3.4e38f : -3.39e38f;
+        x[i] = v;
+    }
+    int ok = 1, truncation_wrong = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        const uint16_t want = expected_bf16(x[i]);
+        ok &= bf16_round(x[i]) == want;
+        truncation_wrong += (uint16_t)(u >> 16) != want;
+    }
+    // Through matmul: identity weights (1.0 is 0x3f80), x finite as bf16 only (0 * NaN, 0 * inf would
+    // spread).
+    uint16_t *w = calloc(COLS * COLS, sizeof(uint16_t));
+    for (int r = 0; r < COLS; r++)
+        w[r * COLS + r] = 0x3f80;
+    const Matrix m = {w, NULL, COLS, COLS, DTYPE_BF16};
+    int through = 1;
+    for (int n = 1; n <= 5; n += 4)
+        for (int i0 = 0; i0 + n * COLS <= N; i0 += n * COLS) {
+            float xs[5 * COLS], out[5 * COLS];
+            for (int i = 0; i < n * COLS; i++)
+                xs[i] = isfinite(bf16_float(expected_bf16(x[i0 + i]))) ? x[i0 + i] : 1;
+            mm(out, xs, &m, n, 2);
+            for (int i = 0; i < n * COLS; i++)
+                through &= out[i] == bf16_float(expected_bf16(xs[i]));
+        }
+    free(w);
+    failures += !ok || !through || truncation_wrong == 0;
+    printf("bf16 rounding vs its definition: %d values bit for bit %s, through matmul (decode, prefill) %s "
+           "(%d that truncation gets wrong)%s\n",
+           N, ok ? "yes" : "NO", through ? "yes" : "NO", truncation_wrong,
+           ok && through && truncation_wrong ? "" : "  <-- FAIL");
+}
+
+// bf16 prefill bit for bit: every output is the chain c = c + x_k w_k over the columns in order
+// (x rounded, products exact; kernels_internal.h, gemm_bf16), in every build: gemm_f32's tiles, or
+// vdpbf16ps over pairs with AVX512-BF16. Shapes: odd columns (a pair padded with zero), column
+// chunks crossed (1001 columns at 300 tokens, 5000 at 37). The control: the chain with each pair's
+// two products added in the other order differs somewhere.
+static void check_bf16_chain(void) {
+    static const int cases[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}};
+    int same = 1, swapped_differs = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int rows = cases[c][0], cols = cases[c][1], n = cases[c][2];
+        TestMatrix tm = make_matrix(DTYPE_BF16, rows, cols);
+        float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
+        float *w = malloc(sizeof(float) * cols);
+        for (int i = 0; i < n * cols; i++)
+            x[i] = uniform() * (i % 5 == 0 ? 4 : 1);
+        mm(out, x, &tm.m, n, 2);
+        for (int r = 0; r < rows; r++) {
+            matrix_row(w, &tm.m, r);
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (size_t)t * cols;
+                float chain = 0, other = 0;
+                for (int k = 0; k < cols; k++)
+                    chain = chain + bf16_float(bf16_round(xt[k])) * w[k];
+                for (int k = 0; k < cols; k += 2) {
+                    if (k + 1 < cols) other = other + bf16_float(bf16_round(xt[k + 1])) * w[k + 1];
+                    other = other + bf16_float(bf16_round(xt[k])) * w[k];
+                }
+                same &= out[(size_t)t * rows + r] == chain;
+                swapped_differs |= other != chain;
+            }
+        }
+        free(x);
+        free(out);
+        free(w);
+        free(tm.data);
+    }
+    failures += !same || !swapped_differs;
+    printf("bf16 prefill vs one chain of multiply-adds in column order: %s (the pairs swapped: %s)%s\n",
+           same ? "bit for bit" : "DIFFERS", swapped_differs ? "differs" : "the same", same && swapped_differs ? "" : "  <-- FAIL");
+}
+
 // matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
 static void check_many(DType t, int cols, int n) {
     static const int rows[3] = {37, 16, 70};
@@ -583,6 +694,8 @@ int main(int argc, char **argv) {
     check_softmax();
     check_rmsnorm();
     check_quantize_q8();
+    check_bf16_round();
+    check_bf16_chain();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
         printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",
