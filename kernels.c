@@ -604,7 +604,13 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         return 0;
     }
     const int cols = m[0]->cols, threads = ws->n_threads;
-    const WsPath path = n < GEMM_MIN_N ? WS_DECODE : quantized(m[0]->dtype) ? WS_GEMM_Q8 : WS_GEMM_F32;
+    // bf16: prefill's chains for one token too, so that a token's logits are the same bits whether
+    // it comes in a prompt or alone (x is rounded to bf16 between layers, where a sum in another
+    // order would now and then round to the next bf16 number, 2^-8 away).
+    const WsPath path = m[0]->dtype == DTYPE_BF16 ? WS_GEMM_F32
+                        : n < GEMM_MIN_N          ? WS_DECODE
+                        : quantized(m[0]->dtype)  ? WS_GEMM_Q8
+                                                  : WS_GEMM_F32;
     WsLayout l;
     if (ws_layout(&l, path, (size_t)n, (size_t)cols, (size_t)threads) > ws->bytes) return -1; // as above
     unsigned char *b = ws->base;

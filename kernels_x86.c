@@ -754,19 +754,22 @@ void pack_w_bf16_x86(uint32_t *wp, const Matrix *m, int r0, int k0, int kc) {
 
 // The bf16 microkernel: kernel_f32's 12 tokens x 32 rows in 24 registers, a pair of columns per
 // step: 2 weight loads and 12 broadcasts of a token's pair feed 24 vdpbf16ps, each two
-// multiply-adds per lane, in column order (the pairs are packed so).
-ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, int nt, int nr, const uint32_t *xp, const uint32_t *wp, int kc,
-                              int accumulate) {
+// multiply-adds per lane, in column order (the pairs are packed so). ROWS tokens of the tile (a
+// constant: one copy each, its accumulators in registers): decode's one token runs a tile of one,
+// not twelve.
+static inline __attribute__((always_inline)) void bf16_tile(float *out, size_t ldo, const int ROWS, int nt, int nr,
+                                                            const uint32_t *xp, const uint32_t *wp, int kc,
+                                                            int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
     __m512 c[MR][2];
-    for (int t = 0; t < MR; t++) {
+    for (int t = 0; t < ROWS; t++) {
         const int load = accumulate && t < nt;
         c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
         c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
     }
     for (int k2 = 0; k2 < (kc + 1) / 2; k2++) {
         const __m512bh w0 = (__m512bh)_mm512_load_si512(wp + k2 * NR), w1 = (__m512bh)_mm512_load_si512(wp + k2 * NR + 16);
-        for (int t = 0; t < MR; t++) {
+        for (int t = 0; t < ROWS; t++) {
             const __m512bh a = (__m512bh)_mm512_set1_epi32((int)xp[k2 * MR + t]);
             c[t][0] = _mm512_dpbf16_ps(c[t][0], a, w0);
             c[t][1] = _mm512_dpbf16_ps(c[t][1], a, w1);
@@ -776,6 +779,16 @@ ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, int nt, int nr, const uint
         _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
         _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
+}
+
+ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, int nt, int nr, const uint32_t *xp, const uint32_t *wp, int kc,
+                              int accumulate) {
+    if (nt == 1)
+        bf16_tile(out, ldo, 1, nt, nr, xp, wp, kc, accumulate);
+    else if (nt <= 3)
+        bf16_tile(out, ldo, 3, nt, nr, xp, wp, kc, accumulate);
+    else
+        bf16_tile(out, ldo, MR, nt, nr, xp, wp, kc, accumulate);
 }
 #endif // USE_AVX512_BF16
 #elif defined(USE_AVX2)

@@ -46,6 +46,7 @@ MODELS = {
     "ok-f32-tied": ({}, "f32"),
     "ok-f16-untied": ({"tied": False}, "f16"),
     "ok-q8_0": ({}, "q8_0"),
+    "ok-bf16-untied": ({"tied": False}, "bf16"),
     "ok-pi": ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "f32"),
     # trained on 2 positions: the fuzz target's 6th token makes dynamic NTK re-rotate the 5 cached keys
     "ok-dynamic": ({"max_pos": 2, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "f32"),

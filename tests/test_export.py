@@ -87,6 +87,9 @@ def read_model(path):
             tensors[name] = np.frombuffer(buf, "<f4", size // 4, start).reshape(shape)
         elif h["dtype"] == 1:
             tensors[name] = np.frombuffer(buf, "<f2", size // 2, start).astype(np.float32).reshape(shape)
+        elif h["dtype"] == 4:  # bf16: the top 16 bits of a float32
+            bits = np.frombuffer(buf, "<u2", size // 2, start).astype(np.uint32) << 16
+            tensors[name] = bits.view(np.float32).reshape(shape)
         elif h["dtype"] == 3:  # q4_0: low nibbles are values 0..15 of a block, high ones 16..31
             rows, cols = shape
             cp = size * 2 // rows
@@ -241,11 +244,12 @@ def test_partial_rotary_ignored_for_llama(tmp_path, capsys):
 
 # --- Layout ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0", "bf16"])
 def test_file_size_matches_layout(tmp_path, capsys, gqa_dir, dtype):
     out = tmp_path / "m.bin"
     h, _, _ = export_ok(capsys, gqa_dir, out, "--dtype", dtype)  # read_model checks padding and the end
-    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}[dtype]
+    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4}[dtype]
+    assert h["version"] == 1  # a new dtype needs no new version: older readers refuse 4 as unknown
     assert out.stat().st_size == modelfile.file_size(h)
 
 
@@ -334,6 +338,54 @@ def test_f16_output(tmp_path, capsys, gqa_dir):
     for name, x in t32.items():
         expect = x if x.ndim == 1 else x.astype(np.float16).astype(np.float32)  # norms stay f32
         np.testing.assert_array_equal(t16[name], expect, err_msg=name)
+
+
+def test_bf16_output_is_torch_rounding(tmp_path, capsys, gqa_dir):
+    """--dtype bf16 from f32 weights: each matrix value is torch's bfloat16 of the f32 one (round to
+    nearest, ties to even), norms stay f32. The control: truncation (the top 16 bits as they are)
+    differs from torch on some values, so the check would catch an exporter that truncates."""
+    torch = pytest.importorskip("torch")
+    _, t32, _ = export_ok(capsys, gqa_dir, tmp_path / "a.bin")
+    _, tb, _ = export_ok(capsys, gqa_dir, tmp_path / "b.bin", "--dtype", "bf16")
+    truncation_wrong = 0
+    for name, x in t32.items():
+        expect = x if x.ndim == 1 else torch.tensor(x).to(torch.bfloat16).to(torch.float32).numpy()
+        np.testing.assert_array_equal(tb[name], expect, err_msg=name)
+        if x.ndim == 2:
+            truncated = (x.view(np.uint32) & 0xFFFF0000).view(np.float32)
+            truncation_wrong += int((truncated != expect).sum())
+    assert truncation_wrong > 0
+
+
+def test_bf16_checkpoint_copied_bit_for_bit(tmp_path, capsys):
+    """A bf16 checkpoint exported --dtype bf16 keeps every bit: its matrices are the f32 export's
+    values (exact: bf16 widens to f32 exactly), their low 16 bits zero, i.e. the checkpoint's own
+    16 bits (rows of q and k in the file's order)."""
+    make_checkpoint(tmp_path / "hf", **UNTIED_GQA, dtype="BF16", seed=9)
+    _, t32, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "a.bin")
+    _, tb, _ = export_ok(capsys, tmp_path / "hf", tmp_path / "b.bin", "--dtype", "bf16")
+    for name, x in t32.items():
+        np.testing.assert_array_equal(tb[name].view(np.uint32), x.view(np.uint32), err_msg=name)
+        if x.ndim == 2:
+            assert not (x.view(np.uint32) & 0xFFFF).any(), name  # the checkpoint was bf16
+    # and the checkpoint's bits themselves, for a matrix the exporter does not permute
+    raw = st.Checkpoint(str(tmp_path / "hf")).get("model.layers.0.mlp.down_proj.weight")
+    np.testing.assert_array_equal(tb["layers.0.w2"].view(np.uint32), raw.view(np.uint32))
+
+
+def test_bf16_beyond_range_refused(tmp_path, capsys):
+    """An f32 weight that rounds past bf16's largest finite value (3.39e38) is refused, naming the
+    tensor, with a hint; f16's overflow is refused the same way."""
+    make_checkpoint(tmp_path / "hf", **UNTIED_GQA, seed=4)
+
+    def huge(t):
+        t["model.layers.1.mlp.up_proj.weight"][2, 3] = np.float32(3.4e38)
+
+    edit_safetensors(tmp_path / "hf" / "model.safetensors", edit_tensors=huge)
+    code, err = export_inprocess(capsys, tmp_path / "hf", tmp_path / "m.bin", "--dtype", "bf16")
+    assert code != 0 and "layers.1.mlp.up_proj" in err and "beyond the bf16 range" in err and "hint" in err, err
+    assert not (tmp_path / "m.bin").exists()
+    assert export_inprocess(capsys, tmp_path / "hf", tmp_path / "m.bin")[0] == 0  # f32 holds it
 
 
 def quantized_blocks(tmp_path, capsys, gqa_dir, dtype):

@@ -58,11 +58,11 @@ def runs(path, *extra):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, c_tools):
-    """{dtype: path} of the tiny model exported as f32, f16, q8_0 and q4_0."""
+    """{dtype: path} of the tiny model exported as f32, f16, q8_0, q4_0 and bf16."""
     base = tmp_path_factory.mktemp("hostile")
     make_checkpoint(base / "hf", **TINY)
     out = {}
-    for dtype in ("f32", "f16", "q8_0", "q4_0"):
+    for dtype in ("f32", "f16", "q8_0", "q4_0", "bf16"):
         out[dtype] = base / f"tiny-{dtype}.bin"
         proc = run_export(base / "hf", out[dtype], "--dtype", dtype)
         assert proc.returncode == 0, proc.stderr
@@ -131,7 +131,7 @@ HEADER_CASES = [
     ("bos-negative", {"bos_id": -2}, ["bos_id must be -1 or a token id"]),
     ("eos-past-vocab", {"eos_id": 512}, ["eos_id must be -1 or a token id"]),
     ("shared-2", {"shared_classifier": 2}, ["shared_classifier must be 0 or 1"]),
-    ("dtype-4", {"dtype": 4}, ["unknown weight dtype"]),
+    ("dtype-5", {"dtype": 5}, ["unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16)"]),
     ("dtype-negative", {"dtype": -1}, ["unknown weight dtype"]),
     ("rope-mode-6", {"rope_scaling": 6}, ["unknown rope_scaling mode"]),
     ("rope-mode-negative", {"rope_scaling": -1}, ["unknown rope_scaling mode"]),
@@ -261,7 +261,7 @@ def test_version3_files_run(tmp_path, v3):
         assert "lrun v3" in err
 
 
-@pytest.mark.parametrize("dtype", [0, 1, 2, 3], ids=["f32", "f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("dtype", [0, 1, 2, 3, 4], ids=["f32", "f16", "q8_0", "q4_0", "bf16"])
 def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
     # Every field at the top of its range describes 2^47 to 2^51 bytes of tensors: the size
     # arithmetic must be exact (no wrap-around) and nothing may be mapped or allocated for it.
@@ -274,7 +274,7 @@ def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
     refused(path, [f"file is {path.stat().st_size} bytes but its header describes {size} ", "truncated"])
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0", "bf16"])
 def test_file_size_must_be_exact(tmp_path, tiny, dtype):
     data = tiny[dtype].read_bytes()
     short, long = tmp_path / "short.bin", tmp_path / "long.bin"

@@ -115,6 +115,24 @@ def test_block_equals_token_by_token(c_tools, stories, tmp_path):
     assert ratio < 1e-4
 
 
+def test_bf16_block_equals_token_by_token(c_tools, tmp_path):
+    """bf16 weights: a prompt token's logits are those of the token run alone, bit for bit: x is
+    rounded to bf16 between layers, so a sum in another order would now and then round to the next
+    bf16 number (2^-8 away; with decode's own dot products this was 3.7e-3 here), and one token
+    goes through prefill's chains too (kernels.c, matmul_many). The control: the bf16 logits are not
+    the f32 ones (the weights were rounded)."""
+    model = export(STORIES_HF, tmp_path, "--dtype", "bf16")
+    ids = random_ids(300, 512, seed=3)
+    block = c_logits(model, ids, tmp_path, "--batch", "64")
+    single = c_logits(model, ids, tmp_path, "--batch", "1")
+    ratio = np.abs(block - single).max() / np.abs(single).max()
+    (tmp_path / "f32").mkdir()
+    f32 = c_logits(export(STORIES_HF, tmp_path / "f32"), ids, tmp_path, "--batch", "64")
+    off = np.abs(block - f32).max() / np.abs(f32).max()
+    print(f"bf16, blocks of 64 vs one token at a time: max relative difference {ratio:.2e} (vs f32: {off:.2e})")
+    assert ratio == 0 and off > 1e-4
+
+
 # --- past the trained context: every static mode at 4x, dynamic token by token --------------------
 
 STATIC_MODES = ["pi", "ntk", "yarn", "llama3"]
