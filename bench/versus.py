@@ -74,10 +74,10 @@ def parse_peer(text):
 
 def thread_counts(values):
     """--threads as given ('1,2', or '4' '8' '16', or both ways at once) -> [1, 2]."""
-    counts = [int(t) for value in values for t in str(value).split(",") if t.strip()]
-    if not counts or min(counts) < 1:
+    counts = [t.strip() for value in values for t in str(value).split(",") if t.strip()]
+    if not counts or not all(t.isdigit() and int(t) > 0 for t in counts):
         raise ValueError(f"--threads {' '.join(map(str, values))}: expected positive counts, e.g. 1,2 or 4,8,16")
-    return counts
+    return [int(t) for t in counts]
 
 
 def weight_bytes(h, dtype):
@@ -92,7 +92,8 @@ def weight_bytes(h, dtype):
 def run(cmd, env=None):
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
     if proc.returncode != 0:
-        raise SystemExit(f"versus: {' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n"
+        shown = " ".join(shlex.quote(a if len(a) < 80 else a[:40] + "...") for a in map(str, cmd))  # not a whole prompt
+        raise SystemExit(f"versus: {shown} failed (exit {proc.returncode}):\n"
                          f"{proc.stderr[-2000:]}")
     return proc
 
@@ -288,9 +289,10 @@ def main(args):
               "Peers: " + "; ".join(peer_line(p) for p in peers) + ".",
               f"Load average (1, 5, 15 min): {load_before} before, {common.loadavg()} after "
               f"({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
-              f"Medians of {args.runs} interleaved rounds, the programs' order rotating round by round. tg = {TG} "
-              f"decode steps from an empty context; pp = a {PP}-token prompt; pp4k = a {DEEP}-token prompt and tg@4k = "
-              f"{DEEP_GEN} decode steps after it (--ctx {DEEP_CTX}). KV cache f16 everywhere.", ""]
+              f"Medians of {args.runs} interleaved round{'s' if args.runs > 1 else ''}, the programs' order rotating "
+              f"round by round. tg = {TG} decode steps from an empty context; pp = a {PP}-token prompt; pp4k = a "
+              f"{DEEP}-token prompt and tg@4k = {DEEP_GEN} decode steps after it (--ctx {DEEP_CTX}). KV cache f16 "
+              "everywhere.", ""]
     lines = table(rows, peers, header)
     if skipped:
         lines += ["", "Skipped (a file missing): " + ", ".join(skipped) + "."]
