@@ -524,11 +524,30 @@ static void quantize_rows_q8(const QuantizedRows *qx, const float *x, int n, int
             quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
 }
 
+// bf16 weights: the n rows of x (n, cols) rounded to bf16 into h (n, bf16_cols(cols)), each row's
+// padding zero (the vector code reads whole steps of 32). Decode and prefill alike: a token's
+// products then see the same numbers in a prompt or alone (kernels_internal.h, bf16's order).
+static void round_row_bf16(uint16_t *h, const float *x, int cols) {
+    for (int c = 0; c < cols; c++)
+        h[c] = round_bf16(x[c]);
+    for (int c = cols; c < bf16_cols(cols); c++)
+        h[c] = 0;
+}
+static void round_rows_bf16(uint16_t *h, const float *x, int n, int cols) {
+    const size_t ld = (size_t)bf16_cols(cols);
+    if (n == 1) // one token: no team (top of the file)
+        round_row_bf16(h, x, cols);
+    else
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++)
+            round_row_bf16(h + t * ld, x + (size_t)t * cols, cols);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The workspace: one block of memory set up with the run, laid out anew for each product by
 // ws_layout, with which workspace_bytes also sizes it.
 
-typedef enum { WS_DECODE, WS_GEMM_F32, WS_GEMM_Q8, WS_PATHS } WsPath;
+typedef enum { WS_DECODE, WS_GEMM_F32, WS_GEMM_Q8, WS_GEMM_BF16, WS_PATHS } WsPath;
 
 // A piece of `bytes` at *at, which moves past it to the next multiple of 64.
 static size_t piece(size_t *at, size_t bytes) {
@@ -545,19 +564,20 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     const size_t kc = cp < KC_MAX ? cp : KC_MAX; // the widest chunk of columns prefill packs
     size_t at = 0, mine = 0;                     // the shared pieces; one thread's
     *l = (WsLayout){0};
-    if (path != WS_GEMM_F32) { // x quantized
+    if (path == WS_DECODE || path == WS_GEMM_Q8) { // x quantized
         l->q = piece(&at, n * cp);
         l->d = piece(&at, n * nb * sizeof(float));
         l->sum = piece(&at, n * nb * sizeof(int32_t));
     }
+    if (path == WS_DECODE || path == WS_GEMM_BF16) // x rounded to bf16, rows padded to whole steps
+        l->h = piece(&at, n * ((cols + BF16_STEP - 1) / BF16_STEP * BF16_STEP) * sizeof(uint16_t));
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
-        l->h = piece(&at, n * cols * sizeof(uint16_t));
         l->runs = piece(&at, threads * sizeof(PieceRun));
-    } else if (path == WS_GEMM_F32) { // also bf16's pairs (gemm_bf16): (tiles, cols/2, MR), (kc/2, NR) words
+    } else if (path == WS_GEMM_F32) {
         l->xp = piece(&at, (n + MR - 1) / MR * MR * cols * sizeof(float)); // (tiles, cols, MR)
         l->wp = piece(&mine, kc * NR * sizeof(float));                     // (kc, NR)
-    } else {
+    } else if (path == WS_GEMM_Q8) {
         const size_t tokens = (n + MR_Q8 - 1) / MR_Q8 * MR_Q8;    // whole tiles
         l->xp = piece(&at, tokens * cp);                          // (tiles, cp/4, MR_Q8, 4)
         l->xd = piece(&at, tokens * nb * sizeof(float));          // (tiles, cp/32, MR_Q8)
@@ -571,7 +591,7 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     return l->bytes = at + threads * mine;
 }
 
-// The largest layout of the three products. Within the limits checked first (the model loader's
+// The largest layout of the four products. Within the limits checked first (the model loader's
 // and the command line's are tighter) every piece is below 2^40.
 size_t workspace_bytes(int max_n, int max_cols, int n_threads) {
     if (max_n < 1 || max_n > 1 << 16 || max_cols < 1 || max_cols > 1 << 20 || n_threads < 1 || n_threads > 1 << 12)
@@ -604,13 +624,10 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         return 0;
     }
     const int cols = m[0]->cols, threads = ws->n_threads;
-    // bf16: prefill's chains for one token too, so that a token's logits are the same bits whether
-    // it comes in a prompt or alone (x is rounded to bf16 between layers, where a sum in another
-    // order would now and then round to the next bf16 number, 2^-8 away).
-    const WsPath path = m[0]->dtype == DTYPE_BF16 ? WS_GEMM_F32
-                        : n < GEMM_MIN_N          ? WS_DECODE
-                        : quantized(m[0]->dtype)  ? WS_GEMM_Q8
-                                                  : WS_GEMM_F32;
+    const WsPath path = n < GEMM_MIN_N                ? WS_DECODE
+                        : quantized(m[0]->dtype)        ? WS_GEMM_Q8
+                        : m[0]->dtype == DTYPE_BF16     ? WS_GEMM_BF16
+                                                        : WS_GEMM_F32;
     WsLayout l;
     if (ws_layout(&l, path, (size_t)n, (size_t)cols, (size_t)threads) > ws->bytes) return -1; // as above
     unsigned char *b = ws->base;
@@ -618,15 +635,13 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
     if (quantized(t)) quantize_rows_q8(&qx, x, n, cols); // once for every product that reads x
-    if (t == DTYPE_BF16 && path == WS_DECODE)          // prefill rounds x as it packs it
-        for (size_t i = 0; i < (size_t)n * cols; i++)
-            qx.h[i] = round_bf16(x[i]);
+    if (t == DTYPE_BF16) round_rows_bf16(qx.h, x, n, cols);
     if (path == WS_DECODE)
         matvec(b, &l, threads, out, x, quantized(t) || t == DTYPE_BF16 ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
-    else if (t == DTYPE_BF16)
-        gemm_bf16(b, &l, threads, out, x, m, count, n);
+    else if (path == WS_GEMM_BF16)
+        gemm_bf16(threads, out, qx.h, m, count, n);
     else
         gemm_f32(b, &l, threads, out, x, m, count, n);
     return 0;

@@ -67,7 +67,8 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 //     matrix product from there on (prefill); q8_0 and q4_0 quantize x to 8 bits per block of 32
 //     first, bf16 rounds x to bf16 (bf16_round), in decode and prefill alike.
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
-//     count. x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
+//     count. bf16: in one order in decode and prefill too (kernels_internal.h), so a token's outputs
+//     are the same bits in a block of n tokens or alone. x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
 //     sized for (a caller's bug; nothing is computed then).
 void matmul_ref(float *out, const float *x, const Matrix *m, int n);
 int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n);

@@ -31,13 +31,16 @@ static ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int n) {
     return sum;
 }
 
-// bf16 weights . x rounded to bf16 (kernels.h): every product exact, summed in float.
-static ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int n) {
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < n; i++)
-        sum += widen_bf16(w[i]) * widen_bf16(x[i]);
-    return sum;
+// bf16 weights . x rounded to bf16 (kernels.h), in bf16's order (kernels_internal.h): 16 lanes,
+// lane l summing the columns 32s + 2l + 1, then 32s + 2l of each step s, each product exact; then
+// the lanes' tree. Decode and prefill both compute this (the vector versions in 16-lane vectors).
+ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols) {
+    float lane[BF16_LANES] = {0};
+    for (int s = 0; s < cols; s += BF16_STEP)
+        for (int l = 0; l < BF16_LANES; l++)
+            for (int k = s + 2 * l + 1; k >= s + 2 * l; k--) // the pair's second column first
+                if (k < cols) lane[l] = lane[l] + widen_bf16(w[k]) * widen_bf16(x[k]);
+    return bf16_sum_lanes(lane);
 }
 
 // q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i). The
@@ -175,7 +178,8 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
     QuantizedRow xq[n];
     for (int t = 0; t < n; t++)
         xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb,
-                                    prep ? prep + t * q4_prep_bytes(cp) : NULL, qx->h + t * cp}
+                                    prep ? prep + t * q4_prep_bytes(cp) : NULL,
+                                    qx->h + t * (size_t)bf16_cols(m[0]->cols)}
                    : (QuantizedRow){0};
     PieceRun *runs = (PieceRun *)(ws + l->runs);
     for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)

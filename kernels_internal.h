@@ -52,6 +52,8 @@ enum {
     MIX_RUN = 128, // attention: positions of values the weighted sum takes at a time (vector code)
     DOT_ROWS = 4,  // decode: weight rows a group of dot_rows reads (at once in the vector code),
                    // each from its own quarter of the matrix
+    BF16_NR = 4,   // prefill, bf16 tiles: weight rows x tokens, 20 sums of 16 lanes (8 x 3 and 12 x 2
+    BF16_MT = 5,   // made GCC spill registers: 0.65x and 0.47x of 4 x 5's speed; 4 x 4 as fast)
 };
 
 static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
@@ -96,6 +98,28 @@ static inline float widen_bf16(uint16_t b) {
     __builtin_memcpy(&x, &u, sizeof x);
     return x;
 }
+
+// The order of a bf16 product's sums, the same in decode and prefill, in every build, so that a
+// token's outputs are the same bits in a prompt or alone: x rounded to bf16, every product exact.
+// The columns go in steps of 32 (the last one padded with zeros); step s hands columns 32s + 2l + 1
+// and then 32s + 2l to lane l of 16, each added to the lane's sum on its own, rounded to nearest:
+// what one vdpbf16ps does with 32 weights of a row and 32 values of x loaded as they are stored
+// (it adds the product of a 32-bit word's high halves first). Then the 16 lanes are summed by one
+// tree, bf16_sum_lanes: l + 8, then + 4, + 2, + 1, the order in which a 512-bit vector (or two
+// 256-bit ones) is halved. The vector code keeps a row's 16 lanes in one vector, so a decode step
+// streams the rows as stored and prefill's tiles feed each loaded vector to several rows or tokens.
+// vdpbf16ps reads subnormal numbers and writes them as zero: where a weight or a lane's sum is below
+// 2^-126 the AVX512-BF16 build differs from this order by less than 2^-126 per column.
+enum { BF16_STEP = 32, BF16_LANES = 16 };
+static inline int bf16_cols(int cols) { return (cols + BF16_STEP - 1) / BF16_STEP * BF16_STEP; }
+static inline float bf16_sum_lanes(float lane[BF16_LANES]) {
+    for (int half = BF16_LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++)
+            lane[l] = lane[l] + lane[l + half];
+    return lane[0];
+}
+// One output: w (cols bf16) . x (cols bf16) in that order (kernels_decode.c), the plain C that defines it.
+float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols);
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are).
@@ -157,7 +181,7 @@ typedef struct {
     float *d;     // (n, cp/Q8_BLOCK) scales
     int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
     int8_t *prep; // decode against q4_0 weights: (n, q4_prep_bytes(cp)) as q4_prep arranged it; else NULL
-    uint16_t *h;  // decode against bf16 weights: (n, cols) x rounded to bf16 (round_bf16); else NULL
+    uint16_t *h;  // bf16 weights: (n, bf16_cols(cols)) x rounded to bf16 (round_bf16), zero-padded; else NULL
 } QuantizedRows;
 
 // One token's row of a QuantizedRows, as the decode dot products read it.
@@ -189,7 +213,7 @@ typedef struct {
 typedef struct {
     size_t q, d, sum;     // x quantized (q8_0 and q4_0 weights): QuantizedRows' q, d, sum
     size_t prep;          // decode, q4_0 weights: QuantizedRows.prep
-    size_t h;             // decode, bf16 weights: QuantizedRows.h
+    size_t h;             // bf16 weights (decode and prefill): QuantizedRows.h
     size_t runs;          // decode: a PieceRun per thread
     size_t xp, xd, xs;    // prefill: x packed in tiles; q8_0 and q4_0: their scales and start values
     size_t wp, wd, stage; // prefill, per thread: a packed panel of weights; q8_0 and q4_0: its scales,
@@ -205,18 +229,9 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
               const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
-// bf16 weights, prefill: every output one chain of multiply-adds over the columns in order, x
-// rounded to bf16, so each product is exact: c = c + x_k w_k, k = 0, 1, ... gemm_f32 computes it so
-// (its packing rounds x and widens the weights); with AVX512-BF16 gemm_bf16 does, in pairs of
-// columns by vdpbf16ps, which adds its pair's two products to a lane one after the other, each
-// rounded to nearest (kernels_prefill.c): the same bits, but for subnormal numbers, which vdpbf16ps
-// reads and writes as zero.
-#ifdef USE_AVX512_BF16
-void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
-               const Matrix *const *m, int count, int n);
-#else
-#define gemm_bf16 gemm_f32
-#endif
+// bf16 weights, prefill: tiles of rows x tokens (kernels_prefill.c), each output in bf16's order
+// (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)).
+void gemm_bf16(int threads, float *const *out, const uint16_t *xb, const Matrix *const *m, int count, int n);
 
 // ---------------------------------------------------------------------------------------------
 // The microkernels. Each signature is a type, and both versions of a microkernel are declared with
@@ -241,13 +256,12 @@ typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
-// bf16 with AVX512-BF16 (gemm_bf16): a panel packed as wp (kc/2, NR) pairs of columns, and tokens
-// as xp (kc/2, MR) pairs, each pair one 32-bit word with its first column in the high half (where
-// vdpbf16ps adds first); the tile out[t, j] (+)= the chain over the pairs.
-typedef void PackBF16(uint32_t *wp, const Matrix *m, int r0, int k0, int kc);
-typedef void TileBF16(float *out, size_t ldo, int nt, int nr, const uint32_t *xp, const uint32_t *wp, int kc,
-                      int accumulate);
-void pack_w_bf16_from(uint32_t *wp, const Matrix *m, int r0, int k0, int kc, int from);
+// bf16 (gemm_bf16): out[t, r] = w row r . x row t in bf16's order for r < nr rows of w (ldw
+// values apart, cols of them) and t < nt rows of x (rounded, ldx = bf16_cols(cols) apart, padded
+// with zeros); nr <= BF16_NR, nt <= BF16_MT. The vector version keeps the tile's 16-lane sums in
+// registers, each weight vector loaded serving the tile's tokens and each x vector its rows.
+typedef void TileBF16(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
+                      int nt, int cols);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
 
@@ -266,8 +280,7 @@ PackF32 pack_w_f32_plain, pack_w_f32_x86;
 PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
-PackBF16 pack_w_bf16_x86;
-TileBF16 kernel_bf16_x86;
+TileBF16 kernel_bf16_plain, kernel_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
 Mix attention_mix_plain, attention_mix_x86;
 QuantizeRow quantize_row_q8_plain, quantize_row_q8_x86;
@@ -293,6 +306,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define pack_w_f32       pack_w_f32_x86
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
+#define kernel_bf16      kernel_bf16_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
 #define quantize_row_q8  quantize_row_q8_x86
@@ -301,6 +315,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define pack_w_f32       pack_w_f32_plain
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain
+#define kernel_bf16      kernel_bf16_plain
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain
 #define quantize_row_q8  quantize_row_q8_plain

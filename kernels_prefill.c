@@ -11,7 +11,7 @@
 //
 // The plain C packing and tiles come first: they define what each computes, and are what a build
 // without vector code runs; kernels_x86.c has vector versions behind the same signatures
-// (kernels_internal.h says which a build uses). Then gemm_f32 and gemm_q8, which call them.
+// (kernels_internal.h says which a build uses). Then gemm_f32, gemm_bf16 and gemm_q8, which call them.
 #include "kernels_internal.h"
 
 #include <string.h>
@@ -19,20 +19,20 @@
 enum {
     X_CHUNK = 512 << 10, // bytes of packed activations per chunk: a quarter of a 2 MB L2
     PANEL_GROUP = 4,     // panels per work item, at most
+    BF16_ROWS = 64,      // bf16: weight rows per work item
 };
 
 // ---------------------------------------------------------------------------------------------
 // Packing and tiles, plain C
 
 // Packing the tokens: xp (cols, MR) = x[t0 : t0+MR, :] transposed, so column k of a tile is MR
-// consecutive floats, one broadcast each in the microkernel; for bf16 weights x rounded to bf16
-// (kernels.h), so that every product is exact. Tokens past n are zero.
-static void pack_x_f32(float *xp, const float *x, int cols, int n, int t0, int bf16) {
+// consecutive floats, one broadcast each in the microkernel. Tokens past n are zero.
+static void pack_x_f32(float *xp, const float *x, int cols, int n, int t0) {
     for (int t = 0; t < MR; t++) {
         if (t0 + t < n) {
             const float *src = x + (size_t)(t0 + t) * cols;
             for (int k = 0; k < cols; k++)
-                xp[(size_t)k * MR + t] = bf16 ? widen_bf16(round_bf16(src[k])) : src[k];
+                xp[(size_t)k * MR + t] = src[k];
         } else {
             for (int k = 0; k < cols; k++)
                 xp[(size_t)k * MR + t] = 0;
@@ -48,10 +48,9 @@ void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int fro
     for (int j = 0; j < NR; j++) {
         const size_t at = (size_t)(r0 + j) * cols + k0;
         for (int k = from; k < kc; k++)
-            wp[k * NR + j] = j >= nr                  ? 0
-                             : m->dtype == DTYPE_F32  ? ((const float *)m->data)[at + k]
-                             : m->dtype == DTYPE_BF16 ? widen_bf16(((const uint16_t *)m->data)[at + k])
-                                                      : (float)((const _Float16 *)m->data)[at + k];
+            wp[k * NR + j] = j >= nr                 ? 0
+                             : m->dtype == DTYPE_F32 ? ((const float *)m->data)[at + k]
+                                                     : (float)((const _Float16 *)m->data)[at + k];
     }
 }
 
@@ -78,37 +77,12 @@ void kernel_f32_plain(float *out, size_t ldo, int nt, int nr, const float *xp, c
             out[t * ldo + j] = c[t][j];
 }
 
-// bf16 with AVX512-BF16 (gemm_f32 below): vdpbf16ps multiplies 32-bit words holding two bf16
-// numbers, a pair of columns, and adds to each float lane first the product of the words' high
-// halves, then that of their low halves, each sum rounded to nearest (Intel's SDM; measured the same
-// on AMD Zen 5). A pair is packed with its first column high, so the lane adds column k, then k + 1:
-// the chain kernel_f32 computes, c = c + x_k w_k in column order, bit for bit (the products of two
-// bf16 numbers are exact in float), but for subnormal numbers, which vdpbf16ps reads and writes as
-// zero: each output then differs by less than 2^-126 per column.
-//   packed tokens   xp (ceil(cols/2), MR) words, packed weights wp (ceil(kc/2), NR) words;
-//   an odd last column is paired with a zero.
-static inline uint32_t bf16_pair(uint16_t first, uint16_t second) { return (uint32_t)first << 16 | second; }
-
-#ifdef USE_AVX512_BF16
-static void pack_x_bf16(uint32_t *xp, const float *x, int cols, int n, int t0) {
-    for (int t = 0; t < MR; t++) {
-        const float *src = t0 + t < n ? x + (size_t)(t0 + t) * cols : NULL;
-        for (int k = 0; k < cols; k += 2)
-            xp[(size_t)k / 2 * MR + t] =
-                src ? bf16_pair(round_bf16(src[k]), k + 1 < cols ? round_bf16(src[k + 1]) : 0) : 0;
-    }
-}
-#endif
-
-void pack_w_bf16_from(uint32_t *wp, const Matrix *m, int r0, int k0, int kc, int from) {
-    const size_t cols = (size_t)m->cols;
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    const uint16_t *w = (const uint16_t *)m->data;
-    for (int j = 0; j < NR; j++) {
-        const uint16_t *row = w + (size_t)(r0 + j) * cols + k0;
-        for (int k = from; k < kc; k += 2)
-            wp[k / 2 * NR + j] = j < nr ? bf16_pair(row[k], k + 1 < kc ? row[k + 1] : 0) : 0;
-    }
+// bf16: each output of the tile in bf16's order (kernels_internal.h), one dot_bf16_plain call each.
+void kernel_bf16_plain(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
+                       int nt, int cols) {
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++)
+            out[t * ldo + r] = dot_bf16_plain(w + r * ldw, x + t * ldx, cols);
 }
 
 // q8_0 prefill works on integer tiles. The multiply instruction of the vector version (vpdpbusd)
@@ -240,10 +214,10 @@ static int chunk_cols(int n, int cols, size_t elem) {
     return kc < cols ? (int)kc : cols;
 }
 
-// f32, f16 and bf16 weights (bf16 with AVX512-BF16: gemm_bf16 below).
+// f32 and f16 weights.
 void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
               const Matrix *const *m, int count, int n) {
-    const int cols = m[0]->cols, tiles = (n + MR - 1) / MR, bf16 = m[0]->dtype == DTYPE_BF16;
+    const int cols = m[0]->cols, tiles = (n + MR - 1) / MR;
     const int kc_max = chunk_cols(tiles * MR, cols, sizeof(float));
     float *xp = (float *)(ws + l->xp); // (tiles, cols, MR)
 #pragma omp parallel num_threads(threads)
@@ -251,7 +225,7 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
         float *wp = (float *)(ws + l->wp + (size_t)thread_num() * l->each); // (kc, NR), this thread's
 #pragma omp for schedule(dynamic)
         for (int i = 0; i < tiles; i++)
-            pack_x_f32(xp + (size_t)i * cols * MR, x, cols, n, i * MR, bf16);
+            pack_x_f32(xp + (size_t)i * cols * MR, x, cols, n, i * MR);
         for (int mi = 0; mi < count; mi++) {
             const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
             const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
@@ -275,43 +249,35 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
     }
 }
 
-#ifdef USE_AVX512_BF16
-// bf16 weights with AVX512-BF16: the same loops over pairs of columns (kc a multiple of 32 but in a
-// last chunk, so a pair never straddles two chunks).
-void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
-               const Matrix *const *m, int count, int n) {
-    const int cols = m[0]->cols, pairs = (cols + 1) / 2, tiles = (n + MR - 1) / MR;
-    const int kc_max = chunk_cols(tiles * MR, cols, sizeof(uint16_t));
-    uint32_t *xp = (uint32_t *)(ws + l->xp); // (tiles, pairs, MR)
+// bf16 weights: no packing (x was rounded by matmul, the weights are read as stored). Every output
+// is one tile's 16-lane sum over all the columns (bf16's order), so nothing is cut into chunks of
+// columns; instead a work item is a block of BF16_ROWS rows, and in it a block of tokens whose
+// rounded x stays in L2 goes by each tile of BF16_NR rows (whose weights stay in L1 meanwhile) in
+// tiles of BF16_MT tokens. No order depends on the blocks or the threads.
+void gemm_bf16(int threads, float *const *out, const uint16_t *xb, const Matrix *const *m, int count, int n) {
+    const int cols = m[0]->cols;
+    const size_t ldx = (size_t)bf16_cols(cols);
+    long tb = X_CHUNK / 2 / (long)(ldx * sizeof(uint16_t)) / BF16_MT * BF16_MT; // tokens per block
+    tb = tb < BF16_MT ? BF16_MT : tb;
 #pragma omp parallel num_threads(threads)
-    {
-        uint32_t *wp = (uint32_t *)(ws + l->wp + (size_t)thread_num() * l->each); // (kc/2, NR), this thread's
-#pragma omp for schedule(dynamic)
-        for (int i = 0; i < tiles; i++)
-            pack_x_bf16(xp + (size_t)i * pairs * MR, x, cols, n, i * MR);
-        for (int mi = 0; mi < count; mi++) {
-            const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
-            const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
+    for (int mi = 0; mi < count; mi++) {
+        const int rows = m[mi]->rows, blocks = (rows + BF16_ROWS - 1) / BF16_ROWS;
+        const uint16_t *w = (const uint16_t *)m[mi]->data;
 #pragma omp for schedule(dynamic) nowait
-            for (int g = 0; g < groups; g++) {
-                const int p_end = (g + 1) * group < panels ? (g + 1) * group : panels;
-                for (int k0 = 0; k0 < cols; k0 += kc_max) {
-                    const int kc = cols - k0 < kc_max ? cols - k0 : kc_max;
-                    for (int p = g * group; p < p_end; p++) {
-                        const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                        pack_w_bf16_x86(wp, m[mi], r0, k0, kc);
-                        for (int i = 0; i < tiles; i++) {
-                            const int nt = n - i * MR < MR ? n - i * MR : MR;
-                            kernel_bf16_x86(out[mi] + (size_t)i * MR * rows + r0, (size_t)rows, nt, nr,
-                                            xp + ((size_t)i * pairs + k0 / 2) * MR, wp, kc, k0 > 0);
-                        }
-                    }
+        for (int b = 0; b < blocks; b++) {
+            const int r_end = (b + 1) * BF16_ROWS < rows ? (b + 1) * BF16_ROWS : rows;
+            for (int t0 = 0; t0 < n; t0 += (int)tb) {
+                const int t_end = t0 + tb < n ? t0 + (int)tb : n;
+                for (int r = b * BF16_ROWS; r < r_end; r += BF16_NR) {
+                    const int nr = r_end - r < BF16_NR ? r_end - r : BF16_NR;
+                    for (int t = t0; t < t_end; t += BF16_MT)
+                        kernel_bf16(out[mi] + (size_t)t * rows + r, (size_t)rows, w + (size_t)r * cols, (size_t)cols,
+                                    nr, xb + t * ldx, ldx, t_end - t < BF16_MT ? t_end - t : BF16_MT, cols);
                 }
             }
         }
     }
 }
-#endif
 
 // q8_0 and q4_0 weights: the same loops over integer tiles.
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,

@@ -6,7 +6,7 @@
 // ...): kernels_internal.h declares both with one type and its table says which one a build uses.
 // This file needs nothing from the other kernel files but that header. Attention has one 256-bit
 // version for AVX2 and AVX-512 builds; decode has a 256-bit one and, for AVX-512 with VNNI, 512-bit
-// f16, q8_0 and q4_0 dot products (half the instructions per byte, which counts once a core
+// f16, bf16, q8_0 and q4_0 dot products (half the instructions per byte, which counts once a core
 // streams fast enough); the prefill tiles have two side by side, 512-bit (AVX-512, with VNNI for
 // the integer ones) and 256-bit (AVX2, for machines without AVX-512). tests/test_kernels.c checks
 // every path against the references, in a native, an AVX2 and a plain C build.
@@ -46,10 +46,54 @@ static inline float hsum8(__m256 a) {
 
 // 8 halves widened to floats (exact).
 static inline __m256 half8(const _Float16 *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
-// 8 bf16 numbers widened to floats (exact: their bits moved to the top of 32).
-static inline __m256 bf8(const uint16_t *b) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)b)), 16));
+// bf16's order (kernels_internal.h) in vectors. 32 bf16 numbers loaded as stored are 16 32-bit
+// words, word l holding columns 2l (low half) and 2l + 1 (high half): a row's 16 lanes are one
+// 512-bit vector, or two 256-bit ones (lanes 0-7 from columns 0-15 of a step, 8-15 from 16-31).
+// As floats, a word's high half is the word with its low 16 bits cleared and its low half the word
+// shifted up by 16, both exact; a product of two bf16 numbers is exact too, so a fused multiply-add
+// is the rounded sum of the lane and the product, as the order has it.
+static inline __m256 bf16_high8(__m256i v) {
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000)));
 }
+static inline __m256 bf16_low8(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+// One step of 8 lanes: the high halves' product first, then the low halves'.
+static inline __m256 bf16_step8(__m256 acc, __m256i w, __m256 x_high, __m256 x_low) {
+    return _mm256_fmadd_ps(bf16_low8(w), x_low, _mm256_fmadd_ps(bf16_high8(w), x_high, acc));
+}
+// The last step of a row of `left` < 32 columns, copied into zeros (AVX2 has no 16-bit masked load).
+static inline void bf16_rest(uint16_t to[BF16_STEP], const uint16_t *w, int left) {
+    memset(to, 0, BF16_STEP * sizeof(uint16_t));
+    memcpy(to, w, (size_t)left * sizeof(uint16_t));
+}
+
+#ifdef USE_AVX512
+// One step of 16 lanes: vdpbf16ps, which adds the product of the words' high halves to each lane,
+// then that of their low halves, each rounded to nearest (Intel's SDM; subnormal numbers read and
+// written as zero); without AVX512-BF16 the two fused multiply-adds it does.
+static inline __m512 bf16_step16(__m512 acc, __m512i w, __m512i x) {
+#ifdef USE_AVX512_BF16
+    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
+#else
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000);
+    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, high)),
+                          _mm512_castsi512_ps(_mm512_and_si512(x, high)), acc);
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)),
+                           acc);
+#endif
+}
+
+// bf16_sum_lanes of four vectors at once, into the four floats returned: lanes l + 8 (the 128-bit
+// quarters 0, 1 plus 2, 3; two vectors side by side), then + 4 (quarter 0 plus 1, four vectors' in
+// the four quarters), + 2 and + 1 within each quarter; lane 0 of each quarter is a sum.
+static inline __m128 bf16_sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512 b01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+    const __m512 b23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+    const __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(b01, b23, 0x88), _mm512_shuffle_f32x4(b01, b23, 0xdd));
+    const __m512 d = _mm512_add_ps(c, _mm512_permute_ps(c, 0x4e)); // lanes [2, 3, 0, 1] of each quarter
+    const __m512 e = _mm512_add_ps(d, _mm512_permute_ps(d, 0xb1)); // lanes [1, 0, 3, 2]
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), e));
+}
+#endif
 
 // The lane mask (all bits set) of the first k of 8 lanes, for vmaskmov loads and stores at ragged ends.
 static inline __m256i first_lanes8(int k) {
@@ -237,8 +281,8 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step,
     }
 }
 
-// bf16: weights and x (rounded to bf16 by matmul) widened exactly, as f16's are, then multiplied
-// and added; each product is exact.
+// bf16 in bf16's order: each row's 16 lanes in two vectors, a step of 32 columns of x (rounded by
+// matmul, padded with zeros to whole steps) split into high and low halves once for the four rows.
 static ONE_COPY void dots_bf16_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
     const int n = m->cols;
     const RunRows rows = run_rows(m, step);
@@ -248,29 +292,21 @@ static ONE_COPY void dots_bf16_x86(float *out, const Matrix *m, int r0, int step
         __m256 a[DOT_ROWS][2];
         for (int k = 0; k < DOT_ROWS; k++)
             a[k][0] = a[k][1] = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 32 <= n; i += 32) { // 64 bytes of each row
-            const __m256 x0 = bf8(x + i), x1 = bf8(x + i + 8), x2 = bf8(x + i + 16), x3 = bf8(x + i + 24);
+        for (int i = 0; i < n; i += BF16_STEP) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + i));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + i + 16));
+            const __m256 xh0 = bf16_high8(x0), xl0 = bf16_low8(x0), xh1 = bf16_high8(x1), xl1 = bf16_low8(x1);
+            uint16_t rest[DOT_ROWS][BF16_STEP];
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++) {
-                const uint16_t *wk = (const uint16_t *)w[k].at;
-                a[k][0] = _mm256_fmadd_ps(bf8(wk + i), x0, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(bf8(wk + i + 8), x1, a[k][1]);
-                a[k][0] = _mm256_fmadd_ps(bf8(wk + i + 16), x2, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(bf8(wk + i + 24), x3, a[k][1]);
+                const uint16_t *wk = (const uint16_t *)w[k].at + i;
+                if (i + BF16_STEP > n) bf16_rest(rest[k], wk, n - i), wk = rest[k];
+                a[k][0] = bf16_step8(a[k][0], _mm256_loadu_si256((const __m256i *)wk), xh0, xl0);
+                a[k][1] = bf16_step8(a[k][1], _mm256_loadu_si256((const __m256i *)(wk + 16)), xh1, xl1);
             }
         }
-        for (; i + 8 <= n; i += 8) {
-            const __m256 x0 = bf8(x + i);
-            for (int k = 0; k < DOT_ROWS; k++)
-                a[k][0] = _mm256_fmadd_ps(bf8((const uint16_t *)w[k].at + i), x0, a[k][0]);
-        }
-        for (int k = 0; k < nr; k++) {
-            float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
-            for (int j = i; j < n; j++)
-                sum += widen_bf16(((const uint16_t *)w[k].at)[j]) * widen_bf16(x[j]);
-            out[r + k * step] = sum;
-        }
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] = hsum8(_mm256_add_ps(a[k][0], a[k][1])); // bf16_sum_lanes: hsum8 halves alike
     }
 }
 
@@ -439,55 +475,35 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
     }
 }
 
-// bf16: 32 weights of a row against 32 of x (rounded to bf16 by matmul) per vdpbf16ps, where the
-// machine has AVX512-BF16 (each exact product added in turn, rounded to nearest, subnormal numbers
-// read and written as zero: kernels_prefill.c); else both widened exactly, 16 at a time, as f16's.
-static inline __m512 bf16_fma512(__m512 acc, const uint16_t *w, const uint16_t *x) {
-#ifdef USE_AVX512_BF16
-    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w), (__m512bh)_mm512_loadu_si512(x));
-#else
-    for (int h = 0; h < 32; h += 16) {
-        const __m512 wf = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + h))), 16));
-        const __m512 xf = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + h))), 16));
-        acc = _mm512_fmadd_ps(wf, xf, acc);
-    }
-    return acc;
-#endif
-}
-
+// bf16 in bf16's order: a row's 16 lanes in one vector, 32 weights of each row and 32 values of x
+// (rounded by matmul, padded with zeros to whole steps) per vdpbf16ps: the rows streamed as stored.
 static ONE_COPY void dots_bf16_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
     const int n = m->cols;
+    const __mmask32 last = (__mmask32)(((uint64_t)1 << (n % BF16_STEP ? n % BF16_STEP : BF16_STEP)) - 1);
     const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
         Row w[DOT_ROWS];
         const int nr = group_at(&rows, r, w, NULL);
-        __m512 a[DOT_ROWS][2];
+        __m512 a[DOT_ROWS];
         for (int k = 0; k < DOT_ROWS; k++)
-            a[k][0] = a[k][1] = _mm512_setzero_ps();
+            a[k] = _mm512_setzero_ps();
         int i = 0;
-        for (; i + 64 <= n; i += 64) { // 128 bytes of each row
+#pragma GCC unroll 2
+        for (; i + BF16_STEP <= n; i += BF16_STEP) { // 64 bytes of each row
+            const __m512i xv = _mm512_loadu_si512(x + i);
 #pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                const uint16_t *wk = (const uint16_t *)w[k].at;
-                a[k][0] = bf16_fma512(a[k][0], wk + i, x + i);
-                a[k][1] = bf16_fma512(a[k][1], wk + i + 32, x + i + 32);
-            }
-        }
-        for (; i + 32 <= n; i += 32)
             for (int k = 0; k < DOT_ROWS; k++)
-                a[k][0] = bf16_fma512(a[k][0], (const uint16_t *)w[k].at + i, x + i);
-        __m512 both[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            both[k] = _mm512_add_ps(a[k][0], a[k][1]);
-        float sums[DOT_ROWS];
-        sum4_512(sums, both);
-        for (int k = 0; k < nr; k++) {
-            for (int j = i; j < n; j++)
-                sums[k] += widen_bf16(((const uint16_t *)w[k].at)[j]) * widen_bf16(x[j]);
-            out[r + k * step] = sums[k];
+                a[k] = bf16_step16(a[k], _mm512_loadu_si512((const uint16_t *)w[k].at + i), xv);
         }
+        if (i < n) { // the last columns, the rest of the step zero
+            const __m512i xv = _mm512_loadu_si512(x + i);
+            for (int k = 0; k < DOT_ROWS; k++)
+                a[k] = bf16_step16(a[k], _mm512_maskz_loadu_epi16(last, (const uint16_t *)w[k].at + i), xv);
+        }
+        float sums[DOT_ROWS];
+        _mm_storeu_ps(sums, bf16_sum_lanes4(a[0], a[1], a[2], a[3]));
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] = sums[k];
     }
 }
 
@@ -658,11 +674,6 @@ void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
                 } else if (m->dtype == DTYPE_F32) {
                     _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
                     v[j] = _mm512_loadu_ps((const float *)m->data + at);
-                } else if (m->dtype == DTYPE_BF16) { // bits moved to the top of 32: exact
-                    const uint16_t *b = (const uint16_t *)m->data + at;
-                    if (k % 32 == 0) _mm_prefetch((const char *)(b + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = _mm512_castsi512_ps(
-                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b)), 16));
                 } else {
                     if (k % 32 == 0)
                         _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
@@ -725,72 +736,60 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
         _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
 }
-#ifdef USE_AVX512_BF16
-// pack_w_bf16 (kernels_prefill.c has the layout): 16 rows of 32 columns at a time, each 32-bit word
-// of a row (columns k, k + 1, k in the low half) turned to put column k high (vprold by 16), then
-// the 16 x 16 transpose of words: vector j is pair j of the 16 rows. The rest plain.
-void pack_w_bf16_x86(uint32_t *wp, const Matrix *m, int r0, int k0, int kc) {
-    const size_t cols = (size_t)m->cols;
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
+
+// The bf16 tile (kernels_internal.h, TileBF16): R rows x T tokens of 16-lane sums in R * T
+// registers; per step of 32 columns T vectors of x and R of weights (read as stored: no packing)
+// feed R * T vdpbf16ps, then four rows' sums at a time go through the lanes' tree. R, T constants
+// (always_inline): R a multiple of 4, at most BF16_NR, T at most BF16_MT. A row or token past the
+// tile's nr, nt is the last real one again, summed but not stored.
+static inline __attribute__((always_inline)) void bf16_tile(float *out, size_t ldo, const uint16_t *w, size_t ldw,
+                                                            int nr, const uint16_t *x, size_t ldx, int nt, int cols,
+                                                            const int R, const int T) {
+    const uint16_t *wr[BF16_NR], *xt[BF16_MT]; // R <= BF16_NR, T <= BF16_MT
+    for (int r = 0; r < R; r++)
+        wr[r] = w + (size_t)(r < nr ? r : nr - 1) * ldw;
+    for (int t = 0; t < T; t++)
+        xt[t] = x + (size_t)(t < nt ? t : nt - 1) * ldx;
+    __m512 c[BF16_NR][BF16_MT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            c[r][t] = _mm512_setzero_ps();
     int k = 0;
-    for (; k + 32 <= kc; k += 32)
-        for (int j0 = 0; j0 < NR; j0 += 16) {
-            __m512 v[16];
-            for (int j = 0; j < 16; j++) {
-                const uint16_t *b = (const uint16_t *)m->data + (size_t)(r0 + j0 + j) * cols + k0 + k;
-                if (j0 + j >= nr) {
-                    v[j] = _mm512_setzero_ps();
-                } else {
-                    _mm_prefetch((const char *)(b + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = _mm512_castsi512_ps(_mm512_rol_epi32(_mm512_loadu_si512(b), 16));
-                }
-            }
-            transpose16(v);
-            for (int j = 0; j < 16; j++)
-                _mm512_store_ps((float *)(wp + (size_t)(k / 2 + j) * NR + j0), v[j]);
-        }
-    pack_w_bf16_from(wp, m, r0, k0, kc, k);
-}
-
-// The bf16 microkernel: kernel_f32's 12 tokens x 32 rows in 24 registers, a pair of columns per
-// step: 2 weight loads and 12 broadcasts of a token's pair feed 24 vdpbf16ps, each two
-// multiply-adds per lane, in column order (the pairs are packed so). ROWS tokens of the tile (a
-// constant: one copy each, its accumulators in registers): decode's one token runs a tile of one,
-// not twelve.
-static inline __attribute__((always_inline)) void bf16_tile(float *out, size_t ldo, const int ROWS, int nt, int nr,
-                                                            const uint32_t *xp, const uint32_t *wp, int kc,
-                                                            int accumulate) {
-    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
-    __m512 c[MR][2];
-    for (int t = 0; t < ROWS; t++) {
-        const int load = accumulate && t < nt;
-        c[t][0] = load ? _mm512_maskz_loadu_ps(m0, out + t * ldo) : _mm512_setzero_ps();
-        c[t][1] = load ? _mm512_maskz_loadu_ps(m1, out + t * ldo + 16) : _mm512_setzero_ps();
-    }
-    for (int k2 = 0; k2 < (kc + 1) / 2; k2++) {
-        const __m512bh w0 = (__m512bh)_mm512_load_si512(wp + k2 * NR), w1 = (__m512bh)_mm512_load_si512(wp + k2 * NR + 16);
-        for (int t = 0; t < ROWS; t++) {
-            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)xp[k2 * MR + t]);
-            c[t][0] = _mm512_dpbf16_ps(c[t][0], a, w0);
-            c[t][1] = _mm512_dpbf16_ps(c[t][1], a, w1);
+    for (; k + BF16_STEP <= cols; k += BF16_STEP) {
+        __m512i xv[BF16_MT];
+        for (int t = 0; t < T; t++)
+            xv[t] = _mm512_loadu_si512(xt[t] + k);
+        for (int r = 0; r < R; r++) {
+            const __m512i wv = _mm512_loadu_si512(wr[r] + k);
+            for (int t = 0; t < T; t++)
+                c[r][t] = bf16_step16(c[r][t], wv, xv[t]);
         }
     }
-    for (int t = 0; t < nt; t++) {
-        _mm512_mask_storeu_ps(out + t * ldo, m0, c[t][0]);
-        _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
+    if (k < cols) { // the last columns, the rest of the step zero (x is padded so)
+        const __mmask32 last = (__mmask32)((1u << (cols - k)) - 1);
+        for (int r = 0; r < R; r++) {
+            const __m512i wv = _mm512_maskz_loadu_epi16(last, wr[r] + k);
+            for (int t = 0; t < T; t++)
+                c[r][t] = bf16_step16(c[r][t], wv, _mm512_loadu_si512(xt[t] + k));
+        }
     }
+    for (int t = 0; t < nt && t < T; t++)
+        for (int r = 0; r < R && r < nr; r += 4) {
+            const __m128 sums = bf16_sum_lanes4(c[r][t], c[r + 1][t], c[r + 2][t], c[r + 3][t]);
+            if (r + 4 <= nr)
+                _mm_storeu_ps(out + t * ldo + r, sums);
+            else
+                _mm_mask_storeu_ps(out + t * ldo + r, (__mmask8)((1u << (nr - r)) - 1), sums);
+        }
 }
 
-ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, int nt, int nr, const uint32_t *xp, const uint32_t *wp, int kc,
-                              int accumulate) {
-    if (nt == 1)
-        bf16_tile(out, ldo, 1, nt, nr, xp, wp, kc, accumulate);
-    else if (nt <= 3)
-        bf16_tile(out, ldo, 3, nt, nr, xp, wp, kc, accumulate);
-    else
-        bf16_tile(out, ldo, MR, nt, nr, xp, wp, kc, accumulate);
+// 4 rows x 5 tokens: 20 sums, the 4 rows' weight vectors of a step held while each token's x
+// vector is loaded in turn. Without AVX512-BF16 each step is two fused multiply-adds and four
+// shifts or masks.
+ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x,
+                              size_t ldx, int nt, int cols) {
+    bf16_tile(out, ldo, w, ldw, nr, x, ldx, nt, cols, BF16_NR, BF16_MT);
 }
-#endif // USE_AVX512_BF16
 #elif defined(USE_AVX2)
 // Transpose an 8 x 8 block of floats held in 8 vectors: pairs, then 4-value quarters within each
 // 128-bit half, then the halves.
@@ -830,10 +829,6 @@ void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
                     if (k % 16 == 0)
                         _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
                     v[j] = _mm256_loadu_ps((const float *)m->data + at);
-                } else if (m->dtype == DTYPE_BF16) {
-                    if (k % 32 == 0)
-                        _mm_prefetch((const char *)((const uint16_t *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = bf8((const uint16_t *)m->data + at);
                 } else {
                     if (k % 32 == 0)
                         _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
@@ -880,6 +875,39 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
                     store_first8(out + (t0 + t) * ldo + j0 + 8, nr - j0 - 8, c[t][1]);
                 }
         }
+    }
+}
+
+// The bf16 tile in 256-bit vectors (kernels_internal.h, TileBF16): one row x BF16_MT tokens at a
+// time, each sum's 16 lanes in two vectors; per half step (16 columns) the tokens' x split into
+// high and low halves once for the row. A token past nt is the last real one again, not stored.
+ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x,
+                              size_t ldx, int nt, int cols) {
+    const uint16_t *xt[BF16_MT];
+    for (int t = 0; t < BF16_MT; t++)
+        xt[t] = x + (size_t)(t < nt ? t : nt - 1) * ldx;
+    for (int r = 0; r < nr; r++) {
+        const uint16_t *wr = w + (size_t)r * ldw;
+        __m256 c[BF16_MT][2];
+        for (int t = 0; t < BF16_MT; t++)
+            c[t][0] = c[t][1] = _mm256_setzero_ps();
+        for (int k = 0; k < cols; k += BF16_STEP) {
+            uint16_t rest[BF16_STEP];
+            const uint16_t *wk = wr + k;
+            if (k + BF16_STEP > cols) bf16_rest(rest, wk, cols - k), wk = rest;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) { // lanes 0-7, then 8-15
+                const __m256i wv = _mm256_loadu_si256((const __m256i *)(wk + 16 * h));
+                const __m256 wh = bf16_high8(wv), wl = bf16_low8(wv);
+#pragma GCC unroll 3
+                for (int t = 0; t < BF16_MT; t++) {
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(xt[t] + k + 16 * h));
+                    c[t][h] = _mm256_fmadd_ps(wl, bf16_low8(xv), _mm256_fmadd_ps(wh, bf16_high8(xv), c[t][h]));
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            out[t * ldo + r] = hsum8(_mm256_add_ps(c[t][0], c[t][1]));
     }
 }
 #endif // USE_AVX512 / USE_AVX2
