@@ -91,7 +91,8 @@ def test_results_doc_shows_the_current_banner(c_tools, tiny64):
     doc = (REPO / "docs" / "ppl_results.md").read_text()
     ctx, lines = doc.split("## RoPE as `./run` reported it at --ctx ")[1].split("\n", 1)
     rows = re.findall(r"^- `([\w+-]+)`: (.*)$", lines, re.M)
-    modes = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope"]
+    modes = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope", "selfextend", "dca",
+             "dynamic-yarn"]
     assert [m for m, _ in rows] == modes + [m + "+logn" for m in modes]
     for row, banner in rows:
         mode = row.removesuffix("+logn")
@@ -227,3 +228,41 @@ def test_32k_generation_fills_the_context_and_shifts(c_tools, tiny64, tmp_path):
     known = set(re.findall(r"[a-z]+", TEXT.read_text().lower()))
     print(f"last words: {' '.join(words[-40:])}; {sum(w in known for w in words)} of {len(words)} known")
     assert len(words) > 100 and sum(w in known for w in words) > 0.9 * len(words)
+
+
+def _table(text, heading, first_cell):
+    """The markdown table after `heading` whose header row starts with `first_cell`: {row name: [cells]}."""
+    rest = text[text.index(heading):]
+    lines = rest[rest.index(f"| {first_cell} |"):].splitlines()
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().replace("**", "") for c in line.strip("|").split("|")]
+        rows[cells[0].replace("`", "").split(",")[0]] = cells[1:]
+    return rows
+
+
+def test_readme_results_are_the_docs_numbers():
+    """README's results tables (perplexity to 4 digits, passkey answers) are docs/ppl_results.md's and
+    docs/passkey_results.md's, the full `make results` run, number for number: the README says what
+    the committed run measured. Control: a row read from the wrong table would not match."""
+    readme = (REPO / "README.md").read_text()
+    ppl = _table((REPO / "docs" / "ppl_results.md").read_text(), "## Overall perplexity", "mode")
+    ours = _table(readme, "### Results: 1x to 32x", "`--rope-scaling`")
+    assert len(ours) == 11 and set(ours) <= set(ppl), sorted(ours)
+    for mode, cells in ours.items():
+        assert float(cells[0]) == float(f"{float(ppl[mode][0]):.4g}"), (mode, cells[0])
+        for i, cell in enumerate(cells[1:6], start=1):
+            plain, logn = (float(x) for x in cell.split(" / "))
+            assert plain == float(f"{float(ppl[mode][i]):.4g}"), (mode, i, cell)
+            assert logn == float(f"{float(ppl[mode + '+logn'][i]):.4g}"), (mode, i, cell)
+    pk = _table((REPO / "docs" / "passkey_results.md").read_text(), "## Right answers", "mode")
+    answers = _table(readme[readme.index("### Passkey retrieval"):], "`make results` asks it", "`--rope-scaling`")
+    assert len(answers) == 11
+    for mode, cells in answers.items():
+        assert f"{cells[0]}/10" == pk[mode][0], mode
+        for i, cell in enumerate(cells[1:], start=1):
+            plain, logn = cell.split(" / ")
+            assert (f"{plain}/10", f"{logn}/10") == (pk[mode][i], pk[mode + "+logn"][i]), (mode, i, cell)
+    assert ours["none"][1] != pk["none"][1]  # the control: the two tables differ where they must
