@@ -6,9 +6,10 @@ tokens, its trained context); the trained head_dim-64 model tiny64x512 likewise 
 text. What is allowed:
   f16   within 0.1% of f32: the weights are rounded to 11 significant bits, the arithmetic is f32.
   bf16  within 0.1% of f32: weights and activations rounded to 8 significant bits (every product
-        then exact, sums in f32; measured 2026-11-26 on the held-out text: stories260K 6.115795
-        against 6.116750, tiny64x512 7.890741 against 7.890762; bf16 weights with f32 activations
-        6.115368 and 7.890973, so rounding the activations costs nothing measurable).
+        then exact, sums in f32 in bf16's order, kernels_internal.h; measured 2026-11-26 on the
+        held-out text: stories260K 6.115583 against 6.116750, tiny64x512 7.890769 against 7.890762;
+        bf16 weights with f32 activations 6.115368 and 7.890973, so rounding the activations costs
+        nothing measurable).
   q8_0  within 1% of f32: weights and activations are both rounded to 8 bits per block of 32.
   q4_0  16 levels per block of 32 weights: the rounding error of a weight is up to 1/16 of its
         block's largest magnitude, about 7% of a typical weight. stories260K's rows are 64 and 172
