@@ -533,12 +533,13 @@ static void round_row_bf16(uint16_t *h, const float *x, int cols) {
     for (int c = cols; c < bf16_cols(cols); c++)
         h[c] = 0;
 }
-static void round_rows_bf16(uint16_t *h, const float *x, int n, int cols) {
+static void round_rows_bf16(uint16_t *h, const float *x, int n, int cols, int threads) {
     const size_t ld = (size_t)bf16_cols(cols);
-    if (n == 1) // one token: no team (top of the file)
-        round_row_bf16(h, x, cols);
+    if (n == 1 || threads == 1) // one token or one thread: no team (top of the file)
+        for (int t = 0; t < n; t++)
+            round_row_bf16(h + t * ld, x + (size_t)t * cols, cols);
     else
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads)
         for (int t = 0; t < n; t++)
             round_row_bf16(h + t * ld, x + (size_t)t * cols, cols);
 }
@@ -635,7 +636,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
     if (quantized(t)) quantize_rows_q8(&qx, x, n, cols); // once for every product that reads x
-    if (t == DTYPE_BF16) round_rows_bf16(qx.h, x, n, cols);
+    if (t == DTYPE_BF16) round_rows_bf16(qx.h, x, n, cols, threads);
     if (path == WS_DECODE)
         matvec(b, &l, threads, out, x, quantized(t) || t == DTYPE_BF16 ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
