@@ -1001,12 +1001,20 @@ ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t
 }
 #endif // USE_AVX512_VNNI / USE_AVX2
 
-// Attention, in 256-bit vectors in every build (one 32-position tile is four of them; AVX-512 did
-// not pay here, since a 16-row task's tiles are FMA-bound either way). A tile is ROWS query rows
-// (1 to 3) x 32 positions (or output coordinates): 12 accumulators, and each vector of keys (or
-// values) loaded feeds ROWS multiply-adds. always_inline with a constant ROWS and cache type T: one
-// copy per row count and type, without the row loop's branches.
+// Attention. A tile is ROWS query rows x 32 positions (or output coordinates) in 12 accumulators,
+// and each vector of keys (or values) loaded feeds ROWS multiply-adds: in 256-bit vectors, 3 rows
+// (four vectors a row); with AVX-512, 6 rows (two vectors a row), twice the multiply-adds per
+// instruction. The tiles are FMA-bound, so the 512-bit ones pay where the core executes 512-bit FMAs
+// at full width (Zen 5, Intel server cores; on Zen 4, which splits them, they were even). Each lane
+// adds the same products in the same order in either width, so the two give the same bits.
+// always_inline with a constant ROWS and cache type T: one copy per row count and type, without the
+// row loop's branches.
 #define ATT_TILE static inline __attribute__((always_inline))
+#ifdef USE_AVX512
+#define TILE_ROWS 6 // query rows one tile takes
+#else
+#define TILE_ROWS 3
+#endif
 
 // 8 cached values from element i of a (float32, or halves widened exactly).
 ATT_TILE __m256 kv_load8(const void *a, size_t i, const DType T) {
@@ -1081,8 +1089,67 @@ static inline void value_rows_q8(float *out, const void *v, int hd, int n) {
     }
 }
 
-// The scores of rows trios against one block (hd, 32) of keys of type T.
+#ifdef USE_AVX512
+// 16 cached values from element i of a, and 16 q8_0 numbers (int8 q times their halves d): the
+// 256-bit loads above, two at a time.
+ATT_TILE __m512 kv_load16(const void *a, size_t i, const DType T) {
+    return T == DTYPE_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const _Float16 *)a + i)))
+                          : _mm512_loadu_ps((const float *)a + i);
+}
+ATT_TILE __m512 q8_load16(const int8_t *q, const _Float16 *d) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))),
+                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)));
+}
+ATT_TILE __m512 q8_load16s(const int8_t *q, __m512 s) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), s);
+}
+
+// scores_tile for 1 to 6 rows in 512-bit vectors.
+ATT_TILE void scores_tile16(float *att, size_t ld, const float *qs, const int ROWS, const void *kt, const DType T,
+                            int hd) {
+    __m512 a[6][2];
+    for (int r = 0; r < ROWS; r++)
+        a[r][0] = a[r][1] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const size_t k = (size_t)d * KV_RUN;
+        __m512 k0, k1;
+        if (T == DTYPE_Q8_0) {
+            const int8_t *q = (const int8_t *)kt + k;
+            const _Float16 *sc = q8_key_scales(kt, hd, d);
+            k0 = q8_load16(q, sc), k1 = q8_load16(q + 16, sc + 16);
+        } else {
+            k0 = kv_load16(kt, k, T), k1 = kv_load16(kt, k + 16, T);
+        }
+        for (int r = 0; r < ROWS; r++) {
+            const __m512 qd = _mm512_set1_ps(qs[(size_t)r * hd + d]);
+            a[r][0] = _mm512_fmadd_ps(qd, k0, a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(qd, k1, a[r][1]);
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        _mm512_storeu_ps(att + r * ld, a[r][0]);
+        _mm512_storeu_ps(att + r * ld + 16, a[r][1]);
+    }
+}
+#endif
+
+// The scores of all rows against one block (hd, 32) of keys of type T: six rows at a time with
+// AVX-512, three without.
 ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, const void *block, const DType T, int hd) {
+#ifdef USE_AVX512
+    for (int r = 0; r < rows; r += 6) {
+        float *a = att + r * ld;
+        const float *q = qs + (size_t)r * hd;
+        switch (rows - r < 6 ? rows - r : 6) {
+        case 6: scores_tile16(a, ld, q, 6, block, T, hd); break;
+        case 5: scores_tile16(a, ld, q, 5, block, T, hd); break;
+        case 4: scores_tile16(a, ld, q, 4, block, T, hd); break;
+        case 3: scores_tile16(a, ld, q, 3, block, T, hd); break;
+        case 2: scores_tile16(a, ld, q, 2, block, T, hd); break;
+        default: scores_tile16(a, ld, q, 1, block, T, hd); break;
+        }
+    }
+#else
     for (int r = 0; r < rows; r += 3) {
         float *a = att + r * ld;
         const float *q = qs + (size_t)r * hd;
@@ -1093,6 +1160,7 @@ ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, con
         else
             scores_tile(a, ld, q, 1, block, T, hd);
     }
+#endif
 }
 
 // A block of keys kt (hd, 32) of type T as floats, into out: halves widened, q8_0 values times their
@@ -1112,15 +1180,15 @@ ATT_TILE void key_block_x86(float *out, const void *kt, const DType T, int hd) {
 }
 
 // All scores, a block of 32 positions at a time (the last one ragged: its extra scores land in
-// att's row, which is stride long, and are never read), three rows at a time, the block coming
-// from L1 for every trio after the first. With a rotation table, the block is made floats and
+// att's row, which is stride long, and are never read), TILE_ROWS rows at a time, the block
+// coming from L1 for every tile after the first. With a rotation table, the block is made floats and
 // turned first (rotate_block, plain C, which the compiler vectorizes); so are half and q8_0 blocks
-// that more than one trio of rows will read, once rather than per trio.
+// that more than one tile of rows will read, once rather than per tile.
 ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const void *kt, const DType T,
                          const float *rot, float *turned, int hd, int len) {
     for (int j = 0; j < len; j += KV_RUN) {
         const char *block = (const char *)kt + (size_t)j * kv_row_bytes(T, hd); // block j / 32
-        if (rot || (T != DTYPE_F32 && rows > 3)) {
+        if (rot || (T != DTYPE_F32 && rows > TILE_ROWS)) {
             key_block_x86(turned, block, T, hd);
             if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
@@ -1176,11 +1244,59 @@ ATT_TILE void mix_tile(float *o, int hd, const float *att, size_t ld, const int 
             store_first8(o + (size_t)r * hd + 8 * c, width - 8 * c, a[r][c]);
 }
 
+#ifdef USE_AVX512
+// mix_tile for 1 to 6 rows in 512-bit vectors; the real coordinates of o by masked loads and stores.
+ATT_TILE void mix_tile16(float *o, int hd, const float *att, size_t ld, const int ROWS, const void *v, const DType T,
+                         int len, int d0, int width) {
+    const __mmask16 m0 = width >= 16 ? 0xffff : (__mmask16)((1u << width) - 1);
+    const __mmask16 m1 = width >= 32 ? 0xffff : width > 16 ? (__mmask16)((1u << (width - 16)) - 1) : 0;
+    __m512 a[6][2];
+    for (int r = 0; r < ROWS; r++) {
+        a[r][0] = _mm512_maskz_loadu_ps(m0, o + (size_t)r * hd);
+        a[r][1] = _mm512_maskz_loadu_ps(m1, o + (size_t)r * hd + 16);
+    }
+    for (int j = 0; j < len; j++) {
+        __m512 v0, v1;
+        if (T == DTYPE_Q8_0) {
+            const int8_t *q = (const int8_t *)v + (size_t)j * kv_row_bytes(DTYPE_Q8_0, hd);
+            const __m512 sc = _mm512_set1_ps((float)((const _Float16 *)(q + hd))[d0 / Q8_BLOCK]);
+            v0 = q8_load16s(q + d0, sc), v1 = q8_load16s(q + d0 + 16, sc);
+        } else {
+            const size_t vj = (size_t)j * hd + d0;
+            v0 = kv_load16(v, vj, T), v1 = kv_load16(v, vj + 16, T);
+        }
+        for (int r = 0; r < ROWS; r++) {
+            const __m512 p = _mm512_set1_ps(att[r * ld + j]);
+            a[r][0] = _mm512_fmadd_ps(p, v0, a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(p, v1, a[r][1]);
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        _mm512_mask_storeu_ps(o + (size_t)r * hd, m0, a[r][0]);
+        _mm512_mask_storeu_ps(o + (size_t)r * hd + 16, m1, a[r][1]);
+    }
+}
+#endif
+
 // One run of `run` positions: values v from the run's first position, att's rows from its first
-// score; added into o.
+// score; added into o. Six rows at a time with AVX-512, three without.
 ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, int run, int hd) {
     for (int d0 = 0; d0 < hd; d0 += 32) {
         const int width = hd - d0 < 32 ? hd - d0 : 32;
+#ifdef USE_AVX512
+        for (int r = 0; r < rows; r += 6) {
+            float *out = o + (size_t)r * hd + d0;
+            const float *p = att + r * ld;
+            switch (rows - r < 6 ? rows - r : 6) {
+            case 6: mix_tile16(out, hd, p, ld, 6, v, T, run, d0, width); break;
+            case 5: mix_tile16(out, hd, p, ld, 5, v, T, run, d0, width); break;
+            case 4: mix_tile16(out, hd, p, ld, 4, v, T, run, d0, width); break;
+            case 3: mix_tile16(out, hd, p, ld, 3, v, T, run, d0, width); break;
+            case 2: mix_tile16(out, hd, p, ld, 2, v, T, run, d0, width); break;
+            default: mix_tile16(out, hd, p, ld, 1, v, T, run, d0, width); break;
+            }
+        }
+#else
         for (int r = 0; r < rows; r += 3) {
             float *out = o + (size_t)r * hd + d0;
             const float *p = att + r * ld;
@@ -1191,23 +1307,24 @@ ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const voi
             else
                 mix_tile(out, hd, p, ld, 1, v, T, run, d0, width);
         }
+#endif
     }
 }
 
 // All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
-// for hd 64 in float32) stay in cache while every trio of rows and every 32 coordinates go over
+// for hd 64 in float32) stay in cache while every tile of rows and every 32 coordinates go over
 // them; each output is summed in position order whatever the runs, as in the plain version. Halves
-// (and q8_0 values) are widened into `wide` once per run when more than one trio will read them.
+// (and q8_0 values) are widened into `wide` once per run when more than one tile will read them.
 ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, float *wide,
                       int len, int hd) {
     memset(o, 0, (size_t)rows * hd * sizeof(float));
     for (int j = 0; j < len; j += MIX_RUN) {
         const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
         const char *from = (const char *)v + (size_t)j * kv_row_bytes(T, hd);
-        if (T == DTYPE_F16 && rows > 3) {
+        if (T == DTYPE_F16 && rows > TILE_ROWS) {
             widen(wide, from, ((size_t)run * hd + 7) / 8 * 8);
             mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
-        } else if (T == DTYPE_Q8_0 && rows > 3) { // head_dim a multiple of 32: whole rows, no padding read
+        } else if (T == DTYPE_Q8_0 && rows > TILE_ROWS) { // head_dim a multiple of 32: whole rows, no padding read
             value_rows_q8(wide, from, hd, run);
             mix_run(o, att + j, ld, rows, wide, DTYPE_F32, run, hd);
         } else {
