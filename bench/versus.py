@@ -46,6 +46,7 @@ import re
 import shlex
 import statistics
 import subprocess
+import tempfile
 from collections import namedtuple
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def parse_peer(text):
     bench_flags, _, batched_flags = flags.partition(":")
     if not eq or not name.strip() or not bindir:
         raise ValueError(f"--peer {text!r}: expected NAME=BIN_DIR[:LLAMA_BENCH_FLAGS[:BATCHED_BENCH_FLAGS]]")
-    return Peer(name.strip(), Path(bindir).expanduser(), tuple(shlex.split(bench_flags)),
+    return Peer(name.strip(), Path(bindir).expanduser().resolve(), tuple(shlex.split(bench_flags)),
                 tuple(shlex.split(batched_flags)))
 
 
@@ -90,7 +91,10 @@ def weight_bytes(h, dtype):
 
 
 def run(cmd, env=None):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env)
+    """Runs cmd in the system's temporary folder (a peer's batched-bench writes llama.log where it runs:
+    not into the repository); every path it is given is absolute."""
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
+                          cwd=tempfile.gettempdir())
     if proc.returncode != 0:
         shown = " ".join(shlex.quote(a if len(a) < 80 else a[:40] + "...") for a in map(str, cmd))  # not a whole prompt
         raise SystemExit(f"versus: {shown} failed (exit {proc.returncode}):\n"
@@ -249,7 +253,7 @@ def peer_line(p):
 # --- Main ------------------------------------------------------------------------------------------
 
 def main(args):
-    peers, ggufs = args.peer, Path(args.gguf)
+    peers, ggufs = args.peer, Path(args.gguf).expanduser().resolve()
     if len({p.name for p in peers}) != len(peers) or "ours" in {p.name for p in peers}:
         raise SystemExit("versus: each --peer needs a name of its own (and not 'ours')")
     for p in peers:
