@@ -26,7 +26,7 @@ SHAPES = {  # name -> how to make it, its tokenizer
     "110m": dict(preset="110m", tokenizer=LLAMA_TOKENIZER),
     "tinyllama": dict(preset="tinyllama", tokenizer=LLAMA_TOKENIZER),
 }
-DTYPES = ("f32", "f16", "q8_0", "q4_0")
+DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 
 RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus bench.py's --env
 

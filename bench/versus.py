@@ -55,7 +55,7 @@ import common  # shared with bench.py (which starts this for --peer): checkpoint
 TG, PP, DEEP, DEEP_CTX, DEEP_GEN = 64, 512, 4000, 4096, 32
 CELLS = ("tg", "pp", "pp4k", "tg@4k")
 JOBS = {"short": ("tg", "pp"), "deep": ("pp4k", "tg@4k")}  # one process of a peer measures each job's cells
-DTYPES = ("f16", "q8_0", "q4_0")  # the full run's weight types (f32 runs too, given its GGUF files)
+DTYPES = ("f16", "bf16", "q8_0", "q4_0")  # the full run's weight types (f32 runs too, given its GGUF files)
 DTYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}  # bytes per weights
 
 Peer = namedtuple("Peer", "name bindir bench_flags batched_flags")
