@@ -111,6 +111,7 @@ static float weight_at(const Matrix *m, int r, int c) {
     case DTYPE_F32:
         return ((const float *)m->data)[(size_t)r * cp + c];
     case DTYPE_F16:
+        if (m->f16_as_bf16) return widen_bf16(f16_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]));
         return (float)((const _Float16 *)m->data)[(size_t)r * cp + c];
     case DTYPE_BF16:
         return widen_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]);
@@ -132,14 +133,16 @@ void matrix_row(float *out, const Matrix *m, int r) {
         out[c] = weight_at(m, r, c);
 }
 
-// bf16 weights multiply x rounded to bf16 (kernels.h): the fast products do, in decode and prefill.
+// bf16 weights (and f16 ones read as bf16) multiply x rounded to bf16 (kernels.h): the fast products
+// do, in decode and prefill.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
+    const int round_x = bf16_math(m);
     for (int t = 0; t < n; t++) {
         for (int r = 0; r < m->rows; r++) {
             double sum = 0;
             for (int c = 0; c < m->cols; c++) {
                 const float xc = x[(size_t)t * m->cols + c];
-                sum += (double)weight_at(m, r, c) * (m->dtype == DTYPE_BF16 ? widen_bf16(round_bf16(xc)) : xc);
+                sum += (double)weight_at(m, r, c) * (round_x ? widen_bf16(round_bf16(xc)) : xc);
             }
             out[(size_t)t * m->rows + r] = (float)sum;
         }
@@ -575,6 +578,8 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
         l->runs = piece(&at, threads * sizeof(PieceRun));
+    } else if (path == WS_GEMM_BF16) {
+        l->wp = piece(&mine, f16b_bytes(cols)); // f16 read as bf16: a work item's rows, rounded
     } else if (path == WS_GEMM_F32) {
         l->xp = piece(&at, (n + MR - 1) / MR * MR * cols * sizeof(float)); // (tiles, cols, MR)
         l->wp = piece(&mine, kc * NR * sizeof(float));                     // (kc, NR)
@@ -618,7 +623,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         if (n < 1 || n > ws->max_n || m[i]->cols > ws->max_cols) return -1; // the workspace was sized for less
     int same = 1; // one parallel loop needs one input width and one weight type
     for (int i = 1; i < count; i++)
-        same &= m[i]->cols == m[0]->cols && m[i]->dtype == m[0]->dtype;
+        same &= m[i]->cols == m[0]->cols && m[i]->dtype == m[0]->dtype && bf16_math(m[i]) == bf16_math(m[0]);
     if (!same) {
         for (int i = 0; i < count; i++)
             if (matmul(ws, out[i], x, m[i], n)) return -1;
@@ -627,7 +632,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     const int cols = m[0]->cols, threads = ws->n_threads;
     const WsPath path = n < GEMM_MIN_N                ? WS_DECODE
                         : quantized(m[0]->dtype)        ? WS_GEMM_Q8
-                        : m[0]->dtype == DTYPE_BF16     ? WS_GEMM_BF16
+                        : bf16_math(m[0])               ? WS_GEMM_BF16
                                                         : WS_GEMM_F32;
     WsLayout l;
     if (ws_layout(&l, path, (size_t)n, (size_t)cols, (size_t)threads) > ws->bytes) return -1; // as above
@@ -636,13 +641,13 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
     if (quantized(t)) quantize_rows_q8(&qx, x, n, cols); // once for every product that reads x
-    if (t == DTYPE_BF16) round_rows_bf16(qx.h, x, n, cols, threads);
+    if (bf16_math(m[0])) round_rows_bf16(qx.h, x, n, cols, threads);
     if (path == WS_DECODE)
-        matvec(b, &l, threads, out, x, quantized(t) || t == DTYPE_BF16 ? &qx : NULL, m, count, n);
+        matvec(b, &l, threads, out, x, quantized(t) || bf16_math(m[0]) ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
     else if (path == WS_GEMM_BF16)
-        gemm_bf16(threads, out, qx.h, m, count, n);
+        gemm_bf16(b, &l, threads, out, qx.h, m, count, n);
     else
         gemm_f32(b, &l, threads, out, x, m, count, n);
     return 0;

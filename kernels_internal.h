@@ -118,8 +118,20 @@ static inline float bf16_sum_lanes(float lane[BF16_LANES]) {
             lane[l] = lane[l] + lane[l + half];
     return lane[0];
 }
-// One output: w (cols bf16) . x (cols bf16) in that order (kernels_decode.c), the plain C that defines it.
+// One output: w (cols bf16) . x (cols bf16) in that order (kernels_decode.c), the plain C that defines it;
+// dot_f16b_plain: the same with w f16 (its bits), each weight rounded to bf16 as it is read
+// (f16_bf16): f16 as bf16 (Matrix.f16_as_bf16).
 float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols);
+float dot_f16b_plain(const uint16_t *w, const uint16_t *x, int cols);
+static inline uint16_t f16_bf16(uint16_t h) {
+    _Float16 f;
+    __builtin_memcpy(&f, &h, sizeof f);
+    return round_bf16((float)f); // exact f16 -> f32 (never below 2^-126), then to nearest even
+}
+// Whether a matrix is multiplied in bf16's way: bf16 weights, or f16 ones read as bf16.
+static inline int bf16_math(const Matrix *m) {
+    return m->dtype == DTYPE_BF16 || (m->dtype == DTYPE_F16 && m->f16_as_bf16);
+}
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are).
@@ -231,7 +243,22 @@ void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *ou
              const Matrix *const *m, int count, int n);
 // bf16 weights, prefill: tiles of rows x tokens (kernels_prefill.c), each output in bf16's order
 // (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)).
-void gemm_bf16(int threads, float *const *out, const uint16_t *xb, const Matrix *const *m, int count, int n);
+// f16 weights with f16_as_bf16 too: a work item's rows rounded to bf16 first, into the thread's
+// piece wp of f16b_rows(cols) rows, which the tiles then read as bf16 weights.
+void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
+               const Matrix *const *m, int count, int n);
+// f16 read as bf16, prefill: the rows of a work item, as many as fit in F16B_BLOCK bytes as bf16
+// (so that they stay in L2 beside a block of x), a multiple of BF16_NR, from BF16_NR to BF16_ROWS;
+// and the bytes of the piece that holds them (at least that, growing with cols).
+enum { BF16_ROWS = 64, F16B_BLOCK = 256 << 10 };
+static inline int f16b_rows(int cols) {
+    const long r = F16B_BLOCK / (2L * cols) / BF16_NR * BF16_NR;
+    return r < BF16_NR ? BF16_NR : r > BF16_ROWS ? BF16_ROWS : (int)r;
+}
+static inline size_t f16b_bytes(size_t cols) {
+    const size_t least = BF16_NR * cols * sizeof(uint16_t);
+    return least > F16B_BLOCK ? least : F16B_BLOCK;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The microkernels. Each signature is a type, and both versions of a microkernel are declared with
@@ -262,6 +289,8 @@ typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, co
 // registers, each weight vector loaded serving the tile's tokens and each x vector its rows.
 typedef void TileBF16(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
                       int nt, int cols);
+// f16 read as bf16 (gemm_bf16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
+typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
 
@@ -281,6 +310,7 @@ PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
 TileBF16 kernel_bf16_plain, kernel_bf16_x86;
+RoundF16 round_f16_bf16_plain, round_f16_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
 Mix attention_mix_plain, attention_mix_x86;
 QuantizeRow quantize_row_q8_plain, quantize_row_q8_x86;
@@ -307,6 +337,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
 #define kernel_bf16      kernel_bf16_x86
+#define round_f16_bf16   round_f16_bf16_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
 #define quantize_row_q8  quantize_row_q8_x86
@@ -316,6 +347,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain
 #define kernel_bf16      kernel_bf16_plain
+#define round_f16_bf16   round_f16_bf16_plain
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain
 #define quantize_row_q8  quantize_row_q8_plain

@@ -19,7 +19,6 @@
 enum {
     X_CHUNK = 512 << 10, // bytes of packed activations per chunk: a quarter of a 2 MB L2
     PANEL_GROUP = 4,     // panels per work item, at most
-    BF16_ROWS = 64,      // bf16: weight rows per work item
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -83,6 +82,11 @@ void kernel_bf16_plain(float *out, size_t ldo, const uint16_t *w, size_t ldw, in
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < nr; r++)
             out[t * ldo + r] = dot_bf16_plain(w + r * ldw, x + t * ldx, cols);
+}
+// f16 weights read as bf16: count of them rounded to bf16, each as f16_bf16 does.
+void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        to[i] = f16_bf16(from[i]);
 }
 
 // q8_0 prefill works on integer tiles. The multiply instruction of the vector version (vpdpbusd)
@@ -254,25 +258,36 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
 // columns; instead a work item is a block of BF16_ROWS rows, and in it a block of tokens whose
 // rounded x stays in L2 goes by each tile of BF16_NR rows (whose weights stay in L1 meanwhile) in
 // tiles of BF16_MT tokens. No order depends on the blocks or the threads.
-void gemm_bf16(int threads, float *const *out, const uint16_t *xb, const Matrix *const *m, int count, int n) {
+// f16 weights read as bf16 (Matrix.f16_as_bf16): a work item is f16b_rows(cols) rows, rounded to bf16
+// into the thread's piece of the workspace once, then read by the same tiles: the rounding is paid
+// once per weight, not once per tile of tokens (done in the tile, per vector of weights loaded, it
+// held prefill to 0.7x of bf16's; docs/speed.md). The mmapped weights stay f16; nothing is kept.
+void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
+               const Matrix *const *m, int count, int n) {
     const int cols = m[0]->cols;
     const size_t ldx = (size_t)bf16_cols(cols);
     long tb = X_CHUNK / 2 / (long)(ldx * sizeof(uint16_t)) / BF16_MT * BF16_MT; // tokens per block
     tb = tb < BF16_MT ? BF16_MT : tb;
 #pragma omp parallel num_threads(threads)
-    for (int mi = 0; mi < count; mi++) {
-        const int rows = m[mi]->rows, blocks = (rows + BF16_ROWS - 1) / BF16_ROWS;
-        const uint16_t *w = (const uint16_t *)m[mi]->data;
+    {
+        uint16_t *wb = (uint16_t *)(ws + l->wp + (size_t)thread_num() * l->each); // f16: the item's rows
+        for (int mi = 0; mi < count; mi++) {
+            const int f16 = m[mi]->dtype == DTYPE_F16, per = f16 ? f16b_rows(cols) : BF16_ROWS;
+            const int rows = m[mi]->rows, blocks = (rows + per - 1) / per;
 #pragma omp for schedule(dynamic) nowait
-        for (int b = 0; b < blocks; b++) {
-            const int r_end = (b + 1) * BF16_ROWS < rows ? (b + 1) * BF16_ROWS : rows;
-            for (int t0 = 0; t0 < n; t0 += (int)tb) {
-                const int t_end = t0 + tb < n ? t0 + (int)tb : n;
-                for (int r = b * BF16_ROWS; r < r_end; r += BF16_NR) {
-                    const int nr = r_end - r < BF16_NR ? r_end - r : BF16_NR;
-                    for (int t = t0; t < t_end; t += BF16_MT)
-                        kernel_bf16(out[mi] + (size_t)t * rows + r, (size_t)rows, w + (size_t)r * cols, (size_t)cols,
-                                    nr, xb + t * ldx, ldx, t_end - t < BF16_MT ? t_end - t : BF16_MT, cols);
+            for (int b = 0; b < blocks; b++) {
+                const int r0 = b * per, r_end = r0 + per < rows ? r0 + per : rows;
+                const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)r0 * cols; // the item's rows
+                if (f16) round_f16_bf16(wb, w, (size_t)(r_end - r0) * cols), w = wb;
+                for (int t0 = 0; t0 < n; t0 += (int)tb) {
+                    const int t_end = t0 + tb < n ? t0 + (int)tb : n;
+                    for (int r = r0; r < r_end; r += BF16_NR) {
+                        const int nr = r_end - r < BF16_NR ? r_end - r : BF16_NR;
+                        for (int t = t0; t < t_end; t += BF16_MT)
+                            kernel_bf16(out[mi] + (size_t)t * rows + r, (size_t)rows, w + (size_t)(r - r0) * cols,
+                                        (size_t)cols, nr, xb + t * ldx, ldx, t_end - t < BF16_MT ? t_end - t : BF16_MT,
+                                        cols);
+                    }
                 }
             }
         }

@@ -188,6 +188,18 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     return PREPARE_OK;
 }
 
+void transformer_f16_as_bf16(Transformer *t) {
+    TransformerWeights *w = &t->weights;
+    if (t->config.dtype != DTYPE_F16) return;
+    w->token_embedding.f16_as_bf16 = w->wcls.f16_as_bf16 = 1;
+    for (int l = 0; l < t->config.n_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+            m[i]->f16_as_bf16 = 1;
+    }
+}
+
 void transformer_free(Transformer *t) {
     if (t->state.x) munmap(t->state.x, t->state.bytes); // the first buffer of the single allocation
     rope_free(&t->rope);

@@ -225,6 +225,11 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
 
 void transformer_free(Transformer *t);
 
+// --f16-as-bf16: every weight matrix of an f16 model multiplied as bf16 (kernels.h, Matrix.f16_as_bf16),
+// the classifier and the embedding too (its rows are looked up rounded to bf16 then). Nothing is
+// copied or repacked: the weights stay mmapped as f16. A model of another type is left as it is.
+void transformer_f16_as_bf16(Transformer *t);
+
 // Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that
 // dynamic NTK keeps beside them. 0 if that does not fit in size_t.
 size_t transformer_kv_bytes(const Config *c, const RunConfig *run);

@@ -14,7 +14,8 @@
 // cutoff) and rmsnorm against double; bf16: the rounding of x against its definition (with truncation
 // as the control), decode's and prefill's sums bit for bit against bf16's order, 16 lanes and a tree
 // (with the pairs' other order and a serial sum of the lanes as the controls), and n tokens bit for
-// bit one token at a time.
+// bit one token at a time; f16 weights read as bf16 (f16_as_bf16) the same way, against that order
+// with each weight rounded from f16 (the weights left unrounded as the control).
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
 //   bf16      the same: x is rounded to bf16 in matmul_ref too, so only the sums' rounding is left.
@@ -54,7 +55,7 @@ typedef struct {
 
 // A random (rows, cols) matrix stored as dtype; q8_0 quantized as export.py does it.
 static TestMatrix make_matrix(DType t, int rows, int cols) {
-    TestMatrix tm = {{NULL, NULL, rows, cols, t}, NULL, NULL};
+    TestMatrix tm = {{NULL, NULL, rows, cols, t, 0}, NULL, NULL};
     const int cp = matrix_cols_stored(t, cols);
     tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
     if (t == DTYPE_Q8_0) tm.scale = calloc((size_t)rows * cp / Q8_BLOCK, sizeof(float));
@@ -490,7 +491,7 @@ static void check_quantize_q8(void) {
             q[(size_t)r * cp + r] = 1;
         for (int i = 0; i < cols * cp / Q8_BLOCK; i++)
             d[i] = 1;
-        const Matrix m = {q, d, cols, cols, DTYPE_Q8_0};
+        const Matrix m = {q, d, cols, cols, DTYPE_Q8_0, 0};
         for (int n = 1; n <= 5; n += 4) {
             for (int t = 0; t < n; t++)
                 for (int c = 0; c < cols; c++) {
@@ -567,7 +568,7 @@ static void check_bf16_round(void) {
     uint16_t *w = calloc(COLS * COLS, sizeof(uint16_t));
     for (int r = 0; r < COLS; r++)
         w[r * COLS + r] = 0x3f80;
-    const Matrix m = {w, NULL, COLS, COLS, DTYPE_BF16};
+    const Matrix m = {w, NULL, COLS, COLS, DTYPE_BF16, 0};
     int through = 1;
     for (int n = 1; n <= 5; n += 4)
         for (int i0 = 0; i0 + n * COLS <= N; i0 += n * COLS) {
@@ -663,6 +664,70 @@ static void check_bf16_order(void) {
            serial_differs ? "differs" : "the same", ok ? "" : "  <-- FAIL");
 }
 
+// f16 weights read as bf16 (Matrix.f16_as_bf16, ./run --f16-as-bf16): decode and prefill bit for bit
+// against bf16's order with each weight rounded from f16 to bf16 (to nearest even, bf16_round of the
+// f16 widened), at 1-3 threads, on the same shapes as bf16's; a prompt's outputs the bits of each
+// token alone; matrix_row reads the rounded weights. The control: the same order with the f16
+// weights unrounded differs somewhere (the rounding is done, not skipped).
+static void check_f16b_order(void) {
+    static const int cases[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}, {13, 31, 4},
+                                   {200, 33, 7}, {9, 1, 5},     {611, 72, 1},   {515, 40, 2},   {64, 2048, 3},
+                                   {37, 770, 1}, {37, 770, 4}};
+    int same = 1, alone = 1, rows_read = 1, unrounded_differs = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int rows = cases[c][0], cols = cases[c][1], n = cases[c][2];
+        TestMatrix tm = make_matrix(DTYPE_F16, rows, cols);
+        tm.m.f16_as_bf16 = 1;
+        float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
+        float *out = malloc(sizeof(float) * n * rows), *one = malloc(sizeof(float) * rows);
+        float *wb = malloc(sizeof(float) * cols), *wf = malloc(sizeof(float) * cols), *got_row = malloc(sizeof(float) * cols);
+        for (int i = 0; i < n * cols; i++) {
+            x[i] = uniform() * (i % 5 == 0 ? 4 : 1);
+            xr[i] = bf16_float(bf16_round(x[i]));
+        }
+        for (int threads = 1; threads <= 3; threads++) {
+            mm(out, x, &tm.m, n, threads);
+            for (int r = 0; r < rows; r++) {
+                for (int k = 0; k < cols; k++) {
+                    wf[k] = (float)((const _Float16 *)tm.data)[(size_t)r * cols + k];
+                    wb[k] = bf16_float(bf16_round(wf[k]));
+                }
+                matrix_row(got_row, &tm.m, r);
+                rows_read &= memcmp(got_row, wb, sizeof(float) * cols) == 0;
+                for (int t = 0; t < n; t++) {
+                    const float *xt = xr + (size_t)t * cols, got = out[(size_t)t * rows + r];
+                    const float want = bf16_order(wb, xt, cols, 0, 0);
+                    if (memcmp(&got, &want, sizeof got) != 0) {
+                        if (same || verbose)
+                            printf("f16 as bf16 %d x %d n %d threads %d: out[%d, %d] = %.9g, the order gives %.9g\n",
+                                   rows, cols, n, threads, t, r, got, want);
+                        same = 0;
+                    }
+                    unrounded_differs |= bf16_order(wf, xt, cols, 0, 0) != got;
+                }
+            }
+            for (int t = 0; t < n; t++) { // each token alone (decode)
+                mm(one, x + (size_t)t * cols, &tm.m, 1, threads);
+                alone &= memcmp(one, out + (size_t)t * rows, sizeof(float) * rows) == 0;
+            }
+        }
+        free(x);
+        free(xr);
+        free(out);
+        free(one);
+        free(wb);
+        free(wf);
+        free(got_row);
+        free(tm.data);
+    }
+    const int ok = same && alone && rows_read && unrounded_differs;
+    failures += !ok;
+    printf("f16 as bf16, decode and prefill vs bf16's order with the weights rounded, 1-3 threads: %s; n tokens vs "
+           "one at a time: %s; matrix_row: %s (the weights unrounded: %s)%s\n",
+           same ? "bit for bit" : "DIFFER", alone ? "bit for bit" : "DIFFER", rows_read ? "rounded" : "NOT rounded",
+           unrounded_differs ? "differs" : "the same", ok ? "" : "  <-- FAIL");
+}
+
 // matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
 static void check_many(DType t, int cols, int n) {
     static const int rows[3] = {37, 16, 70};
@@ -737,6 +802,7 @@ int main(int argc, char **argv) {
     check_quantize_q8();
     check_bf16_round();
     check_bf16_order();
+    check_f16b_order();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
         printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",

@@ -4,7 +4,7 @@
 //   dump_logits MODEL IDS OUT [--ctx N] [--rope-scaling M] [--rope-factor S] [--rope-base B]
 //               [--rope-alpha A] [--rope-window W] [--grp-attn-n G] [--dca-chunk S] [--batch B] [--threads T]
 //               [--growing]
-//               [--attn-logn]
+//               [--attn-logn] [--f16-as-bf16]
 //
 // IDS is int32 token ids; OUT gets float32 logits (n, vocab). The ids run from position 0. By
 // default they are one sequence of length n (RoPE length n for every position, as one Hugging
@@ -27,9 +27,13 @@ static int fail(const char *msg) {
 int main(int argc, char **argv) {
     if (argc < 4) return fail("usage: dump_logits MODEL IDS OUT [options]"), 2;
     RopeOverrides ov = {.mode = -1};
-    int ctx = 0, batch = 64, growing = 0, logn = 0;
+    int ctx = 0, batch = 64, growing = 0, logn = 0, f16b = 0;
     for (int i = 4; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--f16-as-bf16")) { // run's --f16-as-bf16 (model.h)
+            f16b = 1;
+            continue;
+        }
         if (!strcmp(a, "--growing") || !strcmp(a, "--attn-logn")) {
             *(a[2] == 'g' ? &growing : &logn) = 1;
             continue;
@@ -77,6 +81,7 @@ int main(int argc, char **argv) {
     char err[600];
     Transformer t;
     if (transformer_load(&t, argv[1], err, sizeof err)) return fail(err);
+    if (f16b) transformer_f16_as_bf16(&t);
     const int V = t.config.vocab_size;
     RunConfig run = {.n_ctx = ctx ? ctx : n, .max_batch = growing ? 1 : batch, .attn_logn = logn};
     if (rope_params_resolve(&run.rope, &t.config.rope, run.n_ctx, &ov, err, sizeof err)) return fail(err);
