@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
         ((_Float16 *)(w + data_padded))[i] = (_Float16)1e-3f;
     for (size_t i = 0; i < (size_t)n * cols; i++)
         x[i] = (float)(i % 13) - 6;
-    Matrix m = {w, scales ? w + data_padded : NULL, rows, cols, t};
+    Matrix m = {w, scales ? w + data_padded : NULL, rows, cols, t, 0};
 
     // Wall time, and CPU time of the whole process: on a busy machine the wall time includes the
     // time the threads waited for a core; CPU time / threads does not.
