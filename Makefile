@@ -117,8 +117,8 @@ plots: tests/tools/rope_dump
 # `make results`: the perplexity of the trained head_dim-64 model tiny64x512 on its held-out text at
 # 1x..32x its trained context, and the passkey retrieval of passkey64x512 (tiny64x512 taught to
 # retrieve at 512 tokens) at 1x..16x by depth, every mode with and without log-n, into
-# docs/ppl_results.md, docs/passkey_results.md and their figures (scripts/ppl_results.py; the run
-# of 2026-11-26 took 1462 s on the two-core VM with other jobs sharing it, docs/ppl_results.md). RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes none,rerope+logn"
+# docs/ppl_results.md, docs/passkey_results.md and their figures (scripts/ppl_results.py; 823 s,
+# under 14 minutes, on the two-core VM on 2026-11-26, with another job on one core part of the time). RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes none,rerope+logn"
 # (any subset) writes build/ppl-quick/ instead.
 RESULTS_ARGS ?=
 results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin
