@@ -39,7 +39,7 @@ enum { GEMM_MIN_N = 4 }; // from this many tokens on, matrix x matrix
 // ---------------------------------------------------------------------------------------------
 // Types and sizes
 
-static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16"};
+static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16", "q8_0_r16"};
 
 const char *dtype_name(DType t) { return (t >= 0 && t < DTYPE_COUNT) ? DTYPE_NAMES[t] : "unknown"; }
 
@@ -59,6 +59,7 @@ static size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ?
 
 size_t matrix_data_bytes(DType t, int rows, int cols) {
     if (rows <= 0 || cols <= 0 || t < 0 || t >= DTYPE_COUNT) return 0;
+    if (t == DTYPE_Q8_0_R16) return mul_or_zero((size_t)r16_groups(rows), r16_group_bytes(cols)); // whole groups
     return mul_or_zero((size_t)rows, row_bytes(t, cols));
 }
 
@@ -118,6 +119,11 @@ static float weight_at(const Matrix *m, int r, int c) {
     case DTYPE_Q8_0:
         return ((const int8_t *)m->data)[(size_t)r * cp + c] *
                ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
+    case DTYPE_Q8_0_R16: { // group r / 16, its block c / 32: 16 scales, then the quants + 128
+        const uint8_t *block = (const uint8_t *)m->data + (size_t)(r / R16) * r16_group_bytes(m->cols) +
+                               (size_t)(c / Q8_BLOCK) * R16_BLOCK_BYTES;
+        return (block[R16 * sizeof(float) + r16_at(r % R16, c % Q8_BLOCK)] - 128) * ((const float *)block)[r % R16];
+    }
     case DTYPE_Q4_0: {
         const size_t b = ((size_t)r * cp + c) / Q8_BLOCK;
         return q4_at((const uint8_t *)m->data + b * Q4_BLOCK_BYTES, c % Q4_BLOCK) *

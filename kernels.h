@@ -13,7 +13,18 @@
 
 #include <stddef.h>
 
-typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTYPE_BF16 = 4, DTYPE_COUNT } DType;
+// DTYPE_Q8_0_R16: q8_0 in groups of 16 rows, each block's 16 scales beside its quants (model.h has the
+// bytes): what export.py writes for q8_0 since file dtype 5; DTYPE_Q8_0 is the layout before it,
+// which old files have and which still loads and runs.
+typedef enum {
+    DTYPE_F32 = 0,
+    DTYPE_F16 = 1,
+    DTYPE_Q8_0 = 2,
+    DTYPE_Q4_0 = 3,
+    DTYPE_BF16 = 4,
+    DTYPE_Q8_0_R16 = 5,
+    DTYPE_COUNT
+} DType;
 
 #define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
 // q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
@@ -23,7 +34,8 @@ typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_Q8_0 = 2, DTYPE_Q4_0 = 3, DTY
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
-    const void *data;  // (rows, cols) f32, f16 or bf16 (uint16_t bits); q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2)
+    const void *data;  // (rows, cols) f32, f16 or bf16 (uint16_t bits); q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2);
+                       // q8_0_r16: its groups of 16 rows, quants and scales together (model.h)
     const void *scale; // q8_0: (rows, cols_padded / Q8_BLOCK) float; q4_0: the same in f16; else NULL
     int rows, cols;
     DType dtype;
@@ -38,9 +50,10 @@ typedef struct {
 const char *dtype_name(DType t);
 int dtype_from_name(const char *name, DType *t); // 0 ok, -1 unknown
 
-// Columns of a row as stored: q8_0 and q4_0 pad each row to a multiple of Q8_BLOCK.
+// Columns of a row as stored: q8_0, q8_0_r16 and q4_0 pad each row to a multiple of Q8_BLOCK.
 int matrix_cols_stored(DType t, int cols);
-// Bytes of a matrix's values, and (q8_0, q4_0) of its scales. 0 if the size overflows size_t.
+// Bytes of a matrix's values, and (q8_0, q4_0) of its scales (q8_0_r16: all in its values). 0 if the
+// size overflows size_t.
 size_t matrix_data_bytes(DType t, int rows, int cols);
 size_t matrix_scale_bytes(DType t, int rows, int cols);
 
@@ -70,7 +83,7 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 // out (n, m->rows) = x (n, m->cols) @ m^T.
 //   matmul_ref: the definition, one weight at a time, summed in double.
 //   matmul: a matrix x vector product per token below a few tokens (decode), a blocked matrix x
-//     matrix product from there on (prefill); q8_0 and q4_0 quantize x to 8 bits per block of 32
+//     matrix product from there on (prefill); q8_0 (both layouts) and q4_0 quantize x to 8 bits per block of 32
 //     first, bf16 (and f16 with f16_as_bf16) rounds x to bf16 (bf16_round), in decode and prefill alike.
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
 //     count. bf16 (and f16_as_bf16): in one order in decode and prefill too (kernels_internal.h), so a token's outputs

@@ -9,7 +9,8 @@
 // says which a build uses). Then matvec: how the rows are grouped and shared among the threads.
 #include "kernels_internal.h"
 
-enum { PIECE_GROUPS = 16 }; // groups of DOT_ROWS rows a thread takes at a time (matvec)
+// Groups of DOT_ROWS rows a thread takes at a time (matvec); of DOT_ROWS groups of R16 rows (q8_0_r16).
+enum { PIECE_GROUPS = 16, PIECE_GROUPS_R16 = 4 };
 
 // ---------------------------------------------------------------------------------------------
 // The dot products, plain C
@@ -71,12 +72,44 @@ ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow
     return sum;
 }
 
+// Row i of a q8_0_r16 group (kernels_internal.h) . q8_0 activations over nb blocks: the same sums as
+// dot_q8_plain, each block's integer sum read from the stored q + 128 and started at -128 sum(qx),
+// which takes the 128s off again (exact).
+ONE_COPY float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb) {
+    float sum = 0;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *block = group + (size_t)b * R16_BLOCK_BYTES, *q = block + R16 * sizeof(float);
+        int32_t s = -128 * x->sum[b];
+        for (int j = 0; j < Q8_BLOCK; j++)
+            s += q[r16_at(i, j)] * x->q[b * Q8_BLOCK + j];
+        sum += (float)s * (((const float *)block)[i] * x->d[b]);
+    }
+    return sum;
+}
+
+// q8_0_r16: the groups of a run are groups of R16-row groups, r, r + step, .. (DOT_ROWS of them at
+// most, one from each quarter of the matrix's R16-row groups, as rows are for the other types).
+static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int count, const QuantizedRow *xq) {
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK, groups = r16_groups(m->rows);
+    for (int g = r; g < r + count; g++)
+        for (int k = 0; k < group_rows(groups, g, step); k++) {
+            const int first = (g + k * step) * R16;
+            const uint8_t *group = (const uint8_t *)m->data + (size_t)(g + k * step) * r16_group_bytes(m->cols);
+            for (int i = 0; i < R16 && first + i < m->rows; i++)
+                out[first + i] = dot_r16_plain(group, i, xq, nb);
+        }
+}
+
 // A run of `count` groups of rows against one activation row. Group g (g < count) is rows
 // r + g, r + g + step, ..., DOT_ROWS of them or as many as the matrix has (group_rows); each row's
 // dot product with x goes to out[row], out being the activation row's output (m->rows values). x as
 // floats, quantized (xq) for q8_0 and q4_0 weights, rounded (xq->h) for bf16. One call per run, not per group: the vector
 // versions set up once and keep the next group's loads going while one ends (docs/speed.md).
 void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
+    if (m->dtype == DTYPE_Q8_0_R16) {
+        dots_r16_plain(out, m, r, step, count, xq);
+        return;
+    }
     const size_t cp = (size_t)cols_stored(m->dtype, m->cols), nb = cp / Q8_BLOCK;
     for (int g = r; g < r + count; g++) {
         for (int k = 0; k < group_rows(m->rows, g, step); k++) {
@@ -112,6 +145,8 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
 // once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
 // sequential runs, as bench/bwprobe reads: the hardware prefetcher follows a few long streams and
 // starts over at every short one (docs/speed.md, "Where a step's reads go", has the layouts tried).
+// q8_0_r16 weights: the same with groups of R16 rows for rows (a group of the run is 4 x 16 rows,
+// and a piece PIECE_GROUPS_R16 of those, 256 rows where another type's piece is 64).
 // A row is never split, so the sum order does not depend on the thread count, nor on which thread
 // sums it.
 //
@@ -123,8 +158,12 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
 // the faster thread waiting at the end of every product, since two vCPUs need not stream equally
 // fast (docs/speed.md has both measured).
 
-// The groups of a matrix of `rows` rows, which is also how far apart a group's rows are.
-static int row_groups(int rows) { return (rows + DOT_ROWS - 1) / DOT_ROWS; }
+// The groups of a matrix, which is also how far apart a group's rows are (q8_0_r16: its groups of
+// R16 rows, in groups of DOT_ROWS of them the same way).
+static int row_groups(const Matrix *m) {
+    const int units = m->dtype == DTYPE_Q8_0_R16 ? r16_groups(m->rows) : m->rows;
+    return (units + DOT_ROWS - 1) / DOT_ROWS;
+}
 
 // Groups g0 .. g1-1 of the stack of matrices (one piece), for each of the n activation rows x (and
 // quantized, xq). The piece's first group is found once; from there the piece goes as runs of
@@ -132,11 +171,11 @@ static int row_groups(int rows) { return (rows + DOT_ROWS - 1) / DOT_ROWS; }
 static void matvec_piece(float *const *out, const float *x, const Matrix *const *m, int g0, int g1, int n,
                          const QuantizedRow *xq) {
     int i = 0, j = g0; // group g0 of the stack is group j of matrix i
-    while (j >= row_groups(m[i]->rows))
-        j -= row_groups(m[i++]->rows);
+    while (j >= row_groups(m[i]))
+        j -= row_groups(m[i++]);
     for (int g = g0; g < g1;) {
-        if (j == row_groups(m[i]->rows)) i++, j = 0;
-        const int rows = m[i]->rows, cols = m[i]->cols, step = row_groups(rows); // group j: rows j, j + step, ..
+        if (j == row_groups(m[i])) i++, j = 0;
+        const int rows = m[i]->rows, cols = m[i]->cols, step = row_groups(m[i]); // group j: rows j, j + step, ..
         const int count = step - j < g1 - g ? step - j : g1 - g;
         for (int t = 0; t < n; t++)
             dot_rows(out[i] + (size_t)t * rows, m[i], j, step, count, x + (size_t)t * cols, &xq[t]);
@@ -160,10 +199,11 @@ static int take_piece(PieceRun *run, int from_back) {
 // Thread `self` of `threads`: its own run from the front, then the others' from the back.
 static void matvec_runs(PieceRun *runs, int self, int threads, int pieces, int groups, float *const *out,
                         const float *x, const Matrix *const *m, int n, const QuantizedRow *xq) {
+    const int per = m[0]->dtype == DTYPE_Q8_0_R16 ? PIECE_GROUPS_R16 : PIECE_GROUPS;
     for (int k = 0; k < threads; k++) {
         PieceRun *run = &runs[(self + k) % threads];
         for (int p; (p = take_piece(run, k > 0)) >= 0;)
-            matvec_piece(out, x, m, p * PIECE_GROUPS, p < pieces - 1 ? (p + 1) * PIECE_GROUPS : groups, n, xq);
+            matvec_piece(out, x, m, p * per, p < pieces - 1 ? (p + 1) * per : groups, n, xq);
     }
 }
 
@@ -171,8 +211,9 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
             const QuantizedRows *qx, const Matrix *const *m, int count, int n) {
     int groups = 0;
     for (int i = 0; i < count; i++)
-        groups += row_groups(m[i]->rows);
-    const int pieces = (groups + PIECE_GROUPS - 1) / PIECE_GROUPS;
+        groups += row_groups(m[i]);
+    const int per = m[0]->dtype == DTYPE_Q8_0_R16 ? PIECE_GROUPS_R16 : PIECE_GROUPS;
+    const int pieces = (groups + per - 1) / per;
     threads = threads < pieces ? threads : pieces;
     const size_t cp = (size_t)cols_stored(m[0]->dtype, m[0]->cols), nb = cp / Q8_BLOCK;
     // Token t's row of x quantized (or rounded to bf16), as the dot products read it (f32, f16: none);

@@ -56,11 +56,24 @@ enum {
     BF16_MT = 5,   // made GCC spill registers: 0.65x and 0.47x of 4 x 5's speed; 4 x 4 as fast)
 };
 
-static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
+static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || t == DTYPE_Q8_0_R16; }
+
+// q8_0 in groups of R16 rows (DTYPE_Q8_0_R16; model.h has the bytes): a matrix's rows padded with
+// zero rows to whole groups; per group and per block of 32 columns R16_BLOCK_BYTES: the 16 rows'
+// float scales, then 8 runs of 64 bytes, run u holding bytes 4u .. 4u+3 of each of the 16 rows in
+// row order, each stored as the unsigned q + 128. One 64-byte load is 4 columns of 16 rows, as
+// vpdpbusd multiplies them by 4 bytes of x broadcast: a block's 16 sums land in one vector.
+enum { R16 = 16, R16_BLOCK_BYTES = R16 * (int)sizeof(float) + R16 * Q8_BLOCK };
+static inline int r16_groups(int rows) { return (rows + R16 - 1) / R16; }
+static inline size_t r16_group_bytes(int cols) {
+    return (size_t)(cols + Q8_BLOCK - 1) / Q8_BLOCK * R16_BLOCK_BYTES;
+}
+// Where value j (< 32) of row i (< 16) of a block sits among the block's 512 bytes of quants.
+static inline int r16_at(int i, int j) { return j / 4 * (R16 * 4) + i * 4 + j % 4; }
 
 // One stored row of a matrix (kernels.h's matrix_* functions are these for whole matrices): its
 // columns, q8_0 and q4_0 padded to whole blocks of Q8_BLOCK; the bytes of its values; the bytes of
-// its scales (q8_0, q4_0; else 0).
+// its scales (q8_0, q4_0; else 0; q8_0_r16 keeps them with its values, in groups of rows: above).
 static inline int cols_stored(DType t, int cols) {
     return quantized(t) ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols;
 }
@@ -69,6 +82,7 @@ static inline size_t row_bytes(DType t, int cols) {
     return t == DTYPE_F32                      ? cp * sizeof(float)
            : t == DTYPE_F16 || t == DTYPE_BF16 ? cp * sizeof(uint16_t)
            : t == DTYPE_Q8_0                   ? cp
+           : t == DTYPE_Q8_0_R16               ? cp + cp / Q8_BLOCK * sizeof(float) // on average: its groups have the bytes
                                                : cp / 2;
 }
 static inline size_t row_scale_bytes(DType t, int cols) {
@@ -134,7 +148,8 @@ static inline int bf16_math(const Matrix *m) {
 }
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
-// rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are).
+// rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for
+// q8_0_r16 weights the same in groups of R16 rows (`rows` then counts those).
 static inline int group_rows(int rows, int r, int step) {
     const int ahead = (rows - r + step - 1) / step; // rows r, r + step, ... before the end
     return ahead < DOT_ROWS ? ahead : DOT_ROWS;
@@ -272,6 +287,8 @@ typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, co
 // The plain dot products the vector ones finish a row with: q8_0 or q4_0 weights . q8_0 activations
 // over nb blocks.
 float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb);
+// Row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
+float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
 float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb);
 
 // Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,

@@ -151,6 +151,33 @@ static void pack_w_q4(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, i
             wd[b * NR + j] = j < nr ? (float)d[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
 }
 
+// q8_0_r16 weights are stored as the tiles read them, in groups of 16 rows: per 4 columns, a group's
+// 64 bytes are its 16 rows' share of wq's NR * 4, already q + 128, and per block its 16 scales are
+// its rows' share of wd's NR. So a panel (NR / R16 whole groups: r0 is a multiple of NR) is copied,
+// 64 bytes at a time; a group past the end of the matrix is packed as zero rows.
+_Static_assert(NR % R16 == 0, "a panel of q8_0_r16 weights is whole groups");
+static void pack_w_r16(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc) {
+    const size_t gb = r16_group_bytes(m->cols);
+    for (int h = 0; h < NR / R16; h++) {
+        const int g = r0 / R16 + h;
+        const uint8_t *group = g < r16_groups(m->rows) ? (const uint8_t *)m->data + (size_t)g * gb : NULL;
+        for (int b = 0; b < kc / Q8_BLOCK; b++) {
+            const uint8_t *block = group ? group + (size_t)(k0 / Q8_BLOCK + b) * R16_BLOCK_BYTES : NULL;
+            if (block)
+                memcpy(wd + b * NR + h * R16, block, R16 * sizeof(float));
+            else
+                memset(wd + b * NR + h * R16, 0, R16 * sizeof(float));
+            for (int u = 0; u < Q8_BLOCK / 4; u++) {
+                uint8_t *to = wq + ((size_t)(b * Q8_BLOCK / 4 + u) * NR + h * R16) * 4;
+                if (block)
+                    memcpy(to, block + R16 * sizeof(float) + u * R16 * 4, R16 * 4);
+                else
+                    memset(to, 128, R16 * 4);
+            }
+        }
+    }
+}
+
 void pack_w_q8_plain(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
     (void)stage; // the vector version copies rows through it
     pack_w_q8_from(wq, wd, m, r0, k0, kc, 0);
@@ -294,7 +321,7 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
     }
 }
 
-// q8_0 and q4_0 weights: the same loops over integer tiles.
+// q8_0 (both layouts) and q4_0 weights: the same loops over integer tiles.
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n) {
     const int cp = cols_stored(DTYPE_Q8_0, m[0]->cols), nb = cp / Q8_BLOCK;
@@ -324,6 +351,8 @@ void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *ou
                         const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
                         if (m[mi]->dtype == DTYPE_Q4_0)
                             pack_w_q4(wq, wd, stage, m[mi], r0, k0, kc);
+                        else if (m[mi]->dtype == DTYPE_Q8_0_R16)
+                            pack_w_r16(wq, wd, m[mi], r0, k0, kc);
                         else
                             pack_w_q8(wq, wd, stage, m[mi], r0, k0, kc);
                         for (int i = 0; i < tiles; i++) {

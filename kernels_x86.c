@@ -19,6 +19,8 @@
 //     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
 //     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already; the
 //     decode hook (q4_prep) lays each token's activations out in the order of q4_0's nibbles;
+//     q8_0_r16's 16-row groups are stored as vpdpbusd reads them (w + 128, 4 bytes of 16 rows per
+//     64 bytes), so a block's 16 row sums land in one vector, with no sum across lanes;
 //   - f16 weights read as bf16 (Matrix.f16_as_bf16) are rounded in registers: 32 at a time by
 //     vcvtph2ps and vcvtne2ps2bf16 (AVX512-BF16), else by round_bf16's integer arithmetic;
 //   - scales multiplied eight blocks at a time, as one vector, not one block at a time (q8_0 then
@@ -271,6 +273,16 @@ static inline int group_at(const RunRows *a, int r, Row w[DOT_ROWS], Row d[DOT_R
     return nr;
 }
 
+// q8_0_r16 (kernels_internal.h): group r of a run is the R16-row groups r, r + step, .., DOT_ROWS
+// of them; past the end of the matrix the last real one again, whose sums are not stored. Sets where
+// each begins; returns how many are real.
+static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *g[DOT_ROWS]) {
+    const int ng = group_rows(r16_groups(m->rows), r, step);
+    for (int k = 0; k < DOT_ROWS; k++)
+        g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * r16_group_bytes(m->cols);
+    return ng;
+}
+
 // Blocks b .. of x, for the plain dot product that finishes a row.
 static inline QuantizedRow blocks_from(const QuantizedRow *x, int b) {
     return (QuantizedRow){x->q + b * Q8_BLOCK, x->d + b, x->sum + b, NULL, NULL};
@@ -488,10 +500,81 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
     }
 }
 
+// q8_0_r16, 256-bit: a 64-byte run of a block (4 columns of 16 rows, q + 128) is two vectors, rows
+// 0-7 and 8-15, each multiplied by 4 bytes of x broadcast into 8 rows' sums; with 256-bit VNNI
+// (vpdpbusd) as stored, from -128 sum(x) on; else as signed bytes (q + 128 xor 0x80 = q) by
+// vpmaddubsw's |x| and q * sign(x) (pairs fit int16: 2 * 128 * 127 < 32767), from 0. Then per block
+// one multiply-add of each half by its 8 scales times dx. Four groups from the four quarters at once.
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define R16_VNNI256 1
+#endif
+static inline __m256i dot4x8_r16(__m256i s, __m256i w, __m256i x4, __m256i ax4) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return (void)ax4, _mm256_dpbusd_epi32(s, w, x4);
+#elif defined(__AVXVNNI__)
+    return (void)ax4, _mm256_dpbusd_avx_epi32(s, w, x4);
+#else
+    const __m256i q = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+    return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(ax4, _mm256_sign_epi8(q, x4)),
+                                                 _mm256_set1_epi16(1)));
+#endif
+}
+
+static ONE_COPY void dots_r16_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
+    for (int r = r0; r < r0 + count; r++) { // one group: R16-row groups r, r + step, ..
+        const uint8_t *g[DOT_ROWS];
+        const int ng = r16_group_at(m, r, step, g);
+        __m256 acc[DOT_ROWS][2];
+        for (int k = 0; k < DOT_ROWS; k++)
+            acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const size_t at = (size_t)b * R16_BLOCK_BYTES;
+#ifdef R16_VNNI256
+            const __m256i start = _mm256_set1_epi32(-128 * xr->sum[b]);
+#else
+            const __m256i start = _mm256_setzero_si256();
+#endif
+            __m256i s[DOT_ROWS][2];
+            for (int k = 0; k < DOT_ROWS; k++)
+                s[k][0] = s[k][1] = start;
+#pragma GCC unroll 8
+            for (int u = 0; u < Q8_BLOCK / 4; u++) {
+                int32_t four;
+                memcpy(&four, xr->q + b * Q8_BLOCK + 4 * u, sizeof four);
+                const __m256i x4 = _mm256_set1_epi32(four), ax4 = _mm256_sign_epi8(x4, x4);
+#pragma GCC unroll 4
+                for (int k = 0; k < DOT_ROWS; k++) {
+                    const uint8_t *q = g[k] + at + R16 * sizeof(float) + u * R16 * 4;
+                    s[k][0] = dot4x8_r16(s[k][0], _mm256_loadu_si256((const __m256i *)q), x4, ax4);
+                    s[k][1] = dot4x8_r16(s[k][1], _mm256_loadu_si256((const __m256i *)(q + 32)), x4, ax4);
+                }
+            }
+            const __m256 dx = _mm256_set1_ps(xr->d[b]);
+            for (int k = 0; k < DOT_ROWS; k++)
+                for (int h = 0; h < 2; h++)
+                    acc[k][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[k][h]),
+                                                _mm256_mul_ps(_mm256_loadu_ps((const float *)(g[k] + at) + 8 * h), dx),
+                                                acc[k][h]);
+        }
+        for (int k = 0; k < ng; k++) {
+            const int first = (r + k * step) * R16;
+            float sums[R16];
+            _mm256_storeu_ps(sums, acc[k][0]);
+            _mm256_storeu_ps(sums + 8, acc[k][1]);
+            for (int i = 0; i < R16 && first + i < m->rows; i++)
+                out[first + i] = sums[i];
+        }
+    }
+}
+
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
         dots_f32_x86(out, m, r, step, count, x);
+        break;
+    case DTYPE_Q8_0_R16:
+        dots_r16_x86(out, m, r, step, count, xq);
         break;
     case DTYPE_F16:
         if (m->f16_as_bf16)
@@ -698,11 +781,55 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
     }
 }
 
+// q8_0_r16: a 64-byte run of a block (4 columns of 16 rows, q + 128) times 4 bytes of x broadcast,
+// by vpdpbusd, 8 runs from -128 sum(x) on: the block's 16 integer sums in one vector, with no sum
+// across lanes; then one multiply-add by the block's 16 scales times dx. Four groups from the four
+// quarters at once (four streams, each broadcast of x serving all four). Lane i of a group's
+// vector is row i's sum, block after block in order, as dot_r16_plain adds them.
+static ONE_COPY void dots_r16_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
+    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
+    for (int r = r0; r < r0 + count; r++) { // one group: R16-row groups r, r + step, ..
+        const uint8_t *g[DOT_ROWS];
+        const int ng = r16_group_at(m, r, step, g);
+        __m512 acc[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++)
+            acc[k] = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const size_t at = (size_t)b * R16_BLOCK_BYTES;
+            __m512i s[DOT_ROWS];
+            for (int k = 0; k < DOT_ROWS; k++)
+                s[k] = _mm512_set1_epi32(-128 * xr->sum[b]);
+#pragma GCC unroll 8
+            for (int u = 0; u < Q8_BLOCK / 4; u++) {
+                int32_t four;
+                memcpy(&four, xr->q + b * Q8_BLOCK + 4 * u, sizeof four);
+                const __m512i x4 = _mm512_set1_epi32(four);
+#pragma GCC unroll 4
+                for (int k = 0; k < DOT_ROWS; k++)
+                    s[k] = _mm512_dpbusd_epi32(s[k], _mm512_loadu_si512(g[k] + at + R16 * sizeof(float) + u * R16 * 4),
+                                               x4);
+            }
+            const __m512 dx = _mm512_set1_ps(xr->d[b]);
+            for (int k = 0; k < DOT_ROWS; k++)
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]),
+                                         _mm512_mul_ps(_mm512_loadu_ps((const float *)(g[k] + at)), dx), acc[k]);
+        }
+        for (int k = 0; k < ng; k++) {
+            const int first = (r + k * step) * R16;
+            const int real = m->rows - first; // the last group's padding rows are not stored
+            _mm512_mask_storeu_ps(out + first, real >= R16 ? (__mmask16)0xFFFF : (__mmask16)((1u << real) - 1), acc[k]);
+        }
+    }
+}
+
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
         dots_f32_x86(out, m, r, step, count, x);
         break; // 256-bit: the 512-bit f32 kernel was slower (docs/speed.md)
+    case DTYPE_Q8_0_R16:
+        dots_r16_512(out, m, r, step, count, xq);
+        break;
     case DTYPE_F16:
         if (m->f16_as_bf16)
             dots_f16b_512(out, m, r, step, count, xq->h);

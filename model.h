@@ -24,9 +24,11 @@
 //    40  bos_id
 //    44  eos_id
 //    48  shared_classifier     1: the classifier is the token embedding (tied); 0: wcls follows
-//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16
-//                              (4 in any version: a reader older than bf16 refuses it as an
-//                              unknown dtype, so no version is needed to keep it from misreading)
+//    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16,
+//                              and q8_0 in groups of 16 rows, 5 q8_0_r16 (what export.py writes
+//                              for q8_0 now; 2 is the first q8_0 layout, still read). 4 and 5 in
+//                              any version: a reader older than them refuses them as an unknown
+//                              dtype, so no version is needed to keep it from misreading
 //    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
 //    60  rope_orig_ctx         the context it was trained at, L (HF original_max_position_embeddings);
 //                            0 = seq_len
@@ -88,6 +90,15 @@
 //   q8_0  let cp = cols rounded up to a multiple of 32. rows*cp int8 values q (each row zero-padded
 //         to cp), then, at the next multiple of 64, rows*(cp/32) float32 scales d;
 //         value = q * d of its block of 32 (Q8_0 as in ggml, with the scales stored apart).
+//   q8_0_r16  the same numbers as q8_0 (q, d per block of 32; cp as for q8_0), the rows in groups
+//         of 16 (the last group filled up with zero rows: q = 0, d = 0), group after group; per group,
+//         block after block, 576 bytes: the 16 rows' float32 d (64 bytes), then 512 bytes of q, each
+//         stored as the unsigned byte q + 128, where bytes 64k .. 64k+63 hold values 4k .. 4k+3 of the
+//         block of row 0, then of row 1, .., row 15 (k = 0 .. 7). So value j of row 16g + i, block
+//         b, sits at 576 (g cp/32 + b) + 64 + 64 (j / 4) + 4 i + j % 4. No scales follow.
+//         One 64-byte load holds 4 columns of 16 rows, which the decode kernel multiplies by 4 values
+//         of x at once into the 16 rows' sums (kernels_x86.c), and prefill copies as its tiles read
+//         them (kernels_prefill.c): nothing is repacked when the file is loaded.
 //   q4_0  cp as for q8_0. rows*cp/2 bytes, 16 per block of 32: byte j of a block holds value j in its
 //         low 4 bits and value j+16 in its high 4 bits, an unsigned q in [0, 15]; then, at the next
 //         multiple of 64, rows*(cp/32) f16 scales d; value = (q - 8) * d (ggml's Q4_0, scales apart).

@@ -10,6 +10,7 @@ What this is: a reader of HF_DIR/config.json and its weights (model.safetensors,
 safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
 implies, and a writer of the format documented at the top of model.h (version 1): a 256-byte
 header, then the tensors in a fixed order, each 64-byte aligned (the layout is lrun/modelfile.py;
+--dtype q8_0 writes q8_0 in groups of 16 rows, file dtype 5, q8_0_r16;
 version 3 when the checkpoint is not a plain Llama,
 the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
 and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
@@ -42,8 +43,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
-from lrun.modelfile import (ALIGN, DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC, MAX_END_IDS,  # noqa: E402
-                            Q8_BLOCK, VERSION, file_version, pack_header, tensors)
+from lrun.modelfile import (ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC,  # noqa: E402
+                            MAX_END_IDS, Q8_BLOCK, VERSION, file_version, pack_header, r16_from_rows, tensors)
 
 # RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2);
 # "su" is Phi-3's first name for longrope.
@@ -599,11 +600,9 @@ def write_tensor(f, w, kind, dtype, name):
             raise CheckpointError(f"tensor {name}", "has values that round beyond the bf16 range (3.39e38)",
                                   "export with --dtype f32")
         f.write(b.data)
-    elif dtype == "q8_0":  # all int8 rows, then at the next 64-byte boundary all the scales
+    elif dtype == "q8_0":  # in groups of 16 rows, each block's 16 scales before its values (q8_0_r16)
         q, d = quantize_q8_0(w)
-        f.write(q.data)
-        pad_to_alignment(f)
-        f.write(np.ascontiguousarray(d, dtype="<f4").data)
+        f.write(r16_from_rows(q, d))
     else:  # q4_0: all packed rows, then at the next 64-byte boundary all the f16 scales
         q, d = quantize_q4_0(w)
         f.write(np.ascontiguousarray(q).data)
@@ -726,7 +725,7 @@ def export(hf_dir, out, dtype):
     c = read_config(hf_dir)
     ckpt = Checkpoint(hf_dir)
     resolve_classifier(c, set(ckpt.names()))
-    c.update(magic=MAGIC, version=VERSION, dtype=DTYPES[dtype])
+    c.update(magic=MAGIC, version=VERSION, dtype=EXPORT_DTYPES[dtype])
     c["version"] = file_version(c)
     plan = tensor_plan(c)
     check_tensors(ckpt, plan, hf_dir)  # all checks done before a single byte is written
@@ -786,7 +785,7 @@ def main(argv=None):
                                  "file (format in model.h).")
     ap.add_argument("hf_dir", metavar="HF_DIR", help="directory with config.json and the weights")
     ap.add_argument("out", metavar="OUT.bin", help="the model file to write")
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32",
+    ap.add_argument("--dtype", choices=sorted(EXPORT_DTYPES), default="f32",
                     help="type of the weight matrices (norms are always f32); default f32")
     args = ap.parse_args(argv)
     if Path(args.hf_dir).is_file():  # a model file already: llama2.c's .bin, or one of ours

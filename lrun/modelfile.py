@@ -23,7 +23,11 @@ FAMILY = struct.Struct("<5i")
 FAMILIES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "smollm3": 4, "phi3": 5}  # Family in model.h
 LAYER_NO_ROPE, LAYER_SLIDING = 1, 2  # bits of layer_kind (kernels.h)
 LONGROPE = 8  # RopeScaling in rope.h
-DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4}  # DType in model.h
+DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4, "q8_0_r16": 5}  # DType in kernels.h
+# What export.py's --dtype NAME writes: q8_0 in groups of 16 rows (5, q8_0_r16); the first q8_0
+# layout (2: all rows, then all scales) is still read by ./run, and written only by q8_0_rows below.
+EXPORT_DTYPES = {"f32": 0, "f16": 1, "q8_0": 5, "q4_0": 3, "bf16": 4}
+R16, R16_BLOCK_BYTES = 16, 16 * 4 + 16 * 32  # q8_0_r16: rows per group; bytes per group and block
 
 # Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
 # then zeros up to 256. '<' = little-endian, no padding between fields.
@@ -127,15 +131,66 @@ def tensors(h):
 
 
 def matrix_parts(rows, cols, dtype):
-    """Bytes of the pieces of a (rows, cols) matrix, each starting at a multiple of ALIGN: f32, f16
-    and bf16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
+    """Bytes of the pieces of a (rows, cols) matrix, each starting at a multiple of ALIGN: f32, f16,
+    bf16 and q8_0_r16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
     q4_0 the 4-bit values (16 bytes per block of 32) and the f16 scales."""
     cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
+    if dtype == DTYPES["q8_0_r16"]:  # whole groups of 16 rows, each block's scales and values together
+        return [-(-rows // R16) * (cp // Q8_BLOCK) * R16_BLOCK_BYTES]
     if dtype == DTYPES["q8_0"]:
         return [rows * cp, rows * cp // Q8_BLOCK * 4]
     if dtype == DTYPES["q4_0"]:
         return [rows * cp // 2, rows * cp // Q8_BLOCK * 2]
     return [rows * cols * (4 if dtype == DTYPES["f32"] else 2)]
+
+
+def r16_from_rows(q, d):
+    """q8_0's int8 q (rows, cp) and float32 d (rows, cp/32) -> the bytes of q8_0_r16 (model.h): groups
+    of 16 rows (the last one filled up with zero rows), per group and block of 32 columns the 16
+    scales, then 512 bytes where bytes 64k .. 64k+63 are values 4k .. 4k+3 of rows 0 .. 15, each q + 128."""
+    import numpy as np
+    rows, cp = q.shape
+    nb, groups = cp // Q8_BLOCK, -(-rows // R16)
+    qq = np.full((groups * R16, cp), 128, np.uint8)  # zero rows: q + 128 = 128
+    qq[:rows] = (q.astype(np.int16) + 128).astype(np.uint8)
+    dd = np.zeros((groups * R16, nb), "<f4")
+    dd[:rows] = d
+    values = qq.reshape(groups, R16, nb, Q8_BLOCK // 4, 4).transpose(0, 2, 3, 1, 4).reshape(groups, nb, 512)
+    scales = dd.reshape(groups, R16, nb).transpose(0, 2, 1).copy().view(np.uint8)  # (groups, nb, 64)
+    return np.concatenate([scales, values], axis=2).tobytes()
+
+
+def rows_from_r16(buf, rows, cols):
+    """The inverse of r16_from_rows: (q int8 (rows, cp), d float32 (rows, cp/32)) of a q8_0_r16 matrix's bytes."""
+    import numpy as np
+    cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
+    nb, groups = cp // Q8_BLOCK, -(-rows // R16)
+    g = np.frombuffer(buf, np.uint8, groups * nb * R16_BLOCK_BYTES).reshape(groups, nb, R16_BLOCK_BYTES)
+    d = g[:, :, :64].copy().view("<f4").reshape(groups, nb, R16).transpose(0, 2, 1).reshape(groups * R16, nb)
+    v = g[:, :, 64:].reshape(groups, nb, Q8_BLOCK // 4, R16, 4).transpose(0, 3, 1, 2, 4).reshape(groups * R16, cp)
+    return (v.astype(np.int16) - 128).astype(np.int8)[:rows], d[:rows].astype(np.float32)
+
+
+def q8_0_rows(data):
+    """A model file in q8_0_r16 (bytes) rewritten in the first q8_0 layout (dtype 2: each matrix's rows,
+    then its scales at the next multiple of ALIGN), the same numbers: a file as exporters before
+    q8_0_r16 wrote it, which ./run still reads (the tests hold the two to the same results)."""
+    h = read_header(data)
+    assert h["dtype"] == DTYPES["q8_0_r16"], h["dtype"]
+    old = dict(h, dtype=DTYPES["q8_0"])
+    out = bytearray(data[:HEADER_SIZE])
+    set_field(out, "dtype", DTYPES["q8_0"])
+    for (name, shape, kind, pieces), (_, _, _, to) in zip(layout(h), layout(old)):
+        if kind == "matrix":
+            (at, n), = pieces
+            q, d = rows_from_r16(data[at:at + n], *shape)
+            parts = [q.tobytes(), d.astype("<f4").tobytes()]
+        else:
+            parts = [bytes(data[at:at + n]) for at, n in pieces]
+        for (start, n), part in zip(to, parts):
+            assert len(part) == n
+            out += bytes(start - len(out)) + part
+    return bytes(out)
 
 
 def matrix_bytes(rows, cols, dtype):

@@ -98,6 +98,15 @@ def read_model(path):
             d = np.frombuffer(buf, "<f2", rows * cp // 32, pieces[1][0]).astype(np.float32).reshape(rows, cp // 32)
             q8[name] = (q.reshape(rows, cp), d)
             tensors[name] = (q * d[:, :, None]).reshape(rows, cp)[:, :cols]
+        elif h["dtype"] == 5:  # q8_0_r16: groups of 16 rows; the padding rows must be zero too
+            rows, cols = shape
+            cp = (cols + 31) // 32 * 32
+            q, d = modelfile.rows_from_r16(buf[start:start + size], -(-rows // 16) * 16, cols)
+            assert not q[rows:].any() and not d[rows:].any(), f"{name}: padding rows not zero"
+            q, d = q[:rows], d[:rows]
+            assert modelfile.r16_from_rows(q, d) == bytes(buf[start:start + size])  # the inverse, both ways
+            q8[name] = (q, d)
+            tensors[name] = (q.reshape(rows, cp // 32, 32) * d[:, :, None]).reshape(rows, cp)[:, :cols]
         else:
             rows, cols = shape
             cp = size // rows
@@ -248,8 +257,8 @@ def test_partial_rotary_ignored_for_llama(tmp_path, capsys):
 def test_file_size_matches_layout(tmp_path, capsys, gqa_dir, dtype):
     out = tmp_path / "m.bin"
     h, _, _ = export_ok(capsys, gqa_dir, out, "--dtype", dtype)  # read_model checks padding and the end
-    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4}[dtype]
-    assert h["version"] == 1  # a new dtype needs no new version: older readers refuse 4 as unknown
+    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 5, "q4_0": 3, "bf16": 4}[dtype]  # q8_0: q8_0_r16
+    assert h["version"] == 1  # a new dtype needs no new version: older readers refuse 4 and 5 as unknown
     assert out.stat().st_size == modelfile.file_size(h)
 
 

@@ -25,7 +25,8 @@ import pytest
 
 from conftest import REPO, STORIES_BIN, TEXT, TOK512, TOOLS, run_export
 from lrun.hf_random import make_checkpoint
-from lrun.modelfile import LEGACY_FIELDS, LEGACY_HEADER, file_size, set_field
+from lrun.modelfile import (DTYPES, LEGACY_FIELDS, LEGACY_HEADER, R16, R16_BLOCK_BYTES, file_size, layout,
+                            q8_0_rows, read_header, set_field)
 
 LEGACY = STORIES_BIN
 CORPUS = REPO / "fuzz/corpus/model"
@@ -58,7 +59,8 @@ def runs(path, *extra):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, c_tools):
-    """{dtype: path} of the tiny model exported as f32, f16, q8_0, q4_0 and bf16."""
+    """{dtype: path} of the tiny model exported as f32, f16, q8_0 (in 16-row groups: q8_0_r16), q4_0 and
+    bf16; and q8_0_rows: the q8_0 one in the first q8_0 layout (dtype 2), as older exporters wrote it."""
     base = tmp_path_factory.mktemp("hostile")
     make_checkpoint(base / "hf", **TINY)
     out = {}
@@ -66,6 +68,8 @@ def tiny(tmp_path_factory, c_tools):
         out[dtype] = base / f"tiny-{dtype}.bin"
         proc = run_export(base / "hf", out[dtype], "--dtype", dtype)
         assert proc.returncode == 0, proc.stderr
+    out["q8_0_rows"] = base / "tiny-q8_0_rows.bin"
+    out["q8_0_rows"].write_bytes(q8_0_rows(out["q8_0"].read_bytes()))
     return out
 
 
@@ -131,7 +135,7 @@ HEADER_CASES = [
     ("bos-negative", {"bos_id": -2}, ["bos_id must be -1 or a token id"]),
     ("eos-past-vocab", {"eos_id": 512}, ["eos_id must be -1 or a token id"]),
     ("shared-2", {"shared_classifier": 2}, ["shared_classifier must be 0 or 1"]),
-    ("dtype-5", {"dtype": 5}, ["unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16)"]),
+    ("dtype-6", {"dtype": 6}, ["unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16, 5 q8_0_r16)"]),
     ("dtype-negative", {"dtype": -1}, ["unknown weight dtype"]),
     ("rope-mode-6", {"rope_scaling": 6}, ["unknown rope_scaling mode"]),
     ("rope-mode-negative", {"rope_scaling": -1}, ["unknown rope_scaling mode"]),
@@ -261,7 +265,7 @@ def test_version3_files_run(tmp_path, v3):
         assert "lrun v3" in err
 
 
-@pytest.mark.parametrize("dtype", [0, 1, 2, 3, 4], ids=["f32", "f16", "q8_0", "q4_0", "bf16"])
+@pytest.mark.parametrize("dtype", [0, 1, 2, 3, 4, 5], ids=["f32", "f16", "q8_0", "q4_0", "bf16", "q8_0_r16"])
 def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
     # Every field at the top of its range describes 2^47 to 2^51 bytes of tensors: the size
     # arithmetic must be exact (no wrap-around) and nothing may be mapped or allocated for it.
@@ -274,7 +278,7 @@ def test_largest_allowed_header_is_refused_by_size(tmp_path, tiny, dtype):
     refused(path, [f"file is {path.stat().st_size} bytes but its header describes {size} ", "truncated"])
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0", "bf16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q8_0_rows", "q4_0", "bf16"])
 def test_file_size_must_be_exact(tmp_path, tiny, dtype):
     data = tiny[dtype].read_bytes()
     short, long = tmp_path / "short.bin", tmp_path / "long.bin"
@@ -355,9 +359,11 @@ def test_degenerate_weights(tmp_path, c_tools, fill):
     assert out.startswith("perplexity: ")
 
 
-def test_q8_0_scales_not_numbers(tmp_path, tiny):
-    # q8_0 scales are float32 in the file: NaN and subnormal ones reach the integer kernels.
-    data = bytearray(tiny["q8_0"].read_bytes())
+@pytest.mark.parametrize("dtype", ["q8_0", "q8_0_rows"])
+def test_q8_0_scales_not_numbers(tmp_path, tiny, dtype):
+    # q8_0 scales are float32 in the file: NaN and subnormal ones reach the integer kernels (in
+    # q8_0_r16 the scales sit among the values, so some of these land on values instead).
+    data = bytearray(tiny[dtype].read_bytes())
     rng = random.Random(5)
     for _ in range(200):
         off = rng.randrange(256, len(data) - 4) // 4 * 4
@@ -366,6 +372,42 @@ def test_q8_0_scales_not_numbers(tmp_path, tiny):
     path.write_bytes(bytes(data))
     runs(path, "-n", "8", "-t", "0", "-i", "Once upon a time")
     runs(path, "-n", "8", "-t", "1", "-b", "1")
+
+
+def test_q8_0_layouts_agree(tiny):
+    # The same numbers in both q8_0 layouts (the first one still loads, with its own kernels): the same
+    # greedy text, in decode (-b 1) and prefill.
+    for extra in (["-b", "1"], []):
+        texts = [runs(tiny[d], "-n", "24", "-t", "0", "-i", "Once upon a time", *extra)[0] for d in ("q8_0", "q8_0_rows")]
+        assert texts[0] == texts[1] and texts[0]
+
+
+def test_q8_0_r16_padding_rows_not_read(tmp_path, tiny):
+    # The rows that fill up a matrix's last group of 16 (TINY's k, v, gate and up have 8 and 24 rows) are
+    # read by the kernels but never stored: NaN scales and random values there change no output.
+    data = bytearray(tiny["q8_0"].read_bytes())
+    h, rng, touched = read_header(data), random.Random(7), 0
+    assert h["dtype"] == DTYPES["q8_0_r16"]
+    for name, shape, kind, pieces in layout(h):
+        if kind != "matrix" or shape[0] % R16 == 0:
+            continue
+        rows, cols = shape
+        (start, size), = pieces
+        blocks = -(-cols // 32)
+        last = start + (rows // R16) * blocks * R16_BLOCK_BYTES  # the last group
+        for b in range(blocks):
+            at = last + b * R16_BLOCK_BYTES
+            for i in range(rows % R16, R16):
+                data[at + 4 * i:at + 4 * i + 4] = b"\xff\xff\xff\xff"  # a NaN scale
+                for u in range(8):
+                    v = at + 64 + 64 * u + 4 * i
+                    data[v:v + 4] = bytes(rng.randrange(256) for _ in range(4))
+                touched += 1
+    assert touched > 0
+    path = write(tmp_path, "padding.bin", bytes(data))
+    for extra in (["-b", "1"], []):
+        want = runs(tiny["q8_0"], "-n", "16", "-t", "0", "-i", "Once upon a time", *extra)[0]
+        assert runs(path, "-n", "16", "-t", "0", "-i", "Once upon a time", *extra)[0] == want
 
 
 # --- Random mutations: a small in-suite fuzzer over the real binary --------------------------------
@@ -395,7 +437,8 @@ def mutate(data, rng):
 
 def test_random_mutations(tmp_path, tiny):
     rng = random.Random(20240607)
-    seeds = [tiny["f32"].read_bytes(), tiny["f16"].read_bytes(), tiny["q8_0"].read_bytes(), LEGACY.read_bytes()]
+    seeds = [tiny["f32"].read_bytes(), tiny["f16"].read_bytes(), tiny["q8_0"].read_bytes(), LEGACY.read_bytes(),
+             tiny["q8_0_rows"].read_bytes()]
     path = tmp_path / "mutant.bin"
     outcomes = {0: 0, 1: 0}
     for i in range(200):

@@ -54,7 +54,10 @@ typedef struct {
 } TestMatrix;
 
 // A random (rows, cols) matrix stored as dtype; q8_0 quantized as export.py does it.
+static TestMatrix make_matrix_r16(int rows, int cols);
+static int failures = 0, verbose = 0;
 static TestMatrix make_matrix(DType t, int rows, int cols) {
+    if (t == DTYPE_Q8_0_R16) return make_matrix_r16(rows, cols);
     TestMatrix tm = {{NULL, NULL, rows, cols, t, 0}, NULL, NULL};
     const int cp = matrix_cols_stored(t, cols);
     tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
@@ -104,6 +107,45 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
     return tm;
 }
 
+// A random (rows, cols) matrix in q8_0_r16: the q8_0 matrix of the same random numbers, its rows
+// laid out in groups of 16 (model.h) as export.py does it, the padding rows zero (q + 128 = 128).
+static TestMatrix make_matrix_r16(int rows, int cols) {
+    TestMatrix q8 = make_matrix(DTYPE_Q8_0, rows, cols);
+    TestMatrix tm = {{NULL, NULL, rows, cols, DTYPE_Q8_0_R16, 0}, NULL, NULL};
+    const int nb = matrix_cols_stored(DTYPE_Q8_0, cols) / Q8_BLOCK, groups = (rows + 15) / 16;
+    const size_t block = 16 * sizeof(float) + 16 * Q8_BLOCK;
+    uint8_t *data = calloc(matrix_data_bytes(DTYPE_Q8_0_R16, rows, cols), 1);
+    for (int g = 0; g < groups; g++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *at = data + ((size_t)g * nb + b) * block;
+            for (int i = 0; i < 16; i++) {
+                const int r = g * 16 + i;
+                const float d = r < rows ? q8.scale[(size_t)r * nb + b] : 0;
+                memcpy(at + i * sizeof(float), &d, sizeof d);
+                for (int j = 0; j < Q8_BLOCK; j++) {
+                    const int q = r < rows ? ((const int8_t *)q8.data)[((size_t)r * nb + b) * Q8_BLOCK + j] : 0;
+                    at[16 * sizeof(float) + j / 4 * 64 + i * 4 + j % 4] = (uint8_t)(q + 128);
+                }
+            }
+        }
+    tm.data = data;
+    tm.m.data = data;
+    // The layout read back (kernels.c's matrix_row, which matmul_ref reads too): the q8_0 rows, bit for bit.
+    float a[cols], b[cols];
+    for (int r = 0; r < rows; r++) {
+        matrix_row(a, &q8.m, r);
+        matrix_row(b, &tm.m, r);
+        if (memcmp(a, b, sizeof a)) {
+            printf("q8_0_r16 %d x %d: row %d reads back otherwise than its q8_0 row  <-- FAIL\n", rows, cols, r);
+            failures++;
+            break;
+        }
+    }
+    free(q8.data);
+    free(q8.scale);
+    return tm;
+}
+
 // The bound on |fast - ref| for output (t, r), as described at the top; *rounding = its float part.
 static double error_bound(const Matrix *m, const float *x, int t, int r, double *rounding) {
     const int cols = m->cols;
@@ -113,7 +155,7 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
     matrix_row(w, m, r);
     for (int c = 0; c < cols; c++)
         s += fabs((double)w[c] * xt[c]);
-    if (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_Q4_0) { // the activations are quantized to 8 bits
+    if (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_Q4_0 || m->dtype == DTYPE_Q8_0_R16) { // x quantized to 8 bits
         for (int b = 0; b * Q8_BLOCK < cols; b++) {
             double amax = 0, wsum = 0;
             for (int c = b * Q8_BLOCK; c < cols && c < (b + 1) * Q8_BLOCK; c++) {
@@ -126,8 +168,6 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
     *rounding = 1e-5 * s + 1e-30;
     return e + *rounding;
 }
-
-static int failures = 0, verbose = 0;
 
 // matmul with a workspace of its own, sized for this product on `threads` threads.
 static void mm(float *out, const float *x, const Matrix *m, int n, int threads) {
