@@ -20,11 +20,15 @@ CORE = model.o loader.o rope.o $(KERNELS)
 APP = run.o cli.o chat.o sampler.o
 TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump \
 	tests/tools/chat_ids tests/tools/sample_dump $(KERNEL_TESTS)
-# The kernel test, built for this machine, for plain C (what other machines compile), and on
-# x86-64 for AVX2 without AVX-512: each vector path is checked where it can run.
+# The kernel test, built for this machine, for plain C (what other machines compile), on x86-64
+# for AVX2 without AVX-512, and where this machine has AVX512-BF16, without it (bf16's two fused
+# multiply-adds in place of vdpbf16ps): each vector path is checked where it can run.
 KERNEL_TESTS = tests/test_kernels tests/test_kernels_plain
 ifeq ($(shell uname -m),x86_64)
 KERNEL_TESTS += tests/test_kernels_avx2
+ifneq ($(shell $(CC) $(CFLAGS) -dM -E - </dev/null 2>/dev/null | grep -c __AVX512BF16__),0)
+KERNEL_TESTS += tests/test_kernels_nobf16
+endif
 endif
 
 all: run
@@ -67,6 +71,9 @@ tests/test_kernels_plain: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernel
 
 tests/test_kernels_avx2: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
 	$(CC) $(CFLAGS) -march=haswell -I. -o $@ $(filter %.c,$^) -lm
+
+tests/test_kernels_nobf16: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+	$(CC) $(CFLAGS) -mno-avx512bf16 -I. -o $@ $(filter %.c,$^) -lm
 
 tools: run run-ref $(TOOLS)
 
