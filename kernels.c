@@ -523,12 +523,13 @@ void quantize_row_q8_plain(int8_t *q, float *d, int32_t *sum, const float *x, in
 }
 
 // The n rows of x (n, cols) into qx's q, d and sum.
-static void quantize_rows_q8(const QuantizedRows *qx, const float *x, int n, int cols) {
+static void quantize_rows_q8(const QuantizedRows *qx, const float *x, int n, int cols, int threads) {
     const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
-    if (n == 1) // one token: no team (top of the file)
-        quantize_row_q8(qx->q, qx->d, qx->sum, x, cols);
+    if (n == 1 || threads == 1) // one token or one thread: no team (top of the file)
+        for (int t = 0; t < n; t++)
+            quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
     else
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads)
         for (int t = 0; t < n; t++)
             quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
 }
@@ -646,7 +647,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     const DType t = m[0]->dtype;
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
-    if (quantized(t)) quantize_rows_q8(&qx, x, n, cols); // once for every product that reads x
+    if (quantized(t)) quantize_rows_q8(&qx, x, n, cols, threads); // once for every product that reads x
     if (bf16_math(m[0])) round_rows_bf16(qx.h, x, n, cols, threads);
     if (path == WS_DECODE)
         matvec(b, &l, threads, out, x, quantized(t) || bf16_math(m[0]) ? &qx : NULL, m, count, n);
