@@ -652,6 +652,19 @@ static float bf16_order(const float *w, const float *xr, int cols, int first_fir
     return lane[0];
 }
 
+// The shapes (rows, cols, tokens) of the two bf16-order checks below (the first says why these).
+static const int BF16_CASES[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}, {13, 31, 4},
+                                    {200, 33, 7}, {9, 1, 5},     {611, 72, 1},   {515, 40, 2},   {64, 2048, 3},
+                                    {37, 770, 1}, {37, 770, 4}};
+
+// count activations x (every fifth four times larger) and xr, the same rounded to bf16 as matmul does.
+static void bf16_inputs(float *x, float *xr, int count) {
+    for (int i = 0; i < count; i++) {
+        x[i] = uniform() * (i % 5 == 0 ? 4 : 1);
+        xr[i] = bf16_float(bf16_round(x[i]));
+    }
+}
+
 // bf16 products bit for bit in that order, decode (1-3 tokens) and prefill alike, in every build
 // (vdpbf16ps with AVX512-BF16, fused multiply-adds in 512- or 256-bit vectors, plain C): columns
 // no multiple of 32 (a step padded with zeros) or of 2, rows no multiple of the tiles' 8 or 4,
@@ -659,19 +672,13 @@ static float bf16_order(const float *w, const float *xr, int cols, int first_fir
 // rows (70, 200), each at 1, 2 and 3 threads. The controls: the other pair order and the serial
 // tree each differ from the order somewhere.
 static void check_bf16_order(void) {
-    static const int cases[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}, {13, 31, 4},
-                                   {200, 33, 7}, {9, 1, 5},     {611, 72, 1},   {515, 40, 2},   {64, 2048, 3},
-                                   {37, 770, 1}, {37, 770, 4}};
     int same = 1, first_first_differs = 0, serial_differs = 0;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int rows = cases[c][0], cols = cases[c][1], n = cases[c][2];
+    for (size_t c = 0; c < sizeof BF16_CASES / sizeof BF16_CASES[0]; c++) {
+        const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1], n = BF16_CASES[c][2];
         TestMatrix tm = make_matrix(DTYPE_BF16, rows, cols);
         float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
         float *out = malloc(sizeof(float) * n * rows), *w = malloc(sizeof(float) * cols);
-        for (int i = 0; i < n * cols; i++) {
-            x[i] = uniform() * (i % 5 == 0 ? 4 : 1);
-            xr[i] = bf16_float(bf16_round(x[i]));
-        }
+        bf16_inputs(x, xr, n * cols);
         for (int threads = 1; threads <= 3; threads++) {
             mm(out, x, &tm.m, n, threads);
             for (int r = 0; r < rows; r++) {
@@ -710,21 +717,15 @@ static void check_bf16_order(void) {
 // token alone; matrix_row reads the rounded weights. The control: the same order with the f16
 // weights unrounded differs somewhere (the rounding is done, not skipped).
 static void check_f16b_order(void) {
-    static const int cases[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}, {13, 31, 4},
-                                   {200, 33, 7}, {9, 1, 5},     {611, 72, 1},   {515, 40, 2},   {64, 2048, 3},
-                                   {37, 770, 1}, {37, 770, 4}};
     int same = 1, alone = 1, rows_read = 1, unrounded_differs = 0;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int rows = cases[c][0], cols = cases[c][1], n = cases[c][2];
+    for (size_t c = 0; c < sizeof BF16_CASES / sizeof BF16_CASES[0]; c++) {
+        const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1], n = BF16_CASES[c][2];
         TestMatrix tm = make_matrix(DTYPE_F16, rows, cols);
         tm.m.f16_as_bf16 = 1;
         float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
         float *out = malloc(sizeof(float) * n * rows), *one = malloc(sizeof(float) * rows);
         float *wb = malloc(sizeof(float) * cols), *wf = malloc(sizeof(float) * cols), *got_row = malloc(sizeof(float) * cols);
-        for (int i = 0; i < n * cols; i++) {
-            x[i] = uniform() * (i % 5 == 0 ? 4 : 1);
-            xr[i] = bf16_float(bf16_round(x[i]));
-        }
+        bf16_inputs(x, xr, n * cols);
         for (int threads = 1; threads <= 3; threads++) {
             mm(out, x, &tm.m, n, threads);
             for (int r = 0; r < rows; r++) {
