@@ -256,14 +256,15 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
               const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
-// bf16 weights, prefill: tiles of rows x tokens (kernels_prefill.c), each output in bf16's order
+// bf16 weights, prefill: panels of rows x tokens (kernels_prefill.c), each output in bf16's order
 // (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)).
 // f16 weights with f16_as_bf16 too: a work item's rows rounded to bf16 first, into the thread's
 // piece wp of f16b_rows(cols) rows, which the tiles then read as bf16 weights.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n);
 // f16 read as bf16, prefill: the rows of a work item, as many as fit in F16B_BLOCK bytes as bf16
-// (so that they stay in L2 beside a block of x), a multiple of BF16_NR, from BF16_NR to BF16_ROWS;
+// (so that they stay in L2 while the tokens' panels go by), a multiple of BF16_NR, from BF16_NR to
+// BF16_ROWS;
 // and the bytes of the piece that holds them (at least that, growing with cols).
 enum { BF16_ROWS = 64, F16B_BLOCK = 256 << 10 };
 static inline int f16b_rows(int cols) {
@@ -300,10 +301,11 @@ typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
-// bf16 (gemm_bf16): out[t, r] = w row r . x row t in bf16's order for r < nr rows of w (ldw
-// values apart, cols of them) and t < nt rows of x (rounded, ldx = bf16_cols(cols) apart, padded
-// with zeros); nr <= BF16_NR, nt <= BF16_MT. The vector version keeps the tile's 16-lane sums in
-// registers, each weight vector loaded serving the tile's tokens and each x vector its rows.
+// bf16 (gemm_bf16), a panel: out[t, r] = w row r . x row t in bf16's order for r < nr rows of w
+// (ldw values apart, cols of them) and t < nt rows of x (rounded, ldx = bf16_cols(cols) apart,
+// padded with zeros); nr <= BF16_ROWS, nt <= BF16_MT. The vector version goes by tiles of BF16_NR
+// rows that keep their 16-lane sums in registers, each weight vector loaded serving the tokens and
+// each x vector the tile's rows.
 typedef void TileBF16(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
                       int nt, int cols);
 // f16 read as bf16 (gemm_bf16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.

@@ -281,20 +281,17 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
 }
 
 // bf16 weights: no packing (x was rounded by matmul, the weights are read as stored). Every output
-// is one tile's 16-lane sum over all the columns (bf16's order), so nothing is cut into chunks of
-// columns; instead a work item is a block of BF16_ROWS rows, and in it a block of tokens whose
-// rounded x stays in L2 goes by each tile of BF16_NR rows (whose weights stay in L1 meanwhile) in
-// tiles of BF16_MT tokens. No order depends on the blocks or the threads.
+// is one 16-lane sum over all the columns (bf16's order), kept whole by the panel however it goes
+// through the columns; a work item is a block of BF16_ROWS rows, which the tokens go by in panels
+// of BF16_MT (their x in L1, the item's rows in L2). No order depends on the blocks or the threads.
 // f16 weights read as bf16 (Matrix.f16_as_bf16): a work item is f16b_rows(cols) rows, rounded to bf16
-// into the thread's piece of the workspace once, then read by the same tiles: the rounding is paid
+// into the thread's piece of the workspace once, then read by the same panels: the rounding is paid
 // once per weight, not once per tile of tokens (done in the tile, per vector of weights loaded, it
 // held prefill to 0.7x of bf16's; docs/speed.md). The mmapped weights stay f16; nothing is kept.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n) {
     const int cols = m[0]->cols;
     const size_t ldx = (size_t)bf16_cols(cols);
-    long tb = X_CHUNK / 2 / (long)(ldx * sizeof(uint16_t)) / BF16_MT * BF16_MT; // tokens per block
-    tb = tb < BF16_MT ? BF16_MT : tb;
 #pragma omp parallel num_threads(threads)
     {
         uint16_t *wb = (uint16_t *)(ws + l->wp + (size_t)thread_num() * l->each); // f16: the item's rows
@@ -303,19 +300,12 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
             const int rows = m[mi]->rows, blocks = (rows + per - 1) / per;
 #pragma omp for schedule(dynamic) nowait
             for (int b = 0; b < blocks; b++) {
-                const int r0 = b * per, r_end = r0 + per < rows ? r0 + per : rows;
+                const int r0 = b * per, nr = r0 + per < rows ? per : rows - r0;
                 const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)r0 * cols; // the item's rows
-                if (f16) round_f16_bf16(wb, w, (size_t)(r_end - r0) * cols), w = wb;
-                for (int t0 = 0; t0 < n; t0 += (int)tb) {
-                    const int t_end = t0 + tb < n ? t0 + (int)tb : n;
-                    for (int r = r0; r < r_end; r += BF16_NR) {
-                        const int nr = r_end - r < BF16_NR ? r_end - r : BF16_NR;
-                        for (int t = t0; t < t_end; t += BF16_MT)
-                            kernel_bf16(out[mi] + (size_t)t * rows + r, (size_t)rows, w + (size_t)(r - r0) * cols,
-                                        (size_t)cols, nr, xb + t * ldx, ldx, t_end - t < BF16_MT ? t_end - t : BF16_MT,
-                                        cols);
-                    }
-                }
+                if (f16) round_f16_bf16(wb, w, (size_t)nr * cols), w = wb;
+                for (int t = 0; t < n; t += BF16_MT)
+                    kernel_bf16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, (size_t)cols, nr, xb + t * ldx, ldx,
+                                n - t < BF16_MT ? n - t : BF16_MT, cols);
             }
         }
     }
