@@ -962,14 +962,15 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
 // The bf16 panel (kernels_internal.h, TileBF16) in tiles of BF16_NR rows x BF16_MT tokens: 20
 // 16-lane sums in registers; per step of 32 columns 5 vectors of x and 4 of weights (read as
 // stored: no packing) feed 20 vdpbf16ps, then four rows' sums at a time go through the lanes' tree.
-// The panel's tokens stay in L1 while its rows stream from L2, tile after tile; where the tokens'
-// rows are too long for that (more than BF16_KC columns) the columns go in chunks of BF16_KC, each
-// tile's 20 sums kept in `acc` between chunks: every lane still adds its steps in order, so the
-// chunks change no bit. A row or token past the panel's nr, nt is the last real one again, summed
-// but not stored.
-// BF16_KC: 5 tokens' chunk of x in 20 KiB of the 48 KiB L1. Chunked, TinyLlama's down projection
-// (5632 columns) ran 1.2x-1.3x the unchunked panel on one Zen 5 core (bench/matmul_bench).
-enum { BF16_KC = 2048 };
+// The panel's tokens stay in L1 while its rows stream from L2, tile after tile. Where the tokens'
+// rows are too long for that (more than BF16_WHOLE columns) the columns go in equal chunks of at
+// most BF16_KC, each tile's 20 sums kept in `acc` between chunks: every lane still adds its steps
+// in order, so the chunks change no bit. A row or token past the panel's nr, nt is the last real
+// one again, summed but not stored.
+// Measured on one Zen 5 core (48 KiB L1; 1024 rows x cols, 256 tokens): unchunked 452 GFLOP/s at
+// 2560 columns, then 387, 324, 301 at 3072, 4096, 5632; in chunks of 2048 417, 414, 399 there,
+// but 404 at 2560 and 0.8x unchunked at 2048 (the sums' trips through memory).
+enum { BF16_WHOLE = 2560, BF16_KC = 2048 };
 static inline __attribute__((always_inline)) void bf16_tile(float *out, size_t ldo, const uint16_t *w, size_t ldw,
                                                             int nr, const uint16_t *x, size_t ldx, int nt, int k0,
                                                             int k1, int cols, __m512 *acc, int first, int last) {
@@ -1031,14 +1032,15 @@ static __attribute__((noinline)) void bf16_tile_chunk(float *out, size_t ldo, co
 
 ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x,
                               size_t ldx, int nt, int cols) {
-    if (cols <= BF16_KC) { // one chunk: nothing kept between chunks
+    if (cols <= BF16_WHOLE) { // one chunk: nothing kept between chunks
         for (int r = 0; r < nr; r += BF16_NR)
             bf16_tile_whole(out + r, ldo, w + (size_t)r * ldw, ldw, nr - r, x, ldx, nt, cols);
         return;
     }
     __m512 acc[BF16_ROWS / BF16_NR][BF16_NR * BF16_MT]; // nr <= BF16_ROWS
-    for (int k0 = 0; k0 < cols; k0 += BF16_KC) {
-        const int k1 = cols - k0 < BF16_KC ? cols : k0 + BF16_KC;
+    const int chunks = (cols + BF16_KC - 1) / BF16_KC, kc = bf16_cols((cols + chunks - 1) / chunks);
+    for (int k0 = 0; k0 < cols; k0 += kc) {
+        const int k1 = cols - k0 < kc ? cols : k0 + kc;
         for (int r = 0; r < nr; r += BF16_NR)
             bf16_tile_chunk(out + r, ldo, w + (size_t)r * ldw, ldw, nr - r, x, ldx, nt, k0, k1, cols, acc[r / BF16_NR],
                             k0 == 0, k1 == cols);

@@ -655,7 +655,7 @@ static float bf16_order(const float *w, const float *xr, int cols, int first_fir
 // The shapes (rows, cols, tokens) of the two bf16-order checks below (the first says why these).
 static const int BF16_CASES[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}, {13, 31, 4},
                                     {200, 33, 7}, {9, 1, 5},     {611, 72, 1},   {515, 40, 2},   {64, 2048, 3},
-                                    {37, 770, 1}, {37, 770, 4}, {70, 4103, 6},   {130, 4128, 11}};
+                                    {37, 770, 1}, {37, 770, 4}, {70, 4103, 6},   {130, 4128, 11}, {6, 2600, 7}};
 
 // count activations x (every fifth four times larger) and xr, the same rounded to bf16 as matmul does.
 static void bf16_inputs(float *x, float *xr, int count) {
@@ -669,8 +669,9 @@ static void bf16_inputs(float *x, float *xr, int count) {
 // (vdpbf16ps with AVX512-BF16, fused multiply-adds in 512- or 256-bit vectors, plain C): columns
 // no multiple of 32 (a step padded with zeros) or of 2, rows no multiple of the tiles' 8 or 4,
 // tokens no multiple of 3, several blocks of tokens (1001 columns at 300 tokens, 5000 at 37) and of
-// rows (70, 200, 130), columns in several of the AVX-512 panel's chunks of 2048 (5000; 4103, whose
-// last chunk is 7 columns; 4128, a whole step past two chunks), each at 1, 2 and 3 threads. The controls: the other pair order and the serial
+// rows (70, 200, 130), columns in several of the AVX-512 panel's chunks (past 2560 columns: 2600,
+// 4103, 4128 and 5000 in 2, 2, 2 and 3, the last ending in part of a step), each at 1, 2 and 3
+// threads. The controls: the other pair order and the serial
 // tree each differ from the order somewhere.
 static void check_bf16_order(void) {
     int same = 1, first_first_differs = 0, serial_differs = 0;
