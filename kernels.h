@@ -87,7 +87,8 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 //     first, bf16 (and f16 with f16_as_bf16) rounds x to bf16 (bf16_round), in decode and prefill alike.
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
 //     count. bf16 (and f16_as_bf16): in one order in decode and prefill too (kernels_internal.h), so a token's outputs
-//     are the same bits in a block of n tokens or alone. x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
+//     are the same bits in a block of n tokens or alone; q8_0_r16 likewise (each row's blocks added in
+//     order, each as sum * (dw * dx), kernels_prefill.c). x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
 //     sized for (a caller's bug; nothing is computed then).
 void matmul_ref(float *out, const float *x, const Matrix *m, int n);
 int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n);

@@ -183,8 +183,10 @@ void pack_w_q8_plain(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, in
     pack_w_q8_from(wq, wd, m, r0, k0, kc, 0);
 }
 
-// Per block of 32 columns: the exact integer sums of an MR_Q8 x NR tile, then dw * dx * sum added
-// to float accumulators.
+// Per block of 32 columns: the exact integer sums of an MR_Q8 x NR tile, then sum * (dw * dx) added
+// to float accumulators, block after block: as decode adds a q8_0_r16 row's blocks (dot_r16_plain),
+// so a q8_0_r16 prompt's outputs are its tokens' one at a time, bit for bit, in every build (the
+// vector versions, decode's and prefill's, fuse that multiply-add alike).
 void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                      const uint8_t *wq, const float *wd, int kc, int accumulate) {
     float c[MR_Q8][NR] = {{0}};
@@ -203,7 +205,7 @@ void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const int8_t *xq, c
                         s[t][j] += wq[(k4 * NR + j) * 4 + i] * xq[(k4 * MR_Q8 + t) * 4 + i];
         for (int t = 0; t < MR_Q8; t++)
             for (int j = 0; j < NR; j++)
-                c[t][j] += (float)s[t][j] * xd[b * MR_Q8 + t] * wd[b * NR + j];
+                c[t][j] += (float)s[t][j] * (wd[b * NR + j] * xd[b * MR_Q8 + t]); // as dot_r16_plain
     }
     for (int t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++)

@@ -1170,8 +1170,8 @@ ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t 
 
 #ifdef USE_AVX512_VNNI
 // The q8_0 microkernel: a 6-token x 32-row tile; per block of 32 columns the exact integer sums in
-// 12 registers (vpdpbusd of 4 bytes of every row against 4 bytes of one token), then scaled into
-// 12 float accumulators.
+// 12 registers (vpdpbusd of 4 bytes of every row against 4 bytes of one token), then added to 12
+// float accumulators as sum * (dw * dx), one fused multiply-add, as dots_r16_512 adds a block.
 ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd,
                             const int32_t *xs, const uint8_t *wq, const float *wd, int kc, int accumulate) {
     const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - 16);
@@ -1200,8 +1200,8 @@ ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t
         const __m512 d0 = _mm512_load_ps(wd + b * NR), d1 = _mm512_load_ps(wd + b * NR + 16);
         for (int t = 0; t < MR_Q8; t++) {
             const __m512 dx = _mm512_set1_ps(xd[b * MR_Q8 + t]);
-            c[t][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[t][0]), dx), d0, c[t][0]);
-            c[t][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[t][1]), dx), d1, c[t][1]);
+            c[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t][0]), _mm512_mul_ps(d0, dx), c[t][0]);
+            c[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t][1]), _mm512_mul_ps(d1, dx), c[t][1]);
         }
     }
     for (int t = 0; t < nt; t++) {
@@ -1247,7 +1247,7 @@ ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t
             const __m256 d = _mm256_load_ps(wd + b * NR + r0);
 #pragma GCC unroll 6
             for (int t = 0; t < MR_Q8; t++)
-                c[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[t]), _mm256_set1_ps(xd[b * MR_Q8 + t])), d,
+                c[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d, _mm256_set1_ps(xd[b * MR_Q8 + t])),
                                        c[t]);
         }
 #pragma GCC unroll 6
