@@ -534,17 +534,17 @@ static void quantize_rows_q8(const QuantizedRows *qx, const float *x, int n, int
             quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
 }
 
-// bf16 weights: the n rows of x (n, cols) rounded to bf16 into h (n, bf16_cols(cols)), each row's
+// bf16 weights: the n rows of x (n, cols) rounded to bf16 into h (n, bf16_ld(cols)), each row's
 // padding zero (the vector code reads whole steps of 32). Decode and prefill alike: a token's
 // products then see the same numbers in a prompt or alone (kernels_internal.h, bf16's order).
 static void round_row_bf16(uint16_t *h, const float *x, int cols) {
     for (int c = 0; c < cols; c++)
         h[c] = round_bf16(x[c]);
-    for (int c = cols; c < bf16_cols(cols); c++)
+    for (int c = cols; c < bf16_ld(cols); c++)
         h[c] = 0;
 }
 static void round_rows_bf16(uint16_t *h, const float *x, int n, int cols, int threads) {
-    const size_t ld = (size_t)bf16_cols(cols);
+    const size_t ld = (size_t)bf16_ld(cols);
     if (n == 1 || threads == 1) // one token or one thread: no team (top of the file)
         for (int t = 0; t < n; t++)
             round_row_bf16(h + t * ld, x + (size_t)t * cols, cols);
@@ -581,7 +581,7 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
         l->sum = piece(&at, n * nb * sizeof(int32_t));
     }
     if (path == WS_DECODE || path == WS_GEMM_BF16) // x rounded to bf16, rows padded to whole steps
-        l->h = piece(&at, n * ((cols + BF16_STEP - 1) / BF16_STEP * BF16_STEP) * sizeof(uint16_t));
+        l->h = piece(&at, n * (size_t)bf16_ld((int)cols) * sizeof(uint16_t));
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
         l->runs = piece(&at, threads * sizeof(PieceRun));

@@ -224,7 +224,7 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
     for (int t = 0; t < n; t++)
         xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb,
                                     prep ? prep + t * q4_prep_bytes(cp) : NULL,
-                                    qx->h + t * (size_t)bf16_cols(m[0]->cols)}
+                                    qx->h + t * (size_t)bf16_ld(m[0]->cols)}
                    : (QuantizedRow){0};
     PieceRun *runs = (PieceRun *)(ws + l->runs);
     for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)

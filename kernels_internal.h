@@ -126,6 +126,14 @@ static inline float widen_bf16(uint16_t b) {
 // 2^-126 the AVX512-BF16 build differs from this order by less than 2^-126 per column.
 enum { BF16_STEP = 32, BF16_LANES = 16 };
 static inline int bf16_cols(int cols) { return (cols + BF16_STEP - 1) / BF16_STEP * BF16_STEP; }
+// The rows of x rounded to bf16 lie bf16_ld(cols) values apart: whole steps, and one step more where
+// that is a multiple of 1024 (2 KiB), so that a prefill tile's 5 rows of x do not share L1 sets with
+// each other and with its 4 weight rows, which are 4 KiB apart at 2048 columns (TinyLlama's products
+// of 2048 columns: 412-416 -> 422-426 GFLOP/s on one Zen 5 core, bench/matmul_bench, 3 rounds).
+static inline int bf16_ld(int cols) {
+    const int c = bf16_cols(cols);
+    return c % 1024 ? c : c + BF16_STEP;
+}
 static inline float bf16_sum_lanes(float lane[BF16_LANES]) {
     for (int half = BF16_LANES / 2; half >= 1; half /= 2)
         for (int l = 0; l < half; l++)
@@ -208,7 +216,7 @@ typedef struct {
     float *d;     // (n, cp/Q8_BLOCK) scales
     int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
     int8_t *prep; // decode against q4_0 weights: (n, q4_prep_bytes(cp)) as q4_prep arranged it; else NULL
-    uint16_t *h;  // bf16 weights: (n, bf16_cols(cols)) x rounded to bf16 (round_bf16), zero-padded; else NULL
+    uint16_t *h;  // bf16 weights: (n, bf16_ld(cols)) x rounded to bf16 (round_bf16), zero-padded; else NULL
 } QuantizedRows;
 
 // One token's row of a QuantizedRows, as the decode dot products read it.
@@ -257,7 +265,7 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
 // bf16 weights, prefill: panels of rows x tokens (kernels_prefill.c), each output in bf16's order
-// (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)).
+// (above); xb is x rounded to bf16 by matmul, (n, bf16_ld(cols)).
 // f16 weights with f16_as_bf16 too: a work item's rows rounded to bf16 first, into the thread's
 // piece wp of f16b_rows(cols) rows, which the tiles then read as bf16 weights.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
@@ -302,7 +310,7 @@ typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, co
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
 // bf16 (gemm_bf16), a panel: out[t, r] = w row r . x row t in bf16's order for r < nr rows of w
-// (ldw values apart, cols of them) and t < nt rows of x (rounded, ldx = bf16_cols(cols) apart,
+// (ldw values apart, cols of them) and t < nt rows of x (rounded, ldx = bf16_ld(cols) apart,
 // padded with zeros); nr <= BF16_ROWS, nt <= BF16_MT. The vector version goes by tiles of BF16_NR
 // rows that keep their 16-lane sums in registers, each weight vector loaded serving the tokens and
 // each x vector the tile's rows.

@@ -293,7 +293,7 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n) {
     const int cols = m[0]->cols;
-    const size_t ldx = (size_t)bf16_cols(cols);
+    const size_t ldx = (size_t)bf16_ld(cols);
 #pragma omp parallel num_threads(threads)
     {
         uint16_t *wb = (uint16_t *)(ws + l->wp + (size_t)thread_num() * l->each); // f16: the item's rows
