@@ -164,6 +164,8 @@ static int row_groups(const Matrix *m) {
     const int units = m->dtype == DTYPE_Q8_0_R16 ? r16_groups(m->rows) : m->rows;
     return (units + DOT_ROWS - 1) / DOT_ROWS;
 }
+// The groups of a piece, for the stack's weight type (one type per stack).
+static int piece_groups(const Matrix *m) { return m->dtype == DTYPE_Q8_0_R16 ? PIECE_GROUPS_R16 : PIECE_GROUPS; }
 
 // Groups g0 .. g1-1 of the stack of matrices (one piece), for each of the n activation rows x (and
 // quantized, xq). The piece's first group is found once; from there the piece goes as runs of
@@ -199,7 +201,7 @@ static int take_piece(PieceRun *run, int from_back) {
 // Thread `self` of `threads`: its own run from the front, then the others' from the back.
 static void matvec_runs(PieceRun *runs, int self, int threads, int pieces, int groups, float *const *out,
                         const float *x, const Matrix *const *m, int n, const QuantizedRow *xq) {
-    const int per = m[0]->dtype == DTYPE_Q8_0_R16 ? PIECE_GROUPS_R16 : PIECE_GROUPS;
+    const int per = piece_groups(m[0]);
     for (int k = 0; k < threads; k++) {
         PieceRun *run = &runs[(self + k) % threads];
         for (int p; (p = take_piece(run, k > 0)) >= 0;)
@@ -212,7 +214,7 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
     int groups = 0;
     for (int i = 0; i < count; i++)
         groups += row_groups(m[i]);
-    const int per = m[0]->dtype == DTYPE_Q8_0_R16 ? PIECE_GROUPS_R16 : PIECE_GROUPS;
+    const int per = piece_groups(m[0]);
     const int pieces = (groups + per - 1) / per;
     threads = threads < pieces ? threads : pieces;
     const size_t cp = (size_t)cols_stored(m[0]->dtype, m[0]->cols), nb = cp / Q8_BLOCK;
