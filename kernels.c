@@ -39,7 +39,7 @@ enum { GEMM_MIN_N = 4 }; // from this many tokens on, matrix x matrix
 // ---------------------------------------------------------------------------------------------
 // Types and sizes
 
-static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16", "q8_0_r16"};
+static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16", "q8_0_r16", "bf16_r16"};
 
 const char *dtype_name(DType t) { return (t >= 0 && t < DTYPE_COUNT) ? DTYPE_NAMES[t] : "unknown"; }
 
@@ -60,6 +60,7 @@ static size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ?
 size_t matrix_data_bytes(DType t, int rows, int cols) {
     if (rows <= 0 || cols <= 0 || t < 0 || t >= DTYPE_COUNT) return 0;
     if (t == DTYPE_Q8_0_R16) return mul_or_zero((size_t)r16_groups(rows), r16_group_bytes(cols)); // whole groups
+    if (t == DTYPE_BF16_R16) return mul_or_zero((size_t)r16_groups(rows), br16_group_values(cols) * sizeof(uint16_t));
     return mul_or_zero((size_t)rows, row_bytes(t, cols));
 }
 
@@ -116,6 +117,8 @@ static float weight_at(const Matrix *m, int r, int c) {
         return (float)((const _Float16 *)m->data)[(size_t)r * cp + c];
     case DTYPE_BF16:
         return widen_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]);
+    case DTYPE_BF16_R16:
+        return widen_bf16(((const uint16_t *)m->data)[br16_at(r, c, m->cols)]);
     case DTYPE_Q8_0:
         return ((const int8_t *)m->data)[(size_t)r * cp + c] *
                ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];

@@ -15,7 +15,9 @@
 
 // DTYPE_Q8_0_R16: q8_0 in groups of 16 rows, each block's 16 scales beside its quants (model.h has the
 // bytes): what export.py writes for q8_0 since file dtype 5; DTYPE_Q8_0 is the layout before it,
-// which old files have and which still loads and runs.
+// which old files have and which still loads and runs. DTYPE_BF16_R16: bf16 in groups of 16 rows,
+// interleaved by pairs of columns (model.h): what export.py writes for bf16 since file dtype 6, each
+// row summed in its own order (kernels_internal.h); DTYPE_BF16, the layout before it, still loads.
 typedef enum {
     DTYPE_F32 = 0,
     DTYPE_F16 = 1,
@@ -23,6 +25,7 @@ typedef enum {
     DTYPE_Q4_0 = 3,
     DTYPE_BF16 = 4,
     DTYPE_Q8_0_R16 = 5,
+    DTYPE_BF16_R16 = 6,
     DTYPE_COUNT
 } DType;
 
@@ -35,7 +38,8 @@ typedef enum {
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
     const void *data;  // (rows, cols) f32, f16 or bf16 (uint16_t bits); q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2);
-                       // q8_0_r16: its groups of 16 rows, quants and scales together (model.h)
+                       // q8_0_r16: its groups of 16 rows, quants and scales together (model.h);
+                       // bf16_r16: its groups of 16 rows, each pair of columns of the 16 side by side
     const void *scale; // q8_0: (rows, cols_padded / Q8_BLOCK) float; q4_0: the same in f16; else NULL
     int rows, cols;
     DType dtype;

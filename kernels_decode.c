@@ -9,7 +9,8 @@
 // says which a build uses). Then matvec: how the rows are grouped and shared among the threads.
 #include "kernels_internal.h"
 
-// Groups of DOT_ROWS rows a thread takes at a time (matvec); of DOT_ROWS groups of R16 rows (q8_0_r16).
+// Groups of DOT_ROWS rows a thread takes at a time (matvec); of DOT_ROWS groups of R16 rows (q8_0_r16,
+// bf16_r16).
 enum { PIECE_GROUPS = 16, PIECE_GROUPS_R16 = 4 };
 
 // ---------------------------------------------------------------------------------------------
@@ -46,6 +47,22 @@ static inline float dot_bf16_as(const uint16_t *w, const uint16_t *x, int cols, 
 }
 ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols) { return dot_bf16_as(w, x, cols, 0); }
 ONE_COPY float dot_f16b_plain(const uint16_t *w, const uint16_t *x, int cols) { return dot_bf16_as(w, x, cols, 1); }
+
+// Row i of a bf16_r16 group (its words of 16 rows, kernels_internal.h) . x rounded to bf16, in
+// bf16_r16's order: one sum, each pair's second column first, pair after pair, padding included.
+// Read as 32-bit words, as the vector code does: written with the two columns' indices (w[2p + 1],
+// then w[2p]), GCC 12.2 at -O3 vectorized the loop into wrong sums (tests/test_kernels_plain caught it).
+ONE_COPY float dot_br16_plain(const uint16_t *group, int i, const uint16_t *x, int cols) {
+    float sum = 0;
+    for (int p = 0; p < bf16_cols(cols) / 2; p++) {
+        uint32_t w, v; // row i's columns 2p (low half) and 2p + 1 (high half); x's the same
+        __builtin_memcpy(&w, group + (p * R16 + i) * 2, sizeof w);
+        __builtin_memcpy(&v, x + 2 * p, sizeof v);
+        sum = sum + widen_bf16((uint16_t)(w >> 16)) * widen_bf16((uint16_t)(v >> 16));
+        sum = sum + widen_bf16((uint16_t)w) * widen_bf16((uint16_t)v);
+    }
+    return sum;
+}
 
 // q4_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i (qw_i - 8) qx_i). The
 // vector versions also read x's sum and prep; this one only q and d.
@@ -87,16 +104,19 @@ ONE_COPY float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x,
     return sum;
 }
 
-// q8_0_r16: the groups of a run are groups of R16-row groups, r, r + step, .. (DOT_ROWS of them at
-// most, one from each quarter of the matrix's R16-row groups, as rows are for the other types).
+// q8_0_r16 and bf16_r16: the groups of a run are groups of R16-row groups, r, r + step, .. (DOT_ROWS
+// of them at most, one from each quarter of the matrix's R16-row groups, as rows are for the other
+// types).
 static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int count, const QuantizedRow *xq) {
     const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK, groups = r16_groups(m->rows);
     for (int g = r; g < r + count; g++)
         for (int k = 0; k < group_rows(groups, g, step); k++) {
             const int first = (g + k * step) * R16;
-            const uint8_t *group = (const uint8_t *)m->data + (size_t)(g + k * step) * r16_group_bytes(m->cols);
+            const uint8_t *q8 = (const uint8_t *)m->data + (size_t)(g + k * step) * r16_group_bytes(m->cols);
+            const uint16_t *bf = (const uint16_t *)m->data + (size_t)(g + k * step) * br16_group_values(m->cols);
             for (int i = 0; i < R16 && first + i < m->rows; i++)
-                out[first + i] = dot_r16_plain(group, i, xq, nb);
+                out[first + i] = m->dtype == DTYPE_BF16_R16 ? dot_br16_plain(bf, i, xq->h, m->cols)
+                                                            : dot_r16_plain(q8, i, xq, nb);
         }
 }
 
@@ -106,7 +126,7 @@ static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int cou
 // floats, quantized (xq) for q8_0 and q4_0 weights, rounded (xq->h) for bf16. One call per run, not per group: the vector
 // versions set up once and keep the next group's loads going while one ends (docs/speed.md).
 void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
-    if (m->dtype == DTYPE_Q8_0_R16) {
+    if (in_groups(m->dtype)) {
         dots_r16_plain(out, m, r, step, count, xq);
         return;
     }
@@ -145,8 +165,8 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
 // once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
 // sequential runs, as bench/bwprobe reads: the hardware prefetcher follows a few long streams and
 // starts over at every short one (docs/speed.md, "Where a step's reads go", has the layouts tried).
-// q8_0_r16 weights: the same with groups of R16 rows for rows (a group of the run is 4 x 16 rows,
-// and a piece PIECE_GROUPS_R16 of those, 256 rows where another type's piece is 64).
+// q8_0_r16 and bf16_r16 weights: the same with groups of R16 rows for rows (a group of the run is
+// 4 x 16 rows, and a piece PIECE_GROUPS_R16 of those, 256 rows where another type's piece is 64).
 // A row is never split, so the sum order does not depend on the thread count, nor on which thread
 // sums it.
 //
@@ -158,14 +178,14 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
 // the faster thread waiting at the end of every product, since two vCPUs need not stream equally
 // fast (docs/speed.md has both measured).
 
-// The groups of a matrix, which is also how far apart a group's rows are (q8_0_r16: its groups of
-// R16 rows, in groups of DOT_ROWS of them the same way).
+// The groups of a matrix, which is also how far apart a group's rows are (q8_0_r16, bf16_r16: its
+// groups of R16 rows, in groups of DOT_ROWS of them the same way).
 static int row_groups(const Matrix *m) {
-    const int units = m->dtype == DTYPE_Q8_0_R16 ? r16_groups(m->rows) : m->rows;
+    const int units = in_groups(m->dtype) ? r16_groups(m->rows) : m->rows;
     return (units + DOT_ROWS - 1) / DOT_ROWS;
 }
 // The groups of a piece, for the stack's weight type (one type per stack).
-static int piece_groups(const Matrix *m) { return m->dtype == DTYPE_Q8_0_R16 ? PIECE_GROUPS_R16 : PIECE_GROUPS; }
+static int piece_groups(const Matrix *m) { return in_groups(m->dtype) ? PIECE_GROUPS_R16 : PIECE_GROUPS; }
 
 // Groups g0 .. g1-1 of the stack of matrices (one piece), for each of the n activation rows x (and
 // quantized, xq). The piece's first group is found once; from there the piece goes as runs of

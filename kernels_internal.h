@@ -57,6 +57,8 @@ enum {
 };
 
 static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || t == DTYPE_Q8_0_R16; }
+// Whether a type's rows are stored in groups of R16 (the rows of a decode group are then such groups).
+static inline int in_groups(DType t) { return t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16; }
 
 // q8_0 in groups of R16 rows (DTYPE_Q8_0_R16; model.h has the bytes): a matrix's rows padded with
 // zero rows to whole groups; per group and per block of 32 columns R16_BLOCK_BYTES: the 16 rows'
@@ -71,16 +73,22 @@ static inline size_t r16_group_bytes(int cols) {
 // Where value j (< 32) of row i (< 16) of a block sits among the block's 512 bytes of quants.
 static inline int r16_at(int i, int j) { return j / 4 * (R16 * 4) + i * 4 + j % 4; }
 
+// bf16 in groups of R16 rows (DTYPE_BF16_R16; model.h has the bytes): a matrix's rows padded with
+// zero rows to whole groups, its columns with zeros to whole steps of BF16_STEP (bf16_cols, below);
+// a group is bf16_cols / 2 words of R16 x 32 bits, word (p, i) holding row i's columns 2p (low 16
+// bits) and 2p + 1 (high 16 bits): one 64-byte load is a pair of columns of all 16 rows
+// (br16_group_values and br16_at, below with bf16_cols, say where).
+
 // One stored row of a matrix (kernels.h's matrix_* functions are these for whole matrices): its
 // columns, q8_0 and q4_0 padded to whole blocks of Q8_BLOCK; the bytes of its values; the bytes of
 // its scales (q8_0, q4_0; else 0; q8_0_r16 keeps them with its values, in groups of rows: above).
 static inline int cols_stored(DType t, int cols) {
-    return quantized(t) ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols;
+    return quantized(t) || t == DTYPE_BF16_R16 ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols;
 }
 static inline size_t row_bytes(DType t, int cols) {
     const size_t cp = (size_t)cols_stored(t, cols);
     return t == DTYPE_F32                      ? cp * sizeof(float)
-           : t == DTYPE_F16 || t == DTYPE_BF16 ? cp * sizeof(uint16_t)
+           : t == DTYPE_F16 || t == DTYPE_BF16 || t == DTYPE_BF16_R16 ? cp * sizeof(uint16_t)
            : t == DTYPE_Q8_0                   ? cp
            : t == DTYPE_Q8_0_R16               ? cp + cp / Q8_BLOCK * sizeof(float) // on average: its groups have the bytes
                                                : cp / 2;
@@ -134,6 +142,11 @@ static inline int bf16_ld(int cols) {
     const int c = bf16_cols(cols);
     return c % 1024 ? c : c + BF16_STEP;
 }
+// bf16_r16: the values of a group; where row r's column c is among a matrix's values.
+static inline size_t br16_group_values(int cols) { return (size_t)R16 * bf16_cols(cols); }
+static inline size_t br16_at(int r, int c, int cols) {
+    return (size_t)(r / R16) * br16_group_values(cols) + ((size_t)(c / 2) * R16 + r % R16) * 2 + c % 2;
+}
 static inline float bf16_sum_lanes(float lane[BF16_LANES]) {
     for (int half = BF16_LANES / 2; half >= 1; half /= 2)
         for (int l = 0; l < half; l++)
@@ -150,14 +163,24 @@ static inline uint16_t f16_bf16(uint16_t h) {
     __builtin_memcpy(&f, &h, sizeof f);
     return round_bf16((float)f); // exact f16 -> f32 (never below 2^-126), then to nearest even
 }
-// Whether a matrix is multiplied in bf16's way: bf16 weights, or f16 ones read as bf16.
+// bf16_r16's order (DTYPE_BF16_R16, the layout above): x rounded to bf16 as for bf16, every product
+// exact; a row's sum is one float, to which the pairs of columns 2p + 1, 2p (the pair's second column
+// first, as vdpbf16ps adds a word's high half first) are added one after the other, p = 0, 1, ..,
+// bf16_cols / 2 - 1 (the padding too, zeros), each product rounded into the sum on its own. No tree:
+// lane i of a group's 16-lane vector is row i's sum from start to end, so decode streams the groups
+// as stored, one x pair broadcast to 16 rows, and prefill's tiles feed one loaded vector of weights to
+// several tokens and one broadcast of x to several groups. The same subnormal caveat as bf16's.
+// One row: row i (< R16) of a group (its first value) . x (bf16_cols(cols) rounded values).
+float dot_br16_plain(const uint16_t *group, int i, const uint16_t *x, int cols);
+
+// Whether a matrix is multiplied in bf16's way: bf16 weights (either layout), or f16 ones read as bf16.
 static inline int bf16_math(const Matrix *m) {
-    return m->dtype == DTYPE_BF16 || (m->dtype == DTYPE_F16 && m->f16_as_bf16);
+    return m->dtype == DTYPE_BF16 || m->dtype == DTYPE_BF16_R16 || (m->dtype == DTYPE_F16 && m->f16_as_bf16);
 }
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for
-// q8_0_r16 weights the same in groups of R16 rows (`rows` then counts those).
+// q8_0_r16 and bf16_r16 weights the same in groups of R16 rows (`rows` then counts those).
 static inline int group_rows(int rows, int r, int step) {
     const int ahead = (rows - r + step - 1) / step; // rows r, r + step, ... before the end
     return ahead < DOT_ROWS ? ahead : DOT_ROWS;
@@ -316,6 +339,16 @@ typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, co
 // each x vector the tile's rows.
 typedef void TileBF16(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
                       int nt, int cols);
+// bf16_r16 (gemm_bf16), a panel: out[t, r] = row r . x row t in bf16_r16's order for r < nr rows
+// from the group at w on (whole groups, nr <= BR16_ROWS) and t < nt rows of x (ldx apart as above),
+// nt <= BR16_MT. The vector version keeps BR16_NG groups x BR16_MT tokens of sums in registers.
+typedef void TileBR16(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
+                      int cols);
+enum {
+    BR16_NG = 4,  // groups x tokens per tile: 24 vectors of sums, 4 of weights; a 2048 x 2048 product
+    BR16_MT = 6,  // ran at 525 GFLOP/s on one Zen 5 core (4 x 4, 2 x 8 and 2 x 12: 510-525)
+    BR16_ROWS = BR16_NG * R16, // rows of a prefill work item: one tile's groups
+};
 // f16 read as bf16 (gemm_bf16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
 typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
@@ -337,6 +370,7 @@ PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
 TileBF16 kernel_bf16_plain, kernel_bf16_x86;
+TileBR16 kernel_br16_plain, kernel_br16_x86;
 RoundF16 round_f16_bf16_plain, round_f16_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
 Mix attention_mix_plain, attention_mix_x86;
@@ -364,6 +398,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
 #define kernel_bf16      kernel_bf16_x86
+#define kernel_br16      kernel_br16_x86
 #define round_f16_bf16   round_f16_bf16_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
@@ -374,6 +409,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain
 #define kernel_bf16      kernel_bf16_plain
+#define kernel_br16      kernel_br16_plain
 #define round_f16_bf16   round_f16_bf16_plain
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain

@@ -83,6 +83,13 @@ void kernel_bf16_plain(float *out, size_t ldo, const uint16_t *w, size_t ldw, in
         for (int r = 0; r < nr; r++)
             out[t * ldo + r] = dot_bf16_plain(w + r * ldw, x + t * ldx, cols);
 }
+// bf16_r16: the panel's rows from the group at w on, each output as dot_br16_plain sums it.
+void kernel_br16_plain(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
+                       int cols) {
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++)
+            out[t * ldo + r] = dot_br16_plain(w + (size_t)(r / R16) * br16_group_values(cols), r % R16, x + t * ldx, cols);
+}
 // f16 weights read as bf16: count of them rounded to bf16, each as f16_bf16 does.
 void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
     for (size_t i = 0; i < count; i++)
@@ -286,6 +293,8 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
 // is one 16-lane sum over all the columns (bf16's order), kept whole by the panel however it goes
 // through the columns; a work item is a block of BF16_ROWS rows, which the tokens go by in panels
 // of BF16_MT (their x in L1, the item's rows in L2). No order depends on the blocks or the threads.
+// bf16_r16 weights the same, a work item BR16_ROWS rows (whole groups), the tokens in panels of
+// BR16_MT: each output one sum from start to end (bf16_r16's order), whatever the blocks.
 // f16 weights read as bf16 (Matrix.f16_as_bf16): a work item is f16b_rows(cols) rows, rounded to bf16
 // into the thread's piece of the workspace once, then read by the same panels: the rounding is paid
 // once per weight, not once per tile of tokens (done in the tile, per vector of weights loaded, it
@@ -298,11 +307,19 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
     {
         uint16_t *wb = (uint16_t *)(ws + l->wp + (size_t)thread_num() * l->each); // f16: the item's rows
         for (int mi = 0; mi < count; mi++) {
-            const int f16 = m[mi]->dtype == DTYPE_F16, per = f16 ? f16b_rows(cols) : BF16_ROWS;
+            const int f16 = m[mi]->dtype == DTYPE_F16, r16 = m[mi]->dtype == DTYPE_BF16_R16;
+            const int per = f16 ? f16b_rows(cols) : r16 ? BR16_ROWS : BF16_ROWS;
             const int rows = m[mi]->rows, blocks = (rows + per - 1) / per;
 #pragma omp for schedule(dynamic) nowait
             for (int b = 0; b < blocks; b++) {
                 const int r0 = b * per, nr = r0 + per < rows ? per : rows - r0;
+                if (r16) { // r0 is a multiple of R16: the item starts a group
+                    const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)(r0 / R16) * br16_group_values(cols);
+                    for (int t = 0; t < n; t += BR16_MT)
+                        kernel_br16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, nr, xb + t * ldx, ldx,
+                                    n - t < BR16_MT ? n - t : BR16_MT, cols);
+                    continue;
+                }
                 const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)r0 * cols; // the item's rows
                 if (f16) round_f16_bf16(wb, w, (size_t)nr * cols), w = wb;
                 for (int t = 0; t < n; t += BF16_MT)

@@ -273,14 +273,23 @@ static inline int group_at(const RunRows *a, int r, Row w[DOT_ROWS], Row d[DOT_R
     return nr;
 }
 
-// q8_0_r16 (kernels_internal.h): group r of a run is the R16-row groups r, r + step, .., DOT_ROWS
-// of them; past the end of the matrix the last real one again, whose sums are not stored. Sets where
-// each begins; returns how many are real.
+// q8_0_r16 and bf16_r16 (kernels_internal.h): group r of a run is the R16-row groups r, r + step,
+// .., DOT_ROWS of them; past the end of the matrix the last real one again, whose sums are not
+// stored. Sets where each begins; returns how many are real.
 static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *g[DOT_ROWS]) {
     const int ng = group_rows(r16_groups(m->rows), r, step);
+    const size_t bytes = m->dtype == DTYPE_BF16_R16 ? br16_group_values(m->cols) * sizeof(uint16_t)
+                                                    : r16_group_bytes(m->cols);
     for (int k = 0; k < DOT_ROWS; k++)
-        g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * r16_group_bytes(m->cols);
+        g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * bytes;
     return ng;
+}
+// x's pair of columns p (rounded to bf16) in every 32-bit lane: the word a bf16_r16 step multiplies
+// 16 rows' words by.
+static inline int32_t br16_x_word(const uint16_t *x, int p) {
+    int32_t word;
+    memcpy(&word, x + 2 * p, sizeof word);
+    return word;
 }
 
 // Blocks b .. of x, for the plain dot product that finishes a row.
@@ -568,6 +577,38 @@ static ONE_COPY void dots_r16_x86(float *out, const Matrix *m, int r0, int step,
     }
 }
 
+// bf16_r16 in bf16_r16's order: per pair of columns 64 bytes of a group, the words of rows 0-7 then
+// 8-15, two vectors of 8 lanes; x's pair as two broadcast floats (its high and its low column) serves
+// the four groups of a run, one from each quarter. Each lane one row's sum from start to end.
+static ONE_COPY void dots_br16_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
+    const int pairs = bf16_cols(m->cols) / 2;
+    for (int r = r0; r < r0 + count; r++) { // one group: R16-row groups r, r + step, ..
+        const uint8_t *g[DOT_ROWS];
+        const int ng = r16_group_at(m, r, step, g);
+        __m256 acc[DOT_ROWS][2];
+        for (int k = 0; k < DOT_ROWS; k++)
+            acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+        for (int p = 0; p < pairs; p++) {
+            const __m256i xw = _mm256_set1_epi32(br16_x_word(x, p));
+            const __m256 xh = bf16_high8(xw), xl = bf16_low8(xw);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++)
+                for (int h = 0; h < 2; h++)
+                    acc[k][h] = bf16_step8(acc[k][h], _mm256_loadu_si256((const __m256i *)(g[k] + 64 * (size_t)p + 32 * h)),
+                                           xh, xl);
+        }
+        for (int k = 0; k < ng; k++) {
+            const int first = (r + k * step) * R16;
+            float sums[R16];
+            _mm256_storeu_ps(sums, acc[k][0]);
+            _mm256_storeu_ps(sums + 8, acc[k][1]);
+            for (int i = 0; i < R16 && first + i < m->rows; i++)
+                out[first + i] = sums[i];
+        }
+    }
+}
+
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
@@ -575,6 +616,9 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
         break;
     case DTYPE_Q8_0_R16:
         dots_r16_x86(out, m, r, step, count, xq);
+        break;
+    case DTYPE_BF16_R16:
+        dots_br16_x86(out, m, r, step, count, xq->h);
         break;
     case DTYPE_F16:
         if (m->f16_as_bf16)
@@ -822,6 +866,32 @@ static ONE_COPY void dots_r16_512(float *out, const Matrix *m, int r0, int step,
     }
 }
 
+// bf16_r16 in bf16_r16's order: one vdpbf16ps per 64 bytes of a group (a pair of columns of its 16
+// rows) with x's pair broadcast, which serves the four groups of a run; lane i of a group's vector is
+// row i's sum, pair after pair: no sum across lanes at the end.
+static ONE_COPY void dots_br16_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
+    const int pairs = bf16_cols(m->cols) / 2;
+    for (int r = r0; r < r0 + count; r++) { // one group: R16-row groups r, r + step, ..
+        const uint8_t *g[DOT_ROWS];
+        const int ng = r16_group_at(m, r, step, g);
+        __m512 acc[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++)
+            acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int p = 0; p < pairs; p++) {
+            const __m512i xw = _mm512_set1_epi32(br16_x_word(x, p));
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++)
+                acc[k] = bf16_step16(acc[k], _mm512_loadu_si512(g[k] + 64 * (size_t)p), xw);
+        }
+        for (int k = 0; k < ng; k++) {
+            const int first = (r + k * step) * R16;
+            const int real = m->rows - first; // the last group's padding rows are not stored
+            _mm512_mask_storeu_ps(out + first, real >= R16 ? (__mmask16)0xFFFF : (__mmask16)((1u << real) - 1), acc[k]);
+        }
+    }
+}
+
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
@@ -829,6 +899,9 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
         break; // 256-bit: the 512-bit f32 kernel was slower (docs/speed.md)
     case DTYPE_Q8_0_R16:
         dots_r16_512(out, m, r, step, count, xq);
+        break;
+    case DTYPE_BF16_R16:
+        dots_br16_512(out, m, r, step, count, xq->h);
         break;
     case DTYPE_F16:
         if (m->f16_as_bf16)
@@ -1046,6 +1119,76 @@ ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t 
                             k0 == 0, k1 == cols);
     }
 }
+// bf16_r16 (kernels_internal.h, TileBR16): a tile of NG groups x MT tokens, NG x MT vectors of 16
+// sums; per pair of columns NG 64-byte loads of weights and MT broadcasts of x's pair, each weight
+// vector serving MT tokens and each broadcast NG groups. No lanes to sum at the end: a vector is 16
+// rows' outputs for one token, stored as they are. The tokens' x (MT x 4 KB at 2048 columns) stays
+// in L1 and the item's groups in L2; nothing is cut into chunks (at 5632 columns the same 510 GFLOP/s,
+// measured). Called with constants for NG and MT, so each variant keeps its sums in registers.
+static inline __attribute__((always_inline)) void br16_tile(float *out, size_t ldo, const uint16_t *w, int nr,
+                                                            const uint16_t *x, size_t ldx, int cols, const int NG,
+                                                            const int MT) {
+    const size_t gv = br16_group_values(cols);
+    const int pairs = bf16_cols(cols) / 2;
+    __m512 c[BR16_NG][BR16_MT];
+    for (int g = 0; g < NG; g++)
+        for (int t = 0; t < MT; t++)
+            c[g][t] = _mm512_setzero_ps();
+    for (int p = 0; p < pairs; p++) {
+        __m512i wv[BR16_NG];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+            wv[g] = _mm512_loadu_si512(w + g * gv + (size_t)p * 2 * R16);
+#pragma GCC unroll 6
+        for (int t = 0; t < MT; t++) {
+            const __m512i xw = _mm512_set1_epi32(br16_x_word(x + t * ldx, p));
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++)
+                c[g][t] = bf16_step16(c[g][t], wv[g], xw);
+        }
+    }
+    for (int t = 0; t < MT; t++)
+        for (int g = 0; g < NG; g++)
+            _mm512_mask_storeu_ps(out + t * ldo + g * R16, first_lanes(nr - g * R16), c[g][t]);
+}
+static __attribute__((noinline)) void br16_tile_full(float *out, size_t ldo, const uint16_t *w, int nr,
+                                                     const uint16_t *x, size_t ldx, int cols) {
+    br16_tile(out, ldo, w, nr, x, ldx, cols, BR16_NG, BR16_MT);
+}
+static __attribute__((noinline)) void br16_tile_token(float *out, size_t ldo, const uint16_t *w, int nr,
+                                                      const uint16_t *x, size_t ldx, int cols) {
+    br16_tile(out, ldo, w, nr, x, ldx, cols, BR16_NG, 1);
+}
+static __attribute__((noinline)) void br16_tile_group(float *out, size_t ldo, const uint16_t *w, int nr,
+                                                      const uint16_t *x, size_t ldx, int cols) {
+    br16_tile(out, ldo, w, nr, x, ldx, cols, 1, BR16_MT);
+}
+static __attribute__((noinline)) void br16_tile_one(float *out, size_t ldo, const uint16_t *w, int nr,
+                                                    const uint16_t *x, size_t ldx, int cols) {
+    br16_tile(out, ldo, w, nr, x, ldx, cols, 1, 1);
+}
+
+// The panel: whole tiles where it has BR16_NG groups and BR16_MT tokens, else a group or a token at a
+// time (the end of a matrix; a prompt's last tokens).
+ONE_COPY void kernel_br16_x86(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx,
+                              int nt, int cols) {
+    const size_t gv = br16_group_values(cols);
+    if (nr == BR16_ROWS) {
+        if (nt == BR16_MT)
+            br16_tile_full(out, ldo, w, nr, x, ldx, cols);
+        else
+            for (int t = 0; t < nt; t++)
+                br16_tile_token(out + t * ldo, ldo, w, nr, x + t * ldx, ldx, cols);
+        return;
+    }
+    for (int r = 0; r < nr; r += R16) {
+        if (nt == BR16_MT)
+            br16_tile_group(out + r, ldo, w + (size_t)(r / R16) * gv, nr - r, x, ldx, cols);
+        else
+            for (int t = 0; t < nt; t++)
+                br16_tile_one(out + t * ldo + r, ldo, w + (size_t)(r / R16) * gv, nr - r, x + t * ldx, ldx, cols);
+    }
+}
 #elif defined(USE_AVX2)
 // Transpose an 8 x 8 block of floats held in 8 vectors: pairs, then 4-value quarters within each
 // 128-bit half, then the halves.
@@ -1164,6 +1307,35 @@ ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t 
         }
         for (int t = 0; t < nt; t++)
             out[t * ldo + r] = hsum8(_mm256_add_ps(c[t][0], c[t][1]));
+    }
+}
+
+// The bf16_r16 tile in 256-bit vectors (TileBR16): half a group (8 rows, the first or second 32 bytes
+// of each pair's 64) x BR16_MT tokens at a time, x's pair split into its high and low column once
+// per token. A token past nt is the last real one again, not stored.
+ONE_COPY void kernel_br16_x86(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx,
+                              int nt, int cols) {
+    const size_t gv = br16_group_values(cols);
+    const int pairs = bf16_cols(cols) / 2;
+    const uint16_t *xt[BR16_MT];
+    for (int t = 0; t < BR16_MT; t++)
+        xt[t] = x + (size_t)(t < nt ? t : nt - 1) * ldx;
+    for (int r = 0; r < nr; r += 8) { // rows r .. r + 7: group r / 16, its half r % 16 / 8
+        const uint16_t *wh = w + (size_t)(r / R16) * gv + r % R16 * 2;
+        __m256 c[BR16_MT];
+        for (int t = 0; t < BR16_MT; t++)
+            c[t] = _mm256_setzero_ps();
+        for (int p = 0; p < pairs; p++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(wh + (size_t)p * 2 * R16));
+            const __m256 whi = bf16_high8(wv), wlo = bf16_low8(wv);
+#pragma GCC unroll 6
+            for (int t = 0; t < BR16_MT; t++) {
+                const __m256i xw = _mm256_set1_epi32(br16_x_word(xt[t], p));
+                c[t] = _mm256_fmadd_ps(wlo, bf16_low8(xw), _mm256_fmadd_ps(whi, bf16_high8(xw), c[t]));
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            store_first8(out + t * ldo + r, nr - r, c[t]);
     }
 }
 #endif // USE_AVX512 / USE_AVX2

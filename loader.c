@@ -220,7 +220,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     p->n_ctx_train = p->rope.orig_ctx;
     const char *bad = check_shape(p);
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
-    if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16, 5 q8_0_r16)";
+    if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16, 5 q8_0_r16, 6 bf16_r16)";
     // rerope and leaky-rerope are chosen at run time (--rope-scaling); no checkpoint carries them.
     if (!bad && !rope_mode_in_file(mode))
         bad = "unknown rope_scaling mode";

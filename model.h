@@ -25,10 +25,11 @@
 //    44  eos_id
 //    48  shared_classifier     1: the classifier is the token embedding (tied); 0: wcls follows
 //    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16,
-//                              and q8_0 in groups of 16 rows, 5 q8_0_r16 (what export.py writes
-//                              for q8_0 now; 2 is the first q8_0 layout, still read). 4 and 5 in
-//                              any version: a reader older than them refuses them as an unknown
-//                              dtype, so no version is needed to keep it from misreading
+//                              and in groups of 16 rows 5 q8_0_r16 and 6 bf16_r16 (what export.py
+//                              writes for q8_0 and bf16 now; 2 and 4 are the first layouts, still
+//                              read). 4, 5 and 6 in any version: a reader older than them refuses
+//                              them as an unknown dtype, so no version is needed to keep it from
+//                              misreading
 //    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
 //    60  rope_orig_ctx         the context it was trained at, L (HF original_max_position_embeddings);
 //                            0 = seq_len
@@ -99,6 +100,13 @@
 //         One 64-byte load holds 4 columns of 16 rows, which the decode kernel multiplies by 4 values
 //         of x at once into the 16 rows' sums (kernels_x86.c), and prefill copies as its tiles read
 //         them (kernels_prefill.c): nothing is repacked when the file is loaded.
+//   bf16_r16  the same numbers as bf16, the rows in groups of 16 (the last group filled up with zero
+//         rows) and each row zero-padded to cp columns (cp as for q8_0), group after group; a group
+//         is cp/2 runs of 64 bytes, run p holding columns 2p and 2p+1 of row 0, of row 1, .., row 15,
+//         each row's two as one 32-bit little-endian word (column 2p in its low half). So column c of
+//         row 16g + i is the uint16 at 16 cp g + 32 (c / 2) + 2 i + c % 2. One 64-byte load is a pair
+//         of columns of 16 rows, which decode and prefill multiply by x's pair broadcast into the 16
+//         rows' sums (kernels_x86.c); nothing is repacked when the file is loaded.
 //   q4_0  cp as for q8_0. rows*cp/2 bytes, 16 per block of 32: byte j of a block holds value j in its
 //         low 4 bits and value j+16 in its high 4 bits, an unsigned q in [0, 15]; then, at the next
 //         multiple of 64, rows*(cp/32) f16 scales d; value = (q - 8) * d (ggml's Q4_0, scales apart).

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     DType t;
     const int f16_as_bf16 = argc > 4 && strcmp(argv[4], "f16-as-bf16") == 0; // f16 weights, --f16-as-bf16
     if (argc < 5 || dtype_from_name(f16_as_bf16 ? "f16" : argv[4], &t)) {
-        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|f16-as-bf16|bf16|q8_0|q4_0 [repeats]\n");
+        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|f16-as-bf16|bf16|bf16_r16|q8_0|q8_0_r16|q4_0 [repeats]\n");
         return 2;
     }
     const int rows = atoi(argv[1]), cols = atoi(argv[2]), n = atoi(argv[3]);

@@ -10,7 +10,8 @@ What this is: a reader of HF_DIR/config.json and its weights (model.safetensors,
 safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
 implies, and a writer of the format documented at the top of model.h (version 1): a 256-byte
 header, then the tensors in a fixed order, each 64-byte aligned (the layout is lrun/modelfile.py;
---dtype q8_0 writes q8_0 in groups of 16 rows, file dtype 5, q8_0_r16;
+--dtype q8_0 writes q8_0 in groups of 16 rows, file dtype 5, q8_0_r16, and --dtype bf16 bf16 in
+groups of 16 rows, file dtype 6, bf16_r16;
 version 3 when the checkpoint is not a plain Llama,
 the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
 and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
@@ -44,7 +45,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
 from lrun.modelfile import (ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC,  # noqa: E402
-                            MAX_END_IDS, Q8_BLOCK, VERSION, file_version, pack_header, r16_from_rows, tensors)
+                            MAX_END_IDS, Q8_BLOCK, VERSION, br16_from_rows, file_version, pack_header,
+                            r16_from_rows, tensors)
 
 # RopeScaling in rope.h (the numbers are part of the file format). HF has no static "ntk" (2);
 # "su" is Phi-3's first name for longrope.
@@ -599,7 +601,7 @@ def write_tensor(f, w, kind, dtype, name):
         if ((b & 0x7F80) == 0x7F80).any():
             raise CheckpointError(f"tensor {name}", "has values that round beyond the bf16 range (3.39e38)",
                                   "export with --dtype f32")
-        f.write(b.data)
+        f.write(br16_from_rows(b))  # in groups of 16 rows, pairs of columns interleaved (bf16_r16)
     elif dtype == "q8_0":  # in groups of 16 rows, each block's 16 scales before its values (q8_0_r16)
         q, d = quantize_q8_0(w)
         f.write(r16_from_rows(q, d))

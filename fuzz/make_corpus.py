@@ -6,8 +6,8 @@ A fuzzer mutates its seeds, so the seeds decide which code it reaches quickly. E
 few small valid inputs and a few hand-made edge cases:
   model/      tiny models (vocab 32, dim 8, two layers, grouped-query attention; a few KB each) in
               every dtype and RoPE mode, made from a random Hugging Face checkpoint
-              (lrun/hf_random.py) by export/export.py (q8_0 in its 16-row groups, and once more in
-              the first q8_0 layout: ok-q8_0-rows); two tiny llama2.c legacy files (shared and
+              (lrun/hf_random.py) by export/export.py (q8_0 and bf16 in their 16-row groups, and
+              once more in the first layouts: ok-q8_0-rows, ok-bf16-rows); two tiny llama2.c legacy files (shared and
               separate classifier); and broken files: a header alone, a bare magic, "ak42".
   tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
               UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range); with
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 from lrun.hf_random import make_checkpoint  # noqa: E402
-from lrun.modelfile import HEADER_SIZE, LEGACY_HEADER, MAGIC, legacy_tensors, q8_0_rows  # noqa: E402
+from lrun.modelfile import HEADER_SIZE, LEGACY_HEADER, MAGIC, bf16_rows, legacy_tensors, q8_0_rows  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -228,6 +228,8 @@ def main():
                 sys.exit(f"make_corpus: exporting {name} failed:\n{proc.stderr}")
     with open(os.path.join(model_dir, "ok-q8_0.bin"), "rb") as f:  # q8_0 in groups of 16 rows (q8_0_r16)
         write(model_dir, "ok-q8_0-rows.bin", q8_0_rows(f.read()))  # the first q8_0 layout, as older exports
+    with open(os.path.join(model_dir, "ok-bf16-untied.bin"), "rb") as f:  # bf16 in groups of 16 rows (bf16_r16)
+        write(model_dir, "ok-bf16-rows.bin", bf16_rows(f.read()))  # the first bf16 layout, as older exports
     write(model_dir, "ok-legacy-shared.bin", legacy(True, 1))
     write(model_dir, "ok-legacy-untied.bin", legacy(False, 2))
     with open(os.path.join(model_dir, "ok-f32-tied.bin"), "rb") as f:

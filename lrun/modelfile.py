@@ -23,10 +23,11 @@ FAMILY = struct.Struct("<5i")
 FAMILIES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "smollm3": 4, "phi3": 5}  # Family in model.h
 LAYER_NO_ROPE, LAYER_SLIDING = 1, 2  # bits of layer_kind (kernels.h)
 LONGROPE = 8  # RopeScaling in rope.h
-DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4, "q8_0_r16": 5}  # DType in kernels.h
-# What export.py's --dtype NAME writes: q8_0 in groups of 16 rows (5, q8_0_r16); the first q8_0
-# layout (2: all rows, then all scales) is still read by ./run, and written only by q8_0_rows below.
-EXPORT_DTYPES = {"f32": 0, "f16": 1, "q8_0": 5, "q4_0": 3, "bf16": 4}
+DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4, "q8_0_r16": 5, "bf16_r16": 6}  # DType in kernels.h
+# What export.py's --dtype NAME writes: q8_0 and bf16 in groups of 16 rows (5, q8_0_r16; 6,
+# bf16_r16); the first layouts (2: all rows, then all scales; 4: all rows) are still read by ./run,
+# and written only by q8_0_rows and bf16_rows below.
+EXPORT_DTYPES = {"f32": 0, "f16": 1, "q8_0": 5, "q4_0": 3, "bf16": 6}
 R16, R16_BLOCK_BYTES = 16, 16 * 4 + 16 * 32  # q8_0_r16: rows per group; bytes per group and block
 
 # Field by field as in model.h's table: int32 "i" at offsets 0..63, float64 "d" at 64..127,
@@ -132,11 +133,13 @@ def tensors(h):
 
 def matrix_parts(rows, cols, dtype):
     """Bytes of the pieces of a (rows, cols) matrix, each starting at a multiple of ALIGN: f32, f16,
-    bf16 and q8_0_r16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
+    bf16, q8_0_r16 and bf16_r16 one piece; q8_0 the int8 values (rows padded to a multiple of 32) and the float32 scales;
     q4_0 the 4-bit values (16 bytes per block of 32) and the f16 scales."""
     cp = -(-cols // Q8_BLOCK) * Q8_BLOCK
     if dtype == DTYPES["q8_0_r16"]:  # whole groups of 16 rows, each block's scales and values together
         return [-(-rows // R16) * (cp // Q8_BLOCK) * R16_BLOCK_BYTES]
+    if dtype == DTYPES["bf16_r16"]:  # whole groups of 16 rows, each row cp columns of bf16
+        return [-(-rows // R16) * R16 * cp * 2]
     if dtype == DTYPES["q8_0"]:
         return [rows * cp, rows * cp // Q8_BLOCK * 4]
     if dtype == DTYPES["q4_0"]:
@@ -177,20 +180,57 @@ def q8_0_rows(data):
     q8_0_r16 wrote it, which ./run still reads (the tests hold the two to the same results)."""
     h = read_header(data)
     assert h["dtype"] == DTYPES["q8_0_r16"], h["dtype"]
-    old = dict(h, dtype=DTYPES["q8_0"])
+
+    def parts(buf, shape):
+        q, d = rows_from_r16(buf, *shape)
+        return [q.tobytes(), d.astype("<f4").tobytes()]
+    return _relayout(data, h, DTYPES["q8_0"], parts)
+
+
+def _relayout(data, h, dtype, parts):
+    """The file of header h (bytes data) with its matrices written as dtype: parts(bytes, shape) gives
+    a matrix's pieces in the new layout; every other tensor is copied as it is."""
     out = bytearray(data[:HEADER_SIZE])
-    set_field(out, "dtype", DTYPES["q8_0"])
-    for (name, shape, kind, pieces), (_, _, _, to) in zip(layout(h), layout(old)):
+    set_field(out, "dtype", dtype)
+    for (name, shape, kind, pieces), (_, _, _, to) in zip(layout(h), layout(dict(h, dtype=dtype))):
         if kind == "matrix":
             (at, n), = pieces
-            q, d = rows_from_r16(data[at:at + n], *shape)
-            parts = [q.tobytes(), d.astype("<f4").tobytes()]
+            new = parts(data[at:at + n], shape)
         else:
-            parts = [bytes(data[at:at + n]) for at, n in pieces]
-        for (start, n), part in zip(to, parts):
+            new = [bytes(data[at:at + n]) for at, n in pieces]
+        for (start, n), part in zip(to, new):
             assert len(part) == n
             out += bytes(start - len(out)) + part
     return bytes(out)
+
+
+def br16_from_rows(b):
+    """bf16 bits b (rows, cols) uint16 -> the bytes of bf16_r16 (model.h): groups of 16 rows (the last
+    filled up with zero rows), each row zero-padded to cp columns; per group, pair p of columns of rows
+    0 .. 15 as 16 words, column 2p in the low half of each."""
+    import numpy as np
+    rows, cols = b.shape
+    cp, groups = -(-cols // Q8_BLOCK) * Q8_BLOCK, -(-rows // R16)
+    full = np.zeros((groups * R16, cp), "<u2")
+    full[:rows, :cols] = b
+    return full.reshape(groups, R16, cp // 2, 2).transpose(0, 2, 1, 3).tobytes()
+
+
+def rows_from_br16(buf, rows, cols):
+    """The inverse of br16_from_rows: the bf16 bits (rows, cols) uint16 of a bf16_r16 matrix's bytes."""
+    import numpy as np
+    cp, groups = -(-cols // Q8_BLOCK) * Q8_BLOCK, -(-rows // R16)
+    g = np.frombuffer(buf, "<u2", groups * R16 * cp).reshape(groups, cp // 2, R16, 2)
+    return g.transpose(0, 2, 1, 3).reshape(groups * R16, cp)[:rows, :cols].copy()
+
+
+def bf16_rows(data):
+    """A model file in bf16_r16 (bytes) rewritten in the first bf16 layout (dtype 4: each matrix's rows
+    as they are), the same numbers: a file as exporters before bf16_r16 wrote it, which ./run still
+    reads (in its own order of sums)."""
+    h = read_header(data)
+    assert h["dtype"] == DTYPES["bf16_r16"], h["dtype"]
+    return _relayout(data, h, DTYPES["bf16"], lambda buf, shape: [rows_from_br16(buf, *shape).tobytes()])
 
 
 def matrix_bytes(rows, cols, dtype):

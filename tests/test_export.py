@@ -90,6 +90,13 @@ def read_model(path):
         elif h["dtype"] == 4:  # bf16: the top 16 bits of a float32
             bits = np.frombuffer(buf, "<u2", size // 2, start).astype(np.uint32) << 16
             tensors[name] = bits.view(np.float32).reshape(shape)
+        elif h["dtype"] == 6:  # bf16_r16: groups of 16 rows, pairs of columns; the padding must be zero
+            rows, cols = shape
+            cp, full = (cols + 31) // 32 * 32, -(-rows // 16) * 16
+            b = modelfile.rows_from_br16(buf[start:start + size], full, cp)
+            assert not b[rows:].any() and not b[:, cols:].any(), f"{name}: padding not zero"
+            assert modelfile.br16_from_rows(b[:rows, :cols]) == bytes(buf[start:start + size])  # the inverse
+            tensors[name] = (b[:rows, :cols].astype(np.uint32) << 16).view(np.float32)
         elif h["dtype"] == 3:  # q4_0: low nibbles are values 0..15 of a block, high ones 16..31
             rows, cols = shape
             cp = size * 2 // rows
@@ -257,8 +264,8 @@ def test_partial_rotary_ignored_for_llama(tmp_path, capsys):
 def test_file_size_matches_layout(tmp_path, capsys, gqa_dir, dtype):
     out = tmp_path / "m.bin"
     h, _, _ = export_ok(capsys, gqa_dir, out, "--dtype", dtype)  # read_model checks padding and the end
-    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 5, "q4_0": 3, "bf16": 4}[dtype]  # q8_0: q8_0_r16
-    assert h["version"] == 1  # a new dtype needs no new version: older readers refuse 4 and 5 as unknown
+    assert h["dtype"] == {"f32": 0, "f16": 1, "q8_0": 5, "q4_0": 3, "bf16": 6}[dtype]  # q8_0_r16, bf16_r16
+    assert h["version"] == 1  # a new dtype needs no new version: older readers refuse 4, 5, 6 as unknown
     assert out.stat().st_size == modelfile.file_size(h)
 
 

@@ -1,6 +1,6 @@
 // test_kernels.c - every fast matrix product against the plain reference (kernels.h).
 //
-// For each weight type (f32, f16, q8_0, q4_0, bf16), each shape (odd ones: 1 column, 172 columns, rows that
+// For each weight type (f32, f16, q8_0, q4_0, bf16, and q8_0 and bf16 in groups of 16 rows), each shape (odd ones: 1 column, 172 columns, rows that
 // are no multiple of anything, enough tokens and columns to cross the tile and chunk edges) and
 // each token count (1 = decode's matrix x vector; 4 and more = prefill's blocked matrix x matrix):
 //   1. matmul agrees with matmul_ref within a stated bound (below);
@@ -14,7 +14,8 @@
 // cutoff) and rmsnorm against double; bf16: the rounding of x against its definition (with truncation
 // as the control), decode's and prefill's sums bit for bit against bf16's order, 16 lanes and a tree
 // (with the pairs' other order and a serial sum of the lanes as the controls), and n tokens bit for
-// bit one token at a time; f16 weights read as bf16 (f16_as_bf16) the same way, against that order
+// bit one token at a time; bf16_r16 the same against its order, one sum per row (the pairs' other
+// order and bf16's order as the controls); f16 weights read as bf16 (f16_as_bf16) the same way, against that order
 // with each weight rounded from f16 (the weights left unrounded as the control).
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
@@ -55,9 +56,11 @@ typedef struct {
 
 // A random (rows, cols) matrix stored as dtype; q8_0 quantized as export.py does it.
 static TestMatrix make_matrix_r16(int rows, int cols);
+static TestMatrix make_matrix_br16(int rows, int cols);
 static int failures = 0, verbose = 0;
 static TestMatrix make_matrix(DType t, int rows, int cols) {
     if (t == DTYPE_Q8_0_R16) return make_matrix_r16(rows, cols);
+    if (t == DTYPE_BF16_R16) return make_matrix_br16(rows, cols);
     TestMatrix tm = {{NULL, NULL, rows, cols, t, 0}, NULL, NULL};
     const int cp = matrix_cols_stored(t, cols);
     tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
@@ -146,6 +149,35 @@ static TestMatrix make_matrix_r16(int rows, int cols) {
     return tm;
 }
 
+// A random (rows, cols) matrix in bf16_r16: the bf16 matrix of the same random numbers, its rows laid
+// out in groups of 16 (model.h) as export.py does it: per group, pair p of columns of rows 0 .. 15 as
+// 16 words (column 2p in the low half), the padding rows and columns zero.
+static TestMatrix make_matrix_br16(int rows, int cols) {
+    TestMatrix bf = make_matrix(DTYPE_BF16, rows, cols);
+    TestMatrix tm = {{NULL, NULL, rows, cols, DTYPE_BF16_R16, 0}, NULL, NULL};
+    const int cp = (cols + 31) / 32 * 32, groups = (rows + 15) / 16;
+    uint16_t *data = calloc(matrix_data_bytes(DTYPE_BF16_R16, rows, cols), 1);
+    for (int g = 0; g < groups; g++)
+        for (int i = 0; i < 16 && g * 16 + i < rows; i++)
+            for (int c = 0; c < cols; c++)
+                data[(size_t)g * 16 * cp + (c / 2) * 32 + i * 2 + c % 2] =
+                    ((const uint16_t *)bf.data)[(size_t)(g * 16 + i) * cols + c];
+    tm.data = data;
+    tm.m.data = data;
+    float a[cols], b[cols]; // read back through matrix_row (as matmul_ref reads it): the bf16 rows
+    for (int r = 0; r < rows; r++) {
+        matrix_row(a, &bf.m, r);
+        matrix_row(b, &tm.m, r);
+        if (memcmp(a, b, sizeof a)) {
+            printf("bf16_r16 %d x %d: row %d reads back otherwise than its bf16 row  <-- FAIL\n", rows, cols, r);
+            failures++;
+            break;
+        }
+    }
+    free(bf.data);
+    return tm;
+}
+
 // The bound on |fast - ref| for output (t, r), as described at the top; *rounding = its float part.
 static double error_bound(const Matrix *m, const float *x, int t, int r, double *rounding) {
     const int cols = m->cols;
@@ -221,8 +253,8 @@ static void check_case(DType t, int rows, int cols, int n) {
     }
     // bf16: every output in one order (kernels_internal.h), so a prompt's tokens are the bits of each
     // token alone (x is rounded to bf16 between layers, where any difference could grow); q8_0_r16:
-    // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx).
-    const int split_exact = t == DTYPE_BF16 || t == DTYPE_Q8_0_R16;
+    // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx); bf16_r16 as bf16.
+    const int split_exact = t == DTYPE_BF16 || t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16;
     const int same_split = !split_exact || memcmp(fast, one, sizeof(float) * n * rows) == 0;
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix && same_split;
     failures += !ok;
@@ -654,6 +686,20 @@ static float bf16_order(const float *w, const float *xr, int cols, int first_fir
     return lane[0];
 }
 
+// bf16_r16's order (kernels_internal.h), written here again: x rounded, each product exact; one sum
+// per row, to which columns 2p + 1, then 2p are added for p = 0, 1, .. over the columns padded with
+// zeros to a multiple of 32. The control: the pairs' two columns the other way round (first_first);
+// bf16's order (16 lanes, then the tree) is the other.
+static float br16_order(const float *w, const float *xr, int cols, int first_first) {
+    float sum = 0;
+    for (int k = 0; k < (cols + 31) / 32 * 32; k += 2)
+        for (int h = 0; h < 2; h++) {
+            const int c = k + (first_first ? h : 1 - h);
+            sum = sum + (c < cols ? w[c] * xr[c] : 0.0f);
+        }
+    return sum;
+}
+
 // The shapes (rows, cols, tokens) of the two bf16-order checks below (the first says why these).
 static const int BF16_CASES[][3] = {{33, 173, 5}, {70, 64, 12}, {45, 1001, 300}, {17, 5000, 37}, {13, 31, 4},
                                     {200, 33, 7}, {9, 1, 5},     {611, 72, 1},   {515, 40, 2},   {64, 2048, 3},
@@ -675,11 +721,15 @@ static void bf16_inputs(float *x, float *xr, int count) {
 // 4103, 4128 and 5000 in 2, 2, 2 and 3, the last ending in part of a step), each at 1, 2 and 3
 // threads. The controls: the other pair order and the serial
 // tree each differ from the order somewhere.
-static void check_bf16_order(void) {
+// bf16_r16 (t) the same against its own order, on the same shapes (rows no multiple of a group's 16
+// or a tile's 64, tokens no multiple of a tile's 6); its controls: the other pair order, and bf16's
+// order (lanes and a tree) in its place.
+static void check_bf16_order(DType type) {
+    const int r16 = type == DTYPE_BF16_R16;
     int same = 1, first_first_differs = 0, serial_differs = 0;
     for (size_t c = 0; c < sizeof BF16_CASES / sizeof BF16_CASES[0]; c++) {
         const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1], n = BF16_CASES[c][2];
-        TestMatrix tm = make_matrix(DTYPE_BF16, rows, cols);
+        TestMatrix tm = make_matrix(type, rows, cols);
         float *x = malloc(sizeof(float) * n * cols), *xr = malloc(sizeof(float) * n * cols);
         float *out = malloc(sizeof(float) * n * rows), *w = malloc(sizeof(float) * cols);
         bf16_inputs(x, xr, n * cols);
@@ -689,15 +739,15 @@ static void check_bf16_order(void) {
                 matrix_row(w, &tm.m, r);
                 for (int t = 0; t < n; t++) {
                     const float *xt = xr + (size_t)t * cols, got = out[(size_t)t * rows + r];
-                    const float want = bf16_order(w, xt, cols, 0, 0);
+                    const float want = r16 ? br16_order(w, xt, cols, 0) : bf16_order(w, xt, cols, 0, 0);
                     if (memcmp(&got, &want, sizeof got) != 0) {
                         if (same || verbose)
-                            printf("bf16 %d x %d n %d threads %d: out[%d, %d] = %.9g, the order gives %.9g\n", rows,
-                                   cols, n, threads, t, r, got, want);
+                            printf("%s %d x %d n %d threads %d: out[%d, %d] = %.9g, the order gives %.9g\n",
+                                   dtype_name(type), rows, cols, n, threads, t, r, got, want);
                         same = 0;
                     }
-                    first_first_differs |= bf16_order(w, xt, cols, 1, 0) != want;
-                    serial_differs |= bf16_order(w, xt, cols, 0, 1) != want;
+                    first_first_differs |= (r16 ? br16_order(w, xt, cols, 1) : bf16_order(w, xt, cols, 1, 0)) != want;
+                    serial_differs |= (r16 ? bf16_order(w, xt, cols, 0, 0) : bf16_order(w, xt, cols, 0, 1)) != want;
                 }
             }
         }
@@ -709,10 +759,11 @@ static void check_bf16_order(void) {
     }
     const int ok = same && first_first_differs && serial_differs;
     failures += !ok;
-    printf("bf16 decode and prefill vs bf16's order (16 lanes, then the tree), 1-3 threads: %s (the pairs' other "
-           "order: %s, the lanes summed in a row: %s)%s\n",
+    printf("%s decode and prefill vs %s, 1-3 threads: %s (the pairs' other order: %s, %s: %s)%s\n",
+           dtype_name(type), r16 ? "its order (one sum per row, pair after pair)" : "bf16's order (16 lanes, then the tree)",
            same ? "bit for bit" : "DIFFER", first_first_differs ? "differs" : "the same",
-           serial_differs ? "differs" : "the same", ok ? "" : "  <-- FAIL");
+           r16 ? "bf16's order" : "the lanes summed in a row", serial_differs ? "differs" : "the same",
+           ok ? "" : "  <-- FAIL");
 }
 
 // f16 weights read as bf16 (Matrix.f16_as_bf16, ./run --f16-as-bf16): decode and prefill bit for bit
@@ -846,7 +897,8 @@ int main(int argc, char **argv) {
     check_rmsnorm();
     check_quantize_q8();
     check_bf16_round();
-    check_bf16_order();
+    check_bf16_order(DTYPE_BF16);
+    check_bf16_order(DTYPE_BF16_R16);
     check_f16b_order();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
