@@ -113,7 +113,6 @@ static float weight_at(const Matrix *m, int r, int c) {
     case DTYPE_F32:
         return ((const float *)m->data)[(size_t)r * cp + c];
     case DTYPE_F16:
-        if (m->f16_as_bf16) return widen_bf16(f16_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]));
         return (float)((const _Float16 *)m->data)[(size_t)r * cp + c];
     case DTYPE_BF16:
         return widen_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]);
@@ -140,6 +139,42 @@ static float weight_at(const Matrix *m, int r, int c) {
 void matrix_row(float *out, const Matrix *m, int r) {
     for (int c = 0; c < m->cols; c++)
         out[c] = weight_at(m, r, c);
+}
+
+// Group by group: its 16 rows rounded into the thread's scratch (round_f16_bf16, the vector version
+// where there is one; past the matrix's rows and columns zeros), then written out a pair of columns
+// of the 16 rows at a time, in the order they are stored.
+int matrix_f16_as_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) {
+    if (m->dtype != DTYPE_F16) return -1;
+    const int cp = bf16_cols(m->cols), groups = r16_groups(m->rows);
+    uint32_t *words = to; // (groups, cp / 2, R16)
+    int failed = 0;
+    (void)threads; // for OpenMP
+#pragma omp parallel num_threads(threads)
+    {
+        uint16_t *rows = calloc((size_t)R16 * cp, sizeof(uint16_t)); // (R16, cp), the padding zero
+        if (!rows) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int g = 0; g < groups; g++) {
+            if (!rows) continue;
+            for (int i = 0; i < R16 && g * R16 + i < m->rows; i++)
+                round_f16_bf16(rows + (size_t)i * cp, (const uint16_t *)m->data + (size_t)(g * R16 + i) * m->cols,
+                               (size_t)m->cols);
+            if ((g + 1) * R16 > m->rows) // the last group's padding rows
+                memset(rows + (size_t)(m->rows - g * R16) * cp, 0, (size_t)((g + 1) * R16 - m->rows) * cp * 2);
+            uint32_t *w = words + (size_t)g * (cp / 2) * R16;
+            for (int p = 0; p < cp / 2; p++)
+                for (int i = 0; i < R16; i++)
+                    memcpy(w++, rows + (size_t)i * cp + 2 * p, sizeof(uint32_t));
+        }
+        free(rows);
+    }
+    if (failed) return -1;
+    *out = (Matrix){to, NULL, m->rows, m->cols, DTYPE_BF16_R16};
+    return 0;
 }
 
 // bf16 weights (and f16 ones read as bf16) multiply x rounded to bf16 (kernels.h): the fast products
@@ -588,8 +623,6 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
         l->runs = piece(&at, threads * sizeof(PieceRun));
-    } else if (path == WS_GEMM_BF16) {
-        l->wp = piece(&mine, f16b_bytes(cols)); // f16 read as bf16: a work item's rows, rounded
     } else if (path == WS_GEMM_F32) {
         l->xp = piece(&at, (n + MR - 1) / MR * MR * cols * sizeof(float)); // (tiles, cols, MR)
         l->wp = piece(&mine, kc * NR * sizeof(float));                     // (kc, NR)
@@ -633,7 +666,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         if (n < 1 || n > ws->max_n || m[i]->cols > ws->max_cols) return -1; // the workspace was sized for less
     int same = 1; // one parallel loop needs one input width and one weight type
     for (int i = 1; i < count; i++)
-        same &= m[i]->cols == m[0]->cols && m[i]->dtype == m[0]->dtype && bf16_math(m[i]) == bf16_math(m[0]);
+        same &= m[i]->cols == m[0]->cols && m[i]->dtype == m[0]->dtype;
     if (!same) {
         for (int i = 0; i < count; i++)
             if (matmul(ws, out[i], x, m[i], n)) return -1;

@@ -36,17 +36,14 @@ static ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int n) {
 // bf16 weights . x rounded to bf16 (kernels.h), in bf16's order (kernels_internal.h): 16 lanes,
 // lane l summing the columns 32s + 2l + 1, then 32s + 2l of each step s, each product exact; then
 // the lanes' tree. Decode and prefill both compute this (the vector versions in 16-lane vectors).
-// f16 weights read as bf16 (Matrix.f16_as_bf16): the same, each weight rounded to bf16 (f16_bf16).
-static inline float dot_bf16_as(const uint16_t *w, const uint16_t *x, int cols, int f16) {
+ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols) {
     float lane[BF16_LANES] = {0};
     for (int s = 0; s < cols; s += BF16_STEP)
         for (int l = 0; l < BF16_LANES; l++)
             for (int k = s + 2 * l + 1; k >= s + 2 * l; k--) // the pair's second column first
-                if (k < cols) lane[l] = lane[l] + widen_bf16(f16 ? f16_bf16(w[k]) : w[k]) * widen_bf16(x[k]);
+                if (k < cols) lane[l] = lane[l] + widen_bf16(w[k]) * widen_bf16(x[k]);
     return bf16_sum_lanes(lane);
 }
-ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols) { return dot_bf16_as(w, x, cols, 0); }
-ONE_COPY float dot_f16b_plain(const uint16_t *w, const uint16_t *x, int cols) { return dot_bf16_as(w, x, cols, 1); }
 
 // Row i of a bf16_r16 group (its words of 16 rows, kernels_internal.h) . x rounded to bf16, in
 // bf16_r16's order: one sum, each pair's second column first, pair after pair, padding included.
@@ -139,8 +136,7 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
                 out[row] = dot_f32_plain((const float *)m->data + row * cp, x, m->cols);
                 break;
             case DTYPE_F16:
-                out[row] = m->f16_as_bf16 ? dot_f16b_plain((const uint16_t *)m->data + row * cp, xq->h, m->cols)
-                                          : dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
+                out[row] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
                 break;
             case DTYPE_BF16:
                 out[row] = dot_bf16_plain((const uint16_t *)m->data + row * cp, xq->h, m->cols);

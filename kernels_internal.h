@@ -153,11 +153,9 @@ static inline float bf16_sum_lanes(float lane[BF16_LANES]) {
             lane[l] = lane[l] + lane[l + half];
     return lane[0];
 }
-// One output: w (cols bf16) . x (cols bf16) in that order (kernels_decode.c), the plain C that defines it;
-// dot_f16b_plain: the same with w f16 (its bits), each weight rounded to bf16 as it is read
-// (f16_bf16): f16 as bf16 (Matrix.f16_as_bf16).
+// One output: w (cols bf16) . x (cols bf16) in that order (kernels_decode.c), the plain C that defines it.
 float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols);
-float dot_f16b_plain(const uint16_t *w, const uint16_t *x, int cols);
+// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_f16_as_bf16_r16).
 static inline uint16_t f16_bf16(uint16_t h) {
     _Float16 f;
     __builtin_memcpy(&f, &h, sizeof f);
@@ -173,10 +171,8 @@ static inline uint16_t f16_bf16(uint16_t h) {
 // One row: row i (< R16) of a group (its first value) . x (bf16_cols(cols) rounded values).
 float dot_br16_plain(const uint16_t *group, int i, const uint16_t *x, int cols);
 
-// Whether a matrix is multiplied in bf16's way: bf16 weights (either layout), or f16 ones read as bf16.
-static inline int bf16_math(const Matrix *m) {
-    return m->dtype == DTYPE_BF16 || m->dtype == DTYPE_BF16_R16 || (m->dtype == DTYPE_F16 && m->f16_as_bf16);
-}
+// Whether a matrix is multiplied in bf16's way, x rounded to bf16: bf16 weights, in either layout.
+static inline int bf16_math(const Matrix *m) { return m->dtype == DTYPE_BF16 || m->dtype == DTYPE_BF16_R16; }
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for
@@ -287,25 +283,12 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
               const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
-// bf16 weights, prefill: panels of rows x tokens (kernels_prefill.c), each output in bf16's order
-// (above); xb is x rounded to bf16 by matmul, (n, bf16_ld(cols)).
-// f16 weights with f16_as_bf16 too: a work item's rows rounded to bf16 first, into the thread's
-// piece wp of f16b_rows(cols) rows, which the tiles then read as bf16 weights.
+// bf16 weights (either layout), prefill: panels of rows x tokens (kernels_prefill.c), each output
+// in its layout's order (above); xb is x rounded to bf16 by matmul, (n, bf16_ld(cols)). BF16_ROWS:
+// the rows of a work item of the first layout.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n);
-// f16 read as bf16, prefill: the rows of a work item, as many as fit in F16B_BLOCK bytes as bf16
-// (so that they stay in L2 while the tokens' panels go by), a multiple of BF16_NR, from BF16_NR to
-// BF16_ROWS;
-// and the bytes of the piece that holds them (at least that, growing with cols).
-enum { BF16_ROWS = 64, F16B_BLOCK = 256 << 10 };
-static inline int f16b_rows(int cols) {
-    const long r = F16B_BLOCK / (2L * cols) / BF16_NR * BF16_NR;
-    return r < BF16_NR ? BF16_NR : r > BF16_ROWS ? BF16_ROWS : (int)r;
-}
-static inline size_t f16b_bytes(size_t cols) {
-    const size_t least = BF16_NR * cols * sizeof(uint16_t);
-    return least > F16B_BLOCK ? least : F16B_BLOCK;
-}
+enum { BF16_ROWS = 64 };
 
 // ---------------------------------------------------------------------------------------------
 // The microkernels. Each signature is a type, and both versions of a microkernel are declared with
@@ -349,7 +332,7 @@ enum {
     BR16_MT = 6,  // ran at 525 GFLOP/s on one Zen 5 core (4 x 4, 2 x 8 and 2 x 12: 510-525)
     BR16_ROWS = BR16_NG * R16, // rows of a prefill work item: one tile's groups
 };
-// f16 read as bf16 (gemm_bf16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
+// f16 as bf16 (matrix_f16_as_bf16_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
 typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);

@@ -90,7 +90,7 @@ void kernel_br16_plain(float *out, size_t ldo, const uint16_t *w, int nr, const 
         for (int r = 0; r < nr; r++)
             out[t * ldo + r] = dot_br16_plain(w + (size_t)(r / R16) * br16_group_values(cols), r % R16, x + t * ldx, cols);
 }
-// f16 weights read as bf16: count of them rounded to bf16, each as f16_bf16 does.
+// f16 weights as bf16 (matrix_f16_as_bf16_r16): count of them rounded to bf16, each as f16_bf16 does.
 void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
     for (size_t i = 0; i < count; i++)
         to[i] = f16_bf16(from[i]);
@@ -295,20 +295,15 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
 // of BF16_MT (their x in L1, the item's rows in L2). No order depends on the blocks or the threads.
 // bf16_r16 weights the same, a work item BR16_ROWS rows (whole groups), the tokens in panels of
 // BR16_MT: each output one sum from start to end (bf16_r16's order), whatever the blocks.
-// f16 weights read as bf16 (Matrix.f16_as_bf16): a work item is f16b_rows(cols) rows, rounded to bf16
-// into the thread's piece of the workspace once, then read by the same panels: the rounding is paid
-// once per weight, not once per tile of tokens (done in the tile, per vector of weights loaded, it
-// held prefill to 0.7x of bf16's; docs/speed.md). The mmapped weights stay f16; nothing is kept.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n) {
     const int cols = m[0]->cols;
     const size_t ldx = (size_t)bf16_ld(cols);
+    (void)ws, (void)l, (void)threads; // no packing, no scratch (threads: for OpenMP)
 #pragma omp parallel num_threads(threads)
     {
-        uint16_t *wb = (uint16_t *)(ws + l->wp + (size_t)thread_num() * l->each); // f16: the item's rows
         for (int mi = 0; mi < count; mi++) {
-            const int f16 = m[mi]->dtype == DTYPE_F16, r16 = m[mi]->dtype == DTYPE_BF16_R16;
-            const int per = f16 ? f16b_rows(cols) : r16 ? BR16_ROWS : BF16_ROWS;
+            const int r16 = m[mi]->dtype == DTYPE_BF16_R16, per = r16 ? BR16_ROWS : BF16_ROWS;
             const int rows = m[mi]->rows, blocks = (rows + per - 1) / per;
 #pragma omp for schedule(dynamic) nowait
             for (int b = 0; b < blocks; b++) {
@@ -321,7 +316,6 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
                     continue;
                 }
                 const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)r0 * cols; // the item's rows
-                if (f16) round_f16_bf16(wb, w, (size_t)nr * cols), w = wb;
                 for (int t = 0; t < n; t += BF16_MT)
                     kernel_bf16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, (size_t)cols, nr, xb + t * ldx, ldx,
                                 n - t < BF16_MT ? n - t : BF16_MT, cols);

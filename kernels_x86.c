@@ -21,8 +21,10 @@
 //     decode hook (q4_prep) lays each token's activations out in the order of q4_0's nibbles;
 //     q8_0_r16's 16-row groups are stored as vpdpbusd reads them (w + 128, 4 bytes of 16 rows per
 //     64 bytes), so a block's 16 row sums land in one vector, with no sum across lanes;
-//   - f16 weights read as bf16 (Matrix.f16_as_bf16) are rounded in registers: 32 at a time by
-//     vcvtph2ps and vcvtne2ps2bf16 (AVX512-BF16), else by round_bf16's integer arithmetic;
+//   - bf16_r16's groups are stored as vdpbf16ps reads them (a pair of columns of 16 rows per 64
+//     bytes), so x's pair, broadcast, meets 16 rows at once and each lane is one row's whole sum;
+//   - f16 weights made bf16 (--f16-as-bf16, at load) are rounded 32 at a time by vcvtph2ps and
+//     vcvtne2ps2bf16 (AVX512-BF16), else by round_bf16's integer arithmetic;
 //   - scales multiplied eight blocks at a time, as one vector, not one block at a time (q8_0 then
 //     hands each block its scale by a broadcast load, not by a permute across the halves of a
 //     vector, which some cores run slowly);
@@ -69,10 +71,9 @@ static inline void bf16_rest(uint16_t to[BF16_STEP], const uint16_t *w, int left
     memset(to, 0, BF16_STEP * sizeof(uint16_t));
     memcpy(to, w, (size_t)left * sizeof(uint16_t));
 }
-// f16 weights read as bf16 (Matrix.f16_as_bf16): 8 floats (widened from f16, so never below 2^-126)
+// f16 weights as bf16 (matrix_f16_as_bf16_r16): 8 floats (widened from f16, so never below 2^-126)
 // rounded to bf16, to nearest even, each in the low half of its 32-bit word (round_bf16's arithmetic;
-// a NaN stays a quiet NaN); then 16 f16 weights as stored become 16 bf16 ones as stored, in the words
-// bf16_high8 and bf16_low8 read.
+// a NaN stays a quiet NaN); then 16 f16 weights as stored become 16 bf16 ones in the same places.
 static inline __m256i round8_bf16(__m256 f) {
     const __m256i u = _mm256_castps_si256(f);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
@@ -85,10 +86,6 @@ static inline __m256i f16_bf16_16(const uint16_t *w) {
     const __m256i lo = round8_bf16(_mm256_cvtph_ps(_mm256_castsi256_si128(h)));      // columns 0-7
     const __m256i hi = round8_bf16(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))); // 8-15
     return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8); // packus interleaves 64-bit quarters
-}
-// 16 weights of a row as bf16 words: as stored (f16 0), or f16 ones rounded (f16 1).
-static inline __m256i load_bf16_16(const uint16_t *w, int f16) {
-    return f16 ? f16_bf16_16(w) : _mm256_loadu_si256((const __m256i *)w);
 }
 
 #ifdef USE_AVX512
@@ -111,18 +108,7 @@ static inline __m512i f16_bf16_32(__m512i h) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
 #endif
 }
-// 32 weights of a row as bf16 (f16 0: as stored; 1: f16 rounded), and the first of them by a mask,
-// the rest 0 (decode's dot products).
-static inline __m512i load_bf16_32(const uint16_t *w, int f16) {
-    const __m512i v = _mm512_loadu_si512(w);
-    return f16 ? f16_bf16_32(v) : v;
-}
-static inline __m512i load_bf16_32_first(__mmask32 first, const uint16_t *w, int f16) {
-    const __m512i v = _mm512_maskz_loadu_epi16(first, w);
-    return f16 ? f16_bf16_32(v) : v; // f16 0 is bf16 0
-}
-
-// f16 weights read as bf16, prefill (RoundF16): 32 at a time.
+// f16 weights as bf16 (RoundF16): 32 at a time.
 void round_f16_bf16_x86(uint16_t *to, const uint16_t *from, size_t count) {
     size_t i = 0;
     for (; i + 32 <= count; i += 32)
@@ -131,7 +117,7 @@ void round_f16_bf16_x86(uint16_t *to, const uint16_t *from, size_t count) {
         to[i] = f16_bf16(from[i]);
 }
 #else
-// f16 weights read as bf16, prefill (RoundF16): 16 at a time.
+// f16 weights as bf16 (RoundF16): 16 at a time.
 void round_f16_bf16_x86(uint16_t *to, const uint16_t *from, size_t count) {
     size_t i = 0;
     for (; i + 16 <= count; i += 16)
@@ -377,9 +363,7 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step,
 
 // bf16 in bf16's order: each row's 16 lanes in two vectors, a step of 32 columns of x (rounded by
 // matmul, padded with zeros to whole steps) split into high and low halves once for the four rows.
-// f16: the weights f16, each rounded to bf16 as it is read (Matrix.f16_as_bf16).
-static inline __attribute__((always_inline)) void dots_bf16_as(float *out, const Matrix *m, int r0, int step,
-                                                               int count, const uint16_t *x, const int f16) {
+static ONE_COPY void dots_bf16_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
     const int n = m->cols;
     const RunRows rows = run_rows(m, step);
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
@@ -397,19 +381,13 @@ static inline __attribute__((always_inline)) void dots_bf16_as(float *out, const
             for (int k = 0; k < DOT_ROWS; k++) {
                 const uint16_t *wk = (const uint16_t *)w[k].at + i;
                 if (i + BF16_STEP > n) bf16_rest(rest[k], wk, n - i), wk = rest[k];
-                a[k][0] = bf16_step8(a[k][0], load_bf16_16(wk, f16), xh0, xl0);
-                a[k][1] = bf16_step8(a[k][1], load_bf16_16(wk + 16, f16), xh1, xl1);
+                a[k][0] = bf16_step8(a[k][0], _mm256_loadu_si256((const __m256i *)wk), xh0, xl0);
+                a[k][1] = bf16_step8(a[k][1], _mm256_loadu_si256((const __m256i *)(wk + 16)), xh1, xl1);
             }
         }
         for (int k = 0; k < nr; k++)
             out[r + k * step] = hsum8(_mm256_add_ps(a[k][0], a[k][1])); // bf16_sum_lanes: hsum8 halves alike
     }
-}
-static ONE_COPY void dots_bf16_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
-    dots_bf16_as(out, m, r0, step, count, x, 0);
-}
-static ONE_COPY void dots_f16b_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
-    dots_bf16_as(out, m, r0, step, count, x, 1);
 }
 
 // q8_0 . q8_0 over blocks. The integer dot of a block is 32 byte products summed in 8 lanes. The
@@ -621,10 +599,7 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
         dots_br16_x86(out, m, r, step, count, xq->h);
         break;
     case DTYPE_F16:
-        if (m->f16_as_bf16)
-            dots_f16b_x86(out, m, r, step, count, xq->h);
-        else
-            dots_f16_x86(out, m, r, step, count, x);
+        dots_f16_x86(out, m, r, step, count, x);
         break;
     case DTYPE_BF16:
         dots_bf16_x86(out, m, r, step, count, xq->h);
@@ -688,9 +663,7 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
 
 // bf16 in bf16's order: a row's 16 lanes in one vector, 32 weights of each row and 32 values of x
 // (rounded by matmul, padded with zeros to whole steps) per vdpbf16ps: the rows streamed as stored.
-// f16: the weights f16, each rounded to bf16 as it is read (Matrix.f16_as_bf16).
-static inline __attribute__((always_inline)) void dots_bf16_512_as(float *out, const Matrix *m, int r0, int step,
-                                                                   int count, const uint16_t *x, const int f16) {
+static ONE_COPY void dots_bf16_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
     const int n = m->cols;
     const __mmask32 last = (__mmask32)(((uint64_t)1 << (n % BF16_STEP ? n % BF16_STEP : BF16_STEP)) - 1);
     const RunRows rows = run_rows(m, step);
@@ -706,24 +679,18 @@ static inline __attribute__((always_inline)) void dots_bf16_512_as(float *out, c
             const __m512i xv = _mm512_loadu_si512(x + i);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++)
-                a[k] = bf16_step16(a[k], load_bf16_32((const uint16_t *)w[k].at + i, f16), xv);
+                a[k] = bf16_step16(a[k], _mm512_loadu_si512((const uint16_t *)w[k].at + i), xv);
         }
         if (i < n) { // the last columns, the rest of the step zero
             const __m512i xv = _mm512_loadu_si512(x + i);
             for (int k = 0; k < DOT_ROWS; k++)
-                a[k] = bf16_step16(a[k], load_bf16_32_first(last, (const uint16_t *)w[k].at + i, f16), xv);
+                a[k] = bf16_step16(a[k], _mm512_maskz_loadu_epi16(last, (const uint16_t *)w[k].at + i), xv);
         }
         float sums[DOT_ROWS];
         _mm_storeu_ps(sums, bf16_sum_lanes4(a[0], a[1], a[2], a[3]));
         for (int k = 0; k < nr; k++)
             out[r + k * step] = sums[k];
     }
-}
-static ONE_COPY void dots_bf16_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
-    dots_bf16_512_as(out, m, r0, step, count, x, 0);
-}
-static ONE_COPY void dots_f16b_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
-    dots_bf16_512_as(out, m, r0, step, count, x, 1);
 }
 
 // q8_0: two blocks per 64-byte vector, eight blocks per step. AVX-512 has no vpsignb, so w * sign(x)
@@ -904,10 +871,7 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
         dots_br16_512(out, m, r, step, count, xq->h);
         break;
     case DTYPE_F16:
-        if (m->f16_as_bf16)
-            dots_f16b_512(out, m, r, step, count, xq->h);
-        else
-            dots_f16_512(out, m, r, step, count, x);
+        dots_f16_512(out, m, r, step, count, x);
         break;
     case DTYPE_BF16:
         dots_bf16_512(out, m, r, step, count, xq->h);

@@ -50,7 +50,7 @@ static size_t count3(Cursor *cur, size_t a, size_t b, size_t c) {
 }
 
 static Matrix take_matrix(Cursor *c, DType t, int rows, int cols, size_t align) {
-    Matrix m = {NULL, NULL, rows, cols, t, 0};
+    Matrix m = {NULL, NULL, rows, cols, t};
     size_t data = matrix_data_bytes(t, rows, cols), scale = matrix_scale_bytes(t, rows, cols);
     const int quantized = t == DTYPE_Q8_0 || t == DTYPE_Q4_0;
     if (data == 0 || (quantized && scale == 0)) c->overflow = 1; // a matrix here is never empty
@@ -108,7 +108,7 @@ static void take_stacked_matrix(Cursor *c, Transformer *t, size_t field, int row
     const float *stack = take_f32(c, count3(c, t->config.n_layers, rows, cols), 1);
     for (int l = 0; l < t->config.n_layers; l++) {
         Matrix *m = (Matrix *)((char *)&t->weights.layers[l] + field);
-        *m = (Matrix){stack ? stack + (size_t)l * rows * cols : NULL, NULL, rows, cols, DTYPE_F32, 0};
+        *m = (Matrix){stack ? stack + (size_t)l * rows * cols : NULL, NULL, rows, cols, DTYPE_F32};
     }
 }
 

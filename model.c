@@ -188,16 +188,42 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     return PREPARE_OK;
 }
 
-void transformer_f16_as_bf16(Transformer *t) {
+int transformer_f16_as_bf16(Transformer *t, char *err, size_t errlen) {
     TransformerWeights *w = &t->weights;
-    if (t->config.dtype != DTYPE_F16) return;
-    w->token_embedding.f16_as_bf16 = w->wcls.f16_as_bf16 = 1;
-    for (int l = 0; l < t->config.n_layers; l++) {
+    if (t->config.dtype != DTYPE_F16) return 0;
+    const int shared = w->wcls.data == w->token_embedding.data, layers = t->config.n_layers;
+    Matrix *m[2 + 7 * layers]; // the embedding, the classifier unless it is the embedding, 7 per layer
+    int count = 0;
+    m[count++] = &w->token_embedding;
+    if (!shared) m[count++] = &w->wcls;
+    for (int l = 0; l < layers; l++) {
         LayerWeights *lw = &w->layers[l];
-        Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
-            m[i]->f16_as_bf16 = 1;
+        Matrix *seven[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+        for (int i = 0; i < 7; i++)
+            m[count++] = seven[i];
     }
+    size_t bytes = 0; // each matrix at a multiple of 64 bytes, as in the file
+    for (int i = 0; i < count; i++)
+        bytes += (matrix_data_bytes(DTYPE_BF16_R16, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
+    void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) {
+        snprintf(err, errlen, "no memory for --f16-as-bf16's bf16 copy of the weights (%.1f MiB) (hint: drop the flag)",
+                 bytes / 1048576.0);
+        return -1;
+    }
+    madvise(copy, bytes, MADV_HUGEPAGE); // as the run state's buffers: fewer faults, fewer TLB misses
+    unsigned char *at = copy;
+    for (int i = 0; i < count; i++) {
+        if (matrix_f16_as_bf16_r16(m[i], m[i], at, max_threads())) {
+            munmap(copy, bytes); // the matrices converted so far point into it: the load fails as a whole
+            snprintf(err, errlen, "no memory for --f16-as-bf16's scratch (hint: drop the flag)");
+            return -1;
+        }
+        at += (matrix_data_bytes(DTYPE_BF16_R16, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
+    }
+    if (shared) w->wcls = w->token_embedding;
+    t->bf16_copy = copy, t->bf16_copy_bytes = bytes;
+    return 0;
 }
 
 void transformer_free(Transformer *t) {
@@ -205,6 +231,7 @@ void transformer_free(Transformer *t) {
     rope_free(&t->rope);
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
+    if (t->bf16_copy) munmap(t->bf16_copy, t->bf16_copy_bytes);
     memset(t, 0, sizeof(*t));
 }
 

@@ -698,7 +698,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
             "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped%s) | KV cache %.2f MiB (keys %s%s, "
             "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
             c->n_ctx_train, supports, run->n_ctx, t->weight_bytes / 1048576.0,
-            t->weights.wcls.f16_as_bf16 ? ", f16 multiplied as bf16: --f16-as-bf16" : "", kv / 1048576.0,
+            t->bf16_copy ? ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16" : "", kv / 1048576.0,
             dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
             (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
             wait_policy(waiting, sizeof waiting));
@@ -779,7 +779,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     if (check_keep(o, run->n_ctx)) return 2;
     if (o->f16_as_bf16 && c->dtype != DTYPE_F16) { // refused, not ignored: the user expected a change
         fprintf(stderr, "error: --f16-as-bf16 is for f16 models, and this one's weights are %s (hint: drop it%s)\n",
-                dtype_name(c->dtype), c->dtype == DTYPE_BF16 ? "; bf16 weights are multiplied so already" : "");
+                dtype_name(c->dtype),
+                c->dtype == DTYPE_BF16 || c->dtype == DTYPE_BF16_R16 ? "; bf16 weights are multiplied so already" : "");
         return 2;
     }
     // rope.c owns the rules; here each broken one gets its flag and its fix.
@@ -895,7 +896,10 @@ int main(int argc, char **argv) {
 
     RunConfig run;
     int status = configure(&t, &o, &run);
-    if (status == 0 && o.f16_as_bf16) transformer_f16_as_bf16(&t);
+    if (status == 0 && o.f16_as_bf16 && transformer_f16_as_bf16(&t, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        status = 1;
+    }
     if (status == 0) {
         banner_memory(&t, &run, o.model);
         banner_tokenizer(tok, tok_path, c->vocab_size);

@@ -41,14 +41,15 @@ import argparse
 import datetime
 import os
 import re
+import shlex
 import statistics
 import subprocess
 from pathlib import Path
 
 import versus  # --peer: ./run against llama.cpp, ik_llama.cpp, ... in one interleaved run
 # What bench.py and versus.py both use; tests/test_bench.py and rerope_cost.py reach it as bench.TIMING, ...
-from common import (DTYPES, REPO, RUN_ENV, SHAPES, TEXT, TIMING, checkpoint, commit, fresh_pages, loadavg, log,
-                    machine, modelfile, prompt_text, read_header)
+from common import (DTYPES, REPO, RUN_ENV, RUN_FLAGS, SHAPES, TEXT, TIMING, checkpoint, commit, fresh_pages, loadavg,
+                    log, machine, modelfile, prompt_text, read_header)
 
 TIME = "/usr/bin/time"  # GNU time (Debian package "time"), for the peak RSS
 
@@ -176,6 +177,8 @@ def main():
     ap.add_argument("--gguf", metavar="DIR", help="with --peer: the GGUF files, SHAPE-DTYPE.gguf")
     ap.add_argument("--env", nargs="+", default=[], metavar="VAR=VALUE",
                     help="environment for ./run, e.g. OMP_WAIT_POLICY=passive (recorded in the table)")
+    ap.add_argument("--ours-flags", default="", metavar="FLAGS",
+                    help="with --peer: flags for every ./run of the comparison, e.g. --f16-as-bf16 (in the table)")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
@@ -197,6 +200,9 @@ def main():
     args.cache.mkdir(parents=True, exist_ok=True)
     if bool(args.peer) != bool(args.gguf):
         ap.error("--peer (or --llama-cpp) and --gguf go together")
+    if args.ours_flags and not args.peer:
+        ap.error("--ours-flags goes with --peer")
+    RUN_FLAGS[:] = shlex.split(args.ours_flags)
     # The committed tables hold full runs: a subset writes elsewhere unless --out says otherwise.
     committed = REPO / "bench" / ("versus.md" if args.peer else "results.md")
     if args.peer:  # every shape with GGUF files, the weight types, at least 3 rounds

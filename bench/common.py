@@ -29,6 +29,7 @@ SHAPES = {  # name -> how to make it, its tokenizer
 DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 
 RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus bench.py's --env
+RUN_FLAGS = []  # bench.py's --ours-flags: added to every ./run of a comparison with peers (versus.py)
 
 # ./run's timing line (stderr): prompt tokens, s, tok/s | generated tokens, decode steps, s, tok/s | threads.
 TIMING = re.compile(r"prompt: (\d+) tokens? in ([\d.]+) s \(([\d.]+) tok/s\) \| generation: (\d+) tokens?, "

@@ -31,9 +31,8 @@ static int by_value(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     DType t;
-    const int f16_as_bf16 = argc > 4 && strcmp(argv[4], "f16-as-bf16") == 0; // f16 weights, --f16-as-bf16
-    if (argc < 5 || dtype_from_name(f16_as_bf16 ? "f16" : argv[4], &t)) {
-        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|f16-as-bf16|bf16|bf16_r16|q8_0|q8_0_r16|q4_0 [repeats]\n");
+    if (argc < 5 || dtype_from_name(argv[4], &t)) {
+        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|bf16|bf16_r16|q8_0|q8_0_r16|q4_0 [repeats]\n");
         return 2;
     }
     const int rows = atoi(argv[1]), cols = atoi(argv[2]), n = atoi(argv[3]);
@@ -64,7 +63,7 @@ int main(int argc, char **argv) {
         ((_Float16 *)(w + data_padded))[i] = (_Float16)1e-3f;
     for (size_t i = 0; i < (size_t)n * cols; i++)
         x[i] = (float)(i % 13) - 6;
-    Matrix m = {w, scales ? w + data_padded : NULL, rows, cols, t, f16_as_bf16};
+    Matrix m = {w, scales ? w + data_padded : NULL, rows, cols, t};
 
     // Wall time, and CPU time of the whole process: on a busy machine the wall time includes the
     // time the threads waited for a core; CPU time / threads does not.
@@ -91,9 +90,9 @@ int main(int argc, char **argv) {
     threads = omp_get_max_threads();
 #endif
     const double flops = 2.0 * rows * cols * n, bytes = (double)(data + scales);
-    printf("%s%s %d x %d, n %d, threads %d: best %.3f ms (%.1f GFLOP/s, %.2f GB/s of weights), median %.3f ms; "
+    printf("%s %d x %d, n %d, threads %d: best %.3f ms (%.1f GFLOP/s, %.2f GB/s of weights), median %.3f ms; "
            "CPU time / threads: best %.3f ms (%.1f GFLOP/s)\n",
-           dtype_name(t), f16_as_bf16 ? " as bf16" : "", rows, cols, n, threads, secs[0] * 1e3, flops / secs[0] / 1e9,
+           dtype_name(t), rows, cols, n, threads, secs[0] * 1e3, flops / secs[0] / 1e9,
            bytes / secs[0] / 1e9, secs[repeats / 2] * 1e3, cpu[0] / threads * 1e3, flops / (cpu[0] / threads) / 1e9);
     free(ws.base);
     free(w);

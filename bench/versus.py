@@ -107,7 +107,7 @@ def run(cmd, env=None):
 def ours(model, tok, job, threads, prompts):
     """./run's tok/s for a job's cells: {"tg", "pp"} from two runs, or {"pp4k", "tg@4k"} from one."""
     base = [str(common.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads),
-            "-ctk", "f16", "-ctv", "f16"]  # llama.cpp's default KV cache
+            "-ctk", "f16", "-ctv", "f16", *common.RUN_FLAGS]  # llama.cpp's default KV cache; --ours-flags
 
     def timing(*args):
         return common.TIMING.search(run(base + list(args), env=common.RUN_ENV).stderr)
@@ -290,7 +290,8 @@ def main(args):
                            + f" ({row['probe']:.1f} GB/s)")
     header = [f"# ./run against {', '.join(p.name for p in peers)}, {started:%Y-%m-%d %H:%M}", "",
               f"Machine: {common.machine()}; Linux {os.uname().release}; commit {common.commit()}.",
-              "Peers: " + "; ".join(peer_line(p) for p in peers) + ".",
+              "Peers: " + "; ".join(peer_line(p) for p in peers) + "."
+              + (f" Ours with `{shlex.join(common.RUN_FLAGS)}`." if common.RUN_FLAGS else ""),
               f"Load average (1, 5, 15 min): {load_before} before, {common.loadavg()} after "
               f"({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min).",
               f"Medians of {args.runs} interleaved round{'s' if args.runs > 1 else ''}, the programs' order rotating "

@@ -184,12 +184,12 @@ def q8_0_rows(data):
     def parts(buf, shape):
         q, d = rows_from_r16(buf, *shape)
         return [q.tobytes(), d.astype("<f4").tobytes()]
-    return _relayout(data, h, DTYPES["q8_0"], parts)
+    return relayout(data, h, DTYPES["q8_0"], parts)
 
 
-def _relayout(data, h, dtype, parts):
+def relayout(data, h, dtype, parts):
     """The file of header h (bytes data) with its matrices written as dtype: parts(bytes, shape) gives
-    a matrix's pieces in the new layout; every other tensor is copied as it is."""
+    a matrix's pieces in the new layout from its bytes in the old; every other tensor is copied as it is."""
     out = bytearray(data[:HEADER_SIZE])
     set_field(out, "dtype", dtype)
     for (name, shape, kind, pieces), (_, _, _, to) in zip(layout(h), layout(dict(h, dtype=dtype))):
@@ -230,7 +230,7 @@ def bf16_rows(data):
     reads (in its own order of sums)."""
     h = read_header(data)
     assert h["dtype"] == DTYPES["bf16_r16"], h["dtype"]
-    return _relayout(data, h, DTYPES["bf16"], lambda buf, shape: [rows_from_br16(buf, *shape).tobytes()])
+    return relayout(data, h, DTYPES["bf16"], lambda buf, shape: [rows_from_br16(buf, *shape).tobytes()])
 
 
 def matrix_bytes(rows, cols, dtype):
