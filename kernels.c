@@ -141,11 +141,12 @@ void matrix_row(float *out, const Matrix *m, int r) {
         out[c] = weight_at(m, r, c);
 }
 
-// Group by group: its 16 rows rounded into the thread's scratch (round_f16_bf16, the vector version
-// where there is one; past the matrix's rows and columns zeros), then written out a pair of columns
-// of the 16 rows at a time, in the order they are stored.
-int matrix_f16_as_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) {
-    if (m->dtype != DTYPE_F16) return -1;
+// Group by group: its 16 rows into the thread's scratch (f16 rounded by round_f16_bf16, the vector
+// version where there is one; bf16 copied; past the matrix's rows and columns zeros), then written out
+// a pair of columns of the 16 rows at a time, in the order they are stored.
+int matrix_to_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) {
+    if (m->dtype != DTYPE_F16 && m->dtype != DTYPE_BF16) return -1;
+    const int f16 = m->dtype == DTYPE_F16;
     const int cp = bf16_cols(m->cols), groups = r16_groups(m->rows);
     uint32_t *words = to; // (groups, cp / 2, R16)
     int failed = 0;
@@ -160,9 +161,13 @@ int matrix_f16_as_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) 
 #pragma omp for schedule(static)
         for (int g = 0; g < groups; g++) {
             if (!rows) continue;
-            for (int i = 0; i < R16 && g * R16 + i < m->rows; i++)
-                round_f16_bf16(rows + (size_t)i * cp, (const uint16_t *)m->data + (size_t)(g * R16 + i) * m->cols,
-                               (size_t)m->cols);
+            for (int i = 0; i < R16 && g * R16 + i < m->rows; i++) {
+                const uint16_t *from = (const uint16_t *)m->data + (size_t)(g * R16 + i) * m->cols;
+                if (f16)
+                    round_f16_bf16(rows + (size_t)i * cp, from, (size_t)m->cols);
+                else
+                    memcpy(rows + (size_t)i * cp, from, (size_t)m->cols * sizeof(uint16_t));
+            }
             if ((g + 1) * R16 > m->rows) // the last group's padding rows
                 memset(rows + (size_t)(m->rows - g * R16) * cp, 0, (size_t)((g + 1) * R16 - m->rows) * cp * 2);
             uint32_t *w = words + (size_t)g * (cp / 2) * R16;
@@ -572,17 +577,17 @@ static void quantize_rows_q8(const QuantizedRows *qx, const float *x, int n, int
             quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
 }
 
-// bf16 weights: the n rows of x (n, cols) rounded to bf16 into h (n, bf16_ld(cols)), each row's
+// bf16 weights: the n rows of x (n, cols) rounded to bf16 into h (n, bf16_cols(cols)), each row's
 // padding zero (the vector code reads whole steps of 32). Decode and prefill alike: a token's
 // products then see the same numbers in a prompt or alone (kernels_internal.h, bf16's order).
 static void round_row_bf16(uint16_t *h, const float *x, int cols) {
     for (int c = 0; c < cols; c++)
         h[c] = round_bf16(x[c]);
-    for (int c = cols; c < bf16_ld(cols); c++)
+    for (int c = cols; c < bf16_cols(cols); c++)
         h[c] = 0;
 }
 static void round_rows_bf16(uint16_t *h, const float *x, int n, int cols, int threads) {
-    const size_t ld = (size_t)bf16_ld(cols);
+    const size_t ld = (size_t)bf16_cols(cols);
     if (n == 1 || threads == 1) // one token or one thread: no team (top of the file)
         for (int t = 0; t < n; t++)
             round_row_bf16(h + t * ld, x + (size_t)t * cols, cols);
@@ -619,7 +624,7 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
         l->sum = piece(&at, n * nb * sizeof(int32_t));
     }
     if (path == WS_DECODE || path == WS_GEMM_BF16) // x rounded to bf16, rows padded to whole steps
-        l->h = piece(&at, n * (size_t)bf16_ld((int)cols) * sizeof(uint16_t));
+        l->h = piece(&at, n * (size_t)bf16_cols((int)cols) * sizeof(uint16_t));
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
         l->runs = piece(&at, threads * sizeof(PieceRun));
@@ -662,8 +667,10 @@ int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n) {
 }
 
 int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *const *m, int count, int n) {
-    for (int i = 0; i < count; i++)
+    for (int i = 0; i < count; i++) {
         if (n < 1 || n > ws->max_n || m[i]->cols > ws->max_cols) return -1; // the workspace was sized for less
+        if (m[i]->dtype == DTYPE_BF16) return -1; // a file type only: copied into bf16_r16 at load
+    }
     int same = 1; // one parallel loop needs one input width and one weight type
     for (int i = 1; i < count; i++)
         same &= m[i]->cols == m[0]->cols && m[i]->dtype == m[0]->dtype;

@@ -16,8 +16,9 @@
 // DTYPE_Q8_0_R16: q8_0 in groups of 16 rows, each block's 16 scales beside its quants (model.h has the
 // bytes): what export.py writes for q8_0 since file dtype 5; DTYPE_Q8_0 is the layout before it,
 // which old files have and which still loads and runs. DTYPE_BF16_R16: bf16 in groups of 16 rows,
-// interleaved by pairs of columns (model.h): what export.py writes for bf16 since file dtype 6, each
-// row summed in its own order (kernels_internal.h); DTYPE_BF16, the layout before it, still loads.
+// interleaved by pairs of columns (model.h): what export.py writes for bf16 since file dtype 6.
+// DTYPE_BF16, the bf16 layout before it (all rows as they are), is a file type only: the loader
+// copies such matrices into bf16_r16 (matrix_to_bf16_r16), and matmul refuses it.
 typedef enum {
     DTYPE_F32 = 0,
     DTYPE_F16 = 1,
@@ -58,13 +59,14 @@ size_t matrix_scale_bytes(DType t, int rows, int cols);
 // out (cols) = row r of m as float (the token embedding lookup).
 void matrix_row(float *out, const Matrix *m, int r);
 
-// f16 weights multiplied as bf16 (./run --f16-as-bf16): *out reads the f16 matrix m as bf16_r16 from
-// `to` (matrix_data_bytes(DTYPE_BF16_R16, rows, cols) bytes, 64-byte aligned), filled here on
-// `threads` threads: each weight rounded to nearest even from f16 to bf16 (bf16_round of the f16
-// widened, which is exact and never below 2^-126), laid out in groups of 16 rows as export.py writes
-// bf16, the padding zero. Each weight moves by at most 2^-8 / (1 + 2^-8) of itself (bf16 keeps 8
-// significant bits, f16 11). Returns 0, or -1 when m is not f16 or scratch could not be allocated.
-int matrix_f16_as_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads);
+// *out reads m as bf16_r16 from `to` (matrix_data_bytes(DTYPE_BF16_R16, rows, cols) bytes, 64-byte
+// aligned), filled here on `threads` threads, laid out in groups of 16 rows as export.py writes bf16,
+// the padding zero: bf16 in the first layout (DTYPE_BF16) copied as it is (model.c, at load); f16
+// with each weight rounded to nearest even from f16 to bf16 (bf16_round of the f16 widened, which is
+// exact and never below 2^-126; ./run --f16-as-bf16), which moves it by at most 2^-8 / (1 + 2^-8) of
+// itself (bf16 keeps 8 significant bits, f16 11). Returns 0, or -1 when m is neither or scratch could
+// not be allocated.
+int matrix_to_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads);
 
 // bf16 (bfloat16): the top 16 bits of a float32. A bf16 product rounds each activation to bf16
 // first, to nearest, ties to even, as x86's vcvtneps2bf16 does: a NaN stays a (quiet) NaN, and a
@@ -90,12 +92,12 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 //   matmul_ref: the definition, one weight at a time, summed in double.
 //   matmul: a matrix x vector product per token below a few tokens (decode), a blocked matrix x
 //     matrix product from there on (prefill); q8_0 (both layouts) and q4_0 quantize x to 8 bits per block of 32
-//     first, bf16 (both layouts) rounds x to bf16 (bf16_round), in decode and prefill alike.
+//     first, bf16_r16 rounds x to bf16 (bf16_round), in decode and prefill alike.
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
-//     count. bf16: in one order in decode and prefill too (kernels_internal.h), so a token's outputs
+//     count. bf16_r16: in one order in decode and prefill too (kernels_internal.h), so a token's outputs
 //     are the same bits in a block of n tokens or alone; q8_0_r16 likewise (each row's blocks added in
 //     order, each as sum * (dw * dx), kernels_prefill.c). x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
-//     sized for (a caller's bug; nothing is computed then).
+//     sized for or m is DTYPE_BF16 (a caller's bug; nothing is computed then).
 void matmul_ref(float *out, const float *x, const Matrix *m, int n);
 int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n);
 

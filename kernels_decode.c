@@ -1,5 +1,5 @@
 // kernels_decode.c - decode: out (n, rows) = x (n, cols) @ W^T for n < GEMM_MIN_N tokens, matrix x
-// vector, over f32, f16, bf16, q8_0 and q4_0 weights.
+// vector, over f32, f16, bf16_r16, q8_0 and q4_0 weights.
 //
 // Each weight is used once per token, so a product takes as long as streaming the weights from
 // memory; everything here is about reading memory at full speed and doing the arithmetic in the
@@ -31,18 +31,6 @@ static ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int n) {
     for (int i = 0; i < n; i++)
         sum += (float)w[i] * x[i];
     return sum;
-}
-
-// bf16 weights . x rounded to bf16 (kernels.h), in bf16's order (kernels_internal.h): 16 lanes,
-// lane l summing the columns 32s + 2l + 1, then 32s + 2l of each step s, each product exact; then
-// the lanes' tree. Decode and prefill both compute this (the vector versions in 16-lane vectors).
-ONE_COPY float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols) {
-    float lane[BF16_LANES] = {0};
-    for (int s = 0; s < cols; s += BF16_STEP)
-        for (int l = 0; l < BF16_LANES; l++)
-            for (int k = s + 2 * l + 1; k >= s + 2 * l; k--) // the pair's second column first
-                if (k < cols) lane[l] = lane[l] + widen_bf16(w[k]) * widen_bf16(x[k]);
-    return bf16_sum_lanes(lane);
 }
 
 // Row i of a bf16_r16 group (its words of 16 rows, kernels_internal.h) . x rounded to bf16, in
@@ -137,9 +125,6 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
                 break;
             case DTYPE_F16:
                 out[row] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
-                break;
-            case DTYPE_BF16:
-                out[row] = dot_bf16_plain((const uint16_t *)m->data + row * cp, xq->h, m->cols);
                 break;
             case DTYPE_Q8_0:
                 out[row] =
@@ -242,7 +227,7 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
     for (int t = 0; t < n; t++)
         xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb,
                                     prep ? prep + t * q4_prep_bytes(cp) : NULL,
-                                    qx->h + t * (size_t)bf16_ld(m[0]->cols)}
+                                    qx->h + t * (size_t)bf16_cols(m[0]->cols)}
                    : (QuantizedRow){0};
     PieceRun *runs = (PieceRun *)(ws + l->runs);
     for (int t = 0; t < threads; t++) // thread t's run: pieces [pieces t / threads, pieces (t + 1) / threads)

@@ -52,8 +52,6 @@ enum {
     MIX_RUN = 128, // attention: positions of values the weighted sum takes at a time (vector code)
     DOT_ROWS = 4,  // decode: weight rows a group of dot_rows reads (at once in the vector code),
                    // each from its own quarter of the matrix
-    BF16_NR = 4,   // prefill, bf16 tiles: weight rows x tokens, 20 sums of 16 lanes (8 x 3 and 12 x 2
-    BF16_MT = 5,   // made GCC spill registers: 0.65x and 0.47x of 4 x 5's speed; 4 x 4 as fast)
 };
 
 static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || t == DTYPE_Q8_0_R16; }
@@ -121,58 +119,40 @@ static inline float widen_bf16(uint16_t b) {
     return x;
 }
 
-// The order of a bf16 product's sums, the same in decode and prefill, in every build, so that a
-// token's outputs are the same bits in a prompt or alone: x rounded to bf16, every product exact.
-// The columns go in steps of 32 (the last one padded with zeros); step s hands columns 32s + 2l + 1
-// and then 32s + 2l to lane l of 16, each added to the lane's sum on its own, rounded to nearest:
-// what one vdpbf16ps does with 32 weights of a row and 32 values of x loaded as they are stored
-// (it adds the product of a 32-bit word's high halves first). Then the 16 lanes are summed by one
-// tree, bf16_sum_lanes: l + 8, then + 4, + 2, + 1, the order in which a 512-bit vector (or two
-// 256-bit ones) is halved. The vector code keeps a row's 16 lanes in one vector, so a decode step
-// streams the rows as stored and prefill's tiles feed each loaded vector to several rows or tokens.
-// vdpbf16ps reads subnormal numbers and writes them as zero: where a weight or a lane's sum is below
-// 2^-126 the AVX512-BF16 build differs from this order by less than 2^-126 per column.
-enum { BF16_STEP = 32, BF16_LANES = 16 };
+// bf16_r16's columns are padded with zeros to whole steps of BF16_STEP, and so are the rows of x
+// rounded to bf16, which lie bf16_cols(cols) values apart. (The first layout's tile ran 2-3% faster
+// with those rows one step further apart at 2048 columns; bf16_r16's reads x 4 bytes at a time and
+// measured the same either way, 495-511 GFLOP/s.)
+enum { BF16_STEP = 32 };
 static inline int bf16_cols(int cols) { return (cols + BF16_STEP - 1) / BF16_STEP * BF16_STEP; }
-// The rows of x rounded to bf16 lie bf16_ld(cols) values apart: whole steps, and one step more where
-// that is a multiple of 1024 (2 KiB), so that a prefill tile's 5 rows of x do not share L1 sets with
-// each other and with its 4 weight rows, which are 4 KiB apart at 2048 columns (TinyLlama's products
-// of 2048 columns: 412-416 -> 422-426 GFLOP/s on one Zen 5 core, bench/matmul_bench, 3 rounds).
-static inline int bf16_ld(int cols) {
-    const int c = bf16_cols(cols);
-    return c % 1024 ? c : c + BF16_STEP;
-}
 // bf16_r16: the values of a group; where row r's column c is among a matrix's values.
 static inline size_t br16_group_values(int cols) { return (size_t)R16 * bf16_cols(cols); }
 static inline size_t br16_at(int r, int c, int cols) {
     return (size_t)(r / R16) * br16_group_values(cols) + ((size_t)(c / 2) * R16 + r % R16) * 2 + c % 2;
 }
-static inline float bf16_sum_lanes(float lane[BF16_LANES]) {
-    for (int half = BF16_LANES / 2; half >= 1; half /= 2)
-        for (int l = 0; l < half; l++)
-            lane[l] = lane[l] + lane[l + half];
-    return lane[0];
-}
-// One output: w (cols bf16) . x (cols bf16) in that order (kernels_decode.c), the plain C that defines it.
-float dot_bf16_plain(const uint16_t *w, const uint16_t *x, int cols);
-// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_f16_as_bf16_r16).
+// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_bf16_r16).
 static inline uint16_t f16_bf16(uint16_t h) {
     _Float16 f;
     __builtin_memcpy(&f, &h, sizeof f);
     return round_bf16((float)f); // exact f16 -> f32 (never below 2^-126), then to nearest even
 }
-// bf16_r16's order (DTYPE_BF16_R16, the layout above): x rounded to bf16 as for bf16, every product
-// exact; a row's sum is one float, to which the pairs of columns 2p + 1, 2p (the pair's second column
-// first, as vdpbf16ps adds a word's high half first) are added one after the other, p = 0, 1, ..,
-// bf16_cols / 2 - 1 (the padding too, zeros), each product rounded into the sum on its own. No tree:
-// lane i of a group's 16-lane vector is row i's sum from start to end, so decode streams the groups
-// as stored, one x pair broadcast to 16 rows, and prefill's tiles feed one loaded vector of weights to
-// several tokens and one broadcast of x to several groups. The same subnormal caveat as bf16's.
+// bf16_r16's order (DTYPE_BF16_R16, the layout above), the same in decode and prefill, in every
+// build, so that a token's outputs are the same bits in a prompt or alone: x rounded to bf16
+// (kernels.h), so every product of two bf16 numbers is exact; a row's sum is one float, to which the
+// pairs of columns 2p + 1, 2p (the pair's second column first, as vdpbf16ps adds the product of a
+// 32-bit word's high halves first) are added one after the other, p = 0, 1, .., bf16_cols / 2 - 1
+// (the padding too, zeros), each product rounded into the sum on its own. No tree: lane i of a
+// group's 16-lane vector is row i's sum from start to end, so decode streams the groups as stored,
+// one x pair broadcast to 16 rows, and prefill's tiles feed one loaded vector of weights to several
+// tokens and one broadcast of x to several groups. vdpbf16ps reads subnormal numbers and writes them
+// as zero: where a weight or a row's sum is below 2^-126 the AVX512-BF16 build differs from this
+// order by less than 2^-126 per column.
 // One row: row i (< R16) of a group (its first value) . x (bf16_cols(cols) rounded values).
 float dot_br16_plain(const uint16_t *group, int i, const uint16_t *x, int cols);
 
-// Whether a matrix is multiplied in bf16's way, x rounded to bf16: bf16 weights, in either layout.
-static inline int bf16_math(const Matrix *m) { return m->dtype == DTYPE_BF16 || m->dtype == DTYPE_BF16_R16; }
+// Whether a matrix is multiplied in bf16's way, x rounded to bf16: bf16_r16 weights (the first bf16
+// layout is copied into bf16_r16 at load, kernels.h).
+static inline int bf16_math(const Matrix *m) { return m->dtype == DTYPE_BF16_R16; }
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for
@@ -235,7 +215,7 @@ typedef struct {
     float *d;     // (n, cp/Q8_BLOCK) scales
     int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
     int8_t *prep; // decode against q4_0 weights: (n, q4_prep_bytes(cp)) as q4_prep arranged it; else NULL
-    uint16_t *h;  // bf16 weights: (n, bf16_ld(cols)) x rounded to bf16 (round_bf16), zero-padded; else NULL
+    uint16_t *h;  // bf16 weights: (n, bf16_cols(cols)) x rounded to bf16 (round_bf16), zero-padded; else NULL
 } QuantizedRows;
 
 // One token's row of a QuantizedRows, as the decode dot products read it.
@@ -283,12 +263,10 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
               const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
-// bf16 weights (either layout), prefill: panels of rows x tokens (kernels_prefill.c), each output
-// in its layout's order (above); xb is x rounded to bf16 by matmul, (n, bf16_ld(cols)). BF16_ROWS:
-// the rows of a work item of the first layout.
+// bf16_r16 weights, prefill: panels of rows x tokens (kernels_prefill.c), each output in bf16_r16's
+// order (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)).
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n);
-enum { BF16_ROWS = 64 };
 
 // ---------------------------------------------------------------------------------------------
 // The microkernels. Each signature is a type, and both versions of a microkernel are declared with
@@ -315,16 +293,10 @@ typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
-// bf16 (gemm_bf16), a panel: out[t, r] = w row r . x row t in bf16's order for r < nr rows of w
-// (ldw values apart, cols of them) and t < nt rows of x (rounded, ldx = bf16_ld(cols) apart,
-// padded with zeros); nr <= BF16_ROWS, nt <= BF16_MT. The vector version goes by tiles of BF16_NR
-// rows that keep their 16-lane sums in registers, each weight vector loaded serving the tokens and
-// each x vector the tile's rows.
-typedef void TileBF16(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
-                      int nt, int cols);
 // bf16_r16 (gemm_bf16), a panel: out[t, r] = row r . x row t in bf16_r16's order for r < nr rows
-// from the group at w on (whole groups, nr <= BR16_ROWS) and t < nt rows of x (ldx apart as above),
-// nt <= BR16_MT. The vector version keeps BR16_NG groups x BR16_MT tokens of sums in registers.
+// from the group at w on (whole groups, nr <= BR16_ROWS) and t < nt rows of x (rounded, ldx =
+// bf16_cols(cols) apart, padded with zeros), nt <= BR16_MT. The vector version keeps BR16_NG groups x
+// BR16_MT tokens of sums in registers.
 typedef void TileBR16(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
                       int cols);
 enum {
@@ -332,7 +304,7 @@ enum {
     BR16_MT = 6,  // ran at 525 GFLOP/s on one Zen 5 core (4 x 4, 2 x 8 and 2 x 12: 510-525)
     BR16_ROWS = BR16_NG * R16, // rows of a prefill work item: one tile's groups
 };
-// f16 as bf16 (matrix_f16_as_bf16_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
+// f16 as bf16 (matrix_to_bf16_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
 typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
@@ -352,7 +324,6 @@ PackF32 pack_w_f32_plain, pack_w_f32_x86;
 PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
-TileBF16 kernel_bf16_plain, kernel_bf16_x86;
 TileBR16 kernel_br16_plain, kernel_br16_x86;
 RoundF16 round_f16_bf16_plain, round_f16_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
@@ -380,7 +351,6 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define pack_w_f32       pack_w_f32_x86
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
-#define kernel_bf16      kernel_bf16_x86
 #define kernel_br16      kernel_br16_x86
 #define round_f16_bf16   round_f16_bf16_x86
 #define attention_scores attention_scores_x86
@@ -391,7 +361,6 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define pack_w_f32       pack_w_f32_plain
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain
-#define kernel_bf16      kernel_bf16_plain
 #define kernel_br16      kernel_br16_plain
 #define round_f16_bf16   round_f16_bf16_plain
 #define attention_scores attention_scores_plain

@@ -1,5 +1,5 @@
 // kernels_prefill.c - prefill: out (n, rows) = x (n, cols) @ W^T for n >= GEMM_MIN_N tokens, matrix
-// x matrix, over f32, f16, bf16, q8_0 and q4_0 weights.
+// x matrix, over f32, f16, bf16_r16, q8_0 and q4_0 weights.
 //
 // Each weight is used n times, so once read and kept in cache the weights stop mattering and the
 // arithmetic does. Blocked as in Goto & van de Geijn, "Anatomy of high-performance matrix
@@ -76,13 +76,6 @@ void kernel_f32_plain(float *out, size_t ldo, int nt, int nr, const float *xp, c
             out[t * ldo + j] = c[t][j];
 }
 
-// bf16: each output of the tile in bf16's order (kernels_internal.h), one dot_bf16_plain call each.
-void kernel_bf16_plain(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x, size_t ldx,
-                       int nt, int cols) {
-    for (int t = 0; t < nt; t++)
-        for (int r = 0; r < nr; r++)
-            out[t * ldo + r] = dot_bf16_plain(w + r * ldw, x + t * ldx, cols);
-}
 // bf16_r16: the panel's rows from the group at w on, each output as dot_br16_plain sums it.
 void kernel_br16_plain(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
                        int cols) {
@@ -90,7 +83,7 @@ void kernel_br16_plain(float *out, size_t ldo, const uint16_t *w, int nr, const 
         for (int r = 0; r < nr; r++)
             out[t * ldo + r] = dot_br16_plain(w + (size_t)(r / R16) * br16_group_values(cols), r % R16, x + t * ldx, cols);
 }
-// f16 weights as bf16 (matrix_f16_as_bf16_r16): count of them rounded to bf16, each as f16_bf16 does.
+// f16 weights as bf16 (matrix_to_bf16_r16): count of them rounded to bf16, each as f16_bf16 does.
 void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
     for (size_t i = 0; i < count; i++)
         to[i] = f16_bf16(from[i]);
@@ -289,37 +282,24 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
     }
 }
 
-// bf16 weights: no packing (x was rounded by matmul, the weights are read as stored). Every output
-// is one 16-lane sum over all the columns (bf16's order), kept whole by the panel however it goes
-// through the columns; a work item is a block of BF16_ROWS rows, which the tokens go by in panels
-// of BF16_MT (their x in L1, the item's rows in L2). No order depends on the blocks or the threads.
-// bf16_r16 weights the same, a work item BR16_ROWS rows (whole groups), the tokens in panels of
-// BR16_MT: each output one sum from start to end (bf16_r16's order), whatever the blocks.
+// bf16_r16 weights: no packing (x was rounded by matmul, the weights are read as stored). A work item
+// is BR16_ROWS rows (whole groups), which the tokens go by in panels of BR16_MT (the item's rows in
+// L2); every output is one sum from start to end (bf16_r16's order), whatever the blocks or threads.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n) {
     const int cols = m[0]->cols;
-    const size_t ldx = (size_t)bf16_ld(cols);
+    const size_t ldx = (size_t)bf16_cols(cols);
     (void)ws, (void)l, (void)threads; // no packing, no scratch (threads: for OpenMP)
 #pragma omp parallel num_threads(threads)
-    {
-        for (int mi = 0; mi < count; mi++) {
-            const int r16 = m[mi]->dtype == DTYPE_BF16_R16, per = r16 ? BR16_ROWS : BF16_ROWS;
-            const int rows = m[mi]->rows, blocks = (rows + per - 1) / per;
+    for (int mi = 0; mi < count; mi++) {
+        const int rows = m[mi]->rows, items = (rows + BR16_ROWS - 1) / BR16_ROWS;
 #pragma omp for schedule(dynamic) nowait
-            for (int b = 0; b < blocks; b++) {
-                const int r0 = b * per, nr = r0 + per < rows ? per : rows - r0;
-                if (r16) { // r0 is a multiple of R16: the item starts a group
-                    const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)(r0 / R16) * br16_group_values(cols);
-                    for (int t = 0; t < n; t += BR16_MT)
-                        kernel_br16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, nr, xb + t * ldx, ldx,
-                                    n - t < BR16_MT ? n - t : BR16_MT, cols);
-                    continue;
-                }
-                const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)r0 * cols; // the item's rows
-                for (int t = 0; t < n; t += BF16_MT)
-                    kernel_bf16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, (size_t)cols, nr, xb + t * ldx, ldx,
-                                n - t < BF16_MT ? n - t : BF16_MT, cols);
-            }
+        for (int b = 0; b < items; b++) {
+            const int r0 = b * BR16_ROWS, nr = rows - r0 < BR16_ROWS ? rows - r0 : BR16_ROWS;
+            const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)(r0 / R16) * br16_group_values(cols);
+            for (int t = 0; t < n; t += BR16_MT)
+                kernel_br16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, nr, xb + t * ldx, ldx,
+                            n - t < BR16_MT ? n - t : BR16_MT, cols);
         }
     }
 }

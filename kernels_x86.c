@@ -6,7 +6,7 @@
 // ...): kernels_internal.h declares both with one type and its table says which one a build uses.
 // This file needs nothing from the other kernel files but that header. Attention has one 256-bit
 // version for AVX2 and AVX-512 builds; decode has a 256-bit one and, for AVX-512 with VNNI, 512-bit
-// f16, bf16, q8_0 and q4_0 dot products (half the instructions per byte, which counts once a core
+// f16, bf16_r16, q8_0 and q4_0 dot products (half the instructions per byte, which counts once a core
 // streams fast enough); the prefill tiles have two side by side, 512-bit (AVX-512, with VNNI for
 // the integer ones) and 256-bit (AVX2, for machines without AVX-512). tests/test_kernels.c checks
 // every path against the references, in a native, an AVX2 and a plain C build.
@@ -52,12 +52,12 @@ static inline float hsum8(__m256 a) {
 
 // 8 halves widened to floats (exact).
 static inline __m256 half8(const _Float16 *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
-// bf16's order (kernels_internal.h) in vectors. 32 bf16 numbers loaded as stored are 16 32-bit
-// words, word l holding columns 2l (low half) and 2l + 1 (high half): a row's 16 lanes are one
-// 512-bit vector, or two 256-bit ones (lanes 0-7 from columns 0-15 of a step, 8-15 from 16-31).
-// As floats, a word's high half is the word with its low 16 bits cleared and its low half the word
-// shifted up by 16, both exact; a product of two bf16 numbers is exact too, so a fused multiply-add
-// is the rounded sum of the lane and the product, as the order has it.
+// bf16_r16's order (kernels_internal.h) in vectors. A 32-bit word of bf16_r16 holds a row's columns
+// 2p (low half) and 2p + 1 (high half), 16 rows' words per 64 bytes: one 512-bit vector, or two
+// 256-bit ones (rows 0-7, then 8-15). As floats, a word's high half is the word with its low 16 bits
+// cleared and its low half the word shifted up by 16, both exact; a product of two bf16 numbers is
+// exact too, so a fused multiply-add is the rounded sum of the row's sum and the product, as the
+// order has it.
 static inline __m256 bf16_high8(__m256i v) {
     return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000)));
 }
@@ -66,12 +66,7 @@ static inline __m256 bf16_low8(__m256i v) { return _mm256_castsi256_ps(_mm256_sl
 static inline __m256 bf16_step8(__m256 acc, __m256i w, __m256 x_high, __m256 x_low) {
     return _mm256_fmadd_ps(bf16_low8(w), x_low, _mm256_fmadd_ps(bf16_high8(w), x_high, acc));
 }
-// The last step of a row of `left` < 32 columns, copied into zeros (AVX2 has no 16-bit masked load).
-static inline void bf16_rest(uint16_t to[BF16_STEP], const uint16_t *w, int left) {
-    memset(to, 0, BF16_STEP * sizeof(uint16_t));
-    memcpy(to, w, (size_t)left * sizeof(uint16_t));
-}
-// f16 weights as bf16 (matrix_f16_as_bf16_r16): 8 floats (widened from f16, so never below 2^-126)
+// f16 weights as bf16 (matrix_to_bf16_r16): 8 floats (widened from f16, so never below 2^-126)
 // rounded to bf16, to nearest even, each in the low half of its 32-bit word (round_bf16's arithmetic;
 // a NaN stays a quiet NaN); then 16 f16 weights as stored become 16 bf16 ones in the same places.
 static inline __m256i round8_bf16(__m256 f) {
@@ -143,17 +138,6 @@ static inline __m512 bf16_step16(__m512 acc, __m512i w, __m512i x) {
 #endif
 }
 
-// bf16_sum_lanes of four vectors at once, into the four floats returned: lanes l + 8 (the 128-bit
-// quarters 0, 1 plus 2, 3; two vectors side by side), then + 4 (quarter 0 plus 1, four vectors' in
-// the four quarters), + 2 and + 1 within each quarter; lane 0 of each quarter is a sum.
-static inline __m128 bf16_sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-    const __m512 b01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
-    const __m512 b23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
-    const __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(b01, b23, 0x88), _mm512_shuffle_f32x4(b01, b23, 0xdd));
-    const __m512 d = _mm512_add_ps(c, _mm512_permute_ps(c, 0x4e)); // lanes [2, 3, 0, 1] of each quarter
-    const __m512 e = _mm512_add_ps(d, _mm512_permute_ps(d, 0xb1)); // lanes [1, 0, 3, 2]
-    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), e));
-}
 #endif
 
 // The lane mask (all bits set) of the first k of 8 lanes, for vmaskmov loads and stores at ragged ends.
@@ -358,35 +342,6 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step,
                 sum += (float)w[k].f16[j] * x[j];
             out[r + k * step] = sum;
         }
-    }
-}
-
-// bf16 in bf16's order: each row's 16 lanes in two vectors, a step of 32 columns of x (rounded by
-// matmul, padded with zeros to whole steps) split into high and low halves once for the four rows.
-static ONE_COPY void dots_bf16_x86(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
-    const int n = m->cols;
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, NULL);
-        __m256 a[DOT_ROWS][2];
-        for (int k = 0; k < DOT_ROWS; k++)
-            a[k][0] = a[k][1] = _mm256_setzero_ps();
-        for (int i = 0; i < n; i += BF16_STEP) {
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + i));
-            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + i + 16));
-            const __m256 xh0 = bf16_high8(x0), xl0 = bf16_low8(x0), xh1 = bf16_high8(x1), xl1 = bf16_low8(x1);
-            uint16_t rest[DOT_ROWS][BF16_STEP];
-#pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                const uint16_t *wk = (const uint16_t *)w[k].at + i;
-                if (i + BF16_STEP > n) bf16_rest(rest[k], wk, n - i), wk = rest[k];
-                a[k][0] = bf16_step8(a[k][0], _mm256_loadu_si256((const __m256i *)wk), xh0, xl0);
-                a[k][1] = bf16_step8(a[k][1], _mm256_loadu_si256((const __m256i *)(wk + 16)), xh1, xl1);
-            }
-        }
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] = hsum8(_mm256_add_ps(a[k][0], a[k][1])); // bf16_sum_lanes: hsum8 halves alike
     }
 }
 
@@ -601,9 +556,6 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_F16:
         dots_f16_x86(out, m, r, step, count, x);
         break;
-    case DTYPE_BF16:
-        dots_bf16_x86(out, m, r, step, count, xq->h);
-        break;
     case DTYPE_Q8_0:
         dots_q8_x86(out, m, r, step, count, xq);
         break;
@@ -658,38 +610,6 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
                 sum += (float)w[k].f16[j] * x[j];
             out[r + k * step] = sum;
         }
-    }
-}
-
-// bf16 in bf16's order: a row's 16 lanes in one vector, 32 weights of each row and 32 values of x
-// (rounded by matmul, padded with zeros to whole steps) per vdpbf16ps: the rows streamed as stored.
-static ONE_COPY void dots_bf16_512(float *out, const Matrix *m, int r0, int step, int count, const uint16_t *x) {
-    const int n = m->cols;
-    const __mmask32 last = (__mmask32)(((uint64_t)1 << (n % BF16_STEP ? n % BF16_STEP : BF16_STEP)) - 1);
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, NULL);
-        __m512 a[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            a[k] = _mm512_setzero_ps();
-        int i = 0;
-#pragma GCC unroll 2
-        for (; i + BF16_STEP <= n; i += BF16_STEP) { // 64 bytes of each row
-            const __m512i xv = _mm512_loadu_si512(x + i);
-#pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++)
-                a[k] = bf16_step16(a[k], _mm512_loadu_si512((const uint16_t *)w[k].at + i), xv);
-        }
-        if (i < n) { // the last columns, the rest of the step zero
-            const __m512i xv = _mm512_loadu_si512(x + i);
-            for (int k = 0; k < DOT_ROWS; k++)
-                a[k] = bf16_step16(a[k], _mm512_maskz_loadu_epi16(last, (const uint16_t *)w[k].at + i), xv);
-        }
-        float sums[DOT_ROWS];
-        _mm_storeu_ps(sums, bf16_sum_lanes4(a[0], a[1], a[2], a[3]));
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] = sums[k];
     }
 }
 
@@ -873,9 +793,6 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_F16:
         dots_f16_512(out, m, r, step, count, x);
         break;
-    case DTYPE_BF16:
-        dots_bf16_512(out, m, r, step, count, xq->h);
-        break;
     case DTYPE_Q8_0:
         dots_q8_512(out, m, r, step, count, xq);
         break;
@@ -996,93 +913,6 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
     }
 }
 
-// The bf16 panel (kernels_internal.h, TileBF16) in tiles of BF16_NR rows x BF16_MT tokens: 20
-// 16-lane sums in registers; per step of 32 columns 5 vectors of x and 4 of weights (read as
-// stored: no packing) feed 20 vdpbf16ps, then four rows' sums at a time go through the lanes' tree.
-// The panel's tokens stay in L1 while its rows stream from L2, tile after tile. Where the tokens'
-// rows are too long for that (more than BF16_WHOLE columns) the columns go in equal chunks of at
-// most BF16_KC, each tile's 20 sums kept in `acc` between chunks: every lane still adds its steps
-// in order, so the chunks change no bit. A row or token past the panel's nr, nt is the last real
-// one again, summed but not stored.
-// Measured on one Zen 5 core (48 KiB L1; 1024 rows x cols, 256 tokens): unchunked 452 GFLOP/s at
-// 2560 columns, then 387, 324, 301 at 3072, 4096, 5632; in chunks of 2048 417, 414, 399 there,
-// but 404 at 2560 and 0.8x unchunked at 2048 (the sums' trips through memory).
-enum { BF16_WHOLE = 2560, BF16_KC = 2048 };
-static inline __attribute__((always_inline)) void bf16_tile(float *out, size_t ldo, const uint16_t *w, size_t ldw,
-                                                            int nr, const uint16_t *x, size_t ldx, int nt, int k0,
-                                                            int k1, int cols, __m512 *acc, int first, int last) {
-    const uint16_t *wr[BF16_NR], *xt[BF16_MT];
-    for (int r = 0; r < BF16_NR; r++)
-        wr[r] = w + (size_t)(r < nr ? r : nr - 1) * ldw;
-    for (int t = 0; t < BF16_MT; t++)
-        xt[t] = x + (size_t)(t < nt ? t : nt - 1) * ldx;
-    __m512 c[BF16_NR][BF16_MT];
-    for (int r = 0; r < BF16_NR; r++)
-        for (int t = 0; t < BF16_MT; t++)
-            c[r][t] = first ? _mm512_setzero_ps() : acc[r * BF16_MT + t];
-    int k = k0;
-    for (; k + BF16_STEP <= k1; k += BF16_STEP) {
-        __m512i xv[BF16_MT];
-        for (int t = 0; t < BF16_MT; t++)
-            xv[t] = _mm512_loadu_si512(xt[t] + k);
-        for (int r = 0; r < BF16_NR; r++) {
-            const __m512i wv = _mm512_loadu_si512(wr[r] + k);
-            for (int t = 0; t < BF16_MT; t++)
-                c[r][t] = bf16_step16(c[r][t], wv, xv[t]);
-        }
-    }
-    if (k < k1) { // the last columns (k1 = cols), the rest of the step zero (x is padded so)
-        const __mmask32 rest = (__mmask32)((1u << (cols - k)) - 1);
-        for (int r = 0; r < BF16_NR; r++) {
-            const __m512i wv = _mm512_maskz_loadu_epi16(rest, wr[r] + k);
-            for (int t = 0; t < BF16_MT; t++)
-                c[r][t] = bf16_step16(c[r][t], wv, _mm512_loadu_si512(xt[t] + k));
-        }
-    }
-    if (!last) {
-        for (int r = 0; r < BF16_NR; r++)
-            for (int t = 0; t < BF16_MT; t++)
-                acc[r * BF16_MT + t] = c[r][t];
-        return;
-    }
-    for (int t = 0; t < nt; t++) {
-        const __m128 sums = bf16_sum_lanes4(c[0][t], c[1][t], c[2][t], c[3][t]);
-        if (nr >= BF16_NR)
-            _mm_storeu_ps(out + t * ldo, sums);
-        else
-            _mm_mask_storeu_ps(out + t * ldo, (__mmask8)((1u << nr) - 1), sums);
-    }
-}
-
-// A whole tile; and a chunk of columns, k0 to k1, of one: its sums started (first) or taken from
-// acc, and left in acc or summed and stored (last). Not inlined into the panel's loops, where GCC
-// kept the constants of the lanes' tree in registers and loaded each x vector four times (0.9x).
-static __attribute__((noinline)) void bf16_tile_whole(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr,
-                                                      const uint16_t *x, size_t ldx, int nt, int cols) {
-    bf16_tile(out, ldo, w, ldw, nr, x, ldx, nt, 0, cols, cols, NULL, 1, 1);
-}
-static __attribute__((noinline)) void bf16_tile_chunk(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr,
-                                                      const uint16_t *x, size_t ldx, int nt, int k0, int k1, int cols,
-                                                      __m512 *acc, int first, int last) {
-    bf16_tile(out, ldo, w, ldw, nr, x, ldx, nt, k0, k1, cols, acc, first, last);
-}
-
-ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x,
-                              size_t ldx, int nt, int cols) {
-    if (cols <= BF16_WHOLE) { // one chunk: nothing kept between chunks
-        for (int r = 0; r < nr; r += BF16_NR)
-            bf16_tile_whole(out + r, ldo, w + (size_t)r * ldw, ldw, nr - r, x, ldx, nt, cols);
-        return;
-    }
-    __m512 acc[BF16_ROWS / BF16_NR][BF16_NR * BF16_MT]; // nr <= BF16_ROWS
-    const int chunks = (cols + BF16_KC - 1) / BF16_KC, kc = bf16_cols((cols + chunks - 1) / chunks);
-    for (int k0 = 0; k0 < cols; k0 += kc) {
-        const int k1 = cols - k0 < kc ? cols : k0 + kc;
-        for (int r = 0; r < nr; r += BF16_NR)
-            bf16_tile_chunk(out + r, ldo, w + (size_t)r * ldw, ldw, nr - r, x, ldx, nt, k0, k1, cols, acc[r / BF16_NR],
-                            k0 == 0, k1 == cols);
-    }
-}
 // bf16_r16 (kernels_internal.h, TileBR16): a tile of NG groups x MT tokens, NG x MT vectors of 16
 // sums; per pair of columns NG 64-byte loads of weights and MT broadcasts of x's pair, each weight
 // vector serving MT tokens and each broadcast NG groups. No lanes to sum at the end: a vector is 16
@@ -1238,39 +1068,6 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
                     store_first8(out + (t0 + t) * ldo + j0 + 8, nr - j0 - 8, c[t][1]);
                 }
         }
-    }
-}
-
-// The bf16 tile in 256-bit vectors (kernels_internal.h, TileBF16): one row x BF16_MT tokens at a
-// time, each sum's 16 lanes in two vectors; per half step (16 columns) the tokens' x split into
-// high and low halves once for the row. A token past nt is the last real one again, not stored.
-ONE_COPY void kernel_bf16_x86(float *out, size_t ldo, const uint16_t *w, size_t ldw, int nr, const uint16_t *x,
-                              size_t ldx, int nt, int cols) {
-    const uint16_t *xt[BF16_MT];
-    for (int t = 0; t < BF16_MT; t++)
-        xt[t] = x + (size_t)(t < nt ? t : nt - 1) * ldx;
-    for (int r = 0; r < nr; r++) {
-        const uint16_t *wr = w + (size_t)r * ldw;
-        __m256 c[BF16_MT][2];
-        for (int t = 0; t < BF16_MT; t++)
-            c[t][0] = c[t][1] = _mm256_setzero_ps();
-        for (int k = 0; k < cols; k += BF16_STEP) {
-            uint16_t rest[BF16_STEP];
-            const uint16_t *wk = wr + k;
-            if (k + BF16_STEP > cols) bf16_rest(rest, wk, cols - k), wk = rest;
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) { // lanes 0-7, then 8-15
-                const __m256i wv = _mm256_loadu_si256((const __m256i *)(wk + 16 * h));
-                const __m256 wh = bf16_high8(wv), wl = bf16_low8(wv);
-#pragma GCC unroll 3
-                for (int t = 0; t < BF16_MT; t++) {
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(xt[t] + k + 16 * h));
-                    c[t][h] = _mm256_fmadd_ps(wl, bf16_low8(xv), _mm256_fmadd_ps(wh, bf16_high8(xv), c[t][h]));
-                }
-            }
-        }
-        for (int t = 0; t < nt; t++)
-            out[t * ldo + r] = hsum8(_mm256_add_ps(c[t][0], c[t][1]));
     }
 }
 

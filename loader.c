@@ -403,6 +403,8 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     }
     if (check_tables(&t->config, why, sizeof why)) goto fail;
     t->weight_bytes = size - (ours ? MODEL_HEADER_SIZE : 7 * sizeof(int32_t));
+    // bf16 in the first layout (dtype 4): copied into bf16_r16, the one bf16 layout the kernels read
+    if (t->config.dtype == DTYPE_BF16 && transformer_bf16_r16_copy(t, why, sizeof why)) goto fail;
     return 0;
 
 fail:

@@ -188,9 +188,10 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     return PREPARE_OK;
 }
 
-int transformer_f16_as_bf16(Transformer *t, char *err, size_t errlen) {
+int transformer_bf16_r16_copy(Transformer *t, char *err, size_t errlen) {
     TransformerWeights *w = &t->weights;
-    if (t->config.dtype != DTYPE_F16) return 0;
+    const DType from = t->config.dtype;
+    if (from != DTYPE_F16 && from != DTYPE_BF16) return 0;
     const int shared = w->wcls.data == w->token_embedding.data, layers = t->config.n_layers;
     Matrix *m[2 + 7 * layers]; // the embedding, the classifier unless it is the embedding, 7 per layer
     int count = 0;
@@ -207,16 +208,16 @@ int transformer_f16_as_bf16(Transformer *t, char *err, size_t errlen) {
         bytes += (matrix_data_bytes(DTYPE_BF16_R16, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
     void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) {
-        snprintf(err, errlen, "no memory for --f16-as-bf16's bf16 copy of the weights (%.1f MiB) (hint: drop the flag)",
-                 bytes / 1048576.0);
+        snprintf(err, errlen, "no memory for a bf16_r16 copy of the weights (%.1f MiB) (hint: %s)", bytes / 1048576.0,
+                 from == DTYPE_F16 ? "drop --f16-as-bf16" : "export the model again: --dtype bf16 writes bf16_r16");
         return -1;
     }
     madvise(copy, bytes, MADV_HUGEPAGE); // as the run state's buffers: fewer faults, fewer TLB misses
     unsigned char *at = copy;
     for (int i = 0; i < count; i++) {
-        if (matrix_f16_as_bf16_r16(m[i], m[i], at, max_threads())) {
+        if (matrix_to_bf16_r16(m[i], m[i], at, max_threads())) {
             munmap(copy, bytes); // the matrices converted so far point into it: the load fails as a whole
-            snprintf(err, errlen, "no memory for --f16-as-bf16's scratch (hint: drop the flag)");
+            snprintf(err, errlen, "no memory for the bf16_r16 copy's scratch");
             return -1;
         }
         at += (matrix_data_bytes(DTYPE_BF16_R16, m[i]->rows, m[i]->cols) + 63) / 64 * 64;

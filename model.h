@@ -223,7 +223,7 @@ typedef struct {
     Rope rope;
     void *map; // the mmapped file
     size_t map_size;
-    void *bf16_copy; // --f16-as-bf16: the matrices made bf16_r16 (transformer_f16_as_bf16); else NULL
+    void *bf16_copy; // the matrices made bf16_r16 (transformer_bf16_r16_copy); else NULL
     size_t bf16_copy_bytes;
     size_t weight_bytes; // bytes of tensors in the file
     size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
@@ -246,12 +246,13 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
 
 void transformer_free(Transformer *t);
 
-// --f16-as-bf16: every weight matrix of an f16 model made bf16_r16 once, at load, into one anonymous
-// mapping as large as the matrices (kernels.h, matrix_f16_as_bf16_r16: each weight rounded to
-// nearest even), the classifier and the embedding too; the model then runs as a bf16 export would,
-// in bf16_r16's order. The f16 file stays mapped for the vectors (norms). A model of another type
+// Every weight matrix of an f16 model (./run --f16-as-bf16: each weight rounded to nearest even) or
+// of a bf16 one in the first bf16 layout (transformer_load does it: copied as they are) made
+// bf16_r16, once, into one anonymous mapping as large as the matrices (kernels.h,
+// matrix_to_bf16_r16), the classifier and the embedding too; the model then runs as a bf16 export
+// would, in bf16_r16's order. The file stays mapped for the vectors (norms). A model of another type
 // is left as it is. Returns 0, or -1 with a message in err (no memory for the copy).
-int transformer_f16_as_bf16(Transformer *t, char *err, size_t errlen);
+int transformer_bf16_r16_copy(Transformer *t, char *err, size_t errlen);
 
 // Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that
 // dynamic NTK keeps beside them. 0 if that does not fit in size_t.

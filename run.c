@@ -698,7 +698,10 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
             "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped%s) | KV cache %.2f MiB (keys %s%s, "
             "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
             c->n_ctx_train, supports, run->n_ctx, t->weight_bytes / 1048576.0,
-            t->bf16_copy ? ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16" : "", kv / 1048576.0,
+            !t->bf16_copy          ? ""
+            : c->dtype == DTYPE_F16 ? ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16"
+                                    : ", the first bf16 layout: run from a bf16_r16 copy (export again to skip it)",
+            kv / 1048576.0,
             dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
             (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
             wait_policy(waiting, sizeof waiting));
@@ -896,7 +899,7 @@ int main(int argc, char **argv) {
 
     RunConfig run;
     int status = configure(&t, &o, &run);
-    if (status == 0 && o.f16_as_bf16 && transformer_f16_as_bf16(&t, err, sizeof err)) {
+    if (status == 0 && o.f16_as_bf16 && transformer_bf16_r16_copy(&t, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         status = 1;
     }

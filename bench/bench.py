@@ -178,7 +178,8 @@ def main():
     ap.add_argument("--env", nargs="+", default=[], metavar="VAR=VALUE",
                     help="environment for ./run, e.g. OMP_WAIT_POLICY=passive (recorded in the table)")
     ap.add_argument("--ours-flags", default="", metavar="FLAGS",
-                    help="with --peer: flags for every ./run of the comparison, e.g. --f16-as-bf16 (in the table)")
+                    help="with --peer: flags for every ./run of the comparison, e.g. --ours-flags=--f16-as-bf16 (in the "
+                         "table)")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")

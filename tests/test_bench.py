@@ -79,6 +79,14 @@ def test_thread_counts():
             versus.thread_counts(bad)
 
 
+def test_ours_flags_need_peers(tmp_path):
+    # --ours-flags (flags for every ./run of a comparison, e.g. --f16-as-bf16) only goes with --peer:
+    # without one it is refused before anything runs (bench.py's own timings take no flags).
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--ours-flags=--f16-as-bf16",
+                           "--cache", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--ours-flags goes with --peer" in proc.stderr, proc.stderr
+
+
 def test_rotation():
     names = ["ours", "a", "b"]
     assert [versus.rotation(names, r) for r in range(4)] == [

@@ -8,9 +8,9 @@ text. What is allowed:
   bf16  within 0.1% of f32: weights and activations rounded to 8 significant bits (every product
         then exact, sums in f32 in bf16_r16's order, kernels_internal.h; measured 2026-11-26 on the
         held-out text, --ctx 512, every window: stories260K 6.115675 against 6.116750, tiny64x512
-        7.890825 against 7.890762; the first bf16 layout, whose order is 16 lanes and a tree,
-        6.115583 and 7.890769; bf16 weights with f32 activations 6.115368 and 7.890973, so rounding
-        the activations costs nothing measurable).
+        7.890825 against 7.890762; the first bf16 layout's kernels, whose order was 16 lanes and a
+        tree, gave 6.115583 and 7.890769; bf16 weights with f32 activations 6.115368 and 7.890973, so
+        rounding the activations costs nothing measurable).
   q8_0  within 1% of f32: weights and activations are both rounded to 8 bits per block of 32.
   q4_0  16 levels per block of 32 weights: the rounding error of a weight is up to 1/16 of its
         block's largest magnitude, about 7% of a typical weight. stories260K's rows are 64 and 172
