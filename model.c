@@ -201,7 +201,7 @@ int transformer_bf16_r16_copy(Transformer *t, char *err, size_t errlen) {
         LayerWeights *lw = &w->layers[l];
         Matrix *seven[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
         for (int i = 0; i < 7; i++)
-            m[count++] = seven[i];
+            if (seven[i]->dtype == from) m[count++] = seven[i]; // all of them in the files export.py writes
     }
     size_t bytes = 0; // each matrix at a multiple of 64 bytes, as in the file
     for (int i = 0; i < count; i++)
