@@ -261,6 +261,27 @@ static inline int32_t br16_x_word(const uint16_t *x, int p) {
     memcpy(&word, x + 2 * p, sizeof word);
     return word;
 }
+// The 16 sums of each of a run's ng real groups (group k: rows (r + k step) R16 ..) into out, the last
+// group's padding rows not stored: from two 8-lane vectors a group, or one 16-lane one.
+#ifndef DECODE_512
+static inline void store_groups8(float *out, const Matrix *m, int r, int step, int ng, __m256 acc[DOT_ROWS][2]) {
+    for (int k = 0; k < ng; k++) {
+        const int first = (r + k * step) * R16;
+        float sums[R16];
+        _mm256_storeu_ps(sums, acc[k][0]);
+        _mm256_storeu_ps(sums + 8, acc[k][1]);
+        for (int i = 0; i < R16 && first + i < m->rows; i++)
+            out[first + i] = sums[i];
+    }
+}
+#else
+static inline void store_groups16(float *out, const Matrix *m, int r, int step, int ng, const __m512 acc[DOT_ROWS]) {
+    for (int k = 0; k < ng; k++) {
+        const int first = (r + k * step) * R16, real = m->rows - first;
+        _mm512_mask_storeu_ps(out + first, real >= R16 ? (__mmask16)0xFFFF : (__mmask16)((1u << real) - 1), acc[k]);
+    }
+}
+#endif
 
 // Blocks b .. of x, for the plain dot product that finishes a row.
 static inline QuantizedRow blocks_from(const QuantizedRow *x, int b) {
@@ -499,14 +520,7 @@ static ONE_COPY void dots_r16_x86(float *out, const Matrix *m, int r0, int step,
                                                 _mm256_mul_ps(_mm256_loadu_ps((const float *)(g[k] + at) + 8 * h), dx),
                                                 acc[k][h]);
         }
-        for (int k = 0; k < ng; k++) {
-            const int first = (r + k * step) * R16;
-            float sums[R16];
-            _mm256_storeu_ps(sums, acc[k][0]);
-            _mm256_storeu_ps(sums + 8, acc[k][1]);
-            for (int i = 0; i < R16 && first + i < m->rows; i++)
-                out[first + i] = sums[i];
-        }
+        store_groups8(out, m, r, step, ng, acc);
     }
 }
 
@@ -531,14 +545,7 @@ static ONE_COPY void dots_br16_x86(float *out, const Matrix *m, int r0, int step
                     acc[k][h] = bf16_step8(acc[k][h], _mm256_loadu_si256((const __m256i *)(g[k] + 64 * (size_t)p + 32 * h)),
                                            xh, xl);
         }
-        for (int k = 0; k < ng; k++) {
-            const int first = (r + k * step) * R16;
-            float sums[R16];
-            _mm256_storeu_ps(sums, acc[k][0]);
-            _mm256_storeu_ps(sums + 8, acc[k][1]);
-            for (int i = 0; i < R16 && first + i < m->rows; i++)
-                out[first + i] = sums[i];
-        }
+        store_groups8(out, m, r, step, ng, acc);
     }
 }
 
@@ -745,11 +752,7 @@ static ONE_COPY void dots_r16_512(float *out, const Matrix *m, int r0, int step,
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[k]),
                                          _mm512_mul_ps(_mm512_loadu_ps((const float *)(g[k] + at)), dx), acc[k]);
         }
-        for (int k = 0; k < ng; k++) {
-            const int first = (r + k * step) * R16;
-            const int real = m->rows - first; // the last group's padding rows are not stored
-            _mm512_mask_storeu_ps(out + first, real >= R16 ? (__mmask16)0xFFFF : (__mmask16)((1u << real) - 1), acc[k]);
-        }
+        store_groups16(out, m, r, step, ng, acc);
     }
 }
 
@@ -771,11 +774,7 @@ static ONE_COPY void dots_br16_512(float *out, const Matrix *m, int r0, int step
             for (int k = 0; k < DOT_ROWS; k++)
                 acc[k] = bf16_step16(acc[k], _mm512_loadu_si512(g[k] + 64 * (size_t)p), xw);
         }
-        for (int k = 0; k < ng; k++) {
-            const int first = (r + k * step) * R16;
-            const int real = m->rows - first; // the last group's padding rows are not stored
-            _mm512_mask_storeu_ps(out + first, real >= R16 ? (__mmask16)0xFFFF : (__mmask16)((1u << real) - 1), acc[k]);
-        }
+        store_groups16(out, m, r, step, ng, acc);
     }
 }
 

@@ -111,6 +111,22 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
     return tm;
 }
 
+// A matrix in a 16-row layout read back through kernels.c's matrix_row (which matmul_ref reads too)
+// against the same numbers in rows: the same bits, or a failure.
+static void same_rows(const Matrix *grouped, const Matrix *rows) {
+    float a[rows->cols], b[rows->cols];
+    for (int r = 0; r < rows->rows; r++) {
+        matrix_row(a, grouped, r);
+        matrix_row(b, rows, r);
+        if (memcmp(a, b, sizeof a)) {
+            printf("%s %d x %d: row %d reads back otherwise than its %s row  <-- FAIL\n", dtype_name(grouped->dtype),
+                   rows->rows, rows->cols, r, dtype_name(rows->dtype));
+            failures++;
+            return;
+        }
+    }
+}
+
 // A random (rows, cols) matrix in q8_0_r16: the q8_0 matrix of the same random numbers, its rows
 // laid out in groups of 16 (model.h) as export.py does it, the padding rows zero (q + 128 = 128).
 static TestMatrix make_matrix_r16(int rows, int cols) {
@@ -134,17 +150,7 @@ static TestMatrix make_matrix_r16(int rows, int cols) {
         }
     tm.data = data;
     tm.m.data = data;
-    // The layout read back (kernels.c's matrix_row, which matmul_ref reads too): the q8_0 rows, bit for bit.
-    float a[cols], b[cols];
-    for (int r = 0; r < rows; r++) {
-        matrix_row(a, &q8.m, r);
-        matrix_row(b, &tm.m, r);
-        if (memcmp(a, b, sizeof a)) {
-            printf("q8_0_r16 %d x %d: row %d reads back otherwise than its q8_0 row  <-- FAIL\n", rows, cols, r);
-            failures++;
-            break;
-        }
-    }
+    same_rows(&tm.m, &q8.m); // the layout read back: the q8_0 rows, bit for bit
     free(q8.data);
     free(q8.scale);
     return tm;
@@ -167,16 +173,7 @@ static TestMatrix make_matrix_br16(int rows, int cols) {
     br16_layout(data, bf.data, rows, cols);
     tm.data = data;
     tm.m.data = data;
-    float a[cols], b[cols]; // read back through matrix_row (as matmul_ref reads it): the bf16 rows
-    for (int r = 0; r < rows; r++) {
-        matrix_row(a, &bf.m, r);
-        matrix_row(b, &tm.m, r);
-        if (memcmp(a, b, sizeof a)) {
-            printf("bf16_r16 %d x %d: row %d reads back otherwise than its bf16 row  <-- FAIL\n", rows, cols, r);
-            failures++;
-            break;
-        }
-    }
+    same_rows(&tm.m, &bf.m); // the layout read back: the bf16 rows, bit for bit
     free(bf.data);
     return tm;
 }
