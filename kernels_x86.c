@@ -591,6 +591,13 @@ static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
 
+// f16: each of the four rows asked for F16_AHEAD halves (2 KiB) ahead as it is read. The widening
+// (two vcvtph2ps per 64 bytes) leaves the hardware prefetcher behind on one core: bench/stepread's
+// products over plain reads of the same bytes, TinyLlama f16 file, one thread, 2026-11-26, without and
+// with alternating: 0.83-0.84 -> 0.90-0.91 at 40 GB/s (3 of 4 rounds), medians 0.92 -> 0.99 over 6
+// rounds at 25 GB/s (5 of 6); the 110M file 0.87-0.95 -> 0.96-1.12 (3 of 3); 256 halves ahead lost
+// (0.78), 1536-3072 gained less (0.81-0.86). Two threads: within their noise (0.84-1.01 -> 0.86-1.13).
+enum { F16_AHEAD = 1024 };
 static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
     const RunRows rows = run_rows(m, step);
@@ -603,6 +610,9 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
         int i = 0;
         for (; i + 32 <= n; i += 32) { // 64 bytes of each row, widened 16 halves at a time
             const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) // the row F16_AHEAD halves on (past its end: the next group's)
+                _mm_prefetch((const char *)(w[k].f16 + i + F16_AHEAD), _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++) {
                 a[k][0] =
