@@ -59,8 +59,7 @@ static size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ?
 
 size_t matrix_data_bytes(DType t, int rows, int cols) {
     if (rows <= 0 || cols <= 0 || t < 0 || t >= DTYPE_COUNT) return 0;
-    if (t == DTYPE_Q8_0_R16) return mul_or_zero((size_t)r16_groups(rows), r16_group_bytes(cols)); // whole groups
-    if (t == DTYPE_BF16_R16) return mul_or_zero((size_t)r16_groups(rows), br16_group_values(cols) * sizeof(uint16_t));
+    if (in_groups(t)) return mul_or_zero((size_t)r16_groups(rows), group_bytes(t, cols)); // whole groups
     return mul_or_zero((size_t)rows, row_bytes(t, cols));
 }
 
@@ -182,8 +181,8 @@ int matrix_to_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) {
     return 0;
 }
 
-// bf16 weights (and f16 ones read as bf16) multiply x rounded to bf16 (kernels.h): the fast products
-// do, in decode and prefill.
+// bf16 weights (bf16_r16, and the first layout too) multiply x rounded to bf16 (kernels.h): the fast
+// products do, in decode and prefill.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
     const int round_x = bf16_math(m);
     for (int t = 0; t < n; t++) {

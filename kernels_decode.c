@@ -97,11 +97,10 @@ static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int cou
     for (int g = r; g < r + count; g++)
         for (int k = 0; k < group_rows(groups, g, step); k++) {
             const int first = (g + k * step) * R16;
-            const uint8_t *q8 = (const uint8_t *)m->data + (size_t)(g + k * step) * r16_group_bytes(m->cols);
-            const uint16_t *bf = (const uint16_t *)m->data + (size_t)(g + k * step) * br16_group_values(m->cols);
+            const uint8_t *group = (const uint8_t *)m->data + (size_t)(g + k * step) * group_bytes(m->dtype, m->cols);
             for (int i = 0; i < R16 && first + i < m->rows; i++)
-                out[first + i] = m->dtype == DTYPE_BF16_R16 ? dot_br16_plain(bf, i, xq->h, m->cols)
-                                                            : dot_r16_plain(q8, i, xq, nb);
+                out[first + i] = m->dtype == DTYPE_BF16_R16 ? dot_br16_plain((const uint16_t *)group, i, xq->h, m->cols)
+                                                            : dot_r16_plain(group, i, xq, nb);
         }
 }
 

@@ -130,6 +130,10 @@ static inline size_t br16_group_values(int cols) { return (size_t)R16 * bf16_col
 static inline size_t br16_at(int r, int c, int cols) {
     return (size_t)(r / R16) * br16_group_values(cols) + ((size_t)(c / 2) * R16 + r % R16) * 2 + c % 2;
 }
+// The bytes of one R16-row group of a q8_0_r16 or bf16_r16 matrix (in_groups) of `cols` columns.
+static inline size_t group_bytes(DType t, int cols) {
+    return t == DTYPE_BF16_R16 ? br16_group_values(cols) * sizeof(uint16_t) : r16_group_bytes(cols);
+}
 // An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_bf16_r16).
 static inline uint16_t f16_bf16(uint16_t h) {
     _Float16 f;

@@ -248,10 +248,8 @@ static inline int group_at(const RunRows *a, int r, Row w[DOT_ROWS], Row d[DOT_R
 // stored. Sets where each begins; returns how many are real.
 static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *g[DOT_ROWS]) {
     const int ng = group_rows(r16_groups(m->rows), r, step);
-    const size_t bytes = m->dtype == DTYPE_BF16_R16 ? br16_group_values(m->cols) * sizeof(uint16_t)
-                                                    : r16_group_bytes(m->cols);
     for (int k = 0; k < DOT_ROWS; k++)
-        g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * bytes;
+        g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * group_bytes(m->dtype, m->cols);
     return ng;
 }
 // x's pair of columns p (rounded to bf16) in every 32-bit lane: the word a bf16_r16 step multiplies
@@ -542,8 +540,8 @@ static ONE_COPY void dots_br16_x86(float *out, const Matrix *m, int r0, int step
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++)
                 for (int h = 0; h < 2; h++)
-                    acc[k][h] = bf16_step8(acc[k][h], _mm256_loadu_si256((const __m256i *)(g[k] + 64 * (size_t)p + 32 * h)),
-                                           xh, xl);
+                    acc[k][h] = bf16_step8(
+                        acc[k][h], _mm256_loadu_si256((const __m256i *)(g[k] + 64 * (size_t)p + 32 * h)), xh, xl);
         }
         store_groups8(out, m, r, step, ng, acc);
     }
