@@ -156,8 +156,9 @@ def bandwidth(threads):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    ap.add_argument("--dtype", nargs="+", choices=DTYPES,
-                    help=f"weight types (default: all; with --peer: {' '.join(versus.DTYPES)})")
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES + tuple(versus.VARIANTS),
+                    help=f"weight types (default: all; with --peer: {' '.join(versus.DTYPES)}, where f16-as-bf16 "
+                    "is the f16 files with ./run --f16-as-bf16)")
     ap.add_argument("--threads", nargs="+", default=["1,2"], help="thread counts, e.g. 1,2 or 4,8,16 (default: 1,2)")
     ap.add_argument("--runs", type=int, default=5, help="runs per cell; the table shows medians (default 5)")
     ap.add_argument("--no-long", action="store_true", help="skip the decode at position ~4000 (with --peer: pp4k "
@@ -203,6 +204,8 @@ def main():
         ap.error("--peer (or --llama-cpp) and --gguf go together")
     if args.ours_flags and not args.peer:
         ap.error("--ours-flags goes with --peer")
+    if set(args.dtype) & set(versus.VARIANTS) and not args.peer:
+        ap.error(f"--dtype {' '.join(sorted(set(args.dtype) & set(versus.VARIANTS)))} goes with --peer")
     RUN_FLAGS[:] = shlex.split(args.ours_flags)
     # The committed tables hold full runs: a subset writes elsewhere unless --out says otherwise.
     committed = REPO / "bench" / ("versus.md" if args.peer else "results.md")

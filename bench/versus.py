@@ -28,6 +28,8 @@ round by round (ours, A, B; A, B, ours; B, ours, A; ...):
           the thread count so that it measures that count, whatever the cores), before and after the
           round's programs; the round's probe is the larger of the two, since a probe that caught a
           slow moment is no roof (one such round once put both decoders above the probe's median)
+Rows: a shape x weight type x thread count; the row f16-as-bf16 runs ./run --f16-as-bf16 on the f16
+file (a bf16_r16 copy made at load, docs/speed.md), the peers on their f16 GGUF as in the f16 row.
 Decode GB/s = tg tok/s x the bytes of every weight matrix a step reads (all layers and the classifier,
 not the embedding lookup), counted the same for every program with ggml's sizes: f32, f16, q8_0 (34
 bytes per 32 weights) and q4_0 (18 bytes per 32). ./run's q8_0 keeps a float32 scale (36 bytes per
@@ -55,7 +57,9 @@ import common  # shared with bench.py (which starts this for --peer): checkpoint
 TG, PP, DEEP, DEEP_CTX, DEEP_GEN = 64, 512, 4000, 4096, 32
 CELLS = ("tg", "pp", "pp4k", "tg@4k")
 JOBS = {"short": ("tg", "pp"), "deep": ("pp4k", "tg@4k")}  # one process of a peer measures each job's cells
-DTYPES = ("f16", "bf16", "q8_0", "q4_0")  # the full run's weight types (f32 runs too, given its GGUF files)
+DTYPES = ("f16", "f16-as-bf16", "bf16", "q8_0", "q4_0")  # the full run's rows (f32 runs too, given its GGUF files)
+# A row that is not a file's type: the f16 files (the peers' as for f16), ./run with these flags.
+VARIANTS = {"f16-as-bf16": ("f16", ("--f16-as-bf16",))}
 DTYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}  # bytes per weights
 
 Peer = namedtuple("Peer", "name bindir bench_flags batched_flags")
@@ -104,10 +108,11 @@ def run(cmd, env=None):
 
 # --- The programs ----------------------------------------------------------------------------------
 
-def ours(model, tok, job, threads, prompts):
-    """./run's tok/s for a job's cells: {"tg", "pp"} from two runs, or {"pp4k", "tg@4k"} from one."""
+def ours(model, tok, job, threads, prompts, flags=()):
+    """./run's tok/s for a job's cells: {"tg", "pp"} from two runs, or {"pp4k", "tg@4k"} from one;
+    flags: the row's (VARIANTS)."""
     base = [str(common.REPO / "run"), str(model), "-z", str(tok), "-t", "0", "--threads", str(threads),
-            "-ctk", "f16", "-ctv", "f16", *common.RUN_FLAGS]  # llama.cpp's default KV cache; --ours-flags
+            "-ctk", "f16", "-ctv", "f16", *flags, *common.RUN_FLAGS]  # llama.cpp's default KV cache; --ours-flags
 
     def timing(*args):
         return common.TIMING.search(run(base + list(args), env=common.RUN_ENV).stderr)
@@ -169,16 +174,17 @@ def rotation(names, r):
 
 # --- One row: a shape x weight type x thread count -------------------------------------------------
 
-def measure_row(model, tok, gguf, peers, threads, runs, prompts, wbytes, long=True):
-    """runs interleaved rounds of every program; {cell: {program: [tok/s per round]}}, the round's
-    probes (GB/s), the compute lines, and {program: [tg's fraction of the round's probe]}."""
+def measure_row(model, tok, gguf, peers, threads, runs, prompts, wbytes, long=True, flags=()):
+    """runs interleaved rounds of every program (./run with flags); {cell: {program: [tok/s per
+    round]}}, the round's probes (GB/s), the compute lines, and {program: [tg's fraction of the
+    round's probe]}."""
     names = ["ours"] + [p.name for p in peers]
     by_name = {p.name: p for p in peers}
     jobs = [j for j in JOBS if long or j == "short"]
     got = {c: {n: [] for n in names} for j in jobs for c in JOBS[j]}
     probes, compute, of_probe = [], [], {n: [] for n in names}
     common.fresh_pages(model, gguf)
-    ours(model, tok, "short", threads, prompts)  # warm up: the files in the page cache
+    ours(model, tok, "short", threads, prompts, flags)  # warm up: the files in the page cache
     for p in peers:
         theirs(p, gguf, "short", threads)
     for r in range(runs):
@@ -187,7 +193,7 @@ def measure_row(model, tok, gguf, peers, threads, runs, prompts, wbytes, long=Tr
         before = probe(threads, compute)
         for job in jobs:
             for name in rotation(names, r):
-                speeds = (ours(model, tok, job, threads, prompts) if name == "ours"
+                speeds = (ours(model, tok, job, threads, prompts, flags) if name == "ours"
                           else theirs(by_name[name], gguf, job, threads))
                 for cell, v in speeds.items():
                     got[cell][name].append(v)
@@ -271,16 +277,17 @@ def main(args):
         if not prompts:
             prompts = {n: common.prompt_text(tok, n) for n in (PP, DEEP)}
         for dtype in args.dtype:
-            gguf = ggufs / f"{shape}-{dtype}.gguf"
+            files, flags = VARIANTS.get(dtype, (dtype, ()))
+            gguf = ggufs / f"{shape}-{files}.gguf"
             if not gguf.exists():
                 skipped.append(f"{shape} {dtype} (no {gguf.name})")
                 continue
-            model = common.checkpoint(args.cache, shape, dtype)
-            wbytes = weight_bytes(common.read_header(model), dtype)
+            model = common.checkpoint(args.cache, shape, files)
+            wbytes = weight_bytes(common.read_header(model), files)
             for threads in args.threads:
                 common.log(f"versus: {shape} {dtype} threads {threads}")
                 got, probes, compute, of_probe = measure_row(model, tok, gguf, peers, threads, args.runs, prompts,
-                                                             wbytes, long=not args.no_long)
+                                                             wbytes, long=not args.no_long, flags=flags)
                 row = summarize(got, of_probe, names, wbytes)
                 row.update(shape=shape, dtype=dtype, threads=threads, probe=statistics.median(probes), probes=probes,
                            compute=compute)

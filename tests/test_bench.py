@@ -87,6 +87,14 @@ def test_ours_flags_need_peers(tmp_path):
     assert proc.returncode == 2 and "--ours-flags goes with --peer" in proc.stderr, proc.stderr
 
 
+def test_variant_rows_need_peers(tmp_path):
+    # The row f16-as-bf16 (the f16 files, ./run --f16-as-bf16) is one of the comparison's rows only.
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--dtype", "f16-as-bf16",
+                           "--cache", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--dtype f16-as-bf16 goes with --peer" in proc.stderr, proc.stderr
+    assert versus.VARIANTS["f16-as-bf16"] == ("f16", ("--f16-as-bf16",))
+
+
 def test_rotation():
     names = ["ours", "a", "b"]
     assert [versus.rotation(names, r) for r in range(4)] == [
