@@ -163,9 +163,9 @@ static inline void store_first8(float *p, int k, __m256 v) {
 // activation row, in 256-bit vectors (the 512-bit versions follow), for each group of a run
 // (dot_rows_plain in kernels_decode.c says what a run is). Four rows far apart keep four streams
 // of the weights in flight, where one row at a time is one stream; each activation vector loaded
-// serves the four rows. No software prefetch here: with four streams it only slowed them down
-// (docs/speed.md, "Four rows at a time"); the 512-bit f16 and q4_0 ones ask for their rows ahead,
-// where bench/stepread measured a gain.
+// serves the four rows. Software prefetch only where bench/stepread measured a gain, q4_0 (both
+// widths) and the 512-bit f16: on four plain streams it only slowed them down (docs/speed.md,
+// "Four rows at a time").
 
 // AVX-512 machines with VNNI run the 512-bit versions further down; -DDECODE_256 keeps the 256-bit
 // ones there too (for comparing the two).
@@ -314,6 +314,25 @@ static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step,
     }
 }
 
+// q4_0, both widths: each of a group's rows asked for Q4_AHEAD blocks on (2 KiB of nibbles, 256
+// bytes of scales; past its end: the next group's), 8 blocks (128 bytes of each row) per call. The
+// scales are a second, slow stream per row (2 bytes a block) that the hardware prefetcher leaves
+// behind. bench/stepread's products over plain reads, TinyLlama q4_0 file, 2026-11-26, 3 rounds of
+// 15 each: 512-bit, one thread, 0.79-0.81 -> 0.89-0.90 (110M 0.65-0.80 -> 0.77-0.79), two threads
+// 0.85-0.88 -> 0.88-0.91 (110M 0.78-0.86 -> 0.87-0.88); nibbles alone (1 KiB ahead) 0.79-0.83,
+// scales alone 0.83-0.88, 4 KiB ahead lost (0.74-0.77). 256-bit (-DDECODE_256 on the same core),
+// one thread 0.69-0.71 -> 0.89-0.91, two 0.82-0.84 -> 0.85-0.86.
+enum { Q4_AHEAD = 128 };
+static inline void q4_ask_ahead(const Row w[DOT_ROWS], const Row dw[DOT_ROWS], int b) {
+#pragma GCC unroll 4
+    for (int k = 0; k < DOT_ROWS; k++) {
+        const uint8_t *ahead = w[k].u8 + (size_t)(b + Q4_AHEAD) * Q4_BLOCK_BYTES;
+        _mm_prefetch((const char *)ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)ahead + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(dw[k].f16 + b + Q4_AHEAD), _MM_HINT_T0);
+    }
+}
+
 #ifndef DECODE_512
 // The end of a q4_0 dot product whose first b blocks (a multiple of 8) went through a vector loop
 // without their -8s, summing to `vector`: the -8s come off as sum_j dw_j * c8_j (q4_prep's c8_j =
@@ -435,6 +454,7 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
             acc[k] = _mm256_setzero_ps();
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
+            q4_ask_ahead(w, dw, b);
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
             __m256 d[DOT_ROWS];
             for (int k = 0; k < DOT_ROWS; k++)
@@ -680,13 +700,6 @@ static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r0, int step, 
 // then get their block's dw * dx by a permute. The -8s come off in the integer sums: each of a
 // block's four lanes starts from -2 sum(x_b) instead of 0, so the four add up to exactly
 // sum_i (q_i - 8) x_i, and no correction is left for the end (the 256-bit version's c8 sum).
-// Each row's nibbles and scales are asked for Q4_AHEAD blocks (2 KiB and 256 bytes) ahead: the
-// scales are a second, slow stream per row (2 bytes a block) that the hardware prefetcher leaves
-// behind. bench/stepread's products over plain reads, one thread, 2026-11-26, 3 rounds of 15 each:
-// TinyLlama q4_0 0.79-0.81 -> 0.89-0.90, 110M 0.65-0.80 -> 0.77-0.79; two threads 0.85-0.88 ->
-// 0.88-0.91 and 0.78-0.86 -> 0.87-0.88. Nibbles alone (1 KiB ahead) 0.79-0.83, scales alone
-// 0.83-0.88; 4 KiB ahead lost (0.74-0.77).
-enum { Q4_AHEAD = 128 };
 static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
     const RunRows rows = run_rows(m, step);
@@ -713,13 +726,7 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
                 d[k][0] = _mm512_permutexvar_ps(sel0, dk);
                 d[k][1] = _mm512_permutexvar_ps(sel1, dk);
             }
-#pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) { // the row Q4_AHEAD blocks on (past its end: the next group's)
-                const uint8_t *ahead = w[k].u8 + (size_t)(b + Q4_AHEAD) * Q4_BLOCK_BYTES;
-                _mm_prefetch((const char *)ahead, _MM_HINT_T0);
-                _mm_prefetch((const char *)ahead + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)(dw[k].f16 + b + Q4_AHEAD), _MM_HINT_T0);
-            }
+            q4_ask_ahead(w, dw, b);
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) { // blocks b + 4g .. b + 4g + 3
                 const int8_t *xs = xr->prep + (size_t)(b + 4 * g) * Q8_BLOCK;
