@@ -125,9 +125,17 @@ def ours(model, tok, job, threads, prompts, flags=()):
     return {"pp4k": float(deep.group(3)), "tg@4k": float(deep.group(7))}
 
 
-def llama_bench_speeds(out):
-    """llama-bench -o json's output -> {(n_prompt, n_gen): tok/s} (ik_llama.cpp's has no jsonl)."""
+# What each peer's llama-bench says it was built from (its json rows' build_number and build_commit),
+# by peer name: the table's header names the peer by these, not by where it sits on this machine.
+BUILDS = {}
+
+
+def llama_bench_speeds(out, name=None):
+    """llama-bench -o json's output -> {(n_prompt, n_gen): tok/s} (ik_llama.cpp's has no jsonl); the
+    build it reports is kept in BUILDS[name]."""
     rows, _ = json.JSONDecoder().raw_decode(out, re.search(r"^\[", out, re.M).start())
+    if name and rows:
+        BUILDS[name] = f"build {rows[0].get('build_number', '?')}, commit {rows[0].get('build_commit', '?')}"
     return {(r["n_prompt"], r["n_gen"]): float(r["avg_ts"]) for r in rows}
 
 
@@ -146,7 +154,7 @@ def theirs(peer, gguf, job, threads):
     if job == "short":
         speed = llama_bench_speeds(run([str(peer.bindir / "llama-bench"), "-m", str(gguf), "-t", str(threads),
                                         "-p", str(PP), "-n", str(TG), "-r", "1", "-o", "json",
-                                        *peer.bench_flags]).stdout)
+                                        *peer.bench_flags]).stdout, peer.name)
         return {"tg": speed[0, TG], "pp": speed[PP, 0]}
     proc = run([str(peer.bindir / "llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-c", str(DEEP_CTX),
                 "-npp", str(DEEP), "-ntg", str(DEEP_GEN), "-npl", "1", *peer.batched_flags])
@@ -251,9 +259,10 @@ def table(rows, peers, header):
 
 
 def peer_line(p):
-    """How a peer ran, for the table's header."""
+    """How a peer ran, for the table's header: its name and the build its llama-bench reported (no path
+    of this machine's)."""
     flags = lambda f: f"`{shlex.join(f)}`" if f else "no extra flags"  # noqa: E731
-    return f"{p.name}: {p.bindir}; llama-bench {flags(p.bench_flags)}, llama-batched-bench {flags(p.batched_flags)}"
+    return f"{p.name} ({BUILDS.get(p.name, 'build not reported')}): llama-bench {flags(p.bench_flags)}, llama-batched-bench {flags(p.batched_flags)}"
 
 
 # --- Main ------------------------------------------------------------------------------------------

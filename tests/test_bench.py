@@ -122,7 +122,12 @@ def test_versus_table_from_given_numbers():
     assert lines[-1] == ("| 110m | q8_0 | 2 | 100.0 / 55.0 / 90.0 (1.11x, rounds 1.00-1.25) "
                          "| 300.0 / 500.0 / 100.0 (0.60x, rounds 0.50-0.75) | - | - "
                          "| 10.0 (60%) / 5.5 (30%) / 9.0 (45%) | 20.0 (19.0-21.0; compute 40-44 GFLOP/s) |")
-    assert versus.peer_line(peers[1]) == "ik_llama.cpp: /ik; llama-bench `-rtr 1`, llama-batched-bench `-rtr`"
+    assert versus.peer_line(peers[1]) == ("ik_llama.cpp (build not reported): llama-bench `-rtr 1`, "
+                                          "llama-batched-bench `-rtr`")
+    versus.llama_bench_speeds('[{"n_prompt": 0, "n_gen": 64, "avg_ts": 1.0, "build_commit": "c392e50", '
+                              '"build_number": 6000}]', "ik_llama.cpp")
+    assert versus.peer_line(peers[1]).startswith("ik_llama.cpp (build 6000, commit c392e50): ")
+    assert "/ik" not in versus.peer_line(peers[1])  # no path of the machine it ran on
     assert versus.peer_line(peers[0]).endswith("llama-bench no extra flags, llama-batched-bench no extra flags")
 
 
