@@ -21,8 +21,7 @@ round by round (ours, A, B; A, B, ours; B, ours, A; ...):
           llama-bench process as tg: -p 512 -n 64 runs the two tests one after the other)
   pp4k    a 4000-token prompt, and
   tg@4k   decode at depth 4000, 32 steps: one ./run with a 4000-token prompt, --ctx 4096, -n 33,
-          against one llama-batched-bench -c 4096 -npp 4000 -ntg 32 -npl 1 (its S_PP and S_TG);
-          these replace the earlier win4k cell (a 4096-token window), which measured what pp4k does
+          against one llama-batched-bench -c 4096 -npp 4000 -ntg 32 -npl 1 (its S_PP and S_TG)
   cache   every program keeps keys and values as f16 (llama.cpp's default; ./run -ctk f16 -ctv f16)
   probe   bench/bwprobe at the same thread count (best of 3 passes over 1 GiB, OMP_NUM_THREADS set to
           the thread count so that it measures that count, whatever the cores), before and after the
