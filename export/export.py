@@ -27,7 +27,7 @@ is left behind: everything is written to OUT.tmp-XXXX and renamed over OUT only 
 Where it writes is checked before anything is written: OUT must be a regular file or a new path
 (a device, FIFO, socket or directory is refused and left as it is; a symlink is written through to
 its target, which must pass the same checks), and the tokenizer files it copies beside OUT must not
-replace another model's (see check_tokenizer_files).
+replace, join or be missing from another model's (see check_tokenizer_files).
 """
 import argparse
 import filecmp
@@ -669,33 +669,46 @@ def destination(path, hint):
 
 def check_tokenizer_files(hf_dir, out_dir):
     """./run looks for its tokenizer beside the model file: the checkpoint's SentencePiece
-    tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json (chat
-    templates) with it, are copied to out_dir. Returns the [(source, destination)] still to copy.
+    tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json (BOS / EOS,
+    chat templates) with it, are copied to out_dir. Returns the [(source, destination)] still to copy.
+    generation_config.json is not copied (its end ids are in the header) and ./run does not read
+    it, so one beside OUT is left as it is and changes nothing.
 
-    Another model's tokenizer files are never replaced or mixed with this one's: when something is
-    copied, each of the three names already in out_dir must be the same bytes as the checkpoint's
-    file of that name (a second export of the same model, or a model with the same tokenizer),
-    otherwise this refuses, before anything is written."""
+    Another model's tokenizer files are never replaced or mixed with this one's, in either order.
+    Whatever of the three names out_dir already has serves a model there, so each must be the same
+    bytes as the checkpoint's file of that name, and nothing may be added beside them (a
+    tokenizer_config.json added beside another model's tokenizer.model would change its BOS, a
+    tokenizer.model added beside its tokenizer.json which tokenizer it runs with). An out_dir with
+    none of them gets this checkpoint's; one with all of them and the same bytes (the same model
+    again, or one with the same tokenizer files) is left as it is. Otherwise this refuses, before
+    anything is written."""
     names = [n for n in TOKENIZER_FILES[:2] if os.path.isfile(os.path.join(hf_dir, n))][:1]
-    if not names:
-        print(f"note: {hf_dir} has no tokenizer.model or tokenizer.json; give ./run one with -z", file=sys.stderr)
-        return []
-    if os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
+    if names and os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
         names.append("tokenizer_config.json")
-    copies = []
+    there = {}
     for name in TOKENIZER_FILES:
-        src, dst = os.path.join(hf_dir, name), os.path.join(out_dir, name)
-        dst, exists = destination(dst, f"move it away, or {OWN_FOLDER}")
+        dst, exists = destination(os.path.join(out_dir, name), f"move it away, or {OWN_FOLDER}")
+        there[name] = (dst, exists)
+    for name, (dst, exists) in there.items():
+        src = os.path.join(hf_dir, name)
         if not exists:
-            if name in names:
-                copies.append((src, dst))
-        elif not os.path.isfile(src):
+            continue
+        if not os.path.isfile(src):
             raise CheckpointError(dst, f"is another model's ({hf_dir} has no {name}), and the two models' "
                                   "tokenizer files would mix", OWN_FOLDER)
-        elif not filecmp.cmp(src, dst, shallow=False):
+        if not filecmp.cmp(src, dst, shallow=False):
             raise CheckpointError(dst, f"is another model's (it differs from {src}), and would be replaced",
                                   OWN_FOLDER)
-    return copies
+    present = [name for name, (_, exists) in there.items() if exists]
+    if present:
+        for name in names:
+            if not there[name][1]:
+                raise CheckpointError(there[name][0], f"is missing beside another model's {' and '.join(present)}, "
+                                      f"and copying {hf_dir}'s {name} there would change how that model runs",
+                                      OWN_FOLDER)
+    if not names:
+        print(f"note: {hf_dir} has no tokenizer.model or tokenizer.json; give ./run one with -z", file=sys.stderr)
+    return [(os.path.join(hf_dir, name), there[name][0]) for name in names if not there[name][1]]
 
 
 def publish(tmp, dst):

@@ -11,8 +11,8 @@ in every dtype). So these tests check the exporter against the specification:
   - every input dtype and file layout gives the same bytes; f16 and q8_0 within their precision;
   - each refusal exits 1 with a message naming the key or tensor, and leaves no file behind;
   - where it writes: only a regular file or a new path (a device, FIFO, socket or directory is
-    refused and left as it is; a symlink is written through), and never over another model's
-    tokenizer files (checked before anything is written).
+    refused and left as it is; a symlink is written through), and never over, beside or without
+    another model's tokenizer files, in either order (checked before anything is written).
 What this is not: a test of the C side (loading these files), which is tested elsewhere.
 
 Run: /usr/bin/python3 -m pytest -q tests/test_export.py
@@ -872,19 +872,89 @@ def test_tokenizer_files_of_another_model_do_not_mix(tmp_path, capsys, name):
 
 def test_tokenizer_file_of_this_checkpoint_is_accepted(tmp_path, capsys):
     """A checkpoint with tokenizer.model, tokenizer.json and tokenizer_config.json: tokenizer.model
-    and the config are copied; a tokenizer.json already there is accepted when it is this one's."""
+    and the config are copied; the same checkpoint again finds the same bytes and is accepted, also
+    when its tokenizer.json is there too (put there by hand)."""
     hf = other_model(tmp_path, tokenizer=STORIES_HF / "tokenizer.model", tokenizer_json=b'{"a": 1}',
                      tokenizer_config_json=b'{"chat_template": "x"}')
     out = tmp_path / "out"
     out.mkdir()
-    shutil.copy(hf / "tokenizer.json", out / "tokenizer.json")
     export_ok(capsys, hf, out / "m.bin")
-    assert sorted(os.listdir(out)) == ["m.bin", "tokenizer.json", "tokenizer.model", "tokenizer_config.json"]
+    assert sorted(os.listdir(out)) == ["m.bin", "tokenizer.model", "tokenizer_config.json"]
     assert (out / "tokenizer_config.json").read_bytes() == b'{"chat_template": "x"}'
+    shutil.copy(hf / "tokenizer.json", out / "tokenizer.json")
+    export_ok(capsys, hf, out / "m2.bin")
     (out / "tokenizer_config.json").write_bytes(b'{"chat_template": "y"}')  # now another model's
-    code, err = export_inprocess(capsys, hf, out / "m2.bin")
+    code, err = export_inprocess(capsys, hf, out / "m3.bin")
     assert code == 1 and f"{out / 'tokenizer_config.json'}: is another model's (it differs from" in err, err
-    assert not (out / "m2.bin").exists()
+    assert not (out / "m3.bin").exists()
+
+
+TOKM = (STORIES_HF / "tokenizer.model").read_bytes()
+TJ, CFG = b'{"model": 1}', b'{"add_bos_token": false}'
+# (the checkpoint's files, the files already beside OUT, the error): each of the three files ./run
+# reads beside a model, added to a folder that lacks it, left in a folder by a checkpoint that lacks
+# it, and different. "Added" is issue 47's case: a tokenizer_config.json with add_bos_token false
+# copied beside the first model's tokenizer.model turned its BOS off.
+MIXES = {
+    "config-added": ({"tokenizer.model": TOKM, "tokenizer_config.json": CFG}, {"tokenizer.model": TOKM},
+                     "tokenizer_config.json: is missing beside another model's tokenizer.model, and copying"),
+    "config-left": ({"tokenizer.model": TOKM}, {"tokenizer.model": TOKM, "tokenizer_config.json": CFG},
+                    "tokenizer_config.json: is another model's (HF has no tokenizer_config.json)"),
+    "config-differs": ({"tokenizer.model": TOKM, "tokenizer_config.json": CFG},
+                       {"tokenizer.model": TOKM, "tokenizer_config.json": b"{}"},
+                       "tokenizer_config.json: is another model's (it differs from HF/tokenizer_config.json)"),
+    "model-added": ({"tokenizer.model": TOKM, "tokenizer.json": TJ}, {"tokenizer.json": TJ},
+                    "tokenizer.model: is missing beside another model's tokenizer.json, and copying"),
+    "model-left": ({"tokenizer.json": TJ}, {"tokenizer.json": TJ, "tokenizer.model": TOKM},
+                   "tokenizer.model: is another model's (HF has no tokenizer.model)"),
+    "model-differs": ({"tokenizer.model": TOKM}, {"tokenizer.model": LLAMA_TOK.read_bytes()},
+                      "tokenizer.model: is another model's (it differs from HF/tokenizer.model)"),
+    "json-added": ({"tokenizer.json": TJ, "tokenizer_config.json": CFG}, {"tokenizer_config.json": CFG},
+                   "tokenizer.json: is missing beside another model's tokenizer_config.json, and copying"),
+    "json-left": ({"tokenizer.model": TOKM}, {"tokenizer.model": TOKM, "tokenizer.json": TJ},
+                  "tokenizer.json: is another model's (HF has no tokenizer.json)"),
+    "json-differs": ({"tokenizer.json": TJ}, {"tokenizer.json": b'{"model": 2}'},
+                     "tokenizer.json: is another model's (it differs from HF/tokenizer.json)"),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXES))
+def test_tokenizer_files_never_change_another_model(tmp_path, capsys, case):
+    """Whatever the order of the two exports, the files beside an earlier model stay what they were:
+    refused with exit 1 and a hint the exporter accepts, nothing written; the hint's folder of its
+    own then takes the export."""
+    ours, theirs, words = MIXES[case]
+    hf = tmp_path / "HF"
+    hf.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(STORIES_HF / name, hf / name)
+    for name, data in ours.items():
+        (hf / name).write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in theirs.items():
+        (out / name).write_bytes(data)
+    before = snapshot(out)
+    code, err = export_inprocess(capsys, hf, out / "m.bin")
+    assert code == 1 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"{out}/{words}".replace("HF", str(hf)) in err, err
+    assert err.endswith("(hint: export into a folder of its own (e.g. OUT_DIR/model-name/model.bin))\n"), err
+    assert snapshot(out) == before
+    (out / "model-name").mkdir()
+    export_ok(capsys, hf, out / "model-name" / "model.bin")
+
+
+def test_generation_config_beside_the_model_is_left_alone(tmp_path, capsys):
+    """generation_config.json is never copied (its end ids go into the header, and ./run does not
+    read the file): one beside OUT, from another model, is left as it is, and none is added."""
+    hf = other_model(tmp_path, tokenizer=STORIES_HF / "tokenizer.model", generation_config_json=b'{"eos_token_id": 2}')
+    out = tmp_path / "out"
+    out.mkdir()
+    export_ok(capsys, hf, out / "a.bin")
+    assert sorted(os.listdir(out)) == ["a.bin", "tokenizer.model"]
+    (out / "generation_config.json").write_bytes(b'{"eos_token_id": 7}')
+    export_ok(capsys, STORIES_HF, out / "b.bin")
+    assert (out / "generation_config.json").read_bytes() == b'{"eos_token_id": 7}'
 
 
 # --- Where the model file goes: a regular file or a new path, checked before writing ---------------
