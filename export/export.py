@@ -40,9 +40,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun import install_hint  # noqa: E402
+
+try:
+    import numpy as np
+except ImportError as e:  # a python3 without numpy (pyenv's): say which one has it, not a traceback
+    print(f"error: export.py needs numpy, and {sys.executable} cannot import it ({e}) (hint: {install_hint()})",
+          file=sys.stderr)
+    sys.exit(1)
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
 from lrun.modelfile import (ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC,  # noqa: E402
                             MAX_END_IDS, Q8_BLOCK, VERSION, br16_from_rows, file_version, pack_header,

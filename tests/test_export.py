@@ -25,13 +25,16 @@ import shutil
 import socket
 import stat
 import struct
+import shlex
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, STORIES_HF, TOK512, run_export
 from lrun import hf_checkpoint as st
+from lrun import install_hint
 from lrun import modelfile
 from lrun.hf_random import make_checkpoint
 
@@ -955,6 +958,73 @@ def test_generation_config_beside_the_model_is_left_alone(tmp_path, capsys):
     (out / "generation_config.json").write_bytes(b'{"eos_token_id": 7}')
     export_ok(capsys, STORIES_HF, out / "b.bin")
     assert (out / "generation_config.json").read_bytes() == b'{"eos_token_id": 7}'
+
+
+# --- A python3 without numpy or torch: which interpreter has them, and how to install them ------
+
+def shadowed(tmp_path, module):
+    """A PYTHONPATH on which `import module` fails as it does where the package is not installed."""
+    d = tmp_path / f"no-{module}"
+    d.mkdir()
+    (d / f"{module}.py").write_text(f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n")
+    return {**os.environ, "PYTHONPATH": str(d)}
+
+
+def test_no_numpy(tmp_path):
+    """Issue 47: under a python3 without numpy the exporter ended in a traceback. Now one error line
+    naming the interpreter and the packages, exit 1, nothing written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([PYTHON, str(REPO / "export" / "export.py"), str(STORIES_HF), str(out / "m.bin")],
+                          capture_output=True, text=True, env=shadowed(tmp_path, "numpy"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: export.py needs numpy, and {PYTHON} cannot import it "
+                                  "(No module named 'numpy') (hint: apt-get install python3-numpy python3-torch "
+                                  "(or ./setup.sh) installs them for /usr/bin/python3)"), proc.stderr
+    assert os.listdir(out) == []
+
+
+def test_no_torch_for_a_pytorch_checkpoint(tmp_path):
+    """A pytorch_model.bin needs torch (safetensors does not): without it, the same kind of error."""
+    make_checkpoint(tmp_path / "hf", fmt="bin", **TIED_MHA)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([PYTHON, str(REPO / "export" / "export.py"), str(tmp_path / "hf"), str(out / "m.bin")],
+                          capture_output=True, text=True, env=shadowed(tmp_path, "torch"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == (f"error: {tmp_path / 'hf' / 'pytorch_model.bin'}: is a PyTorch pickle, and {PYTHON} "
+                           "cannot import torch to read it (No module named 'torch') (hint: apt-get install "
+                           "python3-numpy python3-torch (or ./setup.sh) installs them for /usr/bin/python3)\n")
+    assert os.listdir(out) == []
+
+
+def test_other_python_is_told_the_command_that_works(tmp_path, monkeypatch):
+    """Under another python3 (pyenv's), the hint is the same command with /usr/bin/python3, and
+    that command is accepted."""
+    out = tmp_path / "m.bin"
+    monkeypatch.setattr(sys, "executable", "/opt/pyenv/versions/3.11.7/bin/python3")
+    monkeypatch.setattr(sys, "argv", ["export/export.py", str(STORIES_HF), str(out)])
+    hint = install_hint()
+    assert hint.startswith(f"run it with Debian's /usr/bin/python3, as the README does: /usr/bin/python3 "
+                           f"export/export.py {STORIES_HF} {out}; apt-get install python3-numpy"), hint
+    command = hint.split(": ", 1)[1].split(";")[0]
+    proc = subprocess.run(shlex.split(command), cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+
+
+def test_no_numpy_real_interpreter(tmp_path):
+    """The same with a real python3 that has no numpy, where this machine has one (pyenv's python3
+    first on PATH, as in the issue)."""
+    lacking = [p for p in (shutil.which("python3"), os.path.expanduser("~/.pyenv/shims/python3"))
+               if p and os.access(p, os.X_OK)
+               and subprocess.run([p, "-c", "import numpy"], capture_output=True).returncode != 0]
+    if not lacking:
+        pytest.skip("every python3 here has numpy (test_no_numpy covers the message by shadowing it)")
+    proc = subprocess.run([lacking[0], "export/export.py", str(STORIES_HF), str(tmp_path / "m.bin")], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot import it (No module named 'numpy') (hint: run it with Debian's /usr/bin/python3" in proc.stderr
+    assert os.listdir(tmp_path) == []
 
 
 # --- Where the model file goes: a regular file or a new path, checked before writing ---------------
