@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import LLAMA_TOK, REPO, STORIES_BIN, TOK512, run_export
+from conftest import LLAMA_TOK, REPO, STORIES_BIN, TEXT, TOK512, run_export
 from lrun.hf_random import make_checkpoint
 
 LEGACY = STORIES_BIN
@@ -370,3 +370,51 @@ def test_bad_tokenizer_json(c_tools, tmp_path):
     """A file whose first byte is '{' is read as tokenizer.json, and refused with the reason."""
     bad = write(tmp_path, "tokenizer.json", b'{"model": {"type": "Unigram"}}')
     expect(1, [f"error: {bad}: model type Unigram is not implemented"], LEGACY, "-z", bad)
+
+
+# tokenizer_config.json beside the tokenizer, broken: (its bytes, or None for a directory of that
+# name; what the error says after the file's path).
+BROKEN_CONFIGS = {
+    "not-json": (b"{broken", "not valid JSON near byte"),
+    "add_bos_token-yes": (b'{"add_bos_token": "yes"}', 'add_bos_token is "yes", and must be true or false (hint: '
+                          '"add_bos_token": true or false, or leave the key out'),
+    "bos_token-number": (b'{"bos_token": 1}', "bos_token is 1, and must be a token's text"),
+    "trailing-text": (b'{"add_bos_token": false} }', "not valid JSON near byte 25"),
+    "empty": (b"", "is empty (hint: "),
+    "directory": (None, "cannot read it: Is a directory (hint: "),
+}
+MODES = {"generate": ["-n", "4"], "chat": ["-m", "chat"], "chat-template": ["-m", "chat", "--chat-template", "llama2"],
+         "ppl": ["--ppl", TEXT, "--ctx", "64", "--ppl-windows", "1"]}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("case", list(BROKEN_CONFIGS))
+def test_broken_tokenizer_config(c_tools, tmp_path, case, mode):
+    """Issue 47: a broken tokenizer_config.json was ignored when generating (BOS decided as if it
+    were not there) and an error in chat. Now the same error in every mode, naming the file, the key
+    and the fix, exit 1, before anything runs."""
+    data, words = BROKEN_CONFIGS[case]
+    (tmp_path / "tokenizer.model").symlink_to(TOK512)
+    config = tmp_path / "tokenizer_config.json"
+    config.mkdir() if data is None else config.write_bytes(data)
+    proc = subprocess.run([str(REPO / "run"), str(LEGACY), "-z", str(tmp_path / "tokenizer.model"), *map(str, MODES[mode])],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith(f"error: {config}: {words}") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_broken_tokenizer_config_hints_work(c_tools, tmp_path):
+    """Each fix the errors name runs: the key true or false, the key left out, the file moved away."""
+    tok = tmp_path / "tokenizer.model"
+    tok.symlink_to(TOK512)
+    config = tmp_path / "tokenizer_config.json"
+    for text, bos in [(b'{"add_bos_token": false}', "no BOS (tokenizer_config.json add_bos_token)"),
+                      (b'{"add_bos_token": true}', "BOS 1 first (tokenizer_config.json add_bos_token)"),
+                      (b'{"bos_token": null}', "no BOS"), (b"{}", "BOS 1 first (SentencePiece's default)"),
+                      (None, "BOS 1 first (SentencePiece's default)")]:
+        if text is None:
+            config.unlink()
+        else:
+            config.write_bytes(text)
+        code, out, err = run(LEGACY, "-z", tok, "-i", "Once", "-n", "4", "-t", "0")
+        assert code == 0 and out.startswith("Once") and bos in err, err
