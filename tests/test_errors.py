@@ -148,6 +148,19 @@ def test_help(c_tools):
         assert alias in out, alias
 
 
+@pytest.mark.parametrize("flag, value", [("--rope-window", "64"), ("--rope-alpha", "4"), ("--grp-attn-n", "4"),
+                                         ("--dca-chunk", "256")])
+def test_help_names_every_mode_of_a_flag(c_tools, flag, value):
+    """Issue 47: --help for --rope-window named rerope, leaky-rerope and selfextend, and the parser
+    also takes it for dca. Each mode-only flag's help names every mode its refusal names."""
+    err = expect(2, [f"{flag} is used only by --rope-scaling "], LEGACY, "-z", TOK512, flag, value)
+    modes = re.split(r", | and ", re.search(rf"{flag} is used only by --rope-scaling (.*)", err)[1].strip())
+    _, out, _ = run("--help")
+    first = re.search(rf"^ +{flag} \S+ +(.*)$", out, re.M)[1]
+    for mode in modes:
+        assert re.search(rf"(^|[ ,]){mode}[:, ]", first), (mode, first)
+
+
 def test_help_ranges_are_the_parsers(c_tools):
     """Every range --help shows, [lo, hi] or (lo, hi], is the one the parser applies: the bounds
     themselves pass the parser (the run then stops at the missing model, exit 1), the values just
