@@ -220,13 +220,18 @@ static Sampler *make_sampler(const Options *o, int vocab_size, int ctx) {
     return s;
 }
 
-// --verbose-prompt: each id and its text, as llama.cpp prints them.
+// --verbose-prompt: each id and its text, as llama.cpp prints them. The text is what the output
+// shows, so a piece can be empty without being special: SentencePiece's leading-space piece (U+2581
+// alone) where a text starts.
 static void show_prompt(Tokenizer *tok, const int *ids, int n) {
     fprintf(stderr, "prompt: %d token%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
         size_t len = 0;
         const char *piece = tokenizer_decode_piece(tok, i ? ids[i - 1] : -1, ids[i], &len);
-        fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", len ? "" : " (special)");
+        const char *note = tokenizer_is_special(tok, ids[i]) ? " (special)"
+                           : len ? ""
+                                 : " (a leading space, not shown where a text starts)";
+        fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", note);
     }
 }
 

@@ -451,3 +451,17 @@ extern "C" const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, si
     *len = t->piece.size();
     return t->piece.c_str();
 }
+
+extern "C" int tokenizer_is_special(const Tokenizer *t, int id) {
+    if (t->bpe) {
+        size_t len;
+        int special = 0;
+        if (id >= 0 && id < bpe_vocab_size(t->bpe)) bpe_token_bytes(t->bpe, id, &len, &special);
+        return special != 0;
+    }
+    if (id < 0 || id >= t->n_ids) return 0;
+    if (id < t->sp.GetPieceSize()) return t->sp.IsControl(id);
+    for (const SpAdded &a : t->added)
+        if (a.id == id) return a.special;
+    return 0;
+}

@@ -70,6 +70,9 @@ int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int spec
 // buffer inside t, valid until the next call, with its length in *len; NULL if id is not a token
 // or prev is neither a token nor negative.
 const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, size_t *len);
+// 1 when id is a control or special token, which is not text (BOS, EOS, <|eot_id|>, a special
+// added token); 0 for every other id, the leading-space piece too, and for an id that is no token.
+int tokenizer_is_special(const Tokenizer *t, int id);
 
 #ifdef __cplusplus
 }

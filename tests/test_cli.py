@@ -104,6 +104,17 @@ def test_verbose_prompt(c_tools):
     assert "prompt: 3 tokens" in err
 
 
+def test_verbose_prompt_labels_only_special_tokens(c_tools):
+    """Issue 47: the leading-space piece (tok512's id 410, U+2581 alone), empty where a text starts,
+    was labelled (special) as BOS is. Only control and special tokens are; the second 410, mid-text,
+    is a space."""
+    code, out, err = run("--verbose-prompt", "-n", "0", "-i", "1 2")
+    assert code == 0, err
+    lines = re.findall(r"^ +(\d+) -> '(.*)'(.*)$", err, re.M)
+    assert lines == [("1", "", " (special)"), ("410", "", " (a leading space, not shown where a text starts)"),
+                     ("475", "1", ""), ("410", " ", ""), ("479", "2", "")], lines
+
+
 @pytest.mark.parametrize("args", [["-n", "50", "-i", "Once upon a time"],
                                   ["--ppl", TEXT, "--ctx", "64", "--ppl-windows", "1"]], ids=["generate", "ppl"])
 def test_failed_write_is_an_error(c_tools, args):
