@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <sentencepiece_processor.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -259,7 +260,42 @@ static int is_json(const char *path) {
     return c == '{';
 }
 
+#define PASS_TOKENIZER "pass the model's tokenizer.model or tokenizer.json with -z"
+
+// What the path is, checked before either reader sees it: the libraries' own words for a
+// directory or an empty file ("basic_filebuf::underflow", "unk is not defined") name neither, and
+// reading a FIFO would wait for a writer. Returns 0, or -1 with the reason in err.
+static int check_path(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st)) {
+        snprintf(err, errlen, "%s: cannot open the tokenizer: %s (hint: " PASS_TOKENIZER ")", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        const std::string dir = std::string(path) + (path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
+        struct stat in;
+        for (const char *name : {"tokenizer.model", "tokenizer.json"}) // run.c's order beside a model
+            if (stat((dir + name).c_str(), &in) == 0 && S_ISREG(in.st_mode) && in.st_size > 0) {
+                snprintf(err, errlen, "%s: is a directory, not a tokenizer file (hint: -z %s%s)", path, dir.c_str(),
+                         name);
+                return -1;
+            }
+        snprintf(err, errlen, "%s: is a directory, not a tokenizer file (hint: " PASS_TOKENIZER ")", path);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: is not a regular file (hint: " PASS_TOKENIZER ")", path);
+        return -1;
+    }
+    if (st.st_size == 0) {
+        snprintf(err, errlen, "%s: is empty, not a tokenizer (hint: " PASS_TOKENIZER ")", path);
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
+    if (check_path(path, err, errlen)) return nullptr;
     Tokenizer *t = new (std::nothrow) Tokenizer;
     if (!t) {
         snprintf(err, errlen, "%s: out of memory", path);
@@ -281,8 +317,8 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
     try {
         auto status = t->sp.Load(path);
         if (!status.ok()) {
-            snprintf(err, errlen, "%s: cannot load the SentencePiece tokenizer: %s (hint: pass the model's "
-                     "tokenizer.model or tokenizer.json with -z)", path, status.ToString().c_str());
+            snprintf(err, errlen, "%s: cannot load the SentencePiece tokenizer: %s (hint: " PASS_TOKENIZER ")", path,
+                     status.ToString().c_str());
             delete t;
             return nullptr;
         }

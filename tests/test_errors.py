@@ -61,12 +61,31 @@ def test_vocab_mismatch(c_tools):
 def test_default_tokenizer_is_beside_the_model(c_tools, tmp_path):
     model = tmp_path / "m.bin"
     model.symlink_to(LEGACY)
-    expect(1, ["tokenizer.model", "cannot load the SentencePiece tokenizer", "-z"], model)
+    expect(1, [f"error: {tmp_path / 'tokenizer.model'}: cannot open the tokenizer: No such file", "-z"], model)
 
 
 def test_missing_and_broken_tokenizer(c_tools, tmp_path):
-    expect(1, ["cannot load the SentencePiece tokenizer"], LEGACY, "-z", tmp_path / "none.model")
+    expect(1, [f"error: {tmp_path / 'none.model'}: cannot open the tokenizer: No such file or directory (hint: pass "
+               "the model's tokenizer.model or tokenizer.json with -z)"], LEGACY, "-z", tmp_path / "none.model")
     expect(1, ["cannot load the SentencePiece tokenizer"], LEGACY, "-z", write(tmp_path, "bad.model", b"junk" * 9))
+
+
+def test_tokenizer_path_not_a_tokenizer_file(c_tools, tmp_path):
+    """Issue 47: a directory or an empty file given as the tokenizer showed the library's words
+    (basic_filebuf::underflow, "unk is not defined") and no hint. Now the error says what the path
+    is; a directory holding a tokenizer names it, and that hint runs. A FIFO is refused at once."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "with").mkdir()
+    (tmp_path / "with" / "tokenizer.model").symlink_to(TOK512)
+    hint = "(hint: pass the model's tokenizer.model or tokenizer.json with -z)"
+    for path, words in [(tmp_path, f"is a directory, not a tokenizer file {hint}"),
+                        (write(tmp_path, "empty.model", b""), f"is empty, not a tokenizer {hint}"),
+                        ("/dev/null", f"is not a regular file {hint}"), (tmp_path / "fifo", f"is not a regular file {hint}"),
+                        (tmp_path / "with", f"is a directory, not a tokenizer file (hint: -z {tmp_path}/with/tokenizer.model)")]:
+        err = expect(1, [f"error: {path}: {words}\n"], LEGACY, "-z", path, "-n", "4")
+        assert "basic_filebuf" not in err and "unk is not defined" not in err and err.count("\n") == 1, err
+    code, out, err = run(LEGACY, "-z", f"{tmp_path}/with/tokenizer.model", "-n", "4", "-i", "Once")
+    assert code == 0 and out.startswith("Once"), err
 
 
 # Numbers, missing values and unknown options have their own tables below.
