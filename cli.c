@@ -322,6 +322,9 @@ int parse_args(int argc, char **argv, Options *o) {
         problem = "-i and -f both give the prompt (hint: one of them)";
     else if (o->ppl_windows && !o->ppl) // flags that would do nothing are refused rather than ignored
         problem = "--ppl-windows limits a perplexity run and needs --ppl FILE";
+    else if (o->ppl && o->ctx == 1) // a window's first token is only read; run.c says the same of a trained 1
+        problem = "--ppl scores each token of a window from those before it, and a window of --ctx 1 has none to "
+                  "score (hint: --ctx 2 or more)";
     else if (o->ppl && o->gen_flag)
         snprintf(msg, sizeof msg, "%s is for generating text, and --ppl does not generate (hint: drop %s or --ppl)",
                  o->gen_flag, o->gen_flag),

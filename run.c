@@ -244,6 +244,8 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
                 o->prompt_file, strerror(errno));
         return 1;
     }
+    if (from_file && prompt_len == 0)
+        fprintf(stderr, "warning: -f %s is empty: the text starts after BOS, as with no prompt\n", o->prompt_file);
     int n_prompt;
     int *ids = tokenizer_encode(tok, from_file ? from_file : o->prompt ? o->prompt : "", prompt_len, 1, &n_prompt);
     free(from_file);
@@ -506,6 +508,18 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         fprintf(stderr, "error: %s: cannot read: %s\n", o->ppl, strerror(errno));
         return 1;
     }
+    if (len == 0) {
+        fprintf(stderr, "error: %s is empty: there is no text to score (hint: give --ppl a file with text in it)\n",
+                o->ppl);
+        free(text);
+        return 1;
+    }
+    if (N < 2) { // the first token of a window is only read: one more is needed to predict anything
+        fprintf(stderr, "error: --ppl scores each token of a window from those before it, and a window of --ctx %d "
+                        "has none to score (hint: --ctx 2 or more)\n", N);
+        free(text);
+        return 1;
+    }
     int n_tokens;
     int *ids = tokenizer_encode(tok, text, len, 1, &n_tokens);
     free(text);
@@ -515,11 +529,11 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     }
     int windows = n_tokens / N;
     if (o->ppl_windows && o->ppl_windows < windows) windows = o->ppl_windows;
-    if (windows < 1 || N < 2) {
-        fprintf(stderr,
-                "error: %s is %d tokens, less than one window of --ctx %d (hint: a smaller --ctx or a "
-                "longer text)\n",
-                o->ppl, n_tokens, N);
+    if (windows < 1) { // a shorter window that fits, if one can score a token
+        char fits[32] = "";
+        if (n_tokens >= 2) snprintf(fits, sizeof fits, "--ctx %d, or ", n_tokens);
+        fprintf(stderr, "error: %s is %d token%s, less than one window of --ctx %d (hint: %sa longer text)\n", o->ppl,
+                n_tokens, plural(n_tokens), N, fits);
         free(ids);
         return 1;
     }

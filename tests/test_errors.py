@@ -370,10 +370,19 @@ def test_ppl_file_problems(c_tools, tmp_path):
     expect(1, ["error: ", "nope.txt: cannot read", "No such file"], LEGACY, "-z", TOK512,
            "--ppl", tmp_path / "nope.txt")
     expect(1, ["cannot read", "Is a directory"], LEGACY, "-z", TOK512, "--ppl", tmp_path)
-    expect(1, ["empty.txt is 1 tokens, less than one window of --ctx 64", "hint: a smaller --ctx"], LEGACY,
-           "-z", TOK512, "--ppl", write(tmp_path, "empty.txt", b""), "--ctx", "64")
-    expect(1, ["less than one window of --ctx 1"], LEGACY, "-z", TOK512,
-           "--ppl", write(tmp_path, "one.txt", b"Once upon a time"), "--ctx", "1")
+    # Issue 47: an empty file was "1 tokens" (its BOS), and --ctx 1 "less than one window" of any text.
+    for empty in (write(tmp_path, "empty.txt", b""), "/dev/null"):
+        expect(1, [f"error: {empty} is empty: there is no text to score (hint: give --ppl a file with text in it)"],
+               LEGACY, "-z", TOK512, "--ppl", empty, "--ctx", "64")
+    short = write(tmp_path, "one.txt", b"Once upon a time")
+    err = expect(2, ["error: --ppl scores each token of a window from those before it, and a window of --ctx 1 has "
+                     "none to score (hint: --ctx 2 or more)"], LEGACY, "-z", TOK512, "--ppl", short, "--ctx", "1")
+    assert "model:" not in err  # refused before the model loads
+    expect(1, [f"error: {short} is 5 tokens, less than one window of --ctx 64 (hint: --ctx 5, or a longer text)"],
+           LEGACY, "-z", TOK512, "--ppl", short, "--ctx", "64")
+    for ctx in ("2", "5"):  # the hints run: the smallest window, and the text's own length
+        code, out, err = run(LEGACY, "-z", TOK512, "--ppl", short, "--ctx", ctx)
+        assert code == 0 and out.startswith("perplexity: "), err
 
 
 def test_ppl_binary_text(c_tools, tmp_path):
@@ -396,6 +405,11 @@ def test_prompt_file(c_tools, tmp_path):
     expect(1, [f"{tmp_path / 'nope.txt'}: cannot read the prompt file", "-f"], LEGACY, "-z", TOK512, "-f",
            tmp_path / "nope.txt")
     expect(2, ["-f is for generating text"], LEGACY, "-z", TOK512, "-f", prompt, "--ppl", prompt)
+    # An empty file is said to be empty, and runs as no prompt does.
+    code, out, err = run(LEGACY, "-z", TOK512, "-t", "0", "-n", "12", "-f", "/dev/null")
+    code2, none, _ = run(LEGACY, "-z", TOK512, "-t", "0", "-n", "12")
+    assert code == code2 == 0 and out == none, err
+    assert "warning: -f /dev/null is empty: the text starts after BOS, as with no prompt" in err
 
 
 def test_bad_tokenizer_json(c_tools, tmp_path):
