@@ -48,7 +48,7 @@ static const Flag FLAGS[] = {
     {{"--min-p"}, FLAG_REAL, offsetof(Options, min_p), 0, 1, 0, 1},
     {{"--repeat-penalty"}, FLAG_REAL, offsetof(Options, repeat_penalty), 0, 1e6, 1, 1},
     {{"--repeat-last-n"}, FLAG_INT, offsetof(Options, repeat_last_n), -1, MAX_INT, 0, 1},
-    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0, 1},
+    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), -1, 9e18, 0, 1}, // -1: random, as llama.cpp
     {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0, 0},
     {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0, 0},
     {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0, 0},
@@ -371,7 +371,8 @@ void usage(FILE *f) {
                "  -r, --reverse-prompt S   stop when the output shows the text S (may be given up to 16\n"
                "                           times; matched across tokens)\n"
                "      --verbose-prompt     print the prompt's token ids on stderr\n"
-               "  -s, --seed N             random seed [0, 9000000000000000000] (default: random, printed)\n"
+               "  -s, --seed N             random seed [-1, 9000000000000000000] (default -1: random, as\n"
+               "                           in llama.cpp, and printed)\n"
                "  -z, --tokenizer PATH     tokenizer.model (SentencePiece) or tokenizer.json (byte-level\n"
                "                           BPE) (default: the one beside MODEL, tokenizer.model first)\n"
                "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens [1, 16777216]\n"

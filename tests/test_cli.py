@@ -33,6 +33,9 @@ def test_seed_is_random_printed_and_repeatable(c_tools):
     assert len(set(seeds)) == 3 and len(set(texts)) > 1
     code, again, err = run("-n", "40", "-i", "Once", "-s", seeds[0])
     assert code == 0 and again == texts[0] and f"sampling: seed {seeds[0]} |" in err
+    # -s -1 is llama.cpp's "random seed", and the default here too (issue 47: it was refused).
+    code, out, err = run("-n", "40", "-i", "Once", "-s", "-1")
+    assert code == 0 and re.search(r"sampling: seed (\d+) \(random; -s repeats it\)", err)[1] not in map(str, seeds)
 
 
 def test_reverse_prompt_across_tokens(c_tools):
