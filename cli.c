@@ -159,7 +159,8 @@ static void describe_range(const Flag *f, char *out, size_t len) {
         snprintf(out, len, "an integer in %s%.0f, %.0f]", f->open ? "(" : "[", f->lo, f->hi);
 }
 
-// Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), no
+// Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), in
+// decimal (strtod also reads hexadecimal, 0x10 = 16, and "inf", "nan"; strtol is given base 10), no
 // overflow, no NaN, inside the flag's range.
 static int parse_value(const Flag *f, const char *v, Options *o) {
     char *field = (char *)o + f->offset, *end;
@@ -176,7 +177,7 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
     errno = 0;
     long n = 0; // integers are compared as integers: 9e18 + 1 is 9e18 as a double
     double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)(n = strtol(v, &end, 10));
-    if (errno || end == v || *end || isspace((unsigned char)*v) || !isfinite(x) || x < f->lo || x > f->hi ||
+    if (errno || end == v || *end || strspn(v, "0123456789+-.eE") != strlen(v) || !isfinite(x) || x < f->lo || x > f->hi ||
         (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
         return -1;
     if (f->kind == FLAG_INT)
@@ -202,6 +203,8 @@ static void bad_value(const Flag *f, const char *name, const char *v, const Opti
     fprintf(stderr, "error: invalid value '%s' for %s: %s", v, name, range);
     if (f->offset == offsetof(Options, top_p) && !number)
         fprintf(stderr, " (-p is top-p here, as in llama2.c; the prompt is -i/--prompt)");
+    else if (number && strpbrk(v, "xX"))
+        fprintf(stderr, " (written in decimal)");
     fprintf(stderr, "\n");
 }
 
