@@ -30,6 +30,7 @@ its target, which must pass the same checks), and the tokenizer files it copies 
 replace, join or be missing from another model's (see check_tokenizer_files).
 """
 import argparse
+import errno
 import filecmp
 import json
 import math
@@ -809,6 +810,15 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=sorted(EXPORT_DTYPES), default="f32",
                     help="type of the weight matrices (norms are always f32); default f32")
     args = ap.parse_args(argv)
+    for name, path, what in (("HF_DIR", args.hf_dir, "the Hugging Face checkpoint folder to read"),
+                             ("OUT.bin", args.out, "the model file to write")):
+        if not path:  # "" would be read as the current directory
+            print(f"error: {name} is an empty path (hint: give {what}: export.py HF_DIR OUT.bin)", file=sys.stderr)
+            return 1
+    if os.path.exists(args.hf_dir) and not os.path.isdir(args.hf_dir) and not os.path.isfile(args.hf_dir):
+        print(f"error: {args.hf_dir}: is a {file_kind(os.stat(args.hf_dir).st_mode)}, not a checkpoint folder (hint: "
+              "HF_DIR is a Hugging Face model directory, with config.json and the weights)", file=sys.stderr)
+        return 1
     if Path(args.hf_dir).is_file():  # a model file already: llama2.c's .bin, or one of ours
         print(f"error: {args.hf_dir} is a file, and HF_DIR must be a Hugging Face model directory (hint: a "
               "llama2.c .bin or a file this exporter wrote needs no export: ./run reads it directly, "
@@ -819,9 +829,11 @@ def main(argv=None):
         return 0
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
-    except OSError as e:
-        print(f"error: {e.filename or args.out}: {e.strerror or e} (hint: check the path and free "
-              "disk space)", file=sys.stderr)
+    except OSError as e:  # the hint for where it happened: reading the checkpoint, or writing
+        read = e.filename and os.path.abspath(e.filename).startswith(os.path.join(os.path.abspath(args.hf_dir), ""))
+        hint = ("HF_DIR must be a readable Hugging Face model directory" if read
+                else "free disk space" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "check the path")
+        print(f"error: {e.filename or args.out}: {e.strerror or e} (hint: {hint})", file=sys.stderr)
     except MemoryError:
         print("error: out of memory (hint: the largest tensor must fit in RAM about three times)",
               file=sys.stderr)

@@ -1145,6 +1145,37 @@ def test_trained_context_and_supported_context(tmp_path, capsys, c_tools):
     assert "trained context L = 16" in proc.stderr
 
 
+def test_empty_paths(tmp_path, capsys, monkeypatch):
+    """Issue 47: an empty OUT said ": is a directory" (the current one); an empty HF_DIR looked for
+    config.json in the current directory. Each is named, nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    code, err = export_inprocess(capsys, STORIES_HF, "")
+    assert code == 1 and err == ("error: OUT.bin is an empty path (hint: give the model file to write: export.py "
+                                 "HF_DIR OUT.bin)\n"), err
+    code, err = export_inprocess(capsys, "", tmp_path / "m.bin")
+    assert code == 1 and err.startswith("error: HF_DIR is an empty path (hint: "), err
+    assert os.listdir(tmp_path) == []
+
+
+def test_input_not_a_checkpoint_folder(tmp_path, capsys):
+    """Issue 47: HF_DIR /dev/null ended in "/dev/null/config.json: Not a directory (hint: check the
+    path and free disk space)". A device or FIFO is said not to be a checkpoint folder; a checkpoint
+    that cannot be read is not a disk-space problem either."""
+    os.mkfifo(tmp_path / "fifo")
+    for path, kind in (("/dev/null", "character device"), (tmp_path / "fifo", "FIFO")):
+        code, err = export_inprocess(capsys, path, tmp_path / "m.bin")
+        assert code == 1 and err == (f"error: {path}: is a {kind}, not a checkpoint folder (hint: HF_DIR is a Hugging "
+                                     "Face model directory, with config.json and the weights)\n"), err
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    shutil.copy(STORIES_HF / "config.json", hf / "config.json")
+    (hf / "model.safetensors").mkdir()
+    code, err = export_inprocess(capsys, hf, tmp_path / "m.bin")
+    assert code == 1 and err == (f"error: {hf / 'model.safetensors'}: Is a directory (hint: HF_DIR must be a readable "
+                                 "Hugging Face model directory)\n"), err
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "hf"]
+
+
 def test_model_file_instead_of_directory(tmp_path, capsys):
     """Given llama2.c's .bin (a file, not a Hugging Face directory), the exporter says ./run reads it as
     it is, and writes nothing; the same .bin does run (the control that the hint is true)."""
