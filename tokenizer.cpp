@@ -81,7 +81,7 @@ static std::string json_text(const cJSON *v) {
 // would quietly change the BOS / EOS decision. Returns 0 or -1.
 static int read_special(const cJSON *root, const char *add_key, const char *key, Special *s, std::string *err) {
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(root, add_key);
-    if (add && !cJSON_IsBool(add)) {
+    if (add && !cJSON_IsBool(add) && !cJSON_IsNull(add)) { // null: not set, as a missing key
         *err = std::string(add_key) + " is " + json_text(add) + ", and must be true or false (hint: \"" + add_key +
                "\": true or false, or leave the key out for the tokenizer's default)";
         return -1;
@@ -154,10 +154,11 @@ extern "C" int tokenizer_config_json(Tokenizer *t, const char *text, size_t len,
         why = "tokenizer_class is " + json_text(cls) + ", and must be a class name or null (hint: leave the key out)";
     if (!why.empty()) { // then it says nothing, as a missing file
         t->bos = Special(), t->eos = Special();
-        cJSON_Delete(root);
+        cJSON_Delete(root); // cls pointed into it
         root = nullptr;
+    } else {
+        t->gpt2_class = cJSON_IsString(cls) && !strncmp(cls->valuestring, "GPT2Tokenizer", 13);
     }
-    t->gpt2_class = cJSON_IsString(cls) && !strncmp(cls->valuestring, "GPT2Tokenizer", 13);
     read_added(t, root);
     cJSON_Delete(root);
     tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);

@@ -427,6 +427,7 @@ BROKEN_CONFIGS = {
     "add_bos_token-yes": (b'{"add_bos_token": "yes"}', 'add_bos_token is "yes", and must be true or false (hint: '
                           '"add_bos_token": true or false, or leave the key out'),
     "bos_token-number": (b'{"bos_token": 1}', "bos_token is 1, and must be a token's text"),
+    "with-class": (b'{"add_eos_token": 1, "tokenizer_class": "GPT2Tokenizer"}', "add_eos_token is 1, and must be"),
     "trailing-text": (b'{"add_bos_token": false} }', "not valid JSON near byte 25"),
     "empty": (b"", "is empty (hint: "),
     "directory": (None, "cannot read it: Is a directory (hint: "),
@@ -459,6 +460,7 @@ def test_broken_tokenizer_config_hints_work(c_tools, tmp_path):
     for text, bos in [(b'{"add_bos_token": false}', "no BOS (tokenizer_config.json add_bos_token)"),
                       (b'{"add_bos_token": true}', "BOS 1 first (tokenizer_config.json add_bos_token)"),
                       (b'{"bos_token": null}', "no BOS"), (b"{}", "BOS 1 first (SentencePiece's default)"),
+                      (b'{"add_bos_token": null}', "BOS 1 first (SentencePiece's default)"),  # null: not set
                       (None, "BOS 1 first (SentencePiece's default)")]:
         if text is None:
             config.unlink()
