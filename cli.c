@@ -177,8 +177,8 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
     errno = 0;
     long n = 0; // integers are compared as integers: 9e18 + 1 is 9e18 as a double
     double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)(n = strtol(v, &end, 10));
-    if (errno || end == v || *end || strspn(v, "0123456789+-.eE") != strlen(v) || !isfinite(x) || x < f->lo || x > f->hi ||
-        (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
+    if (errno || end == v || *end || strspn(v, "0123456789+-.eE") != strlen(v) || !isfinite(x) || x < f->lo ||
+        x > f->hi || (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
         return -1;
     if (f->kind == FLAG_INT)
         *(int *)field = (int)n;

@@ -228,9 +228,11 @@ static void show_prompt(Tokenizer *tok, const int *ids, int n) {
     for (int i = 0; i < n; i++) {
         size_t len = 0;
         const char *piece = tokenizer_decode_piece(tok, i ? ids[i - 1] : -1, ids[i], &len);
-        const char *note = tokenizer_is_special(tok, ids[i]) ? " (special)"
-                           : len ? ""
-                                 : " (a leading space, not shown where a text starts)";
+        const char *note = "";
+        if (tokenizer_is_special(tok, ids[i]))
+            note = " (special)";
+        else if (!len)
+            note = " (a leading space, not shown where a text starts)";
         fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", note);
     }
 }
@@ -515,8 +517,10 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         return 1;
     }
     if (N < 2) { // the first token of a window is only read: one more is needed to predict anything
-        fprintf(stderr, "error: --ppl scores each token of a window from those before it, and a window of --ctx %d "
-                        "has none to score (hint: --ctx 2 or more)\n", N);
+        fprintf(stderr,
+                "error: --ppl scores each token of a window from those before it, and a window of --ctx %d "
+                "has none to score (hint: --ctx 2 or more)\n",
+                N);
         free(text);
         return 1;
     }

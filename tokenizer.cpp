@@ -137,7 +137,8 @@ extern "C" int tokenizer_config_json(Tokenizer *t, const char *text, size_t len,
     while (root && end < text + len && strchr(" \t\r\n", *end) && *end)
         end++;
     std::string why;
-    if (len && (!root || end < text + len)) { // what follows the value must be white space, as in JSON
+    // What follows the value must be white space, as in JSON.
+    if (len && (!root || end < text + len)) {
         const char *at = root ? end : cJSON_GetErrorPtr(); // where the parser stopped, inside text
         why = "not valid JSON";
         if (at >= text && at <= text + len) why += " near byte " + std::to_string(at - text);
@@ -187,13 +188,17 @@ static int read_config(Tokenizer *t, const char *tok_path, char *err, size_t err
     if (t->config_errno) t->config.clear();
     char why[400];
     if (t->config_errno && t->config_errno != ENOENT) {
-        snprintf(err, errlen, "%s: cannot read it: %s (hint: make it a readable file, or move it away to use the "
-                 "tokenizer's defaults)", t->config_path.c_str(), strerror(t->config_errno));
+        snprintf(err, errlen,
+                 "%s: cannot read it: %s (hint: make it a readable file, or move it away to use the "
+                 "tokenizer's defaults)",
+                 t->config_path.c_str(), strerror(t->config_errno));
         return -1;
     }
     if (!t->config_errno && t->config.empty()) {
-        snprintf(err, errlen, "%s: is empty (hint: put the model's own there, or move it away to use the "
-                 "tokenizer's defaults)", t->config_path.c_str());
+        snprintf(err, errlen,
+                 "%s: is empty (hint: put the model's own there, or move it away to use the "
+                 "tokenizer's defaults)",
+                 t->config_path.c_str());
         return -1;
     }
     if (tokenizer_config_json(t, t->config.data(), t->config.size(), why, sizeof why)) {

@@ -55,8 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tokenizer_use_checkpoint(tok, data[0] & 8 ? 1 : -1, data[0] & 8 ? 2 : -1);
         char err[600] = "";
         // refused: it says why, and nothing else (SentencePiece's own BOS, 1 in both tokenizers)
-        if (tokenizer_config_json(tok, text, len, err, sizeof err) && (!err[0] || tokenizer_bos_id(tok) != 1))
-            abort();
+        if (tokenizer_config_json(tok, text, len, err, sizeof err) && (!err[0] || tokenizer_bos_id(tok) != 1)) abort();
         const int bos = tokenizer_bos_id(tok), eos = tokenizer_eos_id(tok);
         if (bos < -1 || bos >= vocab || eos < -1 || eos >= vocab || !tokenizer_bos_reason(tok)) abort();
         int n = -1;
