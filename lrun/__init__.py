@@ -21,5 +21,5 @@ def install_hint():
     install = "apt-get install python3-numpy python3-torch (or ./setup.sh) installs them for /usr/bin/python3"
     if os.path.realpath(sys.executable or "") == os.path.realpath("/usr/bin/python3"):
         return install
-    return f"run it with Debian's /usr/bin/python3, as the README does: /usr/bin/python3 {shlex.join(sys.argv)}; {install}"
-
+    command = f"/usr/bin/python3 {shlex.join(sys.argv)}"
+    return f"run it with Debian's /usr/bin/python3, as the README does: {command}; {install}"

@@ -80,8 +80,10 @@ def test_tokenizer_path_not_a_tokenizer_file(c_tools, tmp_path):
     hint = "(hint: pass the model's tokenizer.model or tokenizer.json with -z)"
     for path, words in [(tmp_path, f"is a directory, not a tokenizer file {hint}"),
                         (write(tmp_path, "empty.model", b""), f"is empty, not a tokenizer {hint}"),
-                        ("/dev/null", f"is not a regular file {hint}"), (tmp_path / "fifo", f"is not a regular file {hint}"),
-                        (tmp_path / "with", f"is a directory, not a tokenizer file (hint: -z {tmp_path}/with/tokenizer.model)")]:
+                        ("/dev/null", f"is not a regular file {hint}"),
+                        (tmp_path / "fifo", f"is not a regular file {hint}"),
+                        (tmp_path / "with",
+                         f"is a directory, not a tokenizer file (hint: -z {tmp_path}/with/tokenizer.model)")]:
         err = expect(1, [f"error: {path}: {words}\n"], LEGACY, "-z", path, "-n", "4")
         assert "basic_filebuf" not in err and "unk is not defined" not in err and err.count("\n") == 1, err
     code, out, err = run(LEGACY, "-z", f"{tmp_path}/with/tokenizer.model", "-n", "4", "-i", "Once")
@@ -262,7 +264,8 @@ def test_context_too_large_for_memory(c_tools, tmp_path):
     ("--ctx", "99999999999999999999"), ("--threads", "0"), ("--rope-factor", "0.5"), ("--rope-base", "0"),
     ("-n", "1.5"), ("-n", " 5"), ("-n", "5 "), ("-n", ""), ("-n", "0x10"), ("-n", "2147483648"), ("-n", "1e3"),
     ("-t", "inf"), ("-t", "1e999"), ("-t", "1x"), ("-t", "-inf"), ("-t", " 1"),
-    ("-t", "0x10"), ("--temp", "0x1p4"), ("-t", "infinity"), ("-p", "0x.8"), ("--min-p", "0X0"), ("--rope-base", "0x10"),
+    ("-t", "0x10"), ("--temp", "0x1p4"), ("-t", "infinity"), ("-p", "0x.8"), ("--min-p", "0X0"),
+    ("--rope-base", "0x10"),
     ("--rope-factor", "0x2"), ("--repeat-penalty", "nan"), ("--top-k", "0x10"), ("-s", "0x10"),
     ("-p", "nan"), ("-p", "-0.1"), ("-p", "-0"), ("-p", "1.0000001"), ("-p", "0.5.5"),
     ("-s", "-2"), ("-s", "99999999999999999999"), ("-s", "12seven"),
@@ -446,7 +449,8 @@ def test_broken_tokenizer_config(c_tools, tmp_path, case, mode):
     (tmp_path / "tokenizer.model").symlink_to(TOK512)
     config = tmp_path / "tokenizer_config.json"
     config.mkdir() if data is None else config.write_bytes(data)
-    proc = subprocess.run([str(REPO / "run"), str(LEGACY), "-z", str(tmp_path / "tokenizer.model"), *map(str, MODES[mode])],
+    proc = subprocess.run([str(REPO / "run"), str(LEGACY), "-z", str(tmp_path / "tokenizer.model"),
+                           *map(str, MODES[mode])],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr
     assert proc.stderr.startswith(f"error: {config}: {words}") and proc.stderr.count("\n") == 1, proc.stderr

@@ -87,7 +87,8 @@ def test_f16_as_bf16_speed_is_one_measured_figure(c_tools):
     flag = help_text.split("--f16-as-bf16", 1)[1].split("\n      --", 1)[0]
     assert not re.search(r"\d\s*x\b", flag) and "docs/speed.md" in flag, flag
     row = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `--f16-as-bf16` |")]
-    factors = re.findall(r"(\d\.\d)x the exact f16 path's on TinyLlama-1.1B at one thread, (\d\.\d)x on the 110M", row[0])
+    factors = re.findall(r"(\d\.\d)x the exact f16 path's on TinyLlama-1.1B at one thread, (\d\.\d)x on the 110M",
+                         row[0])
     assert len(row) == 1 and len(factors) == 1 and "Zen 5" in row[0], row
     speed = (REPO / "docs" / "speed.md").read_text()
     tiny, m110 = factors[0]
