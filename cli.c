@@ -48,7 +48,7 @@ static const Flag FLAGS[] = {
     {{"--min-p"}, FLAG_REAL, offsetof(Options, min_p), 0, 1, 0, 1},
     {{"--repeat-penalty"}, FLAG_REAL, offsetof(Options, repeat_penalty), 0, 1e6, 1, 1},
     {{"--repeat-last-n"}, FLAG_INT, offsetof(Options, repeat_last_n), -1, MAX_INT, 0, 1},
-    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), 0, 9e18, 0, 1},
+    {{"-s", "--seed"}, FLAG_LONG, offsetof(Options, seed), -1, 9e18, 0, 1}, // -1: random, as llama.cpp
     {{"-c", "--ctx", "--ctx-size"}, FLAG_INT, offsetof(Options, ctx), 1, 1 << 24, 0, 0},
     {{"--threads"}, FLAG_INT, offsetof(Options, threads), 1, 1024, 0, 0},
     {{"-b", "--batch-size"}, FLAG_INT, offsetof(Options, batch), 1, 4096, 0, 0},
@@ -159,7 +159,8 @@ static void describe_range(const Flag *f, char *out, size_t len) {
         snprintf(out, len, "an integer in %s%.0f, %.0f]", f->open ? "(" : "[", f->lo, f->hi);
 }
 
-// Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), no
+// Strict numbers: the whole string must parse (no leading blanks either, which strtod skips), in
+// decimal (strtod also reads hexadecimal, 0x10 = 16, and "inf", "nan"; strtol is given base 10), no
 // overflow, no NaN, inside the flag's range.
 static int parse_value(const Flag *f, const char *v, Options *o) {
     char *field = (char *)o + f->offset, *end;
@@ -176,8 +177,8 @@ static int parse_value(const Flag *f, const char *v, Options *o) {
     errno = 0;
     long n = 0; // integers are compared as integers: 9e18 + 1 is 9e18 as a double
     double x = f->kind == FLAG_REAL ? strtod(v, &end) : (double)(n = strtol(v, &end, 10));
-    if (errno || end == v || *end || isspace((unsigned char)*v) || !isfinite(x) || x < f->lo || x > f->hi ||
-        (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
+    if (errno || end == v || *end || strspn(v, "0123456789+-.eE") != strlen(v) || !isfinite(x) || x < f->lo ||
+        x > f->hi || (f->open && x == f->lo) || (f->kind != FLAG_REAL && n > (long)f->hi))
         return -1;
     if (f->kind == FLAG_INT)
         *(int *)field = (int)n;
@@ -202,6 +203,8 @@ static void bad_value(const Flag *f, const char *name, const char *v, const Opti
     fprintf(stderr, "error: invalid value '%s' for %s: %s", v, name, range);
     if (f->offset == offsetof(Options, top_p) && !number)
         fprintf(stderr, " (-p is top-p here, as in llama2.c; the prompt is -i/--prompt)");
+    else if (number && strpbrk(v, "xX"))
+        fprintf(stderr, " (written in decimal)");
     fprintf(stderr, "\n");
 }
 
@@ -322,6 +325,9 @@ int parse_args(int argc, char **argv, Options *o) {
         problem = "-i and -f both give the prompt (hint: one of them)";
     else if (o->ppl_windows && !o->ppl) // flags that would do nothing are refused rather than ignored
         problem = "--ppl-windows limits a perplexity run and needs --ppl FILE";
+    else if (o->ppl && o->ctx == 1) // a window's first token is only read; run.c says the same of a trained 1
+        problem = "--ppl scores each token of a window from those before it, and a window of --ctx 1 has none to "
+                  "score (hint: --ctx 2 or more)";
     else if (o->ppl && o->gen_flag)
         snprintf(msg, sizeof msg, "%s is for generating text, and --ppl does not generate (hint: drop %s or --ppl)",
                  o->gen_flag, o->gen_flag),
@@ -368,7 +374,8 @@ void usage(FILE *f) {
                "  -r, --reverse-prompt S   stop when the output shows the text S (may be given up to 16\n"
                "                           times; matched across tokens)\n"
                "      --verbose-prompt     print the prompt's token ids on stderr\n"
-               "  -s, --seed N             random seed [0, 9000000000000000000] (default: random, printed)\n"
+               "  -s, --seed N             random seed [-1, 9000000000000000000] (default -1: random, as\n"
+               "                           in llama.cpp, and printed)\n"
                "  -z, --tokenizer PATH     tokenizer.model (SentencePiece) or tokenizer.json (byte-level\n"
                "                           BPE) (default: the one beside MODEL, tokenizer.model first)\n"
                "  -c, --ctx, --ctx-size N  context length = KV cache size in tokens [1, 16777216]\n"
@@ -379,8 +386,9 @@ void usage(FILE *f) {
                "  -ctv, --cache-type-v T   type of the cached values: f32 | f16 | q8_0 (default f32)\n"
                "      --f16-as-bf16        f16 models only: a bf16 copy of the weights made at load, each\n"
                "                           rounded to nearest even, the activations rounded to bf16 too\n"
-               "                           (prompts ~2x faster, as much memory again; each off by at most\n"
-               "                           2^-8 of itself: README's flag table; default off: f16 as it is)\n"
+               "                           (prompts faster: docs/speed.md, \"f16 as bf16\"; as much memory\n"
+               "                           again; each off by at most 2^-8 of itself: README's flag table;\n"
+               "                           default off: f16 as it is)\n"
                "      --version            the version and the build's kernels\n"
                "\n"
                "Sampling, in this order (llama.cpp's; see README, \"Sampling\"):\n"
@@ -419,9 +427,10 @@ void usage(FILE *f) {
                "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
                "                           (alias --rope-freq-base)\n"
                "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
-               "      --rope-window W      rerope, leaky-rerope, selfextend: the window [1, 16777216]\n"
-               "                           (alias --grp-attn-w, -gaw; default L / 4): a distance r >= W is\n"
-               "                           scored as W (leaky: W + (r - W) / K; selfextend: grouped);\n"
+               "      --rope-window W      rerope, leaky-rerope, selfextend, dca: the window [1, 16777216]\n"
+               "                           (alias --grp-attn-w, -gaw; default L / 4, dca: L / 16): a\n"
+               "                           distance r >= W is scored as W (leaky: W + (r - W) / K;\n"
+               "                           selfextend: grouped; dca: its local window, below --dca-chunk);\n"
                "                           W <= L, the trained context (leaky-rerope, selfextend: W < L)\n"
                "      --grp-attn-n G       selfextend: the group size [1, 16777216] (alias -gan; default:\n"
                "                           the smallest whose capacity (L - W) G + W covers ctx)\n"

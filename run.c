@@ -220,13 +220,20 @@ static Sampler *make_sampler(const Options *o, int vocab_size, int ctx) {
     return s;
 }
 
-// --verbose-prompt: each id and its text, as llama.cpp prints them.
+// --verbose-prompt: each id and its text, as llama.cpp prints them. The text is what the output
+// shows, so a piece can be empty without being special: SentencePiece's leading-space piece (U+2581
+// alone) where a text starts.
 static void show_prompt(Tokenizer *tok, const int *ids, int n) {
     fprintf(stderr, "prompt: %d token%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
         size_t len = 0;
         const char *piece = tokenizer_decode_piece(tok, i ? ids[i - 1] : -1, ids[i], &len);
-        fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", len ? "" : " (special)");
+        const char *note = "";
+        if (tokenizer_is_special(tok, ids[i]))
+            note = " (special)";
+        else if (!len)
+            note = " (a leading space, not shown where a text starts)";
+        fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", note);
     }
 }
 
@@ -239,6 +246,8 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
                 o->prompt_file, strerror(errno));
         return 1;
     }
+    if (from_file && prompt_len == 0)
+        fprintf(stderr, "warning: -f %s is empty: the text starts after BOS, as with no prompt\n", o->prompt_file);
     int n_prompt;
     int *ids = tokenizer_encode(tok, from_file ? from_file : o->prompt ? o->prompt : "", prompt_len, 1, &n_prompt);
     free(from_file);
@@ -501,6 +510,20 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         fprintf(stderr, "error: %s: cannot read: %s\n", o->ppl, strerror(errno));
         return 1;
     }
+    if (len == 0) {
+        fprintf(stderr, "error: %s is empty: there is no text to score (hint: give --ppl a file with text in it)\n",
+                o->ppl);
+        free(text);
+        return 1;
+    }
+    if (N < 2) { // the first token of a window is only read: one more is needed to predict anything
+        fprintf(stderr,
+                "error: --ppl scores each token of a window from those before it, and a window of --ctx %d "
+                "has none to score (hint: --ctx 2 or more)\n",
+                N);
+        free(text);
+        return 1;
+    }
     int n_tokens;
     int *ids = tokenizer_encode(tok, text, len, 1, &n_tokens);
     free(text);
@@ -510,11 +533,11 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     }
     int windows = n_tokens / N;
     if (o->ppl_windows && o->ppl_windows < windows) windows = o->ppl_windows;
-    if (windows < 1 || N < 2) {
-        fprintf(stderr,
-                "error: %s is %d tokens, less than one window of --ctx %d (hint: a smaller --ctx or a "
-                "longer text)\n",
-                o->ppl, n_tokens, N);
+    if (windows < 1) { // a shorter window that fits, if one can score a token
+        char fits[32] = "";
+        if (n_tokens >= 2) snprintf(fits, sizeof fits, "--ctx %d, or ", n_tokens);
+        fprintf(stderr, "error: %s is %d token%s, less than one window of --ctx %d (hint: %sa longer text)\n", o->ppl,
+                n_tokens, plural(n_tokens), N, fits);
         free(ids);
         return 1;
     }

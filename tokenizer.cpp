@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <sentencepiece_processor.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -67,14 +68,35 @@ static int token_id(const Tokenizer *t, const char *piece) {
     return -1;
 }
 
-// tokenizer_config.json's add_X_token and X_token ("<s>", {"content": "<s>", ...} or null).
-static void read_special(const cJSON *root, const char *add_key, const char *key, Special *s) {
+// A value of tokenizer_config.json as an error shows it: its JSON, cut at 40 bytes.
+static std::string json_text(const cJSON *v) {
+    char *printed = cJSON_PrintUnformatted(v);
+    std::string out = printed ? std::string(printed).substr(0, 40) : "?";
+    cJSON_free(printed);
+    return out;
+}
+
+// tokenizer_config.json's add_X_token and X_token ("<s>", {"content": "<s>", ...} or null). A key
+// of another type is an error (err): Hugging Face would fail on it too, and taking it for unset
+// would quietly change the BOS / EOS decision. Returns 0 or -1.
+static int read_special(const cJSON *root, const char *add_key, const char *key, Special *s, std::string *err) {
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(root, add_key);
+    if (add && !cJSON_IsBool(add) && !cJSON_IsNull(add)) { // null: not set, as a missing key
+        *err = std::string(add_key) + " is " + json_text(add) + ", and must be true or false (hint: \"" + add_key +
+               "\": true or false, or leave the key out for the tokenizer's default)";
+        return -1;
+    }
     if (cJSON_IsBool(add)) s->add = cJSON_IsTrue(add);
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (cJSON_IsObject(tok)) tok = cJSON_GetObjectItemCaseSensitive(tok, "content");
-    if (cJSON_IsNull(tok) || cJSON_IsString(tok)) s->named = 1;
-    if (cJSON_IsString(tok)) s->name = tok->valuestring;
+    const cJSON *content = cJSON_IsObject(tok) ? cJSON_GetObjectItemCaseSensitive(tok, "content") : tok;
+    if (tok && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
+        *err = std::string(key) + " is " + json_text(tok) + ", and must be a token's text, {\"content\": text} " +
+               "or null (hint: \"" + key + "\": null for none, or leave the key out for the tokenizer's own)";
+        return -1;
+    }
+    if (tok) s->named = 1;
+    if (cJSON_IsString(content)) s->name = content->valuestring;
+    return 0;
 }
 
 // added_tokens_decoder {"32010": {"content": "<|user|>", "rstrip": true, ...}, ...}: for a
@@ -108,22 +130,48 @@ static void read_added(Tokenizer *t, const cJSON *root) {
     }
 }
 
-extern "C" void tokenizer_config_json(Tokenizer *t, const char *text, size_t len) {
+extern "C" int tokenizer_config_json(Tokenizer *t, const char *text, size_t len, char *err, size_t errlen) {
     t->bos = Special(), t->eos = Special(), t->gpt2_class = 0;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    if (cJSON_IsObject(root)) {
-        read_special(root, "add_bos_token", "bos_token", &t->bos);
-        read_special(root, "add_eos_token", "eos_token", &t->eos);
-        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "tokenizer_class");
+    const char *end = text;
+    cJSON *root = len ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : nullptr;
+    while (root && end < text + len && strchr(" \t\r\n", *end) && *end)
+        end++;
+    std::string why;
+    // What follows the value must be white space, as in JSON.
+    if (len && (!root || end < text + len)) {
+        const char *at = root ? end : cJSON_GetErrorPtr(); // where the parser stopped, inside text
+        why = "not valid JSON";
+        if (at >= text && at <= text + len) why += " near byte " + std::to_string(at - text);
+        cJSON_Delete(root);
+        root = nullptr;
+    } else if (root && !cJSON_IsObject(root)) {
+        why = "not a JSON object";
+    }
+    if (!why.empty()) why += " (hint: repair it, or move it away to use the tokenizer's defaults)";
+    if (root && why.empty() && !read_special(root, "add_bos_token", "bos_token", &t->bos, &why))
+        read_special(root, "add_eos_token", "eos_token", &t->eos, &why);
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "tokenizer_class");
+    if (why.empty() && cls && !cJSON_IsNull(cls) && !cJSON_IsString(cls))
+        why = "tokenizer_class is " + json_text(cls) + ", and must be a class name or null (hint: leave the key out)";
+    if (!why.empty()) { // then it says nothing, as a missing file
+        t->bos = Special(), t->eos = Special();
+        cJSON_Delete(root); // cls pointed into it
+        root = nullptr;
+    } else {
         t->gpt2_class = cJSON_IsString(cls) && !strncmp(cls->valuestring, "GPT2Tokenizer", 13);
     }
-    read_added(t, cJSON_IsObject(root) ? root : nullptr);
+    read_added(t, root);
     cJSON_Delete(root);
     tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);
+    if (why.empty()) return 0;
+    snprintf(err, errlen, "%s", why.c_str());
+    return -1;
 }
 
 // tokenizer_config.json beside the tokenizer file, if there is one; kept for the chat template.
-static void read_config(Tokenizer *t, const char *tok_path) {
+// Returns 0 (also when there is none), or -1 with the reason in err when it is there and cannot
+// be read or is not what Hugging Face writes.
+static int read_config(Tokenizer *t, const char *tok_path, char *err, size_t errlen) {
     const char *slash = strrchr(tok_path, '/');
     t->config_path = std::string(tok_path, slash ? slash - tok_path + 1 : 0) + "tokenizer_config.json";
     FILE *f = fopen(t->config_path.c_str(), "rb");
@@ -138,7 +186,26 @@ static void read_config(Tokenizer *t, const char *tok_path) {
         t->config_errno = errno;
     }
     if (t->config_errno) t->config.clear();
-    tokenizer_config_json(t, t->config.data(), t->config.size());
+    char why[400];
+    if (t->config_errno && t->config_errno != ENOENT) {
+        snprintf(err, errlen,
+                 "%s: cannot read it: %s (hint: make it a readable file, or move it away to use the "
+                 "tokenizer's defaults)",
+                 t->config_path.c_str(), strerror(t->config_errno));
+        return -1;
+    }
+    if (!t->config_errno && t->config.empty()) {
+        snprintf(err, errlen,
+                 "%s: is empty (hint: put the model's own there, or move it away to use the "
+                 "tokenizer's defaults)",
+                 t->config_path.c_str());
+        return -1;
+    }
+    if (tokenizer_config_json(t, t->config.data(), t->config.size(), why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", t->config_path.c_str(), why);
+        return -1;
+    }
+    return 0;
 }
 
 extern "C" const char *tokenizer_config_text(const Tokenizer *t, const char **path, size_t *len, int *error) {
@@ -199,7 +266,42 @@ static int is_json(const char *path) {
     return c == '{';
 }
 
+#define PASS_TOKENIZER "pass the model's tokenizer.model or tokenizer.json with -z"
+
+// What the path is, checked before either reader sees it: the libraries' own words for a
+// directory or an empty file ("basic_filebuf::underflow", "unk is not defined") name neither, and
+// reading a FIFO would wait for a writer. Returns 0, or -1 with the reason in err.
+static int check_path(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st)) {
+        snprintf(err, errlen, "%s: cannot open the tokenizer: %s (hint: " PASS_TOKENIZER ")", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        const std::string dir = std::string(path) + (path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
+        struct stat in;
+        for (const char *name : {"tokenizer.model", "tokenizer.json"}) // run.c's order beside a model
+            if (stat((dir + name).c_str(), &in) == 0 && S_ISREG(in.st_mode) && in.st_size > 0) {
+                snprintf(err, errlen, "%s: is a directory, not a tokenizer file (hint: -z %s%s)", path, dir.c_str(),
+                         name);
+                return -1;
+            }
+        snprintf(err, errlen, "%s: is a directory, not a tokenizer file (hint: " PASS_TOKENIZER ")", path);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: is not a regular file (hint: " PASS_TOKENIZER ")", path);
+        return -1;
+    }
+    if (st.st_size == 0) {
+        snprintf(err, errlen, "%s: is empty, not a tokenizer (hint: " PASS_TOKENIZER ")", path);
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
+    if (check_path(path, err, errlen)) return nullptr;
     Tokenizer *t = new (std::nothrow) Tokenizer;
     if (!t) {
         snprintf(err, errlen, "%s: out of memory", path);
@@ -212,14 +314,17 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
             delete t;
             return nullptr;
         }
-        read_config(t, path);
+        if (read_config(t, path, err, errlen)) {
+            tokenizer_free(t);
+            return nullptr;
+        }
         return t;
     }
     try {
         auto status = t->sp.Load(path);
         if (!status.ok()) {
-            snprintf(err, errlen, "%s: cannot load the SentencePiece tokenizer: %s (hint: pass the model's "
-                     "tokenizer.model or tokenizer.json with -z)", path, status.ToString().c_str());
+            snprintf(err, errlen, "%s: cannot load the SentencePiece tokenizer: %s (hint: " PASS_TOKENIZER ")", path,
+                     status.ToString().c_str());
             delete t;
             return nullptr;
         }
@@ -228,7 +333,10 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
         delete t;
         return nullptr;
     }
-    read_config(t, path);
+    if (read_config(t, path, err, errlen)) {
+        delete t;
+        return nullptr;
+    }
     if (!t->added_error.empty()) {
         snprintf(err, errlen, "%s: %s (hint: this program reads added tokens without it)", t->config_path.c_str(),
                  t->added_error.c_str());
@@ -384,4 +492,18 @@ extern "C" const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, si
     }
     *len = t->piece.size();
     return t->piece.c_str();
+}
+
+extern "C" int tokenizer_is_special(const Tokenizer *t, int id) {
+    if (t->bpe) {
+        size_t len;
+        int special = 0;
+        if (id >= 0 && id < bpe_vocab_size(t->bpe)) bpe_token_bytes(t->bpe, id, &len, &special);
+        return special != 0;
+    }
+    if (id < 0 || id >= t->n_ids) return 0;
+    if (id < t->sp.GetPieceSize()) return t->sp.IsControl(id);
+    for (const SpAdded &a : t->added)
+        if (a.id == id) return a.special;
+    return 0;
 }

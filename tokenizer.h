@@ -38,12 +38,15 @@ int tokenizer_vocab_size(const Tokenizer *t); // 1 + the largest id it has (adde
 //   which token    the template's; else tokenizer_config.json's bos_token / eos_token (null: none);
 //                  else SentencePiece's own; for a tokenizer.json, the checkpoint's bos_token_id
 //                  / eos_token_id.
-// tokenizer_config.json is the file of that name beside the tokenizer; a missing or unreadable
-// one says nothing.
+// tokenizer_config.json is the file of that name beside the tokenizer; a missing one says nothing.
+// One that is there must be read, in every mode alike: tokenizer_load fails, naming the file, when
+// it cannot be read, is empty or not a JSON object, or when a key read here has the wrong type
+// ("add_bos_token": "yes"), rather than run with BOS or EOS decided as if it were not there.
 void tokenizer_use_checkpoint(Tokenizer *t, int bos_id, int eos_id); // -1: the checkpoint has none
 // tokenizer_load reads tokenizer_config.json itself; this takes its text from elsewhere (the fuzzer),
-// replacing what the file said. Text that is not a JSON object says nothing.
-void tokenizer_config_json(Tokenizer *t, const char *text, size_t len);
+// replacing what the file said. Empty text says nothing. Returns 0, or -1 with why in err (then it
+// says nothing) for text that is not a JSON object or a key of the wrong type.
+int tokenizer_config_json(Tokenizer *t, const char *text, size_t len, char *err, size_t errlen);
 int tokenizer_bos_id(const Tokenizer *t); // the id put first; -1: none
 int tokenizer_eos_id(const Tokenizer *t); // the id put last; -1: none
 const char *tokenizer_bos_reason(const Tokenizer *t); // why, for the banner: "tokenizer_config.json add_bos_token"
@@ -67,6 +70,9 @@ int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int spec
 // buffer inside t, valid until the next call, with its length in *len; NULL if id is not a token
 // or prev is neither a token nor negative.
 const char *tokenizer_decode_piece(Tokenizer *t, int prev, int id, size_t *len);
+// 1 when id is a control or special token, which is not text (BOS, EOS, <|eot_id|>, a special
+// added token); 0 for every other id, the leading-space piece too, and for an id that is no token.
+int tokenizer_is_special(const Tokenizer *t, int id);
 
 #ifdef __cplusplus
 }

@@ -27,9 +27,10 @@ is left behind: everything is written to OUT.tmp-XXXX and renamed over OUT only 
 Where it writes is checked before anything is written: OUT must be a regular file or a new path
 (a device, FIFO, socket or directory is refused and left as it is; a symlink is written through to
 its target, which must pass the same checks), and the tokenizer files it copies beside OUT must not
-replace another model's (see check_tokenizer_files).
+replace, join or be missing from another model's (see check_tokenizer_files).
 """
 import argparse
+import errno
 import filecmp
 import json
 import math
@@ -40,9 +41,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
+from lrun import install_hint  # noqa: E402
+
+try:
+    import numpy as np
+except ImportError as e:  # a python3 without numpy (pyenv's): say which one has it, not a traceback
+    print(f"error: export.py needs numpy, and {sys.executable} cannot import it ({e}) (hint: {install_hint()})",
+          file=sys.stderr)
+    sys.exit(1)
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
 from lrun.modelfile import (ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC,  # noqa: E402
                             MAX_END_IDS, Q8_BLOCK, VERSION, br16_from_rows, file_version, pack_header,
@@ -669,33 +676,46 @@ def destination(path, hint):
 
 def check_tokenizer_files(hf_dir, out_dir):
     """./run looks for its tokenizer beside the model file: the checkpoint's SentencePiece
-    tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json (chat
-    templates) with it, are copied to out_dir. Returns the [(source, destination)] still to copy.
+    tokenizer.model if it has one, else its tokenizer.json, and tokenizer_config.json (BOS / EOS,
+    chat templates) with it, are copied to out_dir. Returns the [(source, destination)] still to copy.
+    generation_config.json is not copied (its end ids are in the header) and ./run does not read
+    it, so one beside OUT is left as it is and changes nothing.
 
-    Another model's tokenizer files are never replaced or mixed with this one's: when something is
-    copied, each of the three names already in out_dir must be the same bytes as the checkpoint's
-    file of that name (a second export of the same model, or a model with the same tokenizer),
-    otherwise this refuses, before anything is written."""
+    Another model's tokenizer files are never replaced or mixed with this one's, in either order.
+    Whatever of the three names out_dir already has serves a model there, so each must be the same
+    bytes as the checkpoint's file of that name, and nothing may be added beside them (a
+    tokenizer_config.json added beside another model's tokenizer.model would change its BOS, a
+    tokenizer.model added beside its tokenizer.json which tokenizer it runs with). An out_dir with
+    none of them gets this checkpoint's; one with all of them and the same bytes (the same model
+    again, or one with the same tokenizer files) is left as it is. Otherwise this refuses, before
+    anything is written."""
     names = [n for n in TOKENIZER_FILES[:2] if os.path.isfile(os.path.join(hf_dir, n))][:1]
-    if not names:
-        print(f"note: {hf_dir} has no tokenizer.model or tokenizer.json; give ./run one with -z", file=sys.stderr)
-        return []
-    if os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
+    if names and os.path.isfile(os.path.join(hf_dir, "tokenizer_config.json")):
         names.append("tokenizer_config.json")
-    copies = []
+    there = {}
     for name in TOKENIZER_FILES:
-        src, dst = os.path.join(hf_dir, name), os.path.join(out_dir, name)
-        dst, exists = destination(dst, f"move it away, or {OWN_FOLDER}")
+        dst, exists = destination(os.path.join(out_dir, name), f"move it away, or {OWN_FOLDER}")
+        there[name] = (dst, exists)
+    for name, (dst, exists) in there.items():
+        src = os.path.join(hf_dir, name)
         if not exists:
-            if name in names:
-                copies.append((src, dst))
-        elif not os.path.isfile(src):
+            continue
+        if not os.path.isfile(src):
             raise CheckpointError(dst, f"is another model's ({hf_dir} has no {name}), and the two models' "
                                   "tokenizer files would mix", OWN_FOLDER)
-        elif not filecmp.cmp(src, dst, shallow=False):
+        if not filecmp.cmp(src, dst, shallow=False):
             raise CheckpointError(dst, f"is another model's (it differs from {src}), and would be replaced",
                                   OWN_FOLDER)
-    return copies
+    present = [name for name, (_, exists) in there.items() if exists]
+    if present:
+        for name in names:
+            if not there[name][1]:
+                raise CheckpointError(there[name][0], f"is missing beside another model's {' and '.join(present)}, "
+                                      f"and copying {hf_dir}'s {name} there would change how that model runs",
+                                      OWN_FOLDER)
+    if not names:
+        print(f"note: {hf_dir} has no tokenizer.model or tokenizer.json; give ./run one with -z", file=sys.stderr)
+    return [(os.path.join(hf_dir, name), there[name][0]) for name in names if not there[name][1]]
 
 
 def publish(tmp, dst):
@@ -790,6 +810,15 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=sorted(EXPORT_DTYPES), default="f32",
                     help="type of the weight matrices (norms are always f32); default f32")
     args = ap.parse_args(argv)
+    for name, path, what in (("HF_DIR", args.hf_dir, "the Hugging Face checkpoint folder to read"),
+                             ("OUT.bin", args.out, "the model file to write")):
+        if not path:  # "" would be read as the current directory
+            print(f"error: {name} is an empty path (hint: give {what}: export.py HF_DIR OUT.bin)", file=sys.stderr)
+            return 1
+    if os.path.exists(args.hf_dir) and not os.path.isdir(args.hf_dir) and not os.path.isfile(args.hf_dir):
+        print(f"error: {args.hf_dir}: is a {file_kind(os.stat(args.hf_dir).st_mode)}, not a checkpoint folder (hint: "
+              "HF_DIR is a Hugging Face model directory, with config.json and the weights)", file=sys.stderr)
+        return 1
     if Path(args.hf_dir).is_file():  # a model file already: llama2.c's .bin, or one of ours
         print(f"error: {args.hf_dir} is a file, and HF_DIR must be a Hugging Face model directory (hint: a "
               "llama2.c .bin or a file this exporter wrote needs no export: ./run reads it directly, "
@@ -800,9 +829,11 @@ def main(argv=None):
         return 0
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
-    except OSError as e:
-        print(f"error: {e.filename or args.out}: {e.strerror or e} (hint: check the path and free "
-              "disk space)", file=sys.stderr)
+    except OSError as e:  # the hint for where it happened: reading the checkpoint, or writing
+        read = e.filename and os.path.abspath(e.filename).startswith(os.path.join(os.path.abspath(args.hf_dir), ""))
+        hint = ("HF_DIR must be a readable Hugging Face model directory" if read
+                else "free disk space" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "check the path")
+        print(f"error: {e.filename or args.out}: {e.strerror or e} (hint: {hint})", file=sys.stderr)
     except MemoryError:
         print("error: out of memory (hint: the largest tensor must fit in RAM about three times)",
               file=sys.stderr)

@@ -8,7 +8,8 @@
 //                           out of bounds.
 //   tokenizer_config_json   when the first byte has bit 2 set, the rest is tokenizer_config.json
 //                           instead (any bytes; JSON or not): what it decides must be -1 or a
-//                           token, and a text encoded with BOS and EOS must stay in the vocabulary.
+//                           token, and a text encoded with BOS and EOS must stay in the vocabulary;
+//                           a text it refuses says why and leaves SentencePiece's own BOS (1).
 // The first byte picks the tokenizer: tok512 (stories260K) or the Llama 2 one (32000 pieces),
 // both from the repository's data/ folder (DATA_DIR, set by the Makefile; LRUN_DATA_DIR at run
 // time overrides it).
@@ -52,7 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t len = size - 1;
     if (data[0] & 4) { // the bytes as tokenizer_config.json, with a checkpoint BOS of 1 or none
         tokenizer_use_checkpoint(tok, data[0] & 8 ? 1 : -1, data[0] & 8 ? 2 : -1);
-        tokenizer_config_json(tok, text, len);
+        char err[600] = "";
+        // refused: it says why, and nothing else (SentencePiece's own BOS, 1 in both tokenizers)
+        if (tokenizer_config_json(tok, text, len, err, sizeof err) && (!err[0] || tokenizer_bos_id(tok) != 1)) abort();
         const int bos = tokenizer_bos_id(tok), eos = tokenizer_eos_id(tok);
         if (bos < -1 || bos >= vocab || eos < -1 || eos >= vocab || !tokenizer_bos_reason(tok)) abort();
         int n = -1;
@@ -61,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (ids[i] < 0 || ids[i] >= vocab) abort();
         if (ids && (bos >= 0) != (ids[0] == bos)) abort();
         free(ids);
-        tokenizer_config_json(tok, "", 0); // back to saying nothing, for the next input
+        tokenizer_config_json(tok, "", 0, err, sizeof err); // back to saying nothing, for the next input
         tokenizer_use_checkpoint(tok, -1, -1);
         return 0;
     }

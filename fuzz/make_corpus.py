@@ -96,6 +96,8 @@ def tokenizer_seeds():
         "config-add-both": {"add_bos_token": True, "add_eos_token": True, "bos_token": {"content": "<s>"}},
         "config-no-bos": {"add_bos_token": False, "bos_token": None, "tokenizer_class": "GPT2Tokenizer"},
         "config-unknown-name": {"bos_token": "<nope>", "add_eos_token": True, "eos_token": 7},
+        # refused (a key of the wrong type) with a tokenizer_class beside it: read before the refusal
+        "config-wrong-type": {"add_bos_token": "yes", "tokenizer_class": "GPT2Tokenizer"},
     }
     for k, (name, cfg) in enumerate(configs.items()):
         seeds[name] = bytes([4 | (k & 1) | (8 if k & 2 else 0)]) + json.dumps(cfg).encode()

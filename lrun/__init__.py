@@ -8,3 +8,18 @@
 What this is not: an installed package or an API. Entry points put the repository root on
 sys.path (`sys.path.insert(0, str(Path(__file__).resolve().parents[1]))`) and import from here.
 """
+import os
+import shlex
+import sys
+
+
+def install_hint():
+    """The hint for a numpy or torch this python3 cannot import: Debian's /usr/bin/python3 has both
+    once its packages python3-numpy and python3-torch are installed (setup.sh installs them); a
+    python3 earlier on PATH (pyenv's, a virtual environment) may have neither. Imports nothing
+    itself, so that it can be called where numpy is missing."""
+    install = "apt-get install python3-numpy python3-torch (or ./setup.sh) installs them for /usr/bin/python3"
+    if os.path.realpath(sys.executable or "") == os.path.realpath("/usr/bin/python3"):
+        return install
+    command = f"/usr/bin/python3 {shlex.join(sys.argv)}"
+    return f"run it with Debian's /usr/bin/python3, as the README does: {command}; {install}"

@@ -19,9 +19,12 @@ import json
 import math
 import os
 import struct
+import sys
 from collections import namedtuple
 
 import numpy as np
+
+from lrun import install_hint
 
 # The safetensors dtype names and their item sizes in bytes. Only the float ones can be decoded;
 # the rest are known so that a quantized or integer checkpoint fails with a clear message.
@@ -237,9 +240,13 @@ class Checkpoint:
 
     def _load_bin(self, shard):
         if self._bin[0] != shard:
-            import torch  # imported only here: it takes a second and safetensors never needs it
-            self._bin = (None, None)  # drop the previous shard before loading the next
             path = os.path.join(self.dir, shard)
+            try:
+                import torch  # imported only here: it takes a second and safetensors never needs it
+            except ImportError as e:
+                raise CheckpointError(path, f"is a PyTorch pickle, and {sys.executable} cannot import torch "
+                                      f"to read it ({e})", install_hint())
+            self._bin = (None, None)  # drop the previous shard before loading the next
             try:
                 state = torch.load(path, map_location="cpu", weights_only=True)
             except Exception as e:  # a pickle can fail in many ways; all mean "not a state dict"

@@ -33,6 +33,9 @@ def test_seed_is_random_printed_and_repeatable(c_tools):
     assert len(set(seeds)) == 3 and len(set(texts)) > 1
     code, again, err = run("-n", "40", "-i", "Once", "-s", seeds[0])
     assert code == 0 and again == texts[0] and f"sampling: seed {seeds[0]} |" in err
+    # -s -1 is llama.cpp's "random seed", and the default here too (issue 47: it was refused).
+    code, out, err = run("-n", "40", "-i", "Once", "-s", "-1")
+    assert code == 0 and re.search(r"sampling: seed (\d+) \(random; -s repeats it\)", err)[1] not in map(str, seeds)
 
 
 def test_reverse_prompt_across_tokens(c_tools):
@@ -102,6 +105,17 @@ def test_verbose_prompt(c_tools):
     lines = re.findall(r"^ +(\d+) -> '(.*)'", err, re.M)
     assert [int(i) for i, _ in lines][0] == 1 and "".join(p for _, p in lines) == "Once upon", lines
     assert "prompt: 3 tokens" in err
+
+
+def test_verbose_prompt_labels_only_special_tokens(c_tools):
+    """Issue 47: the leading-space piece (tok512's id 410, U+2581 alone), empty where a text starts,
+    was labelled (special) as BOS is. Only control and special tokens are; the second 410, mid-text,
+    is a space."""
+    code, out, err = run("--verbose-prompt", "-n", "0", "-i", "1 2")
+    assert code == 0, err
+    lines = re.findall(r"^ +(\d+) -> '(.*)'(.*)$", err, re.M)
+    assert lines == [("1", "", " (special)"), ("410", "", " (a leading space, not shown where a text starts)"),
+                     ("475", "1", ""), ("410", " ", ""), ("479", "2", "")], lines
 
 
 @pytest.mark.parametrize("args", [["-n", "50", "-i", "Once upon a time"],

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import LLAMA_TOK, REPO, STORIES_BIN, TOK512, run_export
+from conftest import LLAMA_TOK, REPO, STORIES_BIN, TEXT, TOK512, run_export
 from lrun.hf_random import make_checkpoint
 
 LEGACY = STORIES_BIN
@@ -61,12 +61,33 @@ def test_vocab_mismatch(c_tools):
 def test_default_tokenizer_is_beside_the_model(c_tools, tmp_path):
     model = tmp_path / "m.bin"
     model.symlink_to(LEGACY)
-    expect(1, ["tokenizer.model", "cannot load the SentencePiece tokenizer", "-z"], model)
+    expect(1, [f"error: {tmp_path / 'tokenizer.model'}: cannot open the tokenizer: No such file", "-z"], model)
 
 
 def test_missing_and_broken_tokenizer(c_tools, tmp_path):
-    expect(1, ["cannot load the SentencePiece tokenizer"], LEGACY, "-z", tmp_path / "none.model")
+    expect(1, [f"error: {tmp_path / 'none.model'}: cannot open the tokenizer: No such file or directory (hint: pass "
+               "the model's tokenizer.model or tokenizer.json with -z)"], LEGACY, "-z", tmp_path / "none.model")
     expect(1, ["cannot load the SentencePiece tokenizer"], LEGACY, "-z", write(tmp_path, "bad.model", b"junk" * 9))
+
+
+def test_tokenizer_path_not_a_tokenizer_file(c_tools, tmp_path):
+    """Issue 47: a directory or an empty file given as the tokenizer showed the library's words
+    (basic_filebuf::underflow, "unk is not defined") and no hint. Now the error says what the path
+    is; a directory holding a tokenizer names it, and that hint runs. A FIFO is refused at once."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "with").mkdir()
+    (tmp_path / "with" / "tokenizer.model").symlink_to(TOK512)
+    hint = "(hint: pass the model's tokenizer.model or tokenizer.json with -z)"
+    for path, words in [(tmp_path, f"is a directory, not a tokenizer file {hint}"),
+                        (write(tmp_path, "empty.model", b""), f"is empty, not a tokenizer {hint}"),
+                        ("/dev/null", f"is not a regular file {hint}"),
+                        (tmp_path / "fifo", f"is not a regular file {hint}"),
+                        (tmp_path / "with",
+                         f"is a directory, not a tokenizer file (hint: -z {tmp_path}/with/tokenizer.model)")]:
+        err = expect(1, [f"error: {path}: {words}\n"], LEGACY, "-z", path, "-n", "4")
+        assert "basic_filebuf" not in err and "unk is not defined" not in err and err.count("\n") == 1, err
+    code, out, err = run(LEGACY, "-z", f"{tmp_path}/with/tokenizer.model", "-n", "4", "-i", "Once")
+    assert code == 0 and out.startswith("Once"), err
 
 
 # Numbers, missing values and unknown options have their own tables below.
@@ -146,6 +167,19 @@ def test_help(c_tools):
     assert code == 0 and "--rope-scaling" in out and "--ctx" in out
     for alias in ("--ctx-size", "--rope-scale", "--rope-freq-base", "linear", "--n-predict", "--batch-size"):
         assert alias in out, alias
+
+
+@pytest.mark.parametrize("flag, value", [("--rope-window", "64"), ("--rope-alpha", "4"), ("--grp-attn-n", "4"),
+                                         ("--dca-chunk", "256")])
+def test_help_names_every_mode_of_a_flag(c_tools, flag, value):
+    """Issue 47: --help for --rope-window named rerope, leaky-rerope and selfextend, and the parser
+    also takes it for dca. Each mode-only flag's help names every mode its refusal names."""
+    err = expect(2, [f"{flag} is used only by --rope-scaling "], LEGACY, "-z", TOK512, flag, value)
+    modes = re.split(r", | and ", re.search(rf"{flag} is used only by --rope-scaling (.*)", err)[1].strip())
+    _, out, _ = run("--help")
+    first = re.search(rf"^ +{flag} \S+ +(.*)$", out, re.M)[1]
+    for mode in modes:
+        assert re.search(rf"(^|[ ,]){mode}[:, ]", first), (mode, first)
 
 
 def test_help_ranges_are_the_parsers(c_tools):
@@ -230,8 +264,11 @@ def test_context_too_large_for_memory(c_tools, tmp_path):
     ("--ctx", "99999999999999999999"), ("--threads", "0"), ("--rope-factor", "0.5"), ("--rope-base", "0"),
     ("-n", "1.5"), ("-n", " 5"), ("-n", "5 "), ("-n", ""), ("-n", "0x10"), ("-n", "2147483648"), ("-n", "1e3"),
     ("-t", "inf"), ("-t", "1e999"), ("-t", "1x"), ("-t", "-inf"), ("-t", " 1"),
+    ("-t", "0x10"), ("--temp", "0x1p4"), ("-t", "infinity"), ("-p", "0x.8"), ("--min-p", "0X0"),
+    ("--rope-base", "0x10"),
+    ("--rope-factor", "0x2"), ("--repeat-penalty", "nan"), ("--top-k", "0x10"), ("-s", "0x10"),
     ("-p", "nan"), ("-p", "-0.1"), ("-p", "-0"), ("-p", "1.0000001"), ("-p", "0.5.5"),
-    ("-s", "-1"), ("-s", "99999999999999999999"), ("-s", "12seven"),
+    ("-s", "-2"), ("-s", "99999999999999999999"), ("-s", "12seven"),
     ("--ctx", "-5"), ("--ctx", "1e3"), ("--ctx", "16777217"), ("--ctx", "4096k"),
     ("--threads", "-1"), ("--threads", "2.5"), ("--threads", "1025"),
     ("-b", "0"), ("-b", "-64"), ("--ppl-windows", "0"),
@@ -338,10 +375,19 @@ def test_ppl_file_problems(c_tools, tmp_path):
     expect(1, ["error: ", "nope.txt: cannot read", "No such file"], LEGACY, "-z", TOK512,
            "--ppl", tmp_path / "nope.txt")
     expect(1, ["cannot read", "Is a directory"], LEGACY, "-z", TOK512, "--ppl", tmp_path)
-    expect(1, ["empty.txt is 1 tokens, less than one window of --ctx 64", "hint: a smaller --ctx"], LEGACY,
-           "-z", TOK512, "--ppl", write(tmp_path, "empty.txt", b""), "--ctx", "64")
-    expect(1, ["less than one window of --ctx 1"], LEGACY, "-z", TOK512,
-           "--ppl", write(tmp_path, "one.txt", b"Once upon a time"), "--ctx", "1")
+    # Issue 47: an empty file was "1 tokens" (its BOS), and --ctx 1 "less than one window" of any text.
+    for empty in (write(tmp_path, "empty.txt", b""), "/dev/null"):
+        expect(1, [f"error: {empty} is empty: there is no text to score (hint: give --ppl a file with text in it)"],
+               LEGACY, "-z", TOK512, "--ppl", empty, "--ctx", "64")
+    short = write(tmp_path, "one.txt", b"Once upon a time")
+    err = expect(2, ["error: --ppl scores each token of a window from those before it, and a window of --ctx 1 has "
+                     "none to score (hint: --ctx 2 or more)"], LEGACY, "-z", TOK512, "--ppl", short, "--ctx", "1")
+    assert "model:" not in err  # refused before the model loads
+    expect(1, [f"error: {short} is 5 tokens, less than one window of --ctx 64 (hint: --ctx 5, or a longer text)"],
+           LEGACY, "-z", TOK512, "--ppl", short, "--ctx", "64")
+    for ctx in ("2", "5"):  # the hints run: the smallest window, and the text's own length
+        code, out, err = run(LEGACY, "-z", TOK512, "--ppl", short, "--ctx", ctx)
+        assert code == 0 and out.startswith("perplexity: "), err
 
 
 def test_ppl_binary_text(c_tools, tmp_path):
@@ -364,9 +410,65 @@ def test_prompt_file(c_tools, tmp_path):
     expect(1, [f"{tmp_path / 'nope.txt'}: cannot read the prompt file", "-f"], LEGACY, "-z", TOK512, "-f",
            tmp_path / "nope.txt")
     expect(2, ["-f is for generating text"], LEGACY, "-z", TOK512, "-f", prompt, "--ppl", prompt)
+    # An empty file is said to be empty, and runs as no prompt does.
+    code, out, err = run(LEGACY, "-z", TOK512, "-t", "0", "-n", "12", "-f", "/dev/null")
+    code2, none, _ = run(LEGACY, "-z", TOK512, "-t", "0", "-n", "12")
+    assert code == code2 == 0 and out == none, err
+    assert "warning: -f /dev/null is empty: the text starts after BOS, as with no prompt" in err
 
 
 def test_bad_tokenizer_json(c_tools, tmp_path):
     """A file whose first byte is '{' is read as tokenizer.json, and refused with the reason."""
     bad = write(tmp_path, "tokenizer.json", b'{"model": {"type": "Unigram"}}')
     expect(1, [f"error: {bad}: model type Unigram is not implemented"], LEGACY, "-z", bad)
+
+
+# tokenizer_config.json beside the tokenizer, broken: (its bytes, or None for a directory of that
+# name; what the error says after the file's path).
+BROKEN_CONFIGS = {
+    "not-json": (b"{broken", "not valid JSON near byte"),
+    "add_bos_token-yes": (b'{"add_bos_token": "yes"}', 'add_bos_token is "yes", and must be true or false (hint: '
+                          '"add_bos_token": true or false, or leave the key out'),
+    "bos_token-number": (b'{"bos_token": 1}', "bos_token is 1, and must be a token's text"),
+    "with-class": (b'{"add_eos_token": 1, "tokenizer_class": "GPT2Tokenizer"}', "add_eos_token is 1, and must be"),
+    "trailing-text": (b'{"add_bos_token": false} }', "not valid JSON near byte 25"),
+    "empty": (b"", "is empty (hint: "),
+    "directory": (None, "cannot read it: Is a directory (hint: "),
+}
+MODES = {"generate": ["-n", "4"], "chat": ["-m", "chat"], "chat-template": ["-m", "chat", "--chat-template", "llama2"],
+         "ppl": ["--ppl", TEXT, "--ctx", "64", "--ppl-windows", "1"]}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("case", list(BROKEN_CONFIGS))
+def test_broken_tokenizer_config(c_tools, tmp_path, case, mode):
+    """Issue 47: a broken tokenizer_config.json was ignored when generating (BOS decided as if it
+    were not there) and an error in chat. Now the same error in every mode, naming the file, the key
+    and the fix, exit 1, before anything runs."""
+    data, words = BROKEN_CONFIGS[case]
+    (tmp_path / "tokenizer.model").symlink_to(TOK512)
+    config = tmp_path / "tokenizer_config.json"
+    config.mkdir() if data is None else config.write_bytes(data)
+    proc = subprocess.run([str(REPO / "run"), str(LEGACY), "-z", str(tmp_path / "tokenizer.model"),
+                           *map(str, MODES[mode])],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith(f"error: {config}: {words}") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_broken_tokenizer_config_hints_work(c_tools, tmp_path):
+    """Each fix the errors name runs: the key true or false, the key left out, the file moved away."""
+    tok = tmp_path / "tokenizer.model"
+    tok.symlink_to(TOK512)
+    config = tmp_path / "tokenizer_config.json"
+    for text, bos in [(b'{"add_bos_token": false}', "no BOS (tokenizer_config.json add_bos_token)"),
+                      (b'{"add_bos_token": true}', "BOS 1 first (tokenizer_config.json add_bos_token)"),
+                      (b'{"bos_token": null}', "no BOS"), (b"{}", "BOS 1 first (SentencePiece's default)"),
+                      (b'{"add_bos_token": null}', "BOS 1 first (SentencePiece's default)"),  # null: not set
+                      (None, "BOS 1 first (SentencePiece's default)")]:
+        if text is None:
+            config.unlink()
+        else:
+            config.write_bytes(text)
+        code, out, err = run(LEGACY, "-z", tok, "-i", "Once", "-n", "4", "-t", "0")
+        assert code == 0 and out.startswith("Once") and bos in err, err

@@ -11,8 +11,8 @@ in every dtype). So these tests check the exporter against the specification:
   - every input dtype and file layout gives the same bytes; f16 and q8_0 within their precision;
   - each refusal exits 1 with a message naming the key or tensor, and leaves no file behind;
   - where it writes: only a regular file or a new path (a device, FIFO, socket or directory is
-    refused and left as it is; a symlink is written through), and never over another model's
-    tokenizer files (checked before anything is written).
+    refused and left as it is; a symlink is written through), and never over, beside or without
+    another model's tokenizer files, in either order (checked before anything is written).
 What this is not: a test of the C side (loading these files), which is tested elsewhere.
 
 Run: /usr/bin/python3 -m pytest -q tests/test_export.py
@@ -25,13 +25,16 @@ import shutil
 import socket
 import stat
 import struct
+import shlex
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import LLAMA_TOK, PYTHON, REPO, STORIES_BIN, STORIES_HF, TOK512, run_export
 from lrun import hf_checkpoint as st
+from lrun import install_hint
 from lrun import modelfile
 from lrun.hf_random import make_checkpoint
 
@@ -872,19 +875,156 @@ def test_tokenizer_files_of_another_model_do_not_mix(tmp_path, capsys, name):
 
 def test_tokenizer_file_of_this_checkpoint_is_accepted(tmp_path, capsys):
     """A checkpoint with tokenizer.model, tokenizer.json and tokenizer_config.json: tokenizer.model
-    and the config are copied; a tokenizer.json already there is accepted when it is this one's."""
+    and the config are copied; the same checkpoint again finds the same bytes and is accepted, also
+    when its tokenizer.json is there too (put there by hand)."""
     hf = other_model(tmp_path, tokenizer=STORIES_HF / "tokenizer.model", tokenizer_json=b'{"a": 1}',
                      tokenizer_config_json=b'{"chat_template": "x"}')
     out = tmp_path / "out"
     out.mkdir()
-    shutil.copy(hf / "tokenizer.json", out / "tokenizer.json")
     export_ok(capsys, hf, out / "m.bin")
-    assert sorted(os.listdir(out)) == ["m.bin", "tokenizer.json", "tokenizer.model", "tokenizer_config.json"]
+    assert sorted(os.listdir(out)) == ["m.bin", "tokenizer.model", "tokenizer_config.json"]
     assert (out / "tokenizer_config.json").read_bytes() == b'{"chat_template": "x"}'
+    shutil.copy(hf / "tokenizer.json", out / "tokenizer.json")
+    export_ok(capsys, hf, out / "m2.bin")
     (out / "tokenizer_config.json").write_bytes(b'{"chat_template": "y"}')  # now another model's
-    code, err = export_inprocess(capsys, hf, out / "m2.bin")
+    code, err = export_inprocess(capsys, hf, out / "m3.bin")
     assert code == 1 and f"{out / 'tokenizer_config.json'}: is another model's (it differs from" in err, err
-    assert not (out / "m2.bin").exists()
+    assert not (out / "m3.bin").exists()
+
+
+TOKM = (STORIES_HF / "tokenizer.model").read_bytes()
+TJ, CFG = b'{"model": 1}', b'{"add_bos_token": false}'
+# (the checkpoint's files, the files already beside OUT, the error): each of the three files ./run
+# reads beside a model, added to a folder that lacks it, left in a folder by a checkpoint that lacks
+# it, and different. "Added" is issue 47's case: a tokenizer_config.json with add_bos_token false
+# copied beside the first model's tokenizer.model turned its BOS off.
+MIXES = {
+    "config-added": ({"tokenizer.model": TOKM, "tokenizer_config.json": CFG}, {"tokenizer.model": TOKM},
+                     "tokenizer_config.json: is missing beside another model's tokenizer.model, and copying"),
+    "config-left": ({"tokenizer.model": TOKM}, {"tokenizer.model": TOKM, "tokenizer_config.json": CFG},
+                    "tokenizer_config.json: is another model's (HF has no tokenizer_config.json)"),
+    "config-differs": ({"tokenizer.model": TOKM, "tokenizer_config.json": CFG},
+                       {"tokenizer.model": TOKM, "tokenizer_config.json": b"{}"},
+                       "tokenizer_config.json: is another model's (it differs from HF/tokenizer_config.json)"),
+    "model-added": ({"tokenizer.model": TOKM, "tokenizer.json": TJ}, {"tokenizer.json": TJ},
+                    "tokenizer.model: is missing beside another model's tokenizer.json, and copying"),
+    "model-left": ({"tokenizer.json": TJ}, {"tokenizer.json": TJ, "tokenizer.model": TOKM},
+                   "tokenizer.model: is another model's (HF has no tokenizer.model)"),
+    "model-differs": ({"tokenizer.model": TOKM}, {"tokenizer.model": LLAMA_TOK.read_bytes()},
+                      "tokenizer.model: is another model's (it differs from HF/tokenizer.model)"),
+    "json-added": ({"tokenizer.json": TJ, "tokenizer_config.json": CFG}, {"tokenizer_config.json": CFG},
+                   "tokenizer.json: is missing beside another model's tokenizer_config.json, and copying"),
+    "json-left": ({"tokenizer.model": TOKM}, {"tokenizer.model": TOKM, "tokenizer.json": TJ},
+                  "tokenizer.json: is another model's (HF has no tokenizer.json)"),
+    "json-differs": ({"tokenizer.json": TJ}, {"tokenizer.json": b'{"model": 2}'},
+                     "tokenizer.json: is another model's (it differs from HF/tokenizer.json)"),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXES))
+def test_tokenizer_files_never_change_another_model(tmp_path, capsys, case):
+    """Whatever the order of the two exports, the files beside an earlier model stay what they were:
+    refused with exit 1 and a hint the exporter accepts, nothing written; the hint's folder of its
+    own then takes the export."""
+    ours, theirs, words = MIXES[case]
+    hf = tmp_path / "HF"
+    hf.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(STORIES_HF / name, hf / name)
+    for name, data in ours.items():
+        (hf / name).write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in theirs.items():
+        (out / name).write_bytes(data)
+    before = snapshot(out)
+    code, err = export_inprocess(capsys, hf, out / "m.bin")
+    assert code == 1 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"{out}/{words}".replace("HF", str(hf)) in err, err
+    assert err.endswith("(hint: export into a folder of its own (e.g. OUT_DIR/model-name/model.bin))\n"), err
+    assert snapshot(out) == before
+    (out / "model-name").mkdir()
+    export_ok(capsys, hf, out / "model-name" / "model.bin")
+
+
+def test_generation_config_beside_the_model_is_left_alone(tmp_path, capsys):
+    """generation_config.json is never copied (its end ids go into the header, and ./run does not
+    read the file): one beside OUT, from another model, is left as it is, and none is added."""
+    hf = other_model(tmp_path, tokenizer=STORIES_HF / "tokenizer.model", generation_config_json=b'{"eos_token_id": 2}')
+    out = tmp_path / "out"
+    out.mkdir()
+    export_ok(capsys, hf, out / "a.bin")
+    assert sorted(os.listdir(out)) == ["a.bin", "tokenizer.model"]
+    (out / "generation_config.json").write_bytes(b'{"eos_token_id": 7}')
+    export_ok(capsys, STORIES_HF, out / "b.bin")
+    assert (out / "generation_config.json").read_bytes() == b'{"eos_token_id": 7}'
+
+
+# --- A python3 without numpy or torch: which interpreter has them, and how to install them ------
+
+def shadowed(tmp_path, module):
+    """A PYTHONPATH on which `import module` fails as it does where the package is not installed."""
+    d = tmp_path / f"no-{module}"
+    d.mkdir()
+    (d / f"{module}.py").write_text(f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n")
+    return {**os.environ, "PYTHONPATH": str(d)}
+
+
+def test_no_numpy(tmp_path):
+    """Issue 47: under a python3 without numpy the exporter ended in a traceback. Now one error line
+    naming the interpreter and the packages, exit 1, nothing written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([PYTHON, str(REPO / "export" / "export.py"), str(STORIES_HF), str(out / "m.bin")],
+                          capture_output=True, text=True, env=shadowed(tmp_path, "numpy"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: export.py needs numpy, and {PYTHON} cannot import it "
+                                  "(No module named 'numpy') (hint: apt-get install python3-numpy python3-torch "
+                                  "(or ./setup.sh) installs them for /usr/bin/python3)"), proc.stderr
+    assert os.listdir(out) == []
+
+
+def test_no_torch_for_a_pytorch_checkpoint(tmp_path):
+    """A pytorch_model.bin needs torch (safetensors does not): without it, the same kind of error."""
+    make_checkpoint(tmp_path / "hf", fmt="bin", **TIED_MHA)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([PYTHON, str(REPO / "export" / "export.py"), str(tmp_path / "hf"), str(out / "m.bin")],
+                          capture_output=True, text=True, env=shadowed(tmp_path, "torch"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == (f"error: {tmp_path / 'hf' / 'pytorch_model.bin'}: is a PyTorch pickle, and {PYTHON} "
+                           "cannot import torch to read it (No module named 'torch') (hint: apt-get install "
+                           "python3-numpy python3-torch (or ./setup.sh) installs them for /usr/bin/python3)\n")
+    assert os.listdir(out) == []
+
+
+def test_other_python_is_told_the_command_that_works(tmp_path, monkeypatch):
+    """Under another python3 (pyenv's), the hint is the same command with /usr/bin/python3, and
+    that command is accepted."""
+    out = tmp_path / "m.bin"
+    monkeypatch.setattr(sys, "executable", "/opt/pyenv/versions/3.11.7/bin/python3")
+    monkeypatch.setattr(sys, "argv", ["export/export.py", str(STORIES_HF), str(out)])
+    hint = install_hint()
+    assert hint.startswith(f"run it with Debian's /usr/bin/python3, as the README does: /usr/bin/python3 "
+                           f"export/export.py {STORIES_HF} {out}; apt-get install python3-numpy"), hint
+    command = hint.split(": ", 1)[1].split(";")[0]
+    proc = subprocess.run(shlex.split(command), cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+
+
+def test_no_numpy_real_interpreter(tmp_path):
+    """The same with a real python3 that has no numpy, where this machine has one (pyenv's python3
+    first on PATH, as in the issue)."""
+    lacking = [p for p in (shutil.which("python3"), os.path.expanduser("~/.pyenv/shims/python3"))
+               if p and os.access(p, os.X_OK)
+               and subprocess.run([p, "-c", "import numpy"], capture_output=True).returncode != 0]
+    if not lacking:
+        pytest.skip("every python3 here has numpy (test_no_numpy covers the message by shadowing it)")
+    proc = subprocess.run([lacking[0], "export/export.py", str(STORIES_HF), str(tmp_path / "m.bin")], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot import it (No module named 'numpy') (hint: run it with Debian's /usr/bin/python3" in proc.stderr
+    assert os.listdir(tmp_path) == []
 
 
 # --- Where the model file goes: a regular file or a new path, checked before writing ---------------
@@ -1003,6 +1143,37 @@ def test_trained_context_and_supported_context(tmp_path, capsys, c_tools):
     assert proc.returncode == 0, proc.stderr
     assert "context: n_ctx_train 16 (n_ctx_max 64 with its scaling), n_ctx 16 |" in proc.stderr
     assert "trained context L = 16" in proc.stderr
+
+
+def test_empty_paths(tmp_path, capsys, monkeypatch):
+    """Issue 47: an empty OUT said ": is a directory" (the current one); an empty HF_DIR looked for
+    config.json in the current directory. Each is named, nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    code, err = export_inprocess(capsys, STORIES_HF, "")
+    assert code == 1 and err == ("error: OUT.bin is an empty path (hint: give the model file to write: export.py "
+                                 "HF_DIR OUT.bin)\n"), err
+    code, err = export_inprocess(capsys, "", tmp_path / "m.bin")
+    assert code == 1 and err.startswith("error: HF_DIR is an empty path (hint: "), err
+    assert os.listdir(tmp_path) == []
+
+
+def test_input_not_a_checkpoint_folder(tmp_path, capsys):
+    """Issue 47: HF_DIR /dev/null ended in "/dev/null/config.json: Not a directory (hint: check the
+    path and free disk space)". A device or FIFO is said not to be a checkpoint folder; a checkpoint
+    that cannot be read is not a disk-space problem either."""
+    os.mkfifo(tmp_path / "fifo")
+    for path, kind in (("/dev/null", "character device"), (tmp_path / "fifo", "FIFO")):
+        code, err = export_inprocess(capsys, path, tmp_path / "m.bin")
+        assert code == 1 and err == (f"error: {path}: is a {kind}, not a checkpoint folder (hint: HF_DIR is a Hugging "
+                                     "Face model directory, with config.json and the weights)\n"), err
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    shutil.copy(STORIES_HF / "config.json", hf / "config.json")
+    (hf / "model.safetensors").mkdir()
+    code, err = export_inprocess(capsys, hf, tmp_path / "m.bin")
+    assert code == 1 and err == (f"error: {hf / 'model.safetensors'}: Is a directory (hint: HF_DIR must be a readable "
+                                 "Hugging Face model directory)\n"), err
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "hf"]
 
 
 def test_model_file_instead_of_directory(tmp_path, capsys):

@@ -64,3 +64,32 @@ def test_long_prompt_example(c_tools):
     proc = subprocess.run([str(REPO / "run"), str(REPO / "data/stories260K/stories260K.bin"), "--ctx", "2048", "-n", "0",
                            "-i", prompt.rstrip("\n")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "prompt: 1499 tokens" in proc.stderr, proc.stderr
+
+
+def test_kernel_names_are_the_programs():
+    """Issue 47: the README listed avx2 / avx512-vnni / plain-c while the banner printed
+    avx512-vnni-bf16. Every name kernels_isa() can return is in both of the README's lists, and
+    the lists name nothing else."""
+    body = (REPO / "kernels.c").read_text().split("const char *kernels_isa(void) {", 1)[1].split("\n}", 1)[0]
+    names = re.findall(r'return "([^"]+)";', body)
+    assert len(names) == 5 and "avx2" in names and "plain-c" in names, names
+    text = (REPO / "README.md").read_text()
+    banner = re.search(r"the vector\s+instructions the kernels were built for \((.*?)\),", text, re.S)[1]
+    version = re.search(r"^\| `--version` \| the version, the kernels this build runs \((.*?)\)", text, re.M)[1]
+    for listed in (banner, version):
+        assert sorted(set(re.findall(r"`(?:kernels )?([a-z0-9-]+)`", listed))) == sorted(names), listed
+
+
+def test_f16_as_bf16_speed_is_one_measured_figure(c_tools):
+    """--help said prompts ~2x faster, the README about 3x. Now --help gives no factor, and the
+    README's is the measured one in docs/speed.md, with its machine."""
+    help_text = subprocess.run([str(REPO / "run"), "--help"], capture_output=True, text=True).stdout
+    flag = help_text.split("--f16-as-bf16", 1)[1].split("\n      --", 1)[0]
+    assert not re.search(r"\d\s*x\b", flag) and "docs/speed.md" in flag, flag
+    row = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `--f16-as-bf16` |")]
+    factors = re.findall(r"(\d\.\d)x the exact f16 path's on TinyLlama-1.1B at one thread, (\d\.\d)x on the 110M",
+                         row[0])
+    assert len(row) == 1 and len(factors) == 1 and "Zen 5" in row[0], row
+    speed = (REPO / "docs" / "speed.md").read_text()
+    tiny, m110 = factors[0]
+    assert f"at one thread ({tiny}x)" in speed and f"({m110}x)" in speed
