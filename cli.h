@@ -11,6 +11,10 @@
 
 #define MAX_REVERSE_PROMPTS 16
 
+// The largest --rope-factor and --grp-attn-n the parser takes; run.c offers no larger one in a hint.
+#define ROPE_FACTOR_MAX 1e6
+#define ROPE_GROUP_MAX (1 << 24)
+
 typedef struct {
     const char *model;
     const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model

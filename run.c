@@ -729,32 +729,100 @@ static void banner_tokenizer(const Tokenizer *tok, const char *path, int model_v
     fprintf(stderr, "\n");
 }
 
-// Runs that go ahead but probably not as meant say so, each with the fix.
+// Does --rope-scaling `mode`, with the user's other RoPE flags (`given`), pass configure's rules
+// for this model and context? The hints that offer a mode offer only these.
+static int mode_runs(const Config *c, int ctx, const RopeOverrides *given, int mode) {
+    RopeOverrides o = *given;
+    o.mode = mode;
+    RopeParams p;
+    char err[300];
+    return rope_params_resolve(&p, &c->rope, ctx, &o, err, sizeof err) == ROPE_OK &&
+           !(rope_query_turns(&p) > 1 && c->sliding_window);
+}
+
+// The modes that run (mode_runs) other than `skip`, as "pi|ntk|...": first with the user's other
+// RoPE flags; when none does, with only --rope-base (*alone set: the hint must say to drop the
+// others). Empty when none runs.
+static void modes_that_run(const Config *c, int ctx, const RopeOverrides *given, int skip, char *buf, size_t len,
+                           int *alone) {
+    const RopeOverrides base_only = {.mode = -1, .base = given->base};
+    for (*alone = 0; *alone < 2; (*alone)++) {
+        size_t n = 0;
+        buf[0] = 0;
+        for (int m = 0; m < ROPE_SCALING_COUNT && n < len; m++)
+            if (m != skip && mode_runs(c, ctx, *alone ? &base_only : given, m))
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "|" : "", rope_scaling_name((RopeScaling)m));
+        if (buf[0]) return;
+    }
+    *alone = 0;
+}
+
+// A factor for a hint: x rounded up to three decimals, so that the number printed (%.12g prints it
+// whole) is never below x and the run it suggests covers what the hint says.
+static double factor_up(double x) { return ceil(x * 1000 - 1e-9) / 1000; }
+
+// Runs that go ahead but probably not as meant say so, each with a fix. A warning names what the
+// run uses and where it came from (a flag the user gave, the checkpoint, the default), and a hint
+// offers only flags the program accepts that make the warning go away (tests/test_hints.py
+// reruns each).
 static void warn_context(const Config *c, const RunConfig *run, const Options *o) {
     const RopeParams *p = &run->rope;
     const int L = c->n_ctx_train, ctx = run->n_ctx;
-    const int own = (o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode) && o->rope.factor == 0;
-    if (ctx > L && !rope_is_scaled(p))
+    const int same_mode = o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode;
+    const int user_factor = o->rope.factor > 0 || o->rope.group > 0;
+    const int own = same_mode && !user_factor; // the checkpoint's own scaling, factor included
+    char modes[200];
+    int alone;
+    if (ctx > L && !rope_is_scaled(p)) {
+        modes_that_run(c, ctx, &o->rope, ROPE_SCALING_NONE, modes, sizeof modes, &alone);
         fprintf(stderr,
-                "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
-                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn|dca)\n",
-                ctx, L, L);
-    if (own && c->n_ctx_max > L && ctx > c->n_ctx_max)
+                "warning: --ctx %d is beyond the %d tokens the model was trained on, with %s: expect the text to "
+                "fall apart past %d%s%s%s\n",
+                ctx, L, o->rope.mode < 0 ? "no RoPE scaling (the checkpoint has none)" : "--rope-scaling none", L,
+                modes[0] ? " (hint: --rope-scaling " : "", modes, modes[0] ? ")" : "");
+    }
+    // A factor covers s L positions (rope_covers); dynamic's grows with the length and rerope has
+    // none. A checkpoint's own scaling covers what it says it supports (Llama 3.1: factor 8 of
+    // 8192, said good to 131072); LongRoPE's long factors are fixed by the checkpoint, so past
+    // that a --rope-factor (its attention factor only) changes nothing and --ctx is the fix.
+    double fix, covers = rope_covers(p, ctx, &fix);
+    const char *flag = rope_factor_is_group(p) ? "--grp-attn-n" : "--rope-factor";
+    const double flag_max = rope_factor_is_group(p) ? ROPE_GROUP_MAX : ROPE_FACTOR_MAX;
+    char factor_hint[80] = "";
+    if (covers && fix <= flag_max) snprintf(factor_hint, sizeof factor_hint, "%s %.12g", flag, factor_up(fix));
+    if (same_mode && (own || p->mode == ROPE_SCALING_LONGROPE) && c->n_ctx_max > L && ctx > c->n_ctx_max) {
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d positions the checkpoint says it supports with its own %s "
-                "scaling (max_position_embeddings) (hint: --ctx %d, or a larger --rope-factor)\n",
-                ctx, c->n_ctx_max, rope_scaling_name(c->rope.mode), c->n_ctx_max);
-    // A factor covers s L positions (rope_covers); dynamic's grows with the length and rerope has
-    // none. A checkpoint's own factor covers what it says it supports (Llama 3.1: factor 8 of 8192,
-    // said good to 131072).
-    double fix, covers = rope_covers(p, ctx, &fix);
+                "scaling (max_position_embeddings) (hint: --ctx %d%s%s)\n",
+                ctx, c->n_ctx_max, rope_scaling_name(c->rope.mode), c->n_ctx_max, factor_hint[0] ? ", or " : "",
+                factor_hint);
+        return; // what the factor covers is this same limit
+    }
+    if (!covers) return; // a mode with no factor (none: the first warning's case)
     if (own && c->n_ctx_max > covers) covers = c->n_ctx_max;
-    const char *flag = rope_factor_is_group(p) ? "--grp-attn-n" : "--rope-factor";
-    if (covers && covers < ctx)
-        fprintf(stderr,
-                "warning: %s with %s %g covers %g positions, fewer than --ctx %d: positions past %g are "
-                "extrapolated (hint: %s %g, or leave it out: the default covers --ctx)\n",
-                rope_scaling_name(p->mode), flag, p->factor, covers, ctx, covers, flag, fix);
+    if (covers >= ctx) return;
+    // The fixes: a factor that covers --ctx; leaving the user's factor out when the default covers
+    // (it does unless the default is the checkpoint's own); a --ctx the factor covers.
+    char hint[300];
+    size_t n = (size_t)snprintf(hint, sizeof hint, "%s", factor_hint);
+#define OR(...) (n += n < sizeof hint ? (size_t)snprintf(hint + n, sizeof hint - n, __VA_ARGS__) : 0)
+    RopeOverrides left_out = o->rope;
+    left_out.factor = 0, left_out.group = 0;
+    RopeParams dflt;
+    char err[300];
+    double unused;
+    if (user_factor && rope_params_resolve(&dflt, &c->rope, ctx, &left_out, err, sizeof err) == ROPE_OK &&
+        (rope_covers(&dflt, ctx, &unused) >= ctx || (same_mode && c->n_ctx_max >= ctx)))
+        OR("%sleave %s out: the default, %g, covers --ctx", n ? ", or " : "", flag, dflt.factor);
+    if (o->keep < 0 || o->keep < (int)covers - 1) OR("%s--ctx %d", n ? ", or " : "", (int)covers);
+#undef OR
+    char from[80];
+    if (user_factor)
+        snprintf(from, sizeof from, "%s %g", flag, p->factor);
+    else
+        snprintf(from, sizeof from, "%s factor %g", own ? "the checkpoint's" : "the default", p->factor);
+    fprintf(stderr, "warning: %s with %s covers %g positions, fewer than --ctx %d: positions past %g are extrapolated%s%s%s\n",
+            rope_scaling_name(p->mode), from, covers, ctx, covers, hint[0] ? " (hint: " : "", hint, hint[0] ? ")" : "");
 }
 
 // The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
@@ -815,10 +883,14 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         return 2;
     }
     if (rope_query_turns(&run->rope) > 1 && c->sliding_window) {
+        char modes[200];
+        int alone;
+        modes_that_run(c, run->n_ctx, &o->rope, (int)run->rope.mode, modes, sizeof modes, &alone);
         fprintf(stderr,
                 "error: --rope-scaling %s on a model with sliding-window layers (window %d): their queries see no "
-                "key farther than the window, and the two are not run together (hint: another --rope-scaling)\n",
-                rope_scaling_name(run->rope.mode), c->sliding_window);
+                "key farther than the window, and the two are not run together (hint: --rope-scaling %s%s)\n",
+                rope_scaling_name(run->rope.mode), c->sliding_window, modes,
+                alone ? ", without the flags of this mode" : "");
         return 2;
     }
     int overflow;
