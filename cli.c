@@ -292,12 +292,10 @@ int parse_args(int argc, char **argv, Options *o) {
         }
         for (int j = 0; f->generation && !o->gen_flag && j < 3 && f->names[j]; j++) // as typed
             if (!strcmp(name, f->names[j])) o->gen_flag = f->names[j];
-        // llama.cpp's -t is its thread count: a whole number of 2 or more is probably meant as one.
-        if (f->offset == offsetof(Options, temp) && o->temp >= 2 && o->temp == floor(o->temp) && name[1] != '-')
-            fprintf(stderr,
-                    "warning: -t %s is the temperature here (llama2.c's -t); the thread count is "
-                    "--threads\n",
-                    value);
+        // llama.cpp's -t is its thread count: a whole number of 2 or more is probably meant as one
+        // (warned by cli_warn).
+        if (f->offset == offsetof(Options, temp))
+            o->temp_as_threads = o->temp >= 2 && o->temp == floor(o->temp) && name[1] != '-' ? value : NULL;
     }
     const int chat = o->mode && !strcmp(o->mode, "chat");
     if (o->mode && !chat && strcmp(o->mode, "generate")) {
@@ -350,6 +348,12 @@ int parse_args(int argc, char **argv, Options *o) {
         return -1;
     }
     return 0;
+}
+
+void cli_warn(const Options *o) {
+    if (o->temp_as_threads)
+        fprintf(stderr, "warning: -t %s is the temperature here (llama2.c's -t); the thread count is --threads (hint: "
+                        "--threads %s)\n", o->temp_as_threads, o->temp_as_threads);
 }
 
 void usage(FILE *f) {

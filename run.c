@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -598,19 +599,31 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 // spins (GOMP_SPINCOUNT); while another process holds one of the cores, the threads then spin
 // against each other at every region's end and a decode can run fifty times slower than on one
 // thread. 1000 spins cost nothing measurable on an idle machine and avoid the collapse on a busy
-// one, where passive waiting would be slower idle (README, "Threads", has the measurements).
-// libgomp reads the variable once, as it loads, before main: so when the user has set neither
-// OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets it and starts the program again. If that exec
+// one, where passive waiting would be slower idle (README, "Threads", has the measurements). With
+// more threads than the cores the process may use, some thread is always waiting for a core, and
+// a waiting thread that spins holds one: there the threads wait passively (OMP_WAIT_POLICY).
+// libgomp reads the variables once, as it loads, before main: so when the user has set neither
+// OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets one and starts the program again. If that exec
 // fails (no /proc), the run goes on with libgomp's default.
 #define DEFAULT_SPINCOUNT "1000"
 
-static void default_spin(char **argv) {
+// The cores this process may run on (its affinity mask, which taskset and cgroup cpusets narrow);
+// the online processors when the mask cannot be read.
+static int usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void default_spin(char **argv, int oversubscribed) {
 #ifdef _OPENMP
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("GOMP_SPINCOUNT", DEFAULT_SPINCOUNT, 1) == 0) execv("/proc/self/exe", argv);
-    unsetenv("GOMP_SPINCOUNT"); // the exec failed: say nothing we did not do
+    const char *name = oversubscribed ? "OMP_WAIT_POLICY" : "GOMP_SPINCOUNT";
+    if (setenv(name, oversubscribed ? "passive" : DEFAULT_SPINCOUNT, 1) == 0) execv("/proc/self/exe", argv);
+    unsetenv(name); // the exec failed: say nothing we did not do
 #else
-    (void)argv;
+    (void)argv, (void)oversubscribed;
 #endif
 }
 
@@ -618,12 +631,30 @@ static void default_spin(char **argv) {
 static const char *wait_policy(char *buf, size_t len) {
     const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
     if (policy)
-        snprintf(buf, len, "OMP_WAIT_POLICY=%.20s", policy);
+        snprintf(buf, len, "OMP_WAIT_POLICY=%.20s%s", policy,
+                 !spins && !strcmp(policy, "passive") && max_threads() > usable_cores() ? ", the default past the cores"
+                                                                                        : "");
     else if (spins)
         snprintf(buf, len, "GOMP_SPINCOUNT=%.20s%s", spins, strcmp(spins, DEFAULT_SPINCOUNT) ? "" : ", the default");
     else
         snprintf(buf, len, "libgomp's default wait");
     return buf;
+}
+
+// More threads than cores: the run goes ahead (the user asked for them), slower than at the core
+// count, and says so. The count comes from --threads, else from OMP_NUM_THREADS.
+static void warn_threads(const Options *o) {
+    const int threads = max_threads(), cores = usable_cores();
+    if (threads <= cores) return;
+    char from[60];
+    if (o->threads)
+        snprintf(from, sizeof from, "--threads %d", o->threads);
+    else
+        snprintf(from, sizeof from, "OMP_NUM_THREADS=%.30s", getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "");
+    fprintf(stderr,
+            "warning: %s is more than the %d core%s this process may use (sched_getaffinity): the threads take "
+            "turns on them, which is slower than one thread a core (hint: --threads %d)\n",
+            from, cores, plural(cores), cores);
 }
 
 // What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
@@ -679,7 +710,7 @@ static void banner_layers(const Config *c) {
 // allocate (the KV cache and the activations; the weights are mmapped) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
     const Config *c = &t->config;
-    char waiting[64];
+    char waiting[96];
     char version[32] = "llama2.c legacy";
     if (c->version) snprintf(version, sizeof version, "lrun v%d", c->version);
     fprintf(stderr,
@@ -925,16 +956,18 @@ static char *default_tokenizer(const char *model) {
 }
 
 int main(int argc, char **argv) {
-    default_spin(argv);
     Options o;
     int parsed = parse_args(argc, argv, &o);
     if (parsed) return parsed < 0 ? 2 : 0;
-    struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESETHAND}; // no SA_RESTART: getline returns
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
 #ifdef _OPENMP
     if (o.threads) omp_set_num_threads(o.threads);
 #endif
+    default_spin(argv, max_threads() > usable_cores()); // may start the program again, which parses again
+    cli_warn(&o);
+    warn_threads(&o);
+    struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESETHAND}; // no SA_RESTART: getline returns
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
 
     char err[600];
     Transformer t;
