@@ -55,6 +55,7 @@ static const Flag FLAGS[] = {
     {{"-ctk", "--cache-type-k"}, FLAG_TEXT, offsetof(Options, cache_k), 0, 0, 0, 0},
     {{"-ctv", "--cache-type-v"}, FLAG_TEXT, offsetof(Options, cache_v), 0, 0, 0, 0},
     {{"--f16-as-bf16"}, FLAG_SWITCH, offsetof(Options, f16_as_bf16), 0, 0, 0, 0},
+    {{"--check-tensors"}, FLAG_SWITCH, offsetof(Options, check_tensors), 0, 0, 0, 0},
     {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0, 0},
     {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, MAX_INT, 0, 0},
     {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0, 0},
@@ -385,6 +386,8 @@ void usage(FILE *f) {
                "                           rounded to nearest even, the activations rounded to bf16 too\n"
                "                           (prompts ~2x faster, as much memory again; each off by at most\n"
                "                           2^-8 of itself: README's flag table; default off: f16 as it is)\n"
+               "      --check-tensors      at load, check that every weight is finite (no NaN, no\n"
+               "                           infinity) and refuse the model naming the first that is not\n"
                "      --version            the version and the build's kernels\n"
                "\n"
                "Sampling, in this order (llama.cpp's; see README, \"Sampling\"):\n"

@@ -36,6 +36,7 @@ typedef struct {
     int attn_logn;                 // --attn-logn (a switch)
     int f16_as_bf16;               // --f16-as-bf16 (a switch): f16 weights multiplied as bf16
     int verbose_prompt;            // --verbose-prompt (a switch): the prompt's ids on stderr
+    int check_tensors;             // --check-tensors (a switch): every weight finite, checked at load
     RopeOverrides rope;
     const char *reverse[MAX_REVERSE_PROMPTS]; // -r: stop when the output shows one of these
     int n_reverse;

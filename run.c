@@ -231,6 +231,68 @@ static void show_prompt(Tokenizer *tok, const int *ids, int n) {
     }
 }
 
+// Logits that are not finite (NaN or infinite weights, or activations that overflowed) end the run
+// with an error: sampled, they give whitespace, and a perplexity of NaN. A look at the row of each
+// sampled token, or at the loss of each scored one, is cheap beside the forward that made it; the
+// place where the numbers went wrong is found only then, by running the tokens again with the
+// residual stream checked after every layer (transformer_trace_nonfinite).
+
+// Are a token's logits (NULL: not looked at) and the residual stream they came from (row `row` of
+// the last forward's block) finite? The stream too: a quantized product (q8_0, q4_0) rounds its
+// input to 8 bits, which turns a NaN on its way to the logits into a finite number, while in the
+// stream a NaN stays. 0 when they are; else 1, with the first value that is not in *x.
+static int nonfinite_output(const Transformer *t, const float *logits, int row, double *x) {
+    const float *h = t->state.x + (size_t)row * t->config.dim; // (D) the stream before the final norm
+    for (int i = 0; i < t->config.dim; i++)
+        if (!isfinite(h[i])) return *x = h[i], 1;
+    for (int i = 0; logits && i < t->config.vocab_size; i++)
+        if (!isfinite(logits[i])) return *x = logits[i], 1;
+    return 0;
+}
+
+// Position `at`'s logits (of perplexity window `window`; 0: not a perplexity run) were not finite
+// (x, one of them, or the loss made of them). tokens[0..n)
+// are what ran at positions pos .. pos+n-1 of a text of text_len tokens (a prompt, a turn, a
+// perplexity block or one decoded token): they run again, block by block from the first, until one
+// shows where. Reports it; returns 1, the exit status.
+static int nonfinite_error(Transformer *t, const Options *o, const int *tokens, int n, int pos, int text_len,
+                           int all_logits, int at, int window, double x) {
+    NonFinite where = {-2, 0, 0};
+    char err[300], place[160];
+    int b = 0;
+    for (; b < n; b += t->run.max_batch) {
+        const int len = n - b < t->run.max_batch ? n - b : t->run.max_batch;
+        // the rows up to position `at`: the later ones of its block cannot have made it non-finite
+        if (transformer_trace_nonfinite(t, tokens + b, len, pos + b, text_len, all_logits, at - (pos + b) + 1, &where,
+                                        err, sizeof err)) {
+            fprintf(stderr, "\nerror: %s\n", err);
+            return 1;
+        }
+        if (where.layer != -2) break;
+    }
+    const int L = t->config.n_layers, origin = pos + b + where.row;
+    if (where.layer == -2)
+        snprintf(place, sizeof place, "; run again with a check after every layer, no layer gave one");
+    else {
+        char layer[60], at_origin[40] = " there";
+        if (where.layer == -1)
+            snprintf(layer, sizeof layer, "the token embedding (token id %d)", tokens[b + where.row]);
+        else if (where.layer == L)
+            snprintf(layer, sizeof layer, "the final norm and the classifier");
+        else
+            snprintf(layer, sizeof layer, "layer %d's %s", where.layer, where.mlp ? "MLP" : "attention");
+        if (origin != at) snprintf(at_origin, sizeof at_origin, " at position %d", origin);
+        snprintf(place, sizeof place, ": the numbers first went non-finite%s, in %s", at_origin, layer);
+    }
+    char in_window[40] = "";
+    if (window) snprintf(in_window, sizeof in_window, " of window %d", window);
+    fprintf(stderr, "\nerror: the logits at position %d%s are not finite (%s)%s %s\n", at, in_window,
+            isnan(x) ? "NaN" : "infinity", place,
+            o->check_tensors ? "(every weight is finite, --check-tensors said: the numbers overflowed on the way)"
+                             : "(hint: --check-tensors looks for NaN and infinity in the weights at load)");
+    return 1;
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
@@ -287,8 +349,16 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     // first `keep` positions, drops the oldest half of the rest and moves the others down.
     int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0, steps = 0, shifts = 0;
     const char *why = interrupted ? "interrupted (Ctrl-C)" : NULL;
+    int nonfinite = 0; // reported by nonfinite_error
     char hit[128];
     while (!status && !why && (o->n_predict < 0 || generated < o->n_predict)) {
+        double x; // the prompt's last token's row of its block, or the token just decoded
+        if (nonfinite_output(t, logits, steps ? 0 : (n_prompt - 1) % t->run.max_batch, &x)) {
+            nonfinite = 1;
+            status = steps ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
+                           : nonfinite_error(t, o, ids, n_prompt, 0, n_prompt, 0, n_prompt - 1, 0, x);
+            break;
+        }
         int next = sampler_sample(sampler, logits);
         if (is_end(c, next)) {
             why = "end of text";
@@ -322,7 +392,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     free(stop.tail);
     free(ids);
     if (status) {
-        fprintf(stderr, "\nerror: %s\n", err);
+        if (!nonfinite) fprintf(stderr, "\nerror: %s\n", err);
         return 1;
     }
     out_write("\n", 1);
@@ -428,6 +498,13 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
         Stop stop = stop_new(o);
         int prev = ids[n - 1], generated = 0, ended = 0;
         while (!status && !interrupted && !stop.hit && (o->n_predict < 0 || generated < o->n_predict)) { // the reply
+            double x; // the turn's last token's row of its block, or the token just decoded
+            if (nonfinite_output(t, logits, generated ? 0 : (n - 1) % t->run.max_batch, &x)) {
+                status = generated ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
+                                   : nonfinite_error(t, o, ids, n, pos - n, pos, 0, pos - 1, 0, x);
+                err[0] = 0; // reported
+                break;
+            }
             int next = sampler_sample(sampler, logits);
             ended = is_end(c, next);
             if (!ended) emit(tok, prev, next, &stop);
@@ -453,7 +530,7 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
             status = bad || room != 0 || fed < 0;
             pos += fed > 0 ? fed : 0;
         }
-        if (status) fprintf(stderr, "error: %s\n", err);
+        if (status && err[0]) fprintf(stderr, "error: %s\n", err);
     }
     char shifted[120] = "", skipped[60] = "";
     if (shifts)
@@ -554,8 +631,15 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
                 double sum = 0;
                 for (int v = 0; v < V; v++)
                     sum += exp((double)row[v] - max);
+                double loss = max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
+                if (!isfinite(loss) || nonfinite_output(t, NULL, i, &loss)) { // NaN in the row or the stream
+                    nonfinite_error(t, o, win + b, n, b, N, 1, b + i, w + 1, loss);
+                    free(win);
+                    free(ids);
+                    return 1;
+                }
                 int k = bucket_of(b + i, L);
-                nll[k] += max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
+                nll[k] += loss;
                 count[k]++;
             }
             if (tty) fprintf(stderr, "\r[%d/%d] %3d%%", w + 1, windows, (int)(100.0 * (b + n) / N));
@@ -973,6 +1057,11 @@ int main(int argc, char **argv) {
     Transformer t;
     if (transformer_load(&t, o.model, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    if (o.check_tensors && transformer_check_tensors(&t, err, sizeof err)) {
+        fprintf(stderr, "error: %s: %s\n", o.model, err);
+        transformer_free(&t);
         return 1;
     }
     const Config *c = &t.config;
