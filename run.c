@@ -193,9 +193,10 @@ static int decode_step(Transformer *t, int keep, int token, int *pos, int *shift
     return 0;
 }
 
-// The positions a context shift keeps: --keep, or 4 (attention's sinks: BOS and three more),
-// fewer in a context of 4 or less.
-static int keep_of(const Options *o, int ctx) { return o->keep >= 0 ? o->keep : ctx - 1 < 4 ? ctx - 1 : 4; }
+// The positions a context shift keeps: --keep, or 4 (attention's sinks: BOS and three more), fewer
+// in a context of 5 or less: ctx - 2, so that a shift of a full context drops at least one (it
+// drops half of what is not kept); a context of 1 cannot shift.
+static int keep_of(const Options *o, int ctx) { return o->keep >= 0 ? o->keep : ctx - 2 < 0 ? 0 : ctx - 2 < 4 ? ctx - 2 : 4; }
 
 // The run's sampler: the flags, and a seed from the kernel when -s is not given. The seed goes on
 // stderr so that a run can be repeated exactly with -s.
@@ -381,7 +382,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         }
         const int step = decode_step(t, keep, next, &pos, &shifts, &logits, err, sizeof err);
         if (step > 0) {
-            why = "context full (hint: a larger --ctx or a smaller --keep)";
+            why = "context full (hint: a larger --ctx: a context shift needs 2 positions)"; // only at --ctx 1
             break;
         }
         status = step < 0;
@@ -952,8 +953,10 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     for (int i = 0; i < 2; i++) {
         // a cache type at all (with a head_dim q8_0 accepts); this model's head_dim is checked below
         if (dtype_from_name(types[i], set[i]) || !kv_type_ok(*set[i], Q8_BLOCK)) {
-            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: f32, f16 or q8_0)\n", types[i],
-                    i ? "--cache-type-v" : "--cache-type-k");
+            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: %s)\n", types[i],
+                    i ? "--cache-type-v" : "--cache-type-k",
+                    kv_type_ok(DTYPE_Q8_0, c->head_dim) ? "f32, f16 or q8_0" : "f32 or f16; q8_0 needs a head_dim that "
+                                                                               "is a multiple of 32");
             return 2;
         }
         if (!kv_type_ok(*set[i], c->head_dim)) {
@@ -977,8 +980,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope, leaky-rerope, selfextend and dca",
         [ROPE_REROPE_FACTOR] = "rerope has no --rope-factor: every distance past the window is scored as the window "
                                "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
-        [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
-                                  "--rope-scaling none)",
+        [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: --rope-factor K with "
+                                  "K > 1, or --rope-scaling none without --rope-factor)",
         [ROPE_GROUP_NOT_SELFEXTEND] = "--grp-attn-n is used only by --rope-scaling selfextend",
         [ROPE_FACTOR_SELFEXTEND] = "selfextend's factor is its group size (hint: --grp-attn-n G, not --rope-factor)",
         [ROPE_FACTOR_FOLLOWS_LENGTH] = "dynamic-yarn has no --rope-factor: its factor is the length over the trained "
