@@ -55,14 +55,15 @@ static const Flag FLAGS[] = {
     {{"-ctk", "--cache-type-k"}, FLAG_TEXT, offsetof(Options, cache_k), 0, 0, 0, 0},
     {{"-ctv", "--cache-type-v"}, FLAG_TEXT, offsetof(Options, cache_v), 0, 0, 0, 0},
     {{"--f16-as-bf16"}, FLAG_SWITCH, offsetof(Options, f16_as_bf16), 0, 0, 0, 0},
+    {{"--check-tensors"}, FLAG_SWITCH, offsetof(Options, check_tensors), 0, 0, 0, 0},
     {{"--ppl"}, FLAG_TEXT, offsetof(Options, ppl), 0, 0, 0, 0},
     {{"--ppl-windows"}, FLAG_INT, offsetof(Options, ppl_windows), 1, MAX_INT, 0, 0},
     {{"--rope-scaling"}, FLAG_TEXT, offsetof(Options, rope_mode), 0, 0, 0, 0},
-    {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, 1e6, 0, 0},
+    {{"--rope-factor", "--rope-scale"}, FLAG_REAL, offsetof(Options, rope.factor), 1, ROPE_FACTOR_MAX, 0, 0},
     {{"--rope-base", "--rope-freq-base"}, FLAG_REAL, offsetof(Options, rope.base), 0, 1e300, 1, 0},
     {{"--rope-alpha"}, FLAG_REAL, offsetof(Options, rope.alpha), 1, 1e6, 0, 0},
     {{"--rope-window", "--grp-attn-w", "-gaw"}, FLAG_INT, offsetof(Options, rope.window), 1, 1 << 24, 0, 0},
-    {{"--grp-attn-n", "-gan"}, FLAG_INT, offsetof(Options, rope.group), 1, 1 << 24, 0, 0},
+    {{"--grp-attn-n", "-gan"}, FLAG_INT, offsetof(Options, rope.group), 1, ROPE_GROUP_MAX, 0, 0},
     {{"--dca-chunk"}, FLAG_INT, offsetof(Options, rope.chunk), 2, 1 << 24, 0, 0},
     {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
     {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
@@ -295,12 +296,10 @@ int parse_args(int argc, char **argv, Options *o) {
         }
         for (int j = 0; f->generation && !o->gen_flag && j < 3 && f->names[j]; j++) // as typed
             if (!strcmp(name, f->names[j])) o->gen_flag = f->names[j];
-        // llama.cpp's -t is its thread count: a whole number of 2 or more is probably meant as one.
-        if (f->offset == offsetof(Options, temp) && o->temp >= 2 && o->temp == floor(o->temp) && name[1] != '-')
-            fprintf(stderr,
-                    "warning: -t %s is the temperature here (llama2.c's -t); the thread count is "
-                    "--threads\n",
-                    value);
+        // llama.cpp's -t is its thread count: a whole number of 2 or more is probably meant as one
+        // (warned by cli_warn).
+        if (f->offset == offsetof(Options, temp))
+            o->temp_as_threads = o->temp >= 2 && o->temp == floor(o->temp) && name[1] != '-' ? value : NULL;
     }
     const int chat = o->mode && !strcmp(o->mode, "chat");
     if (o->mode && !chat && strcmp(o->mode, "generate")) {
@@ -358,6 +357,12 @@ int parse_args(int argc, char **argv, Options *o) {
     return 0;
 }
 
+void cli_warn(const Options *o) {
+    if (o->temp_as_threads)
+        fprintf(stderr, "warning: -t %s is the temperature here (llama2.c's -t); the thread count is --threads (hint: "
+                        "--threads %s)\n", o->temp_as_threads, o->temp_as_threads);
+}
+
 void usage(FILE *f) {
     fprintf(f, "usage: run MODEL.bin [options]\n"
                "\n"
@@ -389,6 +394,8 @@ void usage(FILE *f) {
                "                           (prompts faster: docs/speed.md, \"f16 as bf16\"; as much memory\n"
                "                           again; each off by at most 2^-8 of itself: README's flag table;\n"
                "                           default off: f16 as it is)\n"
+               "      --check-tensors      at load, check that every weight is finite (no NaN, no\n"
+               "                           infinity) and refuse the model naming the first that is not\n"
                "      --version            the version and the build's kernels\n"
                "\n"
                "Sampling, in this order (llama.cpp's; see README, \"Sampling\"):\n"

@@ -11,6 +11,10 @@
 
 #define MAX_REVERSE_PROMPTS 16
 
+// The largest --rope-factor and --grp-attn-n the parser takes; run.c offers no larger one in a hint.
+#define ROPE_FACTOR_MAX 1e6
+#define ROPE_GROUP_MAX (1 << 24)
+
 typedef struct {
     const char *model;
     const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
@@ -32,10 +36,12 @@ typedef struct {
     int attn_logn;                 // --attn-logn (a switch)
     int f16_as_bf16;               // --f16-as-bf16 (a switch): f16 weights multiplied as bf16
     int verbose_prompt;            // --verbose-prompt (a switch): the prompt's ids on stderr
+    int check_tensors;             // --check-tensors (a switch): every weight finite, checked at load
     RopeOverrides rope;
     const char *reverse[MAX_REVERSE_PROMPTS]; // -r: stop when the output shows one of these
     int n_reverse;
     const char *gen_flag;      // the first generation-only flag given, which --ppl refuses
+    const char *temp_as_threads; // -t N with a whole N >= 2 (llama.cpp's thread count?): N as typed
     const char *mode;          // -m: "generate" (default) or "chat"
     const char *system;        // -y: chat's system prompt
     const char *chat_template; // --chat-template NAME; NULL: recognised from tokenizer_config.json
@@ -45,8 +51,12 @@ typedef struct {
 #define CHAT_TEMPLATE_NAMES "llama2 | llama3 | zephyr | chatml | qwen3 | mistral | phi3 | phi4-mini"
 
 // Returns 0 to run, 1 after --help or --version (printed on stdout), -1 after a usage error
-// (reported on stderr, with a pointer to --help).
+// (reported on stderr, with a pointer to --help). A successful parse prints nothing: run.c may start
+// itself again (its wait policy), and its warnings (cli_warn) are printed once, by the last start.
 int parse_args(int argc, char **argv, Options *o);
+
+// The warnings of a command line that parsed: a run that goes ahead but maybe not as meant.
+void cli_warn(const Options *o);
 
 void usage(FILE *f);
 

@@ -260,6 +260,9 @@ void attention(float *out, const float *q, const float *q_far, const KVCache *c,
                float *scratch, int n_threads) {
     const int per = att_queries(c->n_heads, c->n_kv_heads), tasks = (n + per - 1) / per;
     const size_t each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, extra_turns(c));
+    // No more threads than tasks (as matvec): a thread with no task would only be woken and wait,
+    // and with more threads than cores each such wake takes a core from a thread with work.
+    if (n_threads > c->n_kv_heads * tasks) n_threads = c->n_kv_heads * tasks;
     if (n_threads == 1) { // no team for one thread (kernels.c)
         for (int kvh = 0; kvh < c->n_kv_heads; kvh++)
             for (int t = 0; t < tasks; t++)

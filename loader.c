@@ -412,3 +412,108 @@ fail:
     transformer_free(t);
     return -1;
 }
+
+// ---------------------------------------------------------------------------------------------
+// --check-tensors: every weight's value finite (llama.cpp's flag of the same name). A NaN or an
+// infinity in a weight turns every activation it touches into NaN, and the text into whatever
+// token the sampler makes of NaN logits; scanned at load, the file is refused naming the tensor.
+// A matrix is read as the forward pass reads it (matrix_row: a q8_0 or q4_0 value is its quant
+// times its block's scale, so a non-finite scale shows in every value of its block); the vectors
+// (norms, biases) are f32 in every file.
+
+// The first non-finite value of m: its row, column and value in *row, *col, *x; 0 when every value
+// is finite, 1 when one is not, -1 when no scratch row could be allocated.
+static int matrix_nonfinite(const Matrix *m, int *row, int *col, float *value) {
+    int first = m->rows, failed = 0; // the first row with a non-finite value; rows: none
+#pragma omp parallel
+    {
+        float *x = malloc((size_t)m->cols * sizeof *x); // (cols) one row as float
+        if (!x) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static) reduction(min : first)
+        for (int r = 0; r < m->rows; r++) {
+            if (!x || r > first) continue; // (this thread's first so far)
+            matrix_row(x, m, r);
+            for (int c = 0; c < m->cols; c++)
+                if (!isfinite(x[c])) {
+                    first = r;
+                    break;
+                }
+        }
+        free(x);
+    }
+    if (failed) return -1;
+    if (first == m->rows) return 0;
+    float *x = malloc((size_t)m->cols * sizeof *x);
+    if (!x) return -1;
+    matrix_row(x, m, first);
+    int c = 0;
+    while (isfinite(x[c]))
+        c++;
+    *row = first, *col = c, *value = x[c];
+    free(x);
+    return 1;
+}
+
+// One tensor: a matrix m, or (m NULL) the n f32 values v (NULL: the model has no such tensor).
+// 0 when every value is finite; -1 with the tensor, the place and the value in err.
+static int check_tensor(const char *name, int layer, const Matrix *m, const float *v, int n, char *err, size_t errlen) {
+    int row = 0, col = 0, bad = 0;
+    float x = 0;
+    if (m) {
+        bad = matrix_nonfinite(m, &row, &col, &x);
+        if (bad < 0) {
+            snprintf(err, errlen, "--check-tensors: out of memory");
+            return -1;
+        }
+    } else if (v) {
+        while (col < n && isfinite(v[col]))
+            col++;
+        bad = col < n;
+        if (bad) x = v[col];
+    }
+    if (!bad) return 0;
+    char tensor[48], at[48];
+    if (layer >= 0)
+        snprintf(tensor, sizeof tensor, "layers.%d.%s", layer, name);
+    else
+        snprintf(tensor, sizeof tensor, "%s", name);
+    if (m)
+        snprintf(at, sizeof at, "row %d, column %d", row, col);
+    else
+        snprintf(at, sizeof at, "index %d", col);
+    snprintf(err, errlen,
+             "--check-tensors: tensor %s holds %s at %s (hint: the file is damaged, or its checkpoint has such "
+             "weights: export it again from a good one)",
+             tensor, isnan(x) ? "NaN" : x > 0 ? "+infinity" : "-infinity", at);
+    return -1;
+}
+
+int transformer_check_tensors(const Transformer *t, char *err, size_t errlen) {
+    const Config *p = &t->config;
+    const TransformerWeights *w = &t->weights;
+    const int D = p->dim, hd = p->head_dim, qd = p->n_heads * hd, kvd = p->n_kv_heads * hd;
+    if (check_tensor("token_embedding", -1, &w->token_embedding, NULL, 0, err, errlen)) return -1;
+    for (int l = 0; l < p->n_layers; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        const struct {
+            const char *name;
+            const Matrix *m; // a matrix, or
+            const float *v;  // n f32 values (NULL: not in this model)
+            int n;
+        } each[] = {
+            {"rms_att", NULL, lw->rms_att, D},  {"wq", &lw->wq, NULL, 0},          {"bq", NULL, lw->bq, qd},
+            {"wk", &lw->wk, NULL, 0},           {"bk", NULL, lw->bk, kvd},         {"wv", &lw->wv, NULL, 0},
+            {"bv", NULL, lw->bv, kvd},          {"q_norm", NULL, lw->q_norm, hd},  {"k_norm", NULL, lw->k_norm, hd},
+            {"wo", &lw->wo, NULL, 0},           {"rms_ffn", NULL, lw->rms_ffn, D}, {"w1", &lw->w1, NULL, 0},
+            {"w2", &lw->w2, NULL, 0},           {"w3", &lw->w3, NULL, 0},
+        };
+        for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
+            if (check_tensor(each[i].name, l, each[i].m, each[i].v, each[i].n, err, errlen)) return -1;
+    }
+    if (check_tensor("rms_final", -1, NULL, w->rms_final, D, err, errlen)) return -1;
+    if (w->wcls.data != w->token_embedding.data && check_tensor("wcls", -1, &w->wcls, NULL, 0, err, errlen)) return -1;
+    return 0;
+}

@@ -395,6 +395,19 @@ static void add_rows(float *x, const float *y, size_t n) {
         x[i] += y[i];
 }
 
+// transformer_trace_nonfinite: note the first place (layer, mlp) where one of the watched rows of x
+// (n rows of width D) holds a value that is not finite. Off (s->trace 0) but in the traced forward:
+// a scan of the stream per layer costs.
+static void trace(RunState *s, const float *x, int n, int D, int layer, int mlp) {
+    if (!s->trace || s->found.layer != -2) return;
+    for (int i = 0; i < n && i < s->trace; i++)
+        for (int d = 0; d < D; d++)
+            if (!isfinite(x[(size_t)i * D + d])) {
+                s->found = (NonFinite){layer, mlp, i};
+                return;
+            }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The forward pass
 
@@ -430,6 +443,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
 
     for (int i = 0; i < n; i++)
         matrix_row(s->x + (size_t)i * D, &w->token_embedding, tokens[i]); // (n, D)
+    trace(s, s->x, n, D, -1, 0);
 
     int bad = 0; // a product refused its arguments: a bug in the sizing of the workspace
     for (int l = 0; l < p->n_layers && !bad; l++) {
@@ -445,6 +459,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
         attention(s->xb, s->q, s->q_far, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
         bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);                        // (n, qd) -> (n, D)
         add_rows(s->x, s->xb2, (size_t)n * D);
+        trace(s, s->x, n, D, l, 0);
 
         // MLP: x = x + w2(silu(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
         rmsnorm(s->xb, s->x, lw->rms_ffn, n, D, p->norm_eps);
@@ -452,18 +467,36 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
         swiglu(s->hb, s->hb2, (size_t)n * H);
         bad |= matmul(&s->work, s->xb2, s->hb, &lw->w2, n); // (n, H) -> (n, D)
         add_rows(s->x, s->xb2, (size_t)n * D);
+        trace(s, s->x, n, D, l, 1);
     }
 
     // Classifier, for every row of the block or only the last one.
     const int first = all_logits ? 0 : n - 1;
     rmsnorm(s->xb, s->x + (size_t)first * D, w->rms_final, n - first, D, p->norm_eps);
     bad |= matmul(&s->work, s->logits, s->xb, &w->wcls, n - first); // (rows, D) -> (rows, V)
+    if (s->trace > first) { // the watched rows that have logits
+        s->trace -= first;
+        trace(s, s->logits, n - first, p->vocab_size, p->n_layers, 0);
+        if (s->found.layer == p->n_layers) s->found.row += first;
+    }
     if (bad) {
         snprintf(err, errlen, "forward: a matrix product did not fit the scratch it was given (a bug)");
         return -1;
     }
     *logits = s->logits;
     return 0;
+}
+
+int transformer_trace_nonfinite(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits,
+                                int rows, NonFinite *where, char *err, size_t errlen) {
+    RunState *s = &t->state;
+    s->trace = rows > 0 ? rows : 1;
+    s->found = (NonFinite){-2, 0, 0};
+    float *logits;
+    const int status = transformer_forward(t, tokens, n, pos, text_len, all_logits, &logits, err, errlen);
+    s->trace = 0;
+    *where = s->found;
+    return status;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -193,6 +193,15 @@ typedef struct {
     int attn_logn; // 1: a query at position m >= L scaled by ln(m + 1) / ln(L) (--attn-logn; model.c)
 } RunConfig;
 
+// Where a forward's numbers first were not finite (transformer_trace_nonfinite): the first place,
+// in the order the forward computes them, whose rows hold a NaN or an infinity.
+typedef struct {
+    int layer; // the layer; -1: the token embedding; n_layers: the final norm and the classifier;
+               // -2: nowhere (every activation and logit was finite)
+    int mlp;   // in the layer: 0 its attention (the stream after it), 1 its MLP
+    int row;   // the first such token of the block, 0 .. n-1
+} NonFinite;
+
 // Activations for a block of up to B = max_batch tokens, the KV cache, and the kernels' scratch.
 typedef struct {
     float *x;              // (B, D) residual stream
@@ -212,6 +221,9 @@ typedef struct {
     unsigned rope_version; // Rope.version the rotation table was copied from
     Workspace work;        // the kernels' scratch (packed weights, quantized activations)
     int n_threads;         // threads the scratch was sized for; the kernels never use more
+    int trace;             // > 0: the forward notes in `found` where the first `trace` rows of the block
+                           // first hold a number that is not finite; 0: no such check
+    NonFinite found;
     size_t bytes;          // of the one allocation all the buffers above live in
 } RunState;
 
@@ -233,6 +245,11 @@ typedef struct {
 // (loader.c). Returns 0, or -1 with "what: why (hint: fix)" in err. Nothing is left allocated on
 // failure.
 int transformer_load(Transformer *t, const char *path, char *err, size_t errlen);
+
+// --check-tensors: every weight of the loaded model finite (loader.c). Returns 0, or -1 with the first
+// tensor that holds a NaN or an infinity (its name as lrun/modelfile.py names it, layers.L.NAME, and
+// where in it) in err.
+int transformer_check_tensors(const Transformer *t, char *err, size_t errlen);
 
 // Bytes transformer_prepare will allocate for this run on n_threads threads: activations, KV
 // cache, kernel scratch and RoPE tables. Sets *overflow (and returns 0) if that does not fit in
@@ -268,6 +285,14 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run);
 // caller's bug).
 int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits, float **logits,
                         char *err, size_t errlen);
+
+// After a forward whose logits were not finite: the same call again (the same tokens at the same
+// positions, so the cache ends as it was), the residual stream of the block's first `rows` tokens
+// checked after the embedding and after each layer's attention and MLP, which transformer_forward
+// does only here: *where says where their numbers first went non-finite. Returns 0, or -1 with a
+// message in err.
+int transformer_trace_nonfinite(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits,
+                                int rows, NonFinite *where, char *err, size_t errlen);
 
 // Context shift, for generating past a full cache of len positions: keep the first `keep`, drop the
 // `drop` after them, and move the rest down by `drop` (keys turned to their new positions, values

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -192,9 +193,10 @@ static int decode_step(Transformer *t, int keep, int token, int *pos, int *shift
     return 0;
 }
 
-// The positions a context shift keeps: --keep, or 4 (attention's sinks: BOS and three more),
-// fewer in a context of 4 or less.
-static int keep_of(const Options *o, int ctx) { return o->keep >= 0 ? o->keep : ctx - 1 < 4 ? ctx - 1 : 4; }
+// The positions a context shift keeps: --keep, or 4 (attention's sinks: BOS and three more), fewer
+// in a context of 5 or less: ctx - 2, so that a shift of a full context drops at least one (it
+// drops half of what is not kept); a context of 1 cannot shift.
+static int keep_of(const Options *o, int ctx) { return o->keep >= 0 ? o->keep : ctx - 2 < 0 ? 0 : ctx - 2 < 4 ? ctx - 2 : 4; }
 
 // The run's sampler: the flags, and a seed from the kernel when -s is not given. The seed goes on
 // stderr so that a run can be repeated exactly with -s.
@@ -235,6 +237,68 @@ static void show_prompt(Tokenizer *tok, const int *ids, int n) {
             note = " (a leading space, not shown where a text starts)";
         fprintf(stderr, "%8d -> '%.*s'%s\n", ids[i], (int)len, piece ? piece : "", note);
     }
+}
+
+// Logits that are not finite (NaN or infinite weights, or activations that overflowed) end the run
+// with an error: sampled, they give whitespace, and a perplexity of NaN. A look at the row of each
+// sampled token, or at the loss of each scored one, is cheap beside the forward that made it; the
+// place where the numbers went wrong is found only then, by running the tokens again with the
+// residual stream checked after every layer (transformer_trace_nonfinite).
+
+// Are a token's logits (NULL: not looked at) and the residual stream they came from (row `row` of
+// the last forward's block) finite? The stream too: a quantized product (q8_0, q4_0) rounds its
+// input to 8 bits, which turns a NaN on its way to the logits into a finite number, while in the
+// stream a NaN stays. 0 when they are; else 1, with the first value that is not in *x.
+static int nonfinite_output(const Transformer *t, const float *logits, int row, double *x) {
+    const float *h = t->state.x + (size_t)row * t->config.dim; // (D) the stream before the final norm
+    for (int i = 0; i < t->config.dim; i++)
+        if (!isfinite(h[i])) return *x = h[i], 1;
+    for (int i = 0; logits && i < t->config.vocab_size; i++)
+        if (!isfinite(logits[i])) return *x = logits[i], 1;
+    return 0;
+}
+
+// Position `at`'s logits (of perplexity window `window`; 0: not a perplexity run) were not finite
+// (x, one of them, or the loss made of them). tokens[0..n)
+// are what ran at positions pos .. pos+n-1 of a text of text_len tokens (a prompt, a turn, a
+// perplexity block or one decoded token): they run again, block by block from the first, until one
+// shows where. Reports it; returns 1, the exit status.
+static int nonfinite_error(Transformer *t, const Options *o, const int *tokens, int n, int pos, int text_len,
+                           int all_logits, int at, int window, double x) {
+    NonFinite where = {-2, 0, 0};
+    char err[300], place[160];
+    int b = 0;
+    for (; b < n; b += t->run.max_batch) {
+        const int len = n - b < t->run.max_batch ? n - b : t->run.max_batch;
+        // the rows up to position `at`: the later ones of its block cannot have made it non-finite
+        if (transformer_trace_nonfinite(t, tokens + b, len, pos + b, text_len, all_logits, at - (pos + b) + 1, &where,
+                                        err, sizeof err)) {
+            fprintf(stderr, "\nerror: %s\n", err);
+            return 1;
+        }
+        if (where.layer != -2) break;
+    }
+    const int L = t->config.n_layers, origin = pos + b + where.row;
+    if (where.layer == -2)
+        snprintf(place, sizeof place, "; run again with a check after every layer, no layer gave one");
+    else {
+        char layer[60], at_origin[40] = " there";
+        if (where.layer == -1)
+            snprintf(layer, sizeof layer, "the token embedding (token id %d)", tokens[b + where.row]);
+        else if (where.layer == L)
+            snprintf(layer, sizeof layer, "the final norm and the classifier");
+        else
+            snprintf(layer, sizeof layer, "layer %d's %s", where.layer, where.mlp ? "MLP" : "attention");
+        if (origin != at) snprintf(at_origin, sizeof at_origin, " at position %d", origin);
+        snprintf(place, sizeof place, ": the numbers first went non-finite%s, in %s", at_origin, layer);
+    }
+    char in_window[40] = "";
+    if (window) snprintf(in_window, sizeof in_window, " of window %d", window);
+    fprintf(stderr, "\nerror: the logits at position %d%s are not finite (%s)%s %s\n", at, in_window,
+            isnan(x) ? "NaN" : "infinity", place,
+            o->check_tensors ? "(every weight is finite, --check-tensors said: the numbers overflowed on the way)"
+                             : "(hint: --check-tensors looks for NaN and infinity in the weights at load)");
+    return 1;
 }
 
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
@@ -295,8 +359,16 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     // first `keep` positions, drops the oldest half of the rest and moves the others down.
     int pos = n_prompt, prev = ids[n_prompt - 1], generated = 0, steps = 0, shifts = 0;
     const char *why = interrupted ? "interrupted (Ctrl-C)" : NULL;
+    int nonfinite = 0; // reported by nonfinite_error
     char hit[128];
     while (!status && !why && (o->n_predict < 0 || generated < o->n_predict)) {
+        double x; // the prompt's last token's row of its block, or the token just decoded
+        if (nonfinite_output(t, logits, steps ? 0 : (n_prompt - 1) % t->run.max_batch, &x)) {
+            nonfinite = 1;
+            status = steps ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
+                           : nonfinite_error(t, o, ids, n_prompt, 0, n_prompt, 0, n_prompt - 1, 0, x);
+            break;
+        }
         int next = sampler_sample(sampler, logits);
         if (is_end(c, next)) {
             why = "end of text";
@@ -319,7 +391,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         }
         const int step = decode_step(t, keep, next, &pos, &shifts, &logits, err, sizeof err);
         if (step > 0) {
-            why = "context full (hint: a larger --ctx or a smaller --keep)";
+            why = "context full (hint: a larger --ctx: a context shift needs 2 positions)"; // only at --ctx 1
             break;
         }
         status = step < 0;
@@ -330,7 +402,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     free(stop.tail);
     free(ids);
     if (status) {
-        fprintf(stderr, "\nerror: %s\n", err);
+        if (!nonfinite) fprintf(stderr, "\nerror: %s\n", err);
         return 1;
     }
     out_write("\n", 1);
@@ -436,6 +508,13 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
         Stop stop = stop_new(o);
         int prev = ids[n - 1], generated = 0, ended = 0;
         while (!status && !interrupted && !stop.hit && (o->n_predict < 0 || generated < o->n_predict)) { // the reply
+            double x; // the turn's last token's row of its block, or the token just decoded
+            if (nonfinite_output(t, logits, generated ? 0 : (n - 1) % t->run.max_batch, &x)) {
+                status = generated ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
+                                   : nonfinite_error(t, o, ids, n, pos - n, pos, 0, pos - 1, 0, x);
+                err[0] = 0; // reported
+                break;
+            }
             int next = sampler_sample(sampler, logits);
             ended = is_end(c, next);
             if (!ended) emit(tok, prev, next, &stop);
@@ -461,7 +540,7 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
             status = bad || room != 0 || fed < 0;
             pos += fed > 0 ? fed : 0;
         }
-        if (status) fprintf(stderr, "error: %s\n", err);
+        if (status && err[0]) fprintf(stderr, "error: %s\n", err);
     }
     char shifted[120] = "", skipped[60] = "";
     if (shifts)
@@ -576,8 +655,15 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
                 double sum = 0;
                 for (int v = 0; v < V; v++)
                     sum += exp((double)row[v] - max);
+                double loss = max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
+                if (!isfinite(loss) || nonfinite_output(t, NULL, i, &loss)) { // NaN in the row or the stream
+                    nonfinite_error(t, o, win + b, n, b, N, 1, b + i, w + 1, loss);
+                    free(win);
+                    free(ids);
+                    return 1;
+                }
                 int k = bucket_of(b + i, L);
-                nll[k] += max + log(sum) - row[win[b + i + 1]]; // -log softmax(row)[next token]
+                nll[k] += loss;
                 count[k]++;
             }
             if (tty) fprintf(stderr, "\r[%d/%d] %3d%%", w + 1, windows, (int)(100.0 * (b + n) / N));
@@ -621,19 +707,31 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
 // spins (GOMP_SPINCOUNT); while another process holds one of the cores, the threads then spin
 // against each other at every region's end and a decode can run fifty times slower than on one
 // thread. 1000 spins cost nothing measurable on an idle machine and avoid the collapse on a busy
-// one, where passive waiting would be slower idle (README, "Threads", has the measurements).
-// libgomp reads the variable once, as it loads, before main: so when the user has set neither
-// OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets it and starts the program again. If that exec
+// one, where passive waiting would be slower idle (README, "Threads", has the measurements). With
+// more threads than the cores the process may use, some thread is always waiting for a core, and
+// a waiting thread that spins holds one: there the threads wait passively (OMP_WAIT_POLICY).
+// libgomp reads the variables once, as it loads, before main: so when the user has set neither
+// OMP_WAIT_POLICY nor GOMP_SPINCOUNT, main sets one and starts the program again. If that exec
 // fails (no /proc), the run goes on with libgomp's default.
 #define DEFAULT_SPINCOUNT "1000"
 
-static void default_spin(char **argv) {
+// The cores this process may run on (its affinity mask, which taskset and cgroup cpusets narrow);
+// the online processors when the mask cannot be read.
+static int usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void default_spin(char **argv, int oversubscribed) {
 #ifdef _OPENMP
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("GOMP_SPINCOUNT", DEFAULT_SPINCOUNT, 1) == 0) execv("/proc/self/exe", argv);
-    unsetenv("GOMP_SPINCOUNT"); // the exec failed: say nothing we did not do
+    const char *name = oversubscribed ? "OMP_WAIT_POLICY" : "GOMP_SPINCOUNT";
+    if (setenv(name, oversubscribed ? "passive" : DEFAULT_SPINCOUNT, 1) == 0) execv("/proc/self/exe", argv);
+    unsetenv(name); // the exec failed: say nothing we did not do
 #else
-    (void)argv;
+    (void)argv, (void)oversubscribed;
 #endif
 }
 
@@ -641,12 +739,30 @@ static void default_spin(char **argv) {
 static const char *wait_policy(char *buf, size_t len) {
     const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
     if (policy)
-        snprintf(buf, len, "OMP_WAIT_POLICY=%.20s", policy);
+        snprintf(buf, len, "OMP_WAIT_POLICY=%.20s%s", policy,
+                 !spins && !strcmp(policy, "passive") && max_threads() > usable_cores() ? ", the default past the cores"
+                                                                                        : "");
     else if (spins)
         snprintf(buf, len, "GOMP_SPINCOUNT=%.20s%s", spins, strcmp(spins, DEFAULT_SPINCOUNT) ? "" : ", the default");
     else
         snprintf(buf, len, "libgomp's default wait");
     return buf;
+}
+
+// More threads than cores: the run goes ahead (the user asked for them), slower than at the core
+// count, and says so. The count comes from --threads, else from OMP_NUM_THREADS.
+static void warn_threads(const Options *o) {
+    const int threads = max_threads(), cores = usable_cores();
+    if (threads <= cores) return;
+    char from[60];
+    if (o->threads)
+        snprintf(from, sizeof from, "--threads %d", o->threads);
+    else
+        snprintf(from, sizeof from, "OMP_NUM_THREADS=%.30s", getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "");
+    fprintf(stderr,
+            "warning: %s is more than the %d core%s this process may use (sched_getaffinity): the threads take "
+            "turns on them, which is slower than one thread a core (hint: --threads %d)\n",
+            from, cores, plural(cores), cores);
 }
 
 // What the kernel says could still be allocated without swapping (MemAvailable), in bytes.
@@ -702,7 +818,7 @@ static void banner_layers(const Config *c) {
 // allocate (the KV cache and the activations; the weights are mmapped) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
     const Config *c = &t->config;
-    char waiting[64];
+    char waiting[96];
     char version[32] = "llama2.c legacy";
     if (c->version) snprintf(version, sizeof version, "lrun v%d", c->version);
     fprintf(stderr,
@@ -752,32 +868,100 @@ static void banner_tokenizer(const Tokenizer *tok, const char *path, int model_v
     fprintf(stderr, "\n");
 }
 
-// Runs that go ahead but probably not as meant say so, each with the fix.
+// Does --rope-scaling `mode`, with the user's other RoPE flags (`given`), pass configure's rules
+// for this model and context? The hints that offer a mode offer only these.
+static int mode_runs(const Config *c, int ctx, const RopeOverrides *given, int mode) {
+    RopeOverrides o = *given;
+    o.mode = mode;
+    RopeParams p;
+    char err[300];
+    return rope_params_resolve(&p, &c->rope, ctx, &o, err, sizeof err) == ROPE_OK &&
+           !(rope_query_turns(&p) > 1 && c->sliding_window);
+}
+
+// The modes that run (mode_runs) other than `skip`, as "pi|ntk|...": first with the user's other
+// RoPE flags; when none does, with only --rope-base (*alone set: the hint must say to drop the
+// others). Empty when none runs.
+static void modes_that_run(const Config *c, int ctx, const RopeOverrides *given, int skip, char *buf, size_t len,
+                           int *alone) {
+    const RopeOverrides base_only = {.mode = -1, .base = given->base};
+    for (*alone = 0; *alone < 2; (*alone)++) {
+        size_t n = 0;
+        buf[0] = 0;
+        for (int m = 0; m < ROPE_SCALING_COUNT && n < len; m++)
+            if (m != skip && mode_runs(c, ctx, *alone ? &base_only : given, m))
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "|" : "", rope_scaling_name((RopeScaling)m));
+        if (buf[0]) return;
+    }
+    *alone = 0;
+}
+
+// A factor for a hint: x rounded up to three decimals, so that the number printed (%.12g prints it
+// whole) is never below x and the run it suggests covers what the hint says.
+static double factor_up(double x) { return ceil(x * 1000 - 1e-9) / 1000; }
+
+// Runs that go ahead but probably not as meant say so, each with a fix. A warning names what the
+// run uses and where it came from (a flag the user gave, the checkpoint, the default), and a hint
+// offers only flags the program accepts that make the warning go away (tests/test_hints.py
+// reruns each).
 static void warn_context(const Config *c, const RunConfig *run, const Options *o) {
     const RopeParams *p = &run->rope;
     const int L = c->n_ctx_train, ctx = run->n_ctx;
-    const int own = (o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode) && o->rope.factor == 0;
-    if (ctx > L && !rope_is_scaled(p))
+    const int same_mode = o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode;
+    const int user_factor = o->rope.factor > 0 || o->rope.group > 0;
+    const int own = same_mode && !user_factor; // the checkpoint's own scaling, factor included
+    char modes[200];
+    int alone;
+    if (ctx > L && !rope_is_scaled(p)) {
+        modes_that_run(c, ctx, &o->rope, ROPE_SCALING_NONE, modes, sizeof modes, &alone);
         fprintf(stderr,
-                "warning: --ctx %d is beyond the %d tokens the model was trained on, with no RoPE scaling: expect "
-                "the text to fall apart past %d (hint: --rope-scaling pi|ntk|dynamic|yarn|llama3|rerope|leaky-rerope|selfextend|dynamic-yarn|dca)\n",
-                ctx, L, L);
-    if (own && c->n_ctx_max > L && ctx > c->n_ctx_max)
+                "warning: --ctx %d is beyond the %d tokens the model was trained on, with %s: expect the text to "
+                "fall apart past %d%s%s%s\n",
+                ctx, L, o->rope.mode < 0 ? "no RoPE scaling (the checkpoint has none)" : "--rope-scaling none", L,
+                modes[0] ? " (hint: --rope-scaling " : "", modes, modes[0] ? ")" : "");
+    }
+    // A factor covers s L positions (rope_covers); dynamic's grows with the length and rerope has
+    // none. A checkpoint's own scaling covers what it says it supports (Llama 3.1: factor 8 of
+    // 8192, said good to 131072); LongRoPE's long factors are fixed by the checkpoint, so past
+    // that a --rope-factor (its attention factor only) changes nothing and --ctx is the fix.
+    double fix, covers = rope_covers(p, ctx, &fix);
+    const char *flag = rope_factor_is_group(p) ? "--grp-attn-n" : "--rope-factor";
+    const double flag_max = rope_factor_is_group(p) ? ROPE_GROUP_MAX : ROPE_FACTOR_MAX;
+    char factor_hint[80] = "";
+    if (covers && fix <= flag_max) snprintf(factor_hint, sizeof factor_hint, "%s %.12g", flag, factor_up(fix));
+    if (same_mode && (own || p->mode == ROPE_SCALING_LONGROPE) && c->n_ctx_max > L && ctx > c->n_ctx_max) {
         fprintf(stderr,
                 "warning: --ctx %d is beyond the %d positions the checkpoint says it supports with its own %s "
-                "scaling (max_position_embeddings) (hint: --ctx %d, or a larger --rope-factor)\n",
-                ctx, c->n_ctx_max, rope_scaling_name(c->rope.mode), c->n_ctx_max);
-    // A factor covers s L positions (rope_covers); dynamic's grows with the length and rerope has
-    // none. A checkpoint's own factor covers what it says it supports (Llama 3.1: factor 8 of 8192,
-    // said good to 131072).
-    double fix, covers = rope_covers(p, ctx, &fix);
+                "scaling (max_position_embeddings) (hint: --ctx %d%s%s)\n",
+                ctx, c->n_ctx_max, rope_scaling_name(c->rope.mode), c->n_ctx_max, factor_hint[0] ? ", or " : "",
+                factor_hint);
+        return; // what the factor covers is this same limit
+    }
+    if (!covers) return; // a mode with no factor (none: the first warning's case)
     if (own && c->n_ctx_max > covers) covers = c->n_ctx_max;
-    const char *flag = rope_factor_is_group(p) ? "--grp-attn-n" : "--rope-factor";
-    if (covers && covers < ctx)
-        fprintf(stderr,
-                "warning: %s with %s %g covers %g positions, fewer than --ctx %d: positions past %g are "
-                "extrapolated (hint: %s %g, or leave it out: the default covers --ctx)\n",
-                rope_scaling_name(p->mode), flag, p->factor, covers, ctx, covers, flag, fix);
+    if (covers >= ctx) return;
+    // The fixes: a factor that covers --ctx; leaving the user's factor out when the default covers
+    // (it does unless the default is the checkpoint's own); a --ctx the factor covers.
+    char hint[300];
+    size_t n = (size_t)snprintf(hint, sizeof hint, "%s", factor_hint);
+#define OR(...) (n += n < sizeof hint ? (size_t)snprintf(hint + n, sizeof hint - n, __VA_ARGS__) : 0)
+    RopeOverrides left_out = o->rope;
+    left_out.factor = 0, left_out.group = 0;
+    RopeParams dflt;
+    char err[300];
+    double unused;
+    if (user_factor && rope_params_resolve(&dflt, &c->rope, ctx, &left_out, err, sizeof err) == ROPE_OK &&
+        (rope_covers(&dflt, ctx, &unused) >= ctx || (same_mode && c->n_ctx_max >= ctx)))
+        OR("%sleave %s out: the default, %g, covers --ctx", n ? ", or " : "", flag, dflt.factor);
+    if (o->keep < 0 || o->keep < (int)covers - 1) OR("%s--ctx %d", n ? ", or " : "", (int)covers);
+#undef OR
+    char from[80];
+    if (user_factor)
+        snprintf(from, sizeof from, "%s %g", flag, p->factor);
+    else
+        snprintf(from, sizeof from, "%s factor %g", own ? "the checkpoint's" : "the default", p->factor);
+    fprintf(stderr, "warning: %s with %s covers %g positions, fewer than --ctx %d: positions past %g are extrapolated%s%s%s\n",
+            rope_scaling_name(p->mode), from, covers, ctx, covers, hint[0] ? " (hint: " : "", hint, hint[0] ? ")" : "");
 }
 
 // The run's parameters from the flags and the checkpoint; 0, or 2 after a usage error, 1 after
@@ -792,8 +976,10 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     for (int i = 0; i < 2; i++) {
         // a cache type at all (with a head_dim q8_0 accepts); this model's head_dim is checked below
         if (dtype_from_name(types[i], set[i]) || !kv_type_ok(*set[i], Q8_BLOCK)) {
-            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: f32, f16 or q8_0)\n", types[i],
-                    i ? "--cache-type-v" : "--cache-type-k");
+            fprintf(stderr, "error: invalid KV cache type '%s' for %s (hint: %s)\n", types[i],
+                    i ? "--cache-type-v" : "--cache-type-k",
+                    kv_type_ok(DTYPE_Q8_0, c->head_dim) ? "f32, f16 or q8_0" : "f32 or f16; q8_0 needs a head_dim that "
+                                                                               "is a multiple of 32");
             return 2;
         }
         if (!kv_type_ok(*set[i], c->head_dim)) {
@@ -817,8 +1003,8 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope, leaky-rerope, selfextend and dca",
         [ROPE_REROPE_FACTOR] = "rerope has no --rope-factor: every distance past the window is scored as the window "
                                "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
-        [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: a factor K > 1, or "
-                                  "--rope-scaling none)",
+        [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: --rope-factor K with "
+                                  "K > 1, or --rope-scaling none without --rope-factor)",
         [ROPE_GROUP_NOT_SELFEXTEND] = "--grp-attn-n is used only by --rope-scaling selfextend",
         [ROPE_FACTOR_SELFEXTEND] = "selfextend's factor is its group size (hint: --grp-attn-n G, not --rope-factor)",
         [ROPE_FACTOR_FOLLOWS_LENGTH] = "dynamic-yarn has no --rope-factor: its factor is the length over the trained "
@@ -838,10 +1024,14 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
         return 2;
     }
     if (rope_query_turns(&run->rope) > 1 && c->sliding_window) {
+        char modes[200];
+        int alone;
+        modes_that_run(c, run->n_ctx, &o->rope, (int)run->rope.mode, modes, sizeof modes, &alone);
         fprintf(stderr,
                 "error: --rope-scaling %s on a model with sliding-window layers (window %d): their queries see no "
-                "key farther than the window, and the two are not run together (hint: another --rope-scaling)\n",
-                rope_scaling_name(run->rope.mode), c->sliding_window);
+                "key farther than the window, and the two are not run together (hint: --rope-scaling %s%s)\n",
+                rope_scaling_name(run->rope.mode), c->sliding_window, modes,
+                alone ? ", without the flags of this mode" : "");
         return 2;
     }
     int overflow;
@@ -876,21 +1066,28 @@ static char *default_tokenizer(const char *model) {
 }
 
 int main(int argc, char **argv) {
-    default_spin(argv);
     Options o;
     int parsed = parse_args(argc, argv, &o);
     if (parsed) return parsed < 0 ? 2 : 0;
-    struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESETHAND}; // no SA_RESTART: getline returns
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
 #ifdef _OPENMP
     if (o.threads) omp_set_num_threads(o.threads);
 #endif
+    default_spin(argv, max_threads() > usable_cores()); // may start the program again, which parses again
+    cli_warn(&o);
+    warn_threads(&o);
+    struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESETHAND}; // no SA_RESTART: getline returns
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
 
     char err[600];
     Transformer t;
     if (transformer_load(&t, o.model, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    if (o.check_tensors && transformer_check_tensors(&t, err, sizeof err)) {
+        fprintf(stderr, "error: %s: %s\n", o.model, err);
+        transformer_free(&t);
         return 1;
     }
     const Config *c = &t.config;

@@ -181,3 +181,43 @@ def test_default_spin_count_and_the_users_own(c_tools):
                        ({**clean, "GOMP_SPINCOUNT": "50"}, "(GOMP_SPINCOUNT=50)")):
         p = subprocess.run([*M, "-n", "2", "-t", "0"], capture_output=True, text=True, env=env, timeout=60)
         assert p.returncode == 0 and re.search(r"\| threads \d+ " + re.escape(shown), p.stderr), p.stderr
+
+
+def test_threads_past_the_cores_warn_and_cost_in_proportion(c_tools):
+    """--threads above the cores this process may use (its affinity mask) is run as asked, with a
+    warning whose hint (--threads CORES) is taken and silences it; no warning at 1 or at the core
+    count. Such a run waits passively (a spinning waiter holds a core another thread needs) and wakes
+    no more threads than a region has work for, so 256 threads of stories260K cost about what 2 do:
+    before, every attention region woke the whole team, and 50 tokens at 256 threads took 11 s
+    against 0.2 s at 2 on a 2-vCPU machine. The bound is generous (busy machines), and the slow run
+    is cut at it rather than waited for."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    cores = len(os.sched_getaffinity(0))
+
+    def timed(threads, bound=60):
+        t0 = time.monotonic()
+        p = subprocess.run([*M, "-n", "50", "-t", "0", "-s", "1", "--threads", str(threads)], capture_output=True,
+                           text=True, env=clean, timeout=bound)
+        assert p.returncode == 0, p.stderr
+        return time.monotonic() - t0, p.stderr
+    warning = f"is more than the {cores} core"
+    for threads in (1, cores):
+        _, err = timed(threads)
+        assert "warning" not in err and f"| threads {threads} (GOMP_SPINCOUNT=1000, the default)" in err, err
+    base = min(timed(2)[0] for _ in range(3))
+    over = max(256, 4 * cores)
+    bound = 10 * base + 2.0
+    try:
+        secs, err = timed(over, bound)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"--threads {over} ran past {bound:.1f} s (--threads 2: {base:.2f} s)")
+    print(f"--threads 2: {base:.3f} s, --threads {over}: {secs:.3f} s (bound {bound:.1f} s)")
+    assert f"warning: --threads {over} {warning}" in err and f"(hint: --threads {cores})" in err, err
+    assert f"| threads {over} (OMP_WAIT_POLICY=passive, the default past the cores)" in err, err
+    # The count from OMP_NUM_THREADS warns the same way; the hint's --threads overrides it.
+    p = subprocess.run([*M, "-n", "2"], capture_output=True, text=True, env={**clean, "OMP_NUM_THREADS": str(over)},
+                       timeout=60)
+    assert p.returncode == 0 and f"warning: OMP_NUM_THREADS={over} {warning}" in p.stderr, p.stderr
+    p = subprocess.run([*M, "-n", "2", "--threads", str(cores)], capture_output=True, text=True,
+                       env={**clean, "OMP_NUM_THREADS": str(over)}, timeout=60)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr

@@ -309,10 +309,15 @@ def test_edge_values_accepted(c_tools):
 
 def test_prompt_fills_the_context_exactly(c_tools):
     # BOS alone is one token: --ctx 1 holds it, one token is generated, then the context is full and
-    # a context shift keeping 4 tokens has nothing to drop.
+    # a context shift has nothing to drop. From --ctx 2 on the default --keep (ctx - 2 below 6)
+    # leaves a shift something to drop, and generation goes on.
     code, out, err = run(LEGACY, "-z", TOK512, "--ctx", "1", "-n", "5", "-t", "0")
     assert code == 0, err
-    assert "stopped: context full (hint: a larger --ctx or a smaller --keep)" in err
+    assert "stopped: context full (hint: a larger --ctx: a context shift needs 2 positions)" in err
+    for ctx in range(2, 7):
+        code, out, err = run(LEGACY, "-z", TOK512, "--ctx", str(ctx), "-n", "12", "-t", "0")
+        assert code == 0 and "generation: 12 tokens" in err and "context full" not in err, (ctx, err)
+        assert f"(kept {min(4, ctx - 2)}, dropped" in err, err
 
 
 @pytest.mark.parametrize("args", [[], ["--rope-scaling", "dynamic"], ["--rope-scaling", "yarn", "-ctk", "f16"],
