@@ -101,7 +101,7 @@ def test_tokenizer_path_not_a_tokenizer_file(c_tools, tmp_path):
     (["--ppl", "text.txt", "-i", "Once"], "-i is for generating text, and --ppl does not generate"),
     (["--ppl", "text.txt", "--n-predict", "5"], "--n-predict is for generating text"),
     (["-t", "0", "--ppl", "text.txt"], "-t is for generating text"),
-    (["-ctk", "q4_0"], "invalid KV cache type 'q4_0' for --cache-type-k (hint: f32, f16 or q8_0)"),
+    (["-ctk", "q4_0"], "invalid KV cache type 'q4_0' for --cache-type-k (hint: f32 or f16; q8_0 needs a head_dim that is a multiple of 32)"),
     (["-ctv", "q8_0"], "--cache-type-v q8_0 needs a head_dim that is a multiple of 32, and this model's is 8 "
                        "(hint: f16)"),
     (["--cache-type-v", "F16"], "invalid KV cache type 'F16' for --cache-type-v"),
