@@ -12,9 +12,10 @@ CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
 
-# The kernels: the fences and references, decode, prefill, attention, and their x86 vector versions
-# (kernels_internal.h says what each file holds; kernels_x86.c compiles to nothing without AVX2).
-KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o
+# The kernels: the fences and references, decode, prefill, attention, their x86 vector versions, and
+# the weight types (kernels_internal.h says what each file holds; kernels_x86.c compiles to nothing
+# without AVX2).
+KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o dtype.o
 CORE = model.o loader.o rope.o $(KERNELS)
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
 APP = run.o cli.o chat.o sampler.o
@@ -66,13 +67,13 @@ tests/tools/sample_dump: tests/tools/sample_dump.c sampler.o
 tests/test_kernels: tests/test_kernels.c $(KERNELS)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-tests/test_kernels_plain: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+tests/test_kernels_plain: tests/test_kernels.c $(KERNELS:.o=.c) *.h
 	$(CC) $(CFLAGS) -DKERNELS_PLAIN -I. -o $@ $(filter %.c,$^) -lm
 
-tests/test_kernels_avx2: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+tests/test_kernels_avx2: tests/test_kernels.c $(KERNELS:.o=.c) *.h
 	$(CC) $(CFLAGS) -march=haswell -I. -o $@ $(filter %.c,$^) -lm
 
-tests/test_kernels_nobf16: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+tests/test_kernels_nobf16: tests/test_kernels.c $(KERNELS:.o=.c) *.h
 	$(CC) $(CFLAGS) -mno-avx512bf16 -I. -o $@ $(filter %.c,$^) -lm
 
 tools: run run-ref $(TOOLS)

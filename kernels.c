@@ -37,50 +37,13 @@
 enum { GEMM_MIN_N = 4 }; // from this many tokens on, matrix x matrix
 
 // ---------------------------------------------------------------------------------------------
-// Types and sizes
-
-static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16", "q8_0_r16", "bf16_r16"};
-
-const char *dtype_name(DType t) { return (t >= 0 && t < DTYPE_COUNT) ? DTYPE_NAMES[t] : "unknown"; }
-
-int dtype_from_name(const char *name, DType *t) {
-    for (int i = 0; i < DTYPE_COUNT; i++) {
-        if (strcmp(name, DTYPE_NAMES[i]) == 0) {
-            *t = (DType)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int matrix_cols_stored(DType t, int cols) { return cols_stored(t, cols); }
-
-static size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ? 0 : a * b; }
-
-size_t matrix_data_bytes(DType t, int rows, int cols) {
-    if (rows <= 0 || cols <= 0 || t < 0 || t >= DTYPE_COUNT) return 0;
-    if (in_groups(t)) return mul_or_zero((size_t)r16_groups(rows), group_bytes(t, cols)); // whole groups
-    return mul_or_zero((size_t)rows, row_bytes(t, cols));
-}
-
-size_t matrix_scale_bytes(DType t, int rows, int cols) {
-    if (!quantized(t) || rows <= 0 || cols <= 0) return 0;
-    return mul_or_zero((size_t)rows, row_scale_bytes(t, cols));
-}
+// Threads, bf16, the instruction set
 
 int max_threads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else
     return 1;
-#endif
-}
-
-int thread_num(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
 #endif
 }
 
@@ -184,7 +147,7 @@ int matrix_to_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) {
 // bf16 weights (bf16_r16, and the first layout too) multiply x rounded to bf16 (kernels.h): the fast
 // products do, in decode and prefill.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
-    const int round_x = bf16_math(m);
+    const int round_x = x_bf16(m->dtype);
     for (int t = 0; t < n; t++) {
         for (int r = 0; r < m->rows; r++) {
             double sum = 0;
@@ -665,6 +628,21 @@ int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n) {
     return matmul_many(ws, &out, x, &m, 1, n);
 }
 
+// Which product runs n tokens of a type's weights: decode below GEMM_MIN_N tokens, else the prefill
+// of what the type multiplies (dtype.h).
+static WsPath product_path(DType t, int n) {
+    if (n < GEMM_MIN_N) return WS_DECODE;
+    switch (DTYPES[t].x) {
+    case X_FLOAT:
+        return WS_GEMM_F32;
+    case X_Q8:
+        return WS_GEMM_Q8;
+    case X_BF16:
+        return WS_GEMM_BF16;
+    }
+    return WS_GEMM_F32; // not reached: the switch lists every XForm
+}
+
 int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *const *m, int count, int n) {
     for (int i = 0; i < count; i++) {
         if (n < 1 || n > ws->max_n || m[i]->cols > ws->max_cols) return -1; // the workspace was sized for less
@@ -679,20 +657,17 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         return 0;
     }
     const int cols = m[0]->cols, threads = ws->n_threads;
-    const WsPath path = n < GEMM_MIN_N                ? WS_DECODE
-                        : quantized(m[0]->dtype)        ? WS_GEMM_Q8
-                        : bf16_math(m[0])               ? WS_GEMM_BF16
-                                                        : WS_GEMM_F32;
+    const DType t = m[0]->dtype;
+    const WsPath path = product_path(t, n);
     WsLayout l;
     if (ws_layout(&l, path, (size_t)n, (size_t)cols, (size_t)threads) > ws->bytes) return -1; // as above
     unsigned char *b = ws->base;
-    const DType t = m[0]->dtype;
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
-    if (quantized(t)) quantize_rows_q8(&qx, x, n, cols, threads); // once for every product that reads x
-    if (bf16_math(m[0])) round_rows_bf16(qx.h, x, n, cols, threads);
+    if (x_quantized(t)) quantize_rows_q8(&qx, x, n, cols, threads); // once for every product that reads x
+    if (x_bf16(t)) round_rows_bf16(qx.h, x, n, cols, threads);
     if (path == WS_DECODE)
-        matvec(b, &l, threads, out, x, quantized(t) || bf16_math(m[0]) ? &qx : NULL, m, count, n);
+        matvec(b, &l, threads, out, x, x_quantized(t) || x_bf16(t) ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
     else if (path == WS_GEMM_BF16)

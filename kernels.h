@@ -13,28 +13,7 @@
 
 #include <stddef.h>
 
-// DTYPE_Q8_0_R16: q8_0 in groups of 16 rows, each block's 16 scales beside its quants (model.h has the
-// bytes): what export.py writes for q8_0 since file dtype 5; DTYPE_Q8_0 is the layout before it,
-// which old files have and which still loads and runs. DTYPE_BF16_R16: bf16 in groups of 16 rows,
-// interleaved by pairs of columns (model.h): what export.py writes for bf16 since file dtype 6.
-// DTYPE_BF16, the bf16 layout before it (all rows as they are), is a file type only: the loader
-// copies such matrices into bf16_r16 (matrix_to_bf16_r16), and matmul refuses it.
-typedef enum {
-    DTYPE_F32 = 0,
-    DTYPE_F16 = 1,
-    DTYPE_Q8_0 = 2,
-    DTYPE_Q4_0 = 3,
-    DTYPE_BF16 = 4,
-    DTYPE_Q8_0_R16 = 5,
-    DTYPE_BF16_R16 = 6,
-    DTYPE_COUNT
-} DType;
-
-#define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
-// q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
-// activations, so the two sizes are one.
-#define Q4_BLOCK Q8_BLOCK
-#define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
+#include "dtype.h" // the weight types: DType, the table of what each is, and the sizes of a matrix
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
@@ -45,16 +24,6 @@ typedef struct {
     int rows, cols;
     DType dtype;
 } Matrix;
-
-const char *dtype_name(DType t);
-int dtype_from_name(const char *name, DType *t); // 0 ok, -1 unknown
-
-// Columns of a row as stored: q8_0, q8_0_r16 and q4_0 pad each row to a multiple of Q8_BLOCK.
-int matrix_cols_stored(DType t, int cols);
-// Bytes of a matrix's values, and (q8_0, q4_0) of its scales (q8_0_r16: all in its values). 0 if the
-// size overflows size_t.
-size_t matrix_data_bytes(DType t, int rows, int cols);
-size_t matrix_scale_bytes(DType t, int rows, int cols);
 
 // out (cols) = row r of m as float (the token embedding lookup).
 void matrix_row(float *out, const Matrix *m, int r);
@@ -202,9 +171,8 @@ void softmax(float *x, int n);
 // RMSNorm (Zhang & Sennrich 2019) of n rows of `size`: out = x * rsqrt(mean(x^2) + eps) * w.
 void rmsnorm(float *out, const float *x, const float *w, int n, int size, float eps);
 
-// OpenMP's thread count and this thread's number, or 1 and 0 in a build without OpenMP.
+// OpenMP's thread count, or 1 in a build without OpenMP.
 int max_threads(void);
-int thread_num(void);
 
 // Which vector instructions the kernels were compiled for, e.g. "avx512-vnni", "avx2", "plain-c".
 const char *kernels_isa(void);
