@@ -7,7 +7,9 @@ PYTHON ?= /usr/bin/python3
 CFLAGS ?= -O3 -march=native
 # -fno-trapping-math: nothing here reads floating-point exception flags, and without it GCC will
 # not vectorize a loop that selects with a comparison (the softmax's e^x): no value changes.
-CFLAGS += -std=c11 -Wall -Wextra -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
+# -Wswitch-enum: a switch on an enum lists every value, default or not, so a new weight type (dtype.h)
+# or mode is a warning at each switch that must learn it, not a silent fall into another's case.
+CFLAGS += -std=c11 -Wall -Wextra -Wswitch-enum -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp

@@ -146,7 +146,7 @@ static inline size_t br16_at(int r, int c, int cols) {
 }
 // The bytes of one R16-row group of a q8_0_r16 or bf16_r16 matrix (in_groups) of `cols` columns.
 static inline size_t group_bytes(DType t, int cols) { return (size_t)R16 * row_bytes(t, cols); }
-// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_bf16_r16).
+// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_r16).
 static inline uint16_t f16_bf16(uint16_t h) {
     _Float16 f;
     __builtin_memcpy(&f, &h, sizeof f);
@@ -187,9 +187,15 @@ static inline size_t kv_row_bytes(DType t, int hd) {
         return (size_t)hd * sizeof(_Float16);
     case DTYPE_Q8_0:
         return (size_t)hd + (size_t)hd / Q8_BLOCK * sizeof(_Float16);
-    default:
+    case DTYPE_F32:
         return (size_t)hd * sizeof(float);
+    case DTYPE_Q4_0: // weight types only, never a cache's (kernels.h, kv_type_ok)
+    case DTYPE_BF16:
+    case DTYPE_Q8_0_R16:
+    case DTYPE_BF16_R16:
+        break;
     }
+    return 0;
 }
 
 // The keys and the values of kv head h of a layer: stride rows of kv_row_bytes each.
@@ -286,22 +292,19 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
 // definitions (in the file of their algorithm) say it again as code.
 
 // Decode (kernels_decode.c): a run of `count` groups of rows against one activation row, each row's
-// dot product into out[row]; x as floats, and quantized (xq) for q8_0 and q4_0 weights, rounded to
-// bf16 (xq->h) for bf16 weights.
+// dot product into out[row]; x as floats, and quantized (xq) for q4_0 and q8_0_r16 weights, rounded
+// to bf16 (xq->h) for bf16_r16 weights.
 typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq);
-// The plain dot products the vector ones finish a row with: q8_0 or q4_0 weights . q8_0 activations
-// over nb blocks.
-float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb);
-// Row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
-float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
+// The plain dot products the vector ones finish a row with: q4_0 weights . q8_0 activations over nb
+// blocks; row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
 float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb);
+float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
 
 // Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,
-// NR, 4) bytes with scales wd (kc/32, NR) through `stage`; the tiles that multiply it with packed
-// tokens into out. The pack_*_from functions pack from column `from` on: the plain rest of a
-// vector packing.
+// NR, 4) bytes with scales wd (kc/32, NR) (q4_0 through `stage`, q8_0_r16 copied as stored: plain C
+// only); the tiles that multiply it with packed tokens into out. pack_w_f32_from packs from column
+// `from` on: the plain rest of the vector packing.
 typedef void PackF32(float *wp, const Matrix *m, int r0, int k0, int kc);
-typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc);
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
@@ -316,10 +319,9 @@ enum {
     BR16_MT = 6,  // ran at 525 GFLOP/s on one Zen 5 core (4 x 4, 2 x 8 and 2 x 12: 510-525)
     BR16_ROWS = BR16_NG * R16, // rows of a prefill work item: one tile's groups
 };
-// f16 as bf16 (matrix_to_bf16_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
+// f16 as bf16 (matrix_to_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
 typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
-void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
 
 // Attention (kernels_attention.c): a task's scores against one head's keys, and its weighted sum of
 // the values; rotate_block, a block of keys turned by RoPE with its block of the rotation table.
@@ -333,7 +335,6 @@ typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int 
 
 DotRows dot_rows_plain, dot_rows_x86;
 PackF32 pack_w_f32_plain, pack_w_f32_x86;
-PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
 TileBR16 kernel_br16_plain, kernel_br16_x86;
@@ -356,8 +357,8 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 }
 #endif
 
-// Which version each name is: in an x86 build with AVX2 every one has a vector version (the q8_0
-// packing only with AVX-512: plain C is as fast with 32-byte vectors), else the plain C.
+// Which version each name is: in an x86 build with AVX2 every one has a vector version, else the
+// plain C.
 #ifdef USE_AVX2
 #define dot_rows         dot_rows_x86
 #define pack_w_f32       pack_w_f32_x86
@@ -378,11 +379,6 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain
 #define quantize_row_q8  quantize_row_q8_plain
-#endif
-#ifdef USE_AVX512
-#define pack_w_q8 pack_w_q8_x86
-#else
-#define pack_w_q8 pack_w_q8_plain
 #endif
 
 #endif
