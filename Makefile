@@ -7,14 +7,17 @@ PYTHON ?= /usr/bin/python3
 CFLAGS ?= -O3 -march=native
 # -fno-trapping-math: nothing here reads floating-point exception flags, and without it GCC will
 # not vectorize a loop that selects with a comparison (the softmax's e^x): no value changes.
-CFLAGS += -std=c11 -Wall -Wextra -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
+# -Wswitch-enum: a switch on an enum lists every value, default or not, so a new weight type (dtype.h)
+# or mode is a warning at each switch that must learn it, not a silent fall into another's case.
+CFLAGS += -std=c11 -Wall -Wextra -Wswitch-enum -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
 
-# The kernels: the fences and references, decode, prefill, attention, and their x86 vector versions
-# (kernels_internal.h says what each file holds; kernels_x86.c compiles to nothing without AVX2).
-KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o
+# The kernels: the fences and references, decode, prefill, attention, their x86 vector versions, and
+# the weight types (kernels_internal.h says what each file holds; kernels_x86.c compiles to nothing
+# without AVX2).
+KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o dtype.o
 CORE = model.o loader.o rope.o $(KERNELS)
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
 APP = run.o cli.o chat.o sampler.o
@@ -66,13 +69,13 @@ tests/tools/sample_dump: tests/tools/sample_dump.c sampler.o
 tests/test_kernels: tests/test_kernels.c $(KERNELS)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm
 
-tests/test_kernels_plain: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+tests/test_kernels_plain: tests/test_kernels.c $(KERNELS:.o=.c) *.h
 	$(CC) $(CFLAGS) -DKERNELS_PLAIN -I. -o $@ $(filter %.c,$^) -lm
 
-tests/test_kernels_avx2: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+tests/test_kernels_avx2: tests/test_kernels.c $(KERNELS:.o=.c) *.h
 	$(CC) $(CFLAGS) -march=haswell -I. -o $@ $(filter %.c,$^) -lm
 
-tests/test_kernels_nobf16: tests/test_kernels.c $(KERNELS:.o=.c) kernels.h kernels_internal.h
+tests/test_kernels_nobf16: tests/test_kernels.c $(KERNELS:.o=.c) *.h
 	$(CC) $(CFLAGS) -mno-avx512bf16 -I. -o $@ $(filter %.c,$^) -lm
 
 tools: run run-ref $(TOOLS)

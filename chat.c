@@ -204,7 +204,7 @@ char *chat_render(ChatTemplate k, int first, const char *system, const char *use
         snprintf(out, size, "%s%s%s<|user|>%s<|end|><|assistant|>", sys ? "<|system|>" : "", sys ? sys : "",
                  sys ? "<|end|>" : "", user);
         break;
-    default: // CHAT_MISTRAL
+    case CHAT_MISTRAL:
         snprintf(out, size, "%s[INST] %s [/INST]", first ? "<s>" : "", user);
         break;
     }

@@ -1,5 +1,5 @@
-// kernels.c - the fences and the references of the kernels: matrix products over f32, f16, bf16,
-// q8_0 and q4_0 weights, and attention over the KV cache.
+// kernels.c - the fences and the references of the kernels: matrix products over the weight types
+// (dtype.h), and attention over the KV cache.
 //
 // Layout: W is (rows, cols) row-major; a block of n activations x is (n, cols); the product
 // out = x @ W^T is (n, rows). Every output element is computed start to end by one thread in an
@@ -12,11 +12,12 @@
 //     read serves every token from cache. Here the time is arithmetic, not memory.
 // and attention (kernels_attention.c). kernels_internal.h lists the files and what they share.
 //
-// This file: the weight types and their sizes; the references, one weight or one cached number at
-// a time in double, slow and obviously right, which every fast path is tested against (matmul_ref,
-// attention_ref); the KV cache's layout, which only this file, attention and its vector tiles
-// know; RMSNorm and the softmax; the q8_0 activations; the workspace's layout; and matmul, which
-// hands each product to decode or prefill.
+// This file: the references, one weight or one cached number at a time in double, slow and
+// obviously right, which every fast path is tested against (matmul_ref, attention_ref); the copy of a
+// first layout into its grouped one (matrix_to_r16); the KV cache's layout, which only this file,
+// attention and its vector tiles know; RMSNorm and the softmax; the q8_0 activations; the workspace's
+// layout; and matmul, which hands each product to decode or prefill (the weight types and their
+// sizes: dtype.h, dtype.c, kernels_internal.h).
 // What this is not: a BLAS. Only out = x @ W^T with W in the file's layout.
 #include "kernels_internal.h"
 #include "rope.h" // the pair turn, ROPE_MAX_HEAD_DIM
@@ -37,50 +38,13 @@
 enum { GEMM_MIN_N = 4 }; // from this many tokens on, matrix x matrix
 
 // ---------------------------------------------------------------------------------------------
-// Types and sizes
-
-static const char *const DTYPE_NAMES[DTYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0", "bf16", "q8_0_r16", "bf16_r16"};
-
-const char *dtype_name(DType t) { return (t >= 0 && t < DTYPE_COUNT) ? DTYPE_NAMES[t] : "unknown"; }
-
-int dtype_from_name(const char *name, DType *t) {
-    for (int i = 0; i < DTYPE_COUNT; i++) {
-        if (strcmp(name, DTYPE_NAMES[i]) == 0) {
-            *t = (DType)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int matrix_cols_stored(DType t, int cols) { return cols_stored(t, cols); }
-
-static size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ? 0 : a * b; }
-
-size_t matrix_data_bytes(DType t, int rows, int cols) {
-    if (rows <= 0 || cols <= 0 || t < 0 || t >= DTYPE_COUNT) return 0;
-    if (in_groups(t)) return mul_or_zero((size_t)r16_groups(rows), group_bytes(t, cols)); // whole groups
-    return mul_or_zero((size_t)rows, row_bytes(t, cols));
-}
-
-size_t matrix_scale_bytes(DType t, int rows, int cols) {
-    if (!quantized(t) || rows <= 0 || cols <= 0) return 0;
-    return mul_or_zero((size_t)rows, row_scale_bytes(t, cols));
-}
+// Threads, bf16, the instruction set
 
 int max_threads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else
     return 1;
-#endif
-}
-
-int thread_num(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
 #endif
 }
 
@@ -130,9 +94,8 @@ static float weight_at(const Matrix *m, int r, int c) {
         return q4_at((const uint8_t *)m->data + b * Q4_BLOCK_BYTES, c % Q4_BLOCK) *
                (float)((const _Float16 *)m->scale)[b];
     }
-    default:
-        return 0;
     }
+    return 0; // not reached: the switch lists every type
 }
 
 void matrix_row(float *out, const Matrix *m, int r) {
@@ -140,51 +103,10 @@ void matrix_row(float *out, const Matrix *m, int r) {
         out[c] = weight_at(m, r, c);
 }
 
-// Group by group: its 16 rows into the thread's scratch (f16 rounded by round_f16_bf16, the vector
-// version where there is one; bf16 copied; past the matrix's rows and columns zeros), then written out
-// a pair of columns of the 16 rows at a time, in the order they are stored.
-int matrix_to_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads) {
-    if (m->dtype != DTYPE_F16 && m->dtype != DTYPE_BF16) return -1;
-    const int f16 = m->dtype == DTYPE_F16;
-    const int cp = bf16_cols(m->cols), groups = r16_groups(m->rows);
-    uint32_t *words = to; // (groups, cp / 2, R16)
-    int failed = 0;
-    (void)threads; // for OpenMP
-#pragma omp parallel num_threads(threads)
-    {
-        uint16_t *rows = calloc((size_t)R16 * cp, sizeof(uint16_t)); // (R16, cp), the padding zero
-        if (!rows) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int g = 0; g < groups; g++) {
-            if (!rows) continue;
-            for (int i = 0; i < R16 && g * R16 + i < m->rows; i++) {
-                const uint16_t *from = (const uint16_t *)m->data + (size_t)(g * R16 + i) * m->cols;
-                if (f16)
-                    round_f16_bf16(rows + (size_t)i * cp, from, (size_t)m->cols);
-                else
-                    memcpy(rows + (size_t)i * cp, from, (size_t)m->cols * sizeof(uint16_t));
-            }
-            if ((g + 1) * R16 > m->rows) // the last group's padding rows
-                memset(rows + (size_t)(m->rows - g * R16) * cp, 0, (size_t)((g + 1) * R16 - m->rows) * cp * 2);
-            uint32_t *w = words + (size_t)g * (cp / 2) * R16;
-            for (int p = 0; p < cp / 2; p++)
-                for (int i = 0; i < R16; i++)
-                    memcpy(w++, rows + (size_t)i * cp + 2 * p, sizeof(uint32_t));
-        }
-        free(rows);
-    }
-    if (failed) return -1;
-    *out = (Matrix){to, NULL, m->rows, m->cols, DTYPE_BF16_R16};
-    return 0;
-}
-
 // bf16 weights (bf16_r16, and the first layout too) multiply x rounded to bf16 (kernels.h): the fast
 // products do, in decode and prefill.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
-    const int round_x = bf16_math(m);
+    const int round_x = x_bf16(m->dtype);
     for (int t = 0; t < n; t++) {
         for (int r = 0; r < m->rows; r++) {
             double sum = 0;
@@ -195,6 +117,79 @@ void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
             out[(size_t)t * m->rows + r] = (float)sum;
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The grouped layouts from rows (matrix_to_r16, at load): group by group, each R16 rows of the
+// matrix (past its end zero rows) written out in the order the grouped layout stores them.
+
+// One group of q8_0 weights (each row's q, then all the scales) as q8_0_r16 (kernels_internal.h): per
+// block of 32 columns the 16 rows' scales, then their q + 128, 4 columns of the 16 rows at a time.
+// The scales' bits are copied as they are; a padding row is q = 0 (stored 128) and d = 0.
+static void group_to_q8_0_r16(uint8_t *group, const Matrix *m, int g) {
+    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, m->cols), nb = cp / Q8_BLOCK;
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *block = group + b * R16_BLOCK_BYTES, *q = block + R16 * sizeof(float);
+        for (int i = 0; i < R16; i++) {
+            const size_t r = (size_t)g * R16 + i;
+            const int8_t *from = r < (size_t)m->rows ? (const int8_t *)m->data + r * cp + b * Q8_BLOCK : NULL;
+            if (from)
+                memcpy(block + i * sizeof(float), (const float *)m->scale + r * nb + b, sizeof(float));
+            else
+                memset(block + i * sizeof(float), 0, sizeof(float));
+            for (int j = 0; j < Q8_BLOCK; j++)
+                q[r16_at(i, j)] = (uint8_t)((from ? from[j] : 0) + 128);
+        }
+    }
+}
+
+// One group of f16 or bf16 weights as bf16_r16 (kernels_internal.h): its rows into `rows`, the
+// thread's scratch (R16, bf16_cols(cols)), f16 rounded by round_f16_bf16 (the vector version where
+// there is one), bf16 copied, past the matrix's rows and columns zeros; then written out a pair of
+// columns of the 16 rows at a time.
+static void group_to_bf16_r16(uint32_t *words, uint16_t *rows, const Matrix *m, int g) {
+    const int cp = bf16_cols(m->cols);
+    for (int i = 0; i < R16 && g * R16 + i < m->rows; i++) {
+        const uint16_t *from = (const uint16_t *)m->data + (size_t)(g * R16 + i) * m->cols;
+        if (m->dtype == DTYPE_F16)
+            round_f16_bf16(rows + (size_t)i * cp, from, (size_t)m->cols);
+        else
+            memcpy(rows + (size_t)i * cp, from, (size_t)m->cols * sizeof(uint16_t));
+    }
+    if ((g + 1) * R16 > m->rows) // the last group's padding rows
+        memset(rows + (size_t)(m->rows - g * R16) * cp, 0, (size_t)((g + 1) * R16 - m->rows) * cp * 2);
+    for (int p = 0; p < cp / 2; p++)
+        for (int i = 0; i < R16; i++)
+            memcpy(words++, rows + (size_t)i * cp + 2 * p, sizeof(uint32_t));
+}
+
+int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads) {
+    const int bf16 = to == DTYPE_BF16_R16 && (m->dtype == DTYPE_F16 || m->dtype == DTYPE_BF16);
+    if (!bf16 && !(to == DTYPE_Q8_0_R16 && m->dtype == DTYPE_Q8_0)) return -1;
+    const size_t gb = group_bytes(to, m->cols);
+    const int groups = r16_groups(m->rows);
+    int failed = 0;
+    (void)threads; // for OpenMP
+#pragma omp parallel num_threads(threads)
+    {
+        uint16_t *rows = bf16 ? calloc((size_t)R16 * bf16_cols(m->cols), sizeof(uint16_t)) : NULL; // bf16's scratch
+        if (bf16 && !rows) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int g = 0; g < groups; g++) {
+            uint8_t *group = (uint8_t *)at + (size_t)g * gb;
+            if (!bf16)
+                group_to_q8_0_r16(group, m, g);
+            else if (rows)
+                group_to_bf16_r16((uint32_t *)group, rows, m, g);
+        }
+        free(rows);
+    }
+    if (failed) return -1;
+    *out = (Matrix){at, NULL, m->rows, m->cols, to};
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,9 +242,15 @@ static float key_get(const void *keys, DType t, int hd, int j, int d) {
         return (float)((const _Float16 *)keys)[key_at(hd, j, d)];
     case DTYPE_Q8_0:
         return *key_q(keys, hd, j, d) * (float)*key_scale(keys, hd, j, d);
-    default:
+    case DTYPE_F32:
         return ((const float *)keys)[key_at(hd, j, d)];
+    case DTYPE_Q4_0: // weight types only, never a cache's (kv_type_ok)
+    case DTYPE_BF16:
+    case DTYPE_Q8_0_R16:
+    case DTYPE_BF16_R16:
+        break;
     }
+    return 0;
 }
 static void key_put(void *keys, DType t, int hd, int j, const float *x) {
     if (t == DTYPE_F32) {
@@ -277,9 +278,15 @@ static float value_get(const void *values, DType t, int hd, int j, int d) {
         return (float)((const _Float16 *)row)[d];
     case DTYPE_Q8_0:
         return ((const int8_t *)row)[d] * (float)((const _Float16 *)(row + hd))[d / Q8_BLOCK];
-    default:
+    case DTYPE_F32:
         return ((const float *)row)[d];
+    case DTYPE_Q4_0: // weight types only, never a cache's (kv_type_ok)
+    case DTYPE_BF16:
+    case DTYPE_Q8_0_R16:
+    case DTYPE_BF16_R16:
+        break;
     }
+    return 0;
 }
 static void value_put(void *values, DType t, int hd, int j, const float *x) {
     char *row = (char *)values + (size_t)j * kv_row_bytes(t, hd);
@@ -665,10 +672,25 @@ int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n) {
     return matmul_many(ws, &out, x, &m, 1, n);
 }
 
+// Which product runs n tokens of a type's weights: decode below GEMM_MIN_N tokens, else the prefill
+// of what the type multiplies (dtype.h).
+static WsPath product_path(DType t, int n) {
+    if (n < GEMM_MIN_N) return WS_DECODE;
+    switch (DTYPES[t].x) {
+    case X_FLOAT:
+        return WS_GEMM_F32;
+    case X_Q8:
+        return WS_GEMM_Q8;
+    case X_BF16:
+        return WS_GEMM_BF16;
+    }
+    return WS_GEMM_F32; // not reached: the switch lists every XForm
+}
+
 int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *const *m, int count, int n) {
     for (int i = 0; i < count; i++) {
         if (n < 1 || n > ws->max_n || m[i]->cols > ws->max_cols) return -1; // the workspace was sized for less
-        if (m[i]->dtype == DTYPE_BF16) return -1; // a file type only: copied into bf16_r16 at load
+        if (DTYPES[m[i]->dtype].runs_as != m[i]->dtype) return -1; // a file type only: copied at load (dtype.h)
     }
     int same = 1; // one parallel loop needs one input width and one weight type
     for (int i = 1; i < count; i++)
@@ -679,20 +701,17 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         return 0;
     }
     const int cols = m[0]->cols, threads = ws->n_threads;
-    const WsPath path = n < GEMM_MIN_N                ? WS_DECODE
-                        : quantized(m[0]->dtype)        ? WS_GEMM_Q8
-                        : bf16_math(m[0])               ? WS_GEMM_BF16
-                                                        : WS_GEMM_F32;
+    const DType t = m[0]->dtype;
+    const WsPath path = product_path(t, n);
     WsLayout l;
     if (ws_layout(&l, path, (size_t)n, (size_t)cols, (size_t)threads) > ws->bytes) return -1; // as above
     unsigned char *b = ws->base;
-    const DType t = m[0]->dtype;
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
-    if (quantized(t)) quantize_rows_q8(&qx, x, n, cols, threads); // once for every product that reads x
-    if (bf16_math(m[0])) round_rows_bf16(qx.h, x, n, cols, threads);
+    if (x_quantized(t)) quantize_rows_q8(&qx, x, n, cols, threads); // once for every product that reads x
+    if (x_bf16(t)) round_rows_bf16(qx.h, x, n, cols, threads);
     if (path == WS_DECODE)
-        matvec(b, &l, threads, out, x, quantized(t) || bf16_math(m[0]) ? &qx : NULL, m, count, n);
+        matvec(b, &l, threads, out, x, x_quantized(t) || x_bf16(t) ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
     else if (path == WS_GEMM_BF16)

@@ -1,44 +1,25 @@
 // kernels.h - the numerical kernels of the forward pass: matrix products and attention.
 //
-// Every product in a Llama layer is out = x @ W^T with W an nn.Linear weight (out, in), stored as
-// f32, f16, bf16, q8_0 or q4_0 (model.h has the bytes). Attention reads a KV cache whose layout is this
+// Every product in a Llama layer is out = x @ W^T with W an nn.Linear weight (out, in), stored in
+// one of dtype.h's types (model.h has the bytes). Attention reads a KV cache whose layout is this
 // module's business. Each kernel exists twice: a plain reference (matmul_ref, attention_ref),
 // written to be obviously right, and the fast one the forward pass uses (matmul, attention).
 // tests/test_kernels.c checks one against the other in every build (AVX-512, AVX2, plain C).
 // The Matrix and KVCache structs are fences: the forward pass never sees a weight type or the
 // cache layout. Behind this header: kernels.c (the references, the cache, matmul), kernels_decode.c,
-// kernels_prefill.c, kernels_attention.c and kernels_x86.c (kernels_internal.h says what each holds).
+// kernels_prefill.c, kernels_attention.c, kernels_x86.c and dtype.c (kernels_internal.h says what
+// each holds).
 #ifndef KERNELS_H
 #define KERNELS_H
 
 #include <stddef.h>
 
-// DTYPE_Q8_0_R16: q8_0 in groups of 16 rows, each block's 16 scales beside its quants (model.h has the
-// bytes): what export.py writes for q8_0 since file dtype 5; DTYPE_Q8_0 is the layout before it,
-// which old files have and which still loads and runs. DTYPE_BF16_R16: bf16 in groups of 16 rows,
-// interleaved by pairs of columns (model.h): what export.py writes for bf16 since file dtype 6.
-// DTYPE_BF16, the bf16 layout before it (all rows as they are), is a file type only: the loader
-// copies such matrices into bf16_r16 (matrix_to_bf16_r16), and matmul refuses it.
-typedef enum {
-    DTYPE_F32 = 0,
-    DTYPE_F16 = 1,
-    DTYPE_Q8_0 = 2,
-    DTYPE_Q4_0 = 3,
-    DTYPE_BF16 = 4,
-    DTYPE_Q8_0_R16 = 5,
-    DTYPE_BF16_R16 = 6,
-    DTYPE_COUNT
-} DType;
-
-#define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
-// q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
-// activations, so the two sizes are one.
-#define Q4_BLOCK Q8_BLOCK
-#define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
+#include "dtype.h" // the weight types: DType, the table of what each is, and the sizes of a matrix
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
-    const void *data;  // (rows, cols) f32, f16 or bf16 (uint16_t bits); q8_0: (rows, cols_padded) int8; q4_0: (rows, cols_padded / 2);
+    const void *data;  // (rows, cols) f32, f16 or bf16 (uint16_t bits); q8_0: (rows, cols_padded) int8;
+                       // q4_0: (rows, cols_padded / 2);
                        // q8_0_r16: its groups of 16 rows, quants and scales together (model.h);
                        // bf16_r16: its groups of 16 rows, each pair of columns of the 16 side by side
     const void *scale; // q8_0: (rows, cols_padded / Q8_BLOCK) float; q4_0: the same in f16; else NULL
@@ -46,27 +27,19 @@ typedef struct {
     DType dtype;
 } Matrix;
 
-const char *dtype_name(DType t);
-int dtype_from_name(const char *name, DType *t); // 0 ok, -1 unknown
-
-// Columns of a row as stored: q8_0, q8_0_r16 and q4_0 pad each row to a multiple of Q8_BLOCK.
-int matrix_cols_stored(DType t, int cols);
-// Bytes of a matrix's values, and (q8_0, q4_0) of its scales (q8_0_r16: all in its values). 0 if the
-// size overflows size_t.
-size_t matrix_data_bytes(DType t, int rows, int cols);
-size_t matrix_scale_bytes(DType t, int rows, int cols);
-
 // out (cols) = row r of m as float (the token embedding lookup).
 void matrix_row(float *out, const Matrix *m, int r);
 
-// *out reads m as bf16_r16 from `to` (matrix_data_bytes(DTYPE_BF16_R16, rows, cols) bytes, 64-byte
-// aligned), filled here on `threads` threads, laid out in groups of 16 rows as export.py writes bf16,
-// the padding zero: bf16 in the first layout (DTYPE_BF16) copied as it is (model.c, at load); f16
-// with each weight rounded to nearest even from f16 to bf16 (bf16_round of the f16 widened, which is
-// exact and never below 2^-126; ./run --f16-as-bf16), which moves it by at most 2^-8 / (1 + 2^-8) of
-// itself (bf16 keeps 8 significant bits, f16 11). Returns 0, or -1 when m is neither or scratch could
-// not be allocated.
-int matrix_to_bf16_r16(Matrix *out, const Matrix *m, void *to, int threads);
+// *out reads m in the grouped layout `to` (dtype.h) from `at` (matrix_data_bytes(to, rows, cols)
+// bytes, 64-byte aligned), filled here on `threads` threads group by group, as export.py writes it,
+// the padding zero:
+//   q8_0 (the first layout, DTYPE_Q8_0) to q8_0_r16: the same q and scales, moved (model.c, at load);
+//   bf16 (the first layout, DTYPE_BF16) to bf16_r16: the same bits, moved (model.c, at load);
+//   f16 to bf16_r16: each weight rounded to nearest even from f16 to bf16 (bf16_round of the f16
+//     widened, which is exact and never below 2^-126; ./run --f16-as-bf16), which moves it by at most
+//     2^-8 / (1 + 2^-8) of itself (bf16 keeps 8 significant bits, f16 11).
+// Returns 0, or -1 for any other pair of types or when scratch could not be allocated.
+int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads);
 
 // bf16 (bfloat16): the top 16 bits of a float32. A bf16 product rounds each activation to bf16
 // first, to nearest, ties to even, as x86's vcvtneps2bf16 does: a NaN stays a (quiet) NaN, and a
@@ -91,13 +64,14 @@ size_t workspace_bytes(int max_n, int max_cols, int n_threads);
 // out (n, m->rows) = x (n, m->cols) @ m^T.
 //   matmul_ref: the definition, one weight at a time, summed in double.
 //   matmul: a matrix x vector product per token below a few tokens (decode), a blocked matrix x
-//     matrix product from there on (prefill); q8_0 (both layouts) and q4_0 quantize x to 8 bits per block of 32
-//     first, bf16_r16 rounds x to bf16 (bf16_round), in decode and prefill alike.
+//     matrix product from there on (prefill); q8_0_r16 and q4_0 quantize x to 8 bits per block of 32
+//     first, bf16_r16 rounds x to bf16 (bf16_round), in decode and prefill alike (dtype.h, XForm).
 //     Each output is computed by one thread in a fixed order: results do not depend on the thread
-//     count. bf16_r16: in one order in decode and prefill too (kernels_internal.h), so a token's outputs
-//     are the same bits in a block of n tokens or alone; q8_0_r16 likewise (each row's blocks added in
-//     order, each as sum * (dw * dx), kernels_prefill.c). x and out must not overlap. Returns 0, or -1 when n or m->cols exceed what ws was
-//     sized for or m is DTYPE_BF16 (a caller's bug; nothing is computed then).
+//     count. bf16_r16: in one order in decode and prefill too (kernels_internal.h), so a token's
+//     outputs are the same bits in a block of n tokens or alone; q8_0_r16 likewise (each row's blocks
+//     added in order, each as sum * (dw * dx), kernels_prefill.c). x and out must not overlap.
+//     Returns 0, or -1 when n or m->cols exceed what ws was sized for or m is a file type only (q8_0,
+//     bf16: dtype.h; a caller's bug; nothing is computed then).
 void matmul_ref(float *out, const float *x, const Matrix *m, int n);
 int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n);
 
@@ -202,9 +176,8 @@ void softmax(float *x, int n);
 // RMSNorm (Zhang & Sennrich 2019) of n rows of `size`: out = x * rsqrt(mean(x^2) + eps) * w.
 void rmsnorm(float *out, const float *x, const float *w, int n, int size, float eps);
 
-// OpenMP's thread count and this thread's number, or 1 and 0 in a build without OpenMP.
+// OpenMP's thread count, or 1 in a build without OpenMP.
 int max_threads(void);
-int thread_num(void);
 
 // Which vector instructions the kernels were compiled for, e.g. "avx512-vnni", "avx2", "plain-c".
 const char *kernels_isa(void);

@@ -1,5 +1,5 @@
 // kernels_decode.c - decode: out (n, rows) = x (n, cols) @ W^T for n < GEMM_MIN_N tokens, matrix x
-// vector, over f32, f16, bf16_r16, q8_0 and q4_0 weights.
+// vector, over f32, f16, bf16_r16, q8_0_r16 and q4_0 weights.
 //
 // Each weight is used once per token, so a product takes as long as streaming the weights from
 // memory; everything here is about reading memory at full speed and doing the arithmetic in the
@@ -62,21 +62,9 @@ ONE_COPY float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const Quantize
     return sum;
 }
 
-// q8_0 weights . q8_0 activations over nb blocks: sum_b dw_b dx_b (sum_i qw_i qx_i).
-ONE_COPY float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb) {
-    float sum = 0;
-    for (int b = 0; b < nb; b++) {
-        int32_t s = 0;
-        for (int i = 0; i < Q8_BLOCK; i++)
-            s += w[b * Q8_BLOCK + i] * x->q[b * Q8_BLOCK + i];
-        sum += (float)s * (dw[b] * x->d[b]);
-    }
-    return sum;
-}
-
-// Row i of a q8_0_r16 group (kernels_internal.h) . q8_0 activations over nb blocks: the same sums as
-// dot_q8_plain, each block's integer sum read from the stored q + 128 and started at -128 sum(qx),
-// which takes the 128s off again (exact).
+// Row i of a q8_0_r16 group (kernels_internal.h) . q8_0 activations over nb blocks:
+// sum_b dw_b dx_b (sum_i qw_i qx_i), each block's integer sum read from the stored q + 128 and
+// started at -128 sum(qx), which takes the 128s off again (exact).
 ONE_COPY float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb) {
     float sum = 0;
     for (int b = 0; b < nb; b++) {
@@ -107,8 +95,9 @@ static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int cou
 // A run of `count` groups of rows against one activation row. Group g (g < count) is rows
 // r + g, r + g + step, ..., DOT_ROWS of them or as many as the matrix has (group_rows); each row's
 // dot product with x goes to out[row], out being the activation row's output (m->rows values). x as
-// floats, quantized (xq) for q8_0 and q4_0 weights, rounded (xq->h) for bf16. One call per run, not per group: the vector
-// versions set up once and keep the next group's loads going while one ends (docs/speed.md).
+// floats, quantized (xq) for q4_0 and q8_0_r16 weights, rounded (xq->h) for bf16_r16. One call per
+// run, not per group: the vector versions set up once and keep the next group's loads going while one
+// ends (docs/speed.md).
 void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     if (in_groups(m->dtype)) {
         dots_r16_plain(out, m, r, step, count, xq);
@@ -125,13 +114,14 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
             case DTYPE_F16:
                 out[row] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
                 break;
-            case DTYPE_Q8_0:
-                out[row] =
-                    dot_q8_plain((const int8_t *)m->data + row * cp, (const float *)m->scale + row * nb, xq, (int)nb);
-                break;
-            default:
+            case DTYPE_Q4_0:
                 out[row] = dot_q4_plain((const uint8_t *)m->data + row * cp / 2, (const _Float16 *)m->scale + row * nb,
                                         xq, (int)nb);
+                break;
+            case DTYPE_Q8_0_R16: // in groups of rows: dots_r16_plain, above
+            case DTYPE_BF16_R16:
+            case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+            case DTYPE_BF16:
                 break;
             }
         }

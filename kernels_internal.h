@@ -4,14 +4,17 @@
 // with the table that picks its plain C or its vector version.
 //
 // The kernel files, each read top to bottom:
-//   kernels.c            the fences and the references: weight types and sizes, matmul_ref, the KV
-//                        cache's layout and attention_ref, RMSNorm, softmax, the q8_0 activations,
-//                        the workspace's layout, and matmul, which hands a product to decode or prefill
+//   kernels.c            the fences and the references: matmul_ref, the KV cache's layout and
+//                        attention_ref, RMSNorm, softmax, the q8_0 activations, the workspace's
+//                        layout, and matmul, which hands a product to decode or prefill
 //   kernels_decode.c     decode, matrix x vector: the plain dot products, then matvec
 //   kernels_prefill.c    prefill, matrix x matrix: the plain packing and tiles, then gemm_f32, gemm_q8
 //   kernels_attention.c  attention: the plain scores and mix, then the tasks attention runs
 //   kernels_x86.c        AVX-512 / VNNI / AVX2 versions of the microkernels, behind the same
 //                        signatures; it needs nothing from the other files but this header
+//   dtype.c              the weight types' names and a matrix's bytes (dtype.h: the types' table)
+// kernels.c is on top: it calls decode and prefill, which call nothing of it (the types' sizes and
+// thread_num are in this header).
 // The algorithms call the microkernels by their plain names (dot_rows, kernel_f32, ...) and never
 // see an instruction set; the table at the end of this file says which version a name is.
 #ifndef KERNELS_INTERNAL_H
@@ -21,6 +24,9 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 // Which vector code to compile, from what the compiler targets (-march=native: this machine).
 // -DKERNELS_PLAIN compiles only the plain C, so that tests/test_kernels_plain can check it here.
@@ -42,6 +48,15 @@
 // prefill tiles compiled on their own, whose registers an inlining caller would take (docs/speed.md).
 #define ONE_COPY __attribute__((noinline))
 
+// This thread's number in a parallel region, 0 without OpenMP: which share of the workspace is its own.
+static inline int thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 enum {
     NR = 32,      // prefill: weight rows per panel, two 16-float vectors
     MR = 12,      // prefill: tokens per tile, MR * 2 = 24 accumulator vectors of the 32 a core has
@@ -54,16 +69,18 @@ enum {
                    // each from its own quarter of the matrix
 };
 
-static inline int quantized(DType t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || t == DTYPE_Q8_0_R16; }
-// Whether a type's rows are stored in groups of R16 (the rows of a decode group are then such groups).
-static inline int in_groups(DType t) { return t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16; }
+// What a type's products multiply (dtype.h): x quantized to q8_0 blocks; x rounded to bf16. And
+// whether its rows are stored in groups of R16 (the rows of a decode group are then such groups).
+static inline int x_quantized(DType t) { return DTYPES[t].x == X_Q8; }
+static inline int x_bf16(DType t) { return DTYPES[t].x == X_BF16; }
+static inline int in_groups(DType t) { return DTYPES[t].group > 1; }
 
 // q8_0 in groups of R16 rows (DTYPE_Q8_0_R16; model.h has the bytes): a matrix's rows padded with
 // zero rows to whole groups; per group and per block of 32 columns R16_BLOCK_BYTES: the 16 rows'
 // float scales, then 8 runs of 64 bytes, run u holding bytes 4u .. 4u+3 of each of the 16 rows in
 // row order, each stored as the unsigned q + 128. One 64-byte load is 4 columns of 16 rows, as
 // vpdpbusd multiplies them by 4 bytes of x broadcast: a block's 16 sums land in one vector.
-enum { R16 = 16, R16_BLOCK_BYTES = R16 * (int)sizeof(float) + R16 * Q8_BLOCK };
+enum { R16_BLOCK_BYTES = R16 * (int)sizeof(float) + R16 * Q8_BLOCK };
 static inline int r16_groups(int rows) { return (rows + R16 - 1) / R16; }
 static inline size_t r16_group_bytes(int cols) {
     return (size_t)(cols + Q8_BLOCK - 1) / Q8_BLOCK * R16_BLOCK_BYTES;
@@ -77,24 +94,21 @@ static inline int r16_at(int i, int j) { return j / 4 * (R16 * 4) + i * 4 + j % 
 // bits) and 2p + 1 (high 16 bits): one 64-byte load is a pair of columns of all 16 rows
 // (br16_group_values and br16_at, below with bf16_cols, say where).
 
-// One stored row of a matrix (kernels.h's matrix_* functions are these for whole matrices): its
-// columns, q8_0 and q4_0 padded to whole blocks of Q8_BLOCK; the bytes of its values; the bytes of
-// its scales (q8_0, q4_0; else 0; q8_0_r16 keeps them with its values, in groups of rows: above).
+// One stored row of a matrix (dtype.h's matrix_* functions are these for whole matrices), from the
+// type's row of the table: its columns, padded to whole blocks; the bytes of its values (q8_0_r16:
+// on average, its groups have the bytes); the bytes of its scales where they follow the values.
 static inline int cols_stored(DType t, int cols) {
-    return quantized(t) || t == DTYPE_BF16_R16 ? (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK : cols;
+    const int block = DTYPES[t].block;
+    return (cols + block - 1) / block * block;
 }
 static inline size_t row_bytes(DType t, int cols) {
-    const size_t cp = (size_t)cols_stored(t, cols);
-    return t == DTYPE_F32                      ? cp * sizeof(float)
-           : t == DTYPE_F16 || t == DTYPE_BF16 || t == DTYPE_BF16_R16 ? cp * sizeof(uint16_t)
-           : t == DTYPE_Q8_0                   ? cp
-           : t == DTYPE_Q8_0_R16               ? cp + cp / Q8_BLOCK * sizeof(float) // on average: its groups have the bytes
-                                               : cp / 2;
+    return (size_t)(cols_stored(t, cols) / DTYPES[t].block) * (size_t)DTYPES[t].block_bytes;
 }
 static inline size_t row_scale_bytes(DType t, int cols) {
-    const size_t nb = (size_t)cols_stored(t, cols) / Q8_BLOCK;
-    return t == DTYPE_Q8_0 ? nb * sizeof(float) : t == DTYPE_Q4_0 ? nb * sizeof(_Float16) : 0;
+    return (size_t)(cols_stored(t, cols) / DTYPES[t].block) * (size_t)DTYPES[t].scale_bytes;
 }
+// a * b, or 0 when that does not fit in size_t.
+static inline size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX / b) ? 0 : a * b; }
 
 // q4_0 (ggml's Q4_0): per block of 32 values, 16 bytes; byte j holds value j in its low 4 bits and
 // value j + 16 in its high 4 bits, each an unsigned q in [0, 15] meaning (q - 8) * d, with one f16
@@ -131,10 +145,8 @@ static inline size_t br16_at(int r, int c, int cols) {
     return (size_t)(r / R16) * br16_group_values(cols) + ((size_t)(c / 2) * R16 + r % R16) * 2 + c % 2;
 }
 // The bytes of one R16-row group of a q8_0_r16 or bf16_r16 matrix (in_groups) of `cols` columns.
-static inline size_t group_bytes(DType t, int cols) {
-    return t == DTYPE_BF16_R16 ? br16_group_values(cols) * sizeof(uint16_t) : r16_group_bytes(cols);
-}
-// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_bf16_r16).
+static inline size_t group_bytes(DType t, int cols) { return (size_t)R16 * row_bytes(t, cols); }
+// An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_r16).
 static inline uint16_t f16_bf16(uint16_t h) {
     _Float16 f;
     __builtin_memcpy(&f, &h, sizeof f);
@@ -153,10 +165,6 @@ static inline uint16_t f16_bf16(uint16_t h) {
 // order by less than 2^-126 per column.
 // One row: row i (< R16) of a group (its first value) . x (bf16_cols(cols) rounded values).
 float dot_br16_plain(const uint16_t *group, int i, const uint16_t *x, int cols);
-
-// Whether a matrix is multiplied in bf16's way, x rounded to bf16: bf16_r16 weights (the first bf16
-// layout is copied into bf16_r16 at load, kernels.h).
-static inline int bf16_math(const Matrix *m) { return m->dtype == DTYPE_BF16_R16; }
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
 // rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for
@@ -179,9 +187,15 @@ static inline size_t kv_row_bytes(DType t, int hd) {
         return (size_t)hd * sizeof(_Float16);
     case DTYPE_Q8_0:
         return (size_t)hd + (size_t)hd / Q8_BLOCK * sizeof(_Float16);
-    default:
+    case DTYPE_F32:
         return (size_t)hd * sizeof(float);
+    case DTYPE_Q4_0: // weight types only, never a cache's (kernels.h, kv_type_ok)
+    case DTYPE_BF16:
+    case DTYPE_Q8_0_R16:
+    case DTYPE_BF16_R16:
+        break;
     }
+    return 0;
 }
 
 // The keys and the values of kv head h of a layer: stride rows of kv_row_bytes each.
@@ -278,22 +292,19 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
 // definitions (in the file of their algorithm) say it again as code.
 
 // Decode (kernels_decode.c): a run of `count` groups of rows against one activation row, each row's
-// dot product into out[row]; x as floats, and quantized (xq) for q8_0 and q4_0 weights, rounded to
-// bf16 (xq->h) for bf16 weights.
+// dot product into out[row]; x as floats, and quantized (xq) for q4_0 and q8_0_r16 weights, rounded
+// to bf16 (xq->h) for bf16_r16 weights.
 typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq);
-// The plain dot products the vector ones finish a row with: q8_0 or q4_0 weights . q8_0 activations
-// over nb blocks.
-float dot_q8_plain(const int8_t *w, const float *dw, const QuantizedRow *x, int nb);
-// Row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
-float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
+// The plain dot products the vector ones finish a row with: q4_0 weights . q8_0 activations over nb
+// blocks; row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
 float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb);
+float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
 
 // Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,
-// NR, 4) bytes with scales wd (kc/32, NR) through `stage`; the tiles that multiply it with packed
-// tokens into out. The pack_*_from functions pack from column `from` on: the plain rest of a
-// vector packing.
+// NR, 4) bytes with scales wd (kc/32, NR) (q4_0 through `stage`, q8_0_r16 copied as stored: plain C
+// only); the tiles that multiply it with packed tokens into out. pack_w_f32_from packs from column
+// `from` on: the plain rest of the vector packing.
 typedef void PackF32(float *wp, const Matrix *m, int r0, int k0, int kc);
-typedef void PackQ8(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc);
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
@@ -308,10 +319,9 @@ enum {
     BR16_MT = 6,  // ran at 525 GFLOP/s on one Zen 5 core (4 x 4, 2 x 8 and 2 x 12: 510-525)
     BR16_ROWS = BR16_NG * R16, // rows of a prefill work item: one tile's groups
 };
-// f16 as bf16 (matrix_to_bf16_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
+// f16 as bf16 (matrix_to_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
 typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
-void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from);
 
 // Attention (kernels_attention.c): a task's scores against one head's keys, and its weighted sum of
 // the values; rotate_block, a block of keys turned by RoPE with its block of the rotation table.
@@ -325,7 +335,6 @@ typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int 
 
 DotRows dot_rows_plain, dot_rows_x86;
 PackF32 pack_w_f32_plain, pack_w_f32_x86;
-PackQ8 pack_w_q8_plain, pack_w_q8_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
 TileBR16 kernel_br16_plain, kernel_br16_x86;
@@ -348,8 +357,8 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 }
 #endif
 
-// Which version each name is: in an x86 build with AVX2 every one has a vector version (the q8_0
-// packing only with AVX-512: plain C is as fast with 32-byte vectors), else the plain C.
+// Which version each name is: in an x86 build with AVX2 every one has a vector version, else the
+// plain C.
 #ifdef USE_AVX2
 #define dot_rows         dot_rows_x86
 #define pack_w_f32       pack_w_f32_x86
@@ -370,11 +379,6 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain
 #define quantize_row_q8  quantize_row_q8_plain
-#endif
-#ifdef USE_AVX512
-#define pack_w_q8 pack_w_q8_x86
-#else
-#define pack_w_q8 pack_w_q8_plain
 #endif
 
 #endif

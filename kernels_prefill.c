@@ -1,5 +1,5 @@
 // kernels_prefill.c - prefill: out (n, rows) = x (n, cols) @ W^T for n >= GEMM_MIN_N tokens, matrix
-// x matrix, over f32, f16, bf16_r16, q8_0 and q4_0 weights.
+// x matrix, over f32, f16, bf16_r16, q8_0_r16 and q4_0 weights.
 //
 // Each weight is used n times, so once read and kept in cache the weights stop mattering and the
 // arithmetic does. Blocked as in Goto & van de Geijn, "Anatomy of high-performance matrix
@@ -83,7 +83,7 @@ void kernel_br16_plain(float *out, size_t ldo, const uint16_t *w, int nr, const 
         for (int r = 0; r < nr; r++)
             out[t * ldo + r] = dot_br16_plain(w + (size_t)(r / R16) * br16_group_values(cols), r % R16, x + t * ldx, cols);
 }
-// f16 weights as bf16 (matrix_to_bf16_r16): count of them rounded to bf16, each as f16_bf16 does.
+// f16 weights as bf16 (matrix_to_r16): count of them rounded to bf16, each as f16_bf16 does.
 void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
     for (size_t i = 0; i < count; i++)
         to[i] = f16_bf16(from[i]);
@@ -109,19 +109,6 @@ static void pack_x_q8(int8_t *xq, float *xd, int32_t *xs, const QuantizedRows *q
             xs[b * MR_Q8 + t] = real ? -128 * qx->sum[at] : 0;
         }
     }
-}
-
-void pack_w_q8_from(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, int kc, int from) {
-    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, m->cols), nb = cp / Q8_BLOCK;
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    const int8_t *w = (const int8_t *)m->data;
-    for (int j = 0; j < NR; j++)
-        for (int k4 = from / 4; k4 < kc / 4; k4++)
-            for (int i = 0; i < 4; i++)
-                wq[(k4 * NR + j) * 4 + i] = j < nr ? (uint8_t)(w[(size_t)(r0 + j) * cp + k0 + k4 * 4 + i] + 128) : 128;
-    for (int j = 0; j < NR; j++)
-        for (int b = 0; b < kc / Q8_BLOCK; b++)
-            wd[b * NR + j] = j < nr ? ((const float *)m->scale)[(size_t)(r0 + j) * nb + k0 / Q8_BLOCK + b] : 0;
 }
 
 // q4_0 weights go through the same integer tiles as q8_0, unpacked to q - 8 + 128 = q + 120: each
@@ -178,9 +165,22 @@ static void pack_w_r16(uint8_t *wq, float *wd, const Matrix *m, int r0, int k0, 
     }
 }
 
-void pack_w_q8_plain(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
-    (void)stage; // the vector version copies rows through it
-    pack_w_q8_from(wq, wd, m, r0, k0, kc, 0);
+// A panel of q4_0 or q8_0_r16 weights into the integer tiles' layout.
+static void pack_w_int(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
+    switch (m->dtype) {
+    case DTYPE_Q4_0:
+        pack_w_q4(wq, wd, stage, m, r0, k0, kc);
+        break;
+    case DTYPE_Q8_0_R16:
+        pack_w_r16(wq, wd, m, r0, k0, kc);
+        break;
+    case DTYPE_F32: // x not quantized: gemm_f32, gemm_bf16
+    case DTYPE_F16:
+    case DTYPE_BF16_R16:
+    case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_BF16:
+        break;
+    }
 }
 
 // Per block of 32 columns: the exact integer sums of an MR_Q8 x NR tile, then sum * (dw * dx) added
@@ -304,7 +304,7 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
     }
 }
 
-// q8_0 (both layouts) and q4_0 weights: the same loops over integer tiles.
+// q8_0_r16 and q4_0 weights: the same loops over integer tiles.
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n) {
     const int cp = cols_stored(DTYPE_Q8_0, m[0]->cols), nb = cp / Q8_BLOCK;
@@ -332,12 +332,7 @@ void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *ou
                     const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / Q8_BLOCK;
                     for (int p = g * group; p < p_end; p++) {
                         const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                        if (m[mi]->dtype == DTYPE_Q4_0)
-                            pack_w_q4(wq, wd, stage, m[mi], r0, k0, kc);
-                        else if (m[mi]->dtype == DTYPE_Q8_0_R16)
-                            pack_w_r16(wq, wd, m[mi], r0, k0, kc);
-                        else
-                            pack_w_q8(wq, wd, stage, m[mi], r0, k0, kc);
+                        pack_w_int(wq, wd, stage, m[mi], r0, k0, kc);
                         for (int i = 0; i < tiles; i++) {
                             const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
                             kernel_q8(out[mi] + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,

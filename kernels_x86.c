@@ -6,7 +6,7 @@
 // ...): kernels_internal.h declares both with one type and its table says which one a build uses.
 // This file needs nothing from the other kernel files but that header. Attention has one 256-bit
 // version for AVX2 and AVX-512 builds; decode has a 256-bit one and, for AVX-512 with VNNI, 512-bit
-// f16, bf16_r16, q8_0 and q4_0 dot products (half the instructions per byte, which counts once a core
+// f16, bf16_r16, q8_0_r16 and q4_0 dot products (half the instructions per byte, which counts once a core
 // streams fast enough); the prefill tiles have two side by side, 512-bit (AVX-512, with VNNI for
 // the integer ones) and 256-bit (AVX2, for machines without AVX-512). tests/test_kernels.c checks
 // every path against the references, in a native, an AVX2 and a plain C build.
@@ -15,19 +15,18 @@
 //   - decode reads four weight rows at once, one from each quarter of the matrix, with wide loads
 //     into independent sums: four streams of the weights in flight, and each activation vector
 //     loaded serves four rows;
-//   - q8_0 and q4_0 dot products are exact integer sums of byte products. The multiply instructions
-//     (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds them |x| and
-//     w * sign(x) (or w + 128 and a start of -128 sum(x)), q4_0's nibbles are unsigned already; the
-//     decode hook (q4_prep) lays each token's activations out in the order of q4_0's nibbles;
+//   - q8_0_r16 and q4_0 dot products are exact integer sums of byte products. The multiply
+//     instructions (vpdpbusd with VNNI, vpmaddubsw without) want one unsigned operand: decode feeds
+//     them w + 128 and a start of -128 sum(x) (or |x| and w * sign(x)), q4_0's nibbles are unsigned
+//     already; the decode hook (q4_prep) lays each token's activations out in the order of q4_0's
+//     nibbles;
 //     q8_0_r16's 16-row groups are stored as vpdpbusd reads them (w + 128, 4 bytes of 16 rows per
 //     64 bytes), so a block's 16 row sums land in one vector, with no sum across lanes;
 //   - bf16_r16's groups are stored as vdpbf16ps reads them (a pair of columns of 16 rows per 64
 //     bytes), so x's pair, broadcast, meets 16 rows at once and each lane is one row's whole sum;
 //   - f16 weights made bf16 (--f16-as-bf16, at load) are rounded 32 at a time by vcvtph2ps and
 //     vcvtne2ps2bf16 (AVX512-BF16), else by round_bf16's integer arithmetic;
-//   - scales multiplied eight blocks at a time, as one vector, not one block at a time (q8_0 then
-//     hands each block its scale by a broadcast load, not by a permute across the halves of a
-//     vector, which some cores run slowly);
+//   - q4_0's scales multiplied eight blocks at a time, as one vector, not one block at a time;
 //   - the prefill microkernels keep a tile of outputs in registers (24 of the 32 AVX-512 registers,
 //     12 of the 16 AVX2 ones), so each loaded weight feeds several multiply-adds;
 //   - attention works on tiles of up to 3 query rows x 32 positions (or coordinates) in registers,
@@ -66,7 +65,7 @@ static inline __m256 bf16_low8(__m256i v) { return _mm256_castsi256_ps(_mm256_sl
 static inline __m256 bf16_step8(__m256 acc, __m256i w, __m256 x_high, __m256 x_low) {
     return _mm256_fmadd_ps(bf16_low8(w), x_low, _mm256_fmadd_ps(bf16_high8(w), x_high, acc));
 }
-// f16 weights as bf16 (matrix_to_bf16_r16): 8 floats (widened from f16, so never below 2^-126)
+// f16 weights as bf16 (matrix_to_r16): 8 floats (widened from f16, so never below 2^-126)
 // rounded to bf16, to nearest even, each in the low half of its 32-bit word (round_bf16's arithmetic;
 // a NaN stays a quiet NaN); then 16 f16 weights as stored become 16 bf16 ones in the same places.
 static inline __m256i round8_bf16(__m256 f) {
@@ -208,7 +207,7 @@ int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size_t cp) {
 }
 
 // The rows of a group, set up in one place for every dot product below. A run's matrix as its
-// groups read it: where its values and its scales (q8_0, q4_0) begin, the bytes of a stored row of
+// groups read it: where its values and its scales (q4_0) begin, the bytes of a stored row of
 // each, and how far apart a group's rows are (set up once per run).
 typedef struct {
     const char *w, *d;
@@ -384,57 +383,6 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step,
     }
 }
 
-// q8_0 . q8_0 over blocks. The integer dot of a block is 32 byte products summed in 8 lanes. The
-// multiply instruction (vpdpbusd, or vpmaddubsw without VNNI) takes one unsigned and one signed
-// operand, so it is fed |qx| (once per block, for the four rows) and qw * sign(qx): the same products.
-static inline __m256i dot_i8_block(__m256i ax, __m256i sw) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sw);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sw);
-#else // pairs of products fit int16: 2 * 127 * 127 < 32767
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1));
-#endif
-}
-
-// Eight blocks per step.
-static ONE_COPY void dots_q8_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
-    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS], dw[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, dw);
-        __m256 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            acc[k] = _mm256_setzero_ps();
-        int b = 0;
-        for (; b + 8 <= nb; b += 8) {
-            // Each row's eight dw * dx go through memory, from where block i's is broadcast by a load
-            // (vbroadcastss: no shuffle; a permute across lanes per block cost more, docs/speed.md).
-            const __m256 dx = _mm256_loadu_ps(xr->d + b);
-            float d[DOT_ROWS][8];
-            for (int k = 0; k < DOT_ROWS; k++)
-                _mm256_storeu_ps(d[k], _mm256_mul_ps(_mm256_loadu_ps(dw[k].f32 + b), dx));
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) {
-                const size_t at = (size_t)(b + i) * Q8_BLOCK; // block b + i
-                const __m256i x = _mm256_loadu_si256((const __m256i *)(xr->q + at));
-                const __m256i ax = _mm256_sign_epi8(x, x);
-#pragma GCC unroll 4
-                for (int k = 0; k < DOT_ROWS; k++) {
-                    const int8_t *p = w[k].i8 + at;
-                    const __m256i s = dot_i8_block(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)p), x));
-                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(&d[k][i]), acc[k]);
-                }
-            }
-        }
-        const QuantizedRow rest = blocks_from(xr, b); // the last blocks
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] =
-                hsum8(acc[k]) + (b < nb ? dot_q8_plain(w[k].i8 + b * Q8_BLOCK, dw[k].f32 + b, &rest, nb - b) : 0);
-    }
-}
-
 // q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
 // masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's split layout
 // (q4_prep) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by the signed x
@@ -582,18 +530,18 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_F16:
         dots_f16_x86(out, m, r, step, count, x);
         break;
-    case DTYPE_Q8_0:
-        dots_q8_x86(out, m, r, step, count, xq);
-        break;
-    default:
+    case DTYPE_Q4_0:
         dots_q4_x86(out, m, r, step, count, xq);
+        break;
+    case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_BF16:
         break;
     }
 }
 #else // DECODE_512
 // The same four-row dot products in 512-bit vectors, for AVX-512 machines with VNNI (f32 keeps the
 // 256-bit one above, which was faster). The bytes in flight are the same; what halves is the
-// instructions per byte, which bounds the f16, q8_0 and q4_0 decode on one core once the memory
+// instructions per byte, which bounds the f16, q8_0_r16 and q4_0 decode on one core once the memory
 // keeps up (docs/speed.md has the gain over the 256-bit kernels).
 
 // The sums of the 16 lanes of each of four vectors, into out[0 .. 3]: halves added, then three
@@ -646,51 +594,6 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
                 sum += (float)w[k].f16[j] * x[j];
             out[r + k * step] = sum;
         }
-    }
-}
-
-// q8_0: two blocks per 64-byte vector, eight blocks per step. AVX-512 has no vpsignb, so w * sign(x)
-// is w with the lanes where x < 0 subtracted from zero (a masked vpsubb), fed to vpdpbusd with |x|.
-// Lanes 0-7 hold block i's sums and 8-15 block i+1's; each gets its dw * dx by a permute of the
-// step's eight scales.
-static ONE_COPY void dots_q8_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
-    const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS], dw[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, dw);
-        __m512 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            acc[k] = _mm512_setzero_ps();
-        const __m512i zero = _mm512_setzero_si512();
-        int b = 0;
-        for (; b + 8 <= nb; b += 8) {
-            const __m256 dx = _mm256_loadu_ps(xr->d + b);
-            __m512 d[DOT_ROWS];
-            for (int k = 0; k < DOT_ROWS; k++)
-                d[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_loadu_ps(dw[k].f32 + b), dx));
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) { // blocks b + 2i and b + 2i + 1
-                const size_t at = (size_t)(b + 2 * i) * Q8_BLOCK;
-                const __m512i x = _mm512_loadu_si512(xr->q + at), ax = _mm512_abs_epi8(x);
-                const __mmask64 neg = _mm512_movepi8_mask(x);
-                const __m512i sel =
-                    _mm512_set_epi32(2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1,
-                                     2 * i + 1, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i, 2 * i);
-#pragma GCC unroll 4
-                for (int k = 0; k < DOT_ROWS; k++) {
-                    const __m512i v = _mm512_loadu_si512(w[k].i8 + at);
-                    const __m512i s = _mm512_dpbusd_epi32(zero, ax, _mm512_mask_sub_epi8(v, neg, zero, v));
-                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(sel, d[k]), acc[k]);
-                }
-            }
-        }
-        float sums[DOT_ROWS];
-        sum4_512(sums, acc);
-        const QuantizedRow rest = blocks_from(xr, b); // the last blocks
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] =
-                sums[k] + (b < nb ? dot_q8_plain(w[k].i8 + b * Q8_BLOCK, dw[k].f32 + b, &rest, nb - b) : 0);
     }
 }
 
@@ -822,11 +725,11 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_F16:
         dots_f16_512(out, m, r, step, count, x);
         break;
-    case DTYPE_Q8_0:
-        dots_q8_512(out, m, r, step, count, xq);
-        break;
-    default:
+    case DTYPE_Q4_0:
         dots_q4_512(out, m, r, step, count, xq);
+        break;
+    case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_BF16:
         break;
     }
 }
@@ -890,31 +793,6 @@ void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
                 _mm512_store_ps(wp + (size_t)(k + j) * NR + j0, v[j]);
         }
     pack_w_f32_from(wp, m, r0, k0, kc, k);
-}
-
-// pack_w_q8: rows copied one after the other into `stage` (NR, kc), so memory is read in long runs
-// the prefetcher follows, then 16 x 16 transposes of 4-byte groups (the float transpose: it only
-// moves bits) from there, and 128 added to each byte (xor 0x80); the rest plain.
-void pack_w_q8_x86(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, int r0, int k0, int kc) {
-    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, m->cols);
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    const int8_t *w = (const int8_t *)m->data;
-    for (int j = 0; j < nr; j++)
-        memcpy(stage + (size_t)j * kc, w + (size_t)(r0 + j) * cp + k0, (size_t)kc);
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    int k = 0;
-    for (; k + 64 <= kc; k += 64)
-        for (int j0 = 0; j0 < NR; j0 += 16) {
-            __m512 v[16];
-            for (int j = 0; j < 16; j++)
-                v[j] = _mm512_castsi512_ps(
-                    j0 + j < nr ? _mm512_xor_si512(_mm512_loadu_si512(stage + (size_t)(j0 + j) * kc + k), flip)
-                                : flip); // a missing row: 128 + 0
-            transpose16(v);
-            for (int j = 0; j < 16; j++)
-                _mm512_store_ps((float *)(wq + ((size_t)(k / 4 + j) * NR + j0) * 4), v[j]);
-        }
-    pack_w_q8_from(wq, wd, m, r0, k0, kc, k);
 }
 
 // The f32 microkernel: 12 tokens x 32 rows of outputs in 24 registers; per column, 2 weight loads

@@ -52,10 +52,10 @@ static size_t count3(Cursor *cur, size_t a, size_t b, size_t c) {
 static Matrix take_matrix(Cursor *c, DType t, int rows, int cols, size_t align) {
     Matrix m = {NULL, NULL, rows, cols, t};
     size_t data = matrix_data_bytes(t, rows, cols), scale = matrix_scale_bytes(t, rows, cols);
-    const int quantized = t == DTYPE_Q8_0 || t == DTYPE_Q4_0;
-    if (data == 0 || (quantized && scale == 0)) c->overflow = 1; // a matrix here is never empty
+    const int scales_apart = DTYPES[t].scale_bytes > 0; // the scales follow the values (q8_0, q4_0)
+    if (data == 0 || (scales_apart && scale == 0)) c->overflow = 1; // a matrix here is never empty
     m.data = take(c, data, align);
-    if (quantized) m.scale = take(c, scale, align);
+    if (scales_apart) m.scale = take(c, scale, align);
     return m;
 }
 
@@ -403,8 +403,9 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     }
     if (check_tables(&t->config, why, sizeof why)) goto fail;
     t->weight_bytes = size - (ours ? MODEL_HEADER_SIZE : 7 * sizeof(int32_t));
-    // bf16 in the first layout (dtype 4): copied into bf16_r16, the one bf16 layout the kernels read
-    if (t->config.dtype == DTYPE_BF16 && transformer_bf16_r16_copy(t, why, sizeof why)) goto fail;
+    // q8_0 and bf16 in their first layouts (dtype 2, 4): copied into q8_0_r16 and bf16_r16, the
+    // layouts the kernels read (dtype.h)
+    if (transformer_copy_weights(t, DTYPES[t->config.dtype].runs_as, why, sizeof why)) goto fail;
     return 0;
 
 fail:

@@ -188,10 +188,11 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     return PREPARE_OK;
 }
 
-int transformer_bf16_r16_copy(Transformer *t, char *err, size_t errlen) {
+int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen) {
     TransformerWeights *w = &t->weights;
     const DType from = t->config.dtype;
-    if (from != DTYPE_F16 && from != DTYPE_BF16) return 0;
+    const int f16_as_bf16 = from == DTYPE_F16 && to == DTYPE_BF16_R16;
+    if (t->copy || (!f16_as_bf16 && (from == to || DTYPES[from].runs_as != to))) return 0; // nothing (more) to copy
     const int shared = w->wcls.data == w->token_embedding.data, layers = t->config.n_layers;
     Matrix *m[2 + 7 * layers]; // the embedding, the classifier unless it is the embedding, 7 per layer
     int count = 0;
@@ -205,27 +206,31 @@ int transformer_bf16_r16_copy(Transformer *t, char *err, size_t errlen) {
     }
     size_t bytes = 0; // each matrix at a multiple of 64 bytes, as in the file
     for (int i = 0; i < count; i++)
-        bytes += (matrix_data_bytes(DTYPE_BF16_R16, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
+        bytes += (matrix_data_bytes(to, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
     void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) {
-        snprintf(err, errlen, "no memory for a bf16_r16 copy of the weights (%.1f MiB) (hint: %s)", bytes / 1048576.0,
-                 from == DTYPE_F16 ? "drop --f16-as-bf16" : "export the model again: --dtype bf16 writes bf16_r16");
+        char hint[120] = "drop --f16-as-bf16";
+        if (!f16_as_bf16)
+            snprintf(hint, sizeof hint, "export the model again: --dtype %s writes %s", dtype_name(from),
+                     dtype_name(to));
+        snprintf(err, errlen, "no memory for a %s copy of the weights (%.1f MiB) (hint: %s)", dtype_name(to),
+                 bytes / 1048576.0, hint);
         return -1;
     }
-    // No MADV_HUGEPAGE here, unlike the run state: with it, a 922-token 110M prompt at two threads
-    // ran at 2250-2860 tok/s in 3 of 8 runs, against 3180-3340 in every run without (the kernel
-    // collapsing the copy's pages in the background, by the look of it).
+    // No MADV_HUGEPAGE here, unlike the run state: with it, a 110M bf16 prompt at two threads ran
+    // slower in some runs and never faster (the kernel collapsing the copy's pages in the background,
+    // by the look of it; docs/speed.md).
     unsigned char *at = copy;
     for (int i = 0; i < count; i++) {
-        if (matrix_to_bf16_r16(m[i], m[i], at, max_threads())) {
+        if (matrix_to_r16(m[i], m[i], to, at, max_threads())) {
             munmap(copy, bytes); // the matrices converted so far point into it: the load fails as a whole
-            snprintf(err, errlen, "no memory for the bf16_r16 copy's scratch");
+            snprintf(err, errlen, "no memory for the %s copy's scratch", dtype_name(to));
             return -1;
         }
-        at += (matrix_data_bytes(DTYPE_BF16_R16, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
+        at += (matrix_data_bytes(to, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
     }
     if (shared) w->wcls = w->token_embedding;
-    t->bf16_copy = copy, t->bf16_copy_bytes = bytes;
+    t->copy = copy, t->copy_bytes = bytes;
     return 0;
 }
 
@@ -234,7 +239,7 @@ void transformer_free(Transformer *t) {
     rope_free(&t->rope);
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
-    if (t->bf16_copy) munmap(t->bf16_copy, t->bf16_copy_bytes);
+    if (t->copy) munmap(t->copy, t->copy_bytes);
     memset(t, 0, sizeof(*t));
 }
 

@@ -27,9 +27,9 @@
 //    52  dtype                 weight type of the matrices: 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16,
 //                              and in groups of 16 rows 5 q8_0_r16 and 6 bf16_r16 (what export.py
 //                              writes for q8_0 and bf16 now; 2 and 4 are the first layouts, still
-//                              read). 4, 5 and 6 in any version: a reader older than them refuses
-//                              them as an unknown dtype, so no version is needed to keep it from
-//                              misreading
+//                              read: copied into 5 and 6 at load). 4, 5 and 6 in any version: a
+//                              reader older than them refuses them as an unknown dtype, so no
+//                              version is needed to keep it from misreading
 //    56  rope_scaling          the checkpoint's own scaling (RopeScaling in rope.h), 0 = none
 //    60  rope_orig_ctx         the context it was trained at, L (HF original_max_position_embeddings);
 //                            0 = seq_len
@@ -235,8 +235,8 @@ typedef struct {
     Rope rope;
     void *map; // the mmapped file
     size_t map_size;
-    void *bf16_copy; // the matrices made bf16_r16 (transformer_bf16_r16_copy); else NULL
-    size_t bf16_copy_bytes;
+    void *copy; // the matrices copied into another layout (transformer_copy_weights); else NULL
+    size_t copy_bytes;
     size_t weight_bytes; // bytes of tensors in the file
     size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
 } Transformer;
@@ -263,13 +263,13 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
 
 void transformer_free(Transformer *t);
 
-// Every weight matrix of an f16 model (./run --f16-as-bf16: each weight rounded to nearest even) or
-// of a bf16 one in the first bf16 layout (transformer_load does it: copied as they are) made
-// bf16_r16, once, into one anonymous mapping as large as the matrices (kernels.h,
-// matrix_to_bf16_r16), the classifier and the embedding too; the model then runs as a bf16 export
-// would, in bf16_r16's order. The file stays mapped for the vectors (norms). A model of another type
-// is left as it is. Returns 0, or -1 with a message in err (no memory for the copy).
-int transformer_bf16_r16_copy(Transformer *t, char *err, size_t errlen);
+// Every weight matrix copied, once, into one anonymous mapping as large as the matrices in the
+// grouped layout `to` (kernels.h, matrix_to_r16), the classifier and the embedding too: a file in a
+// first layout (q8_0 or bf16: dtype.h, runs_as; transformer_load does it), the same numbers moved, or
+// an f16 model to bf16_r16 (./run --f16-as-bf16: each weight rounded to nearest even). The model then
+// runs as an export in `to` would, bit for bit. The file stays mapped for the vectors (norms). A model
+// of any other type is left as it is. Returns 0, or -1 with a message in err (no memory for the copy).
+int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen);
 
 // Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that
 // dynamic NTK keeps beside them. 0 if that does not fit in size_t.

@@ -544,10 +544,16 @@ double rope_covers(const RopeParams *p, int ctx, double *fix) {
     case ROPE_SCALING_SELFEXTEND: // a whole G: (L - W) G + W, the capacity of LongLM's paper
         *fix = ceil((ctx - W) / (L - W));
         return W + p->factor * (L - W);
-    default:
-        *fix = 0;
-        return 0;
+    case ROPE_SCALING_NONE:
+    case ROPE_SCALING_DYNAMIC:
+    case ROPE_SCALING_REROPE:
+    case ROPE_SCALING_LONGROPE:
+    case ROPE_SCALING_DYNAMIC_YARN:
+    case ROPE_SCALING_DCA:
+        break;
     }
+    *fix = 0;
+    return 0;
 }
 
 void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {

@@ -53,8 +53,8 @@ typedef enum {
     ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at grouped positions
     ROPE_SCALING_DYNAMIC_YARN = 10, // YaRN whose factor follows the length: s = max(1, l / L)
     ROPE_SCALING_DCA = 11,          // dual chunk attention: positions within chunks, three query turns
-    ROPE_SCALING_COUNT
 } RopeScaling;
+#define ROPE_SCALING_COUNT (ROPE_SCALING_DCA + 1) // how many there are: not a mode, so no switch needs a case for it
 
 // Everything that decides the frequencies. Fields that a mode does not use are ignored.
 typedef struct {

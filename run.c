@@ -833,14 +833,16 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->n_ctx_max != c->n_ctx_train)
         snprintf(supports, sizeof supports, " (n_ctx_max %d with its scaling)", c->n_ctx_max);
+    char copied[120] = ""; // the weights copied into another layout at load (transformer_copy_weights)
+    if (t->copy && c->dtype == DTYPE_F16)
+        snprintf(copied, sizeof copied, ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16");
+    else if (t->copy)
+        snprintf(copied, sizeof copied, ", the first %s layout: run from a %s copy (export again to skip it)",
+                 dtype_name(c->dtype), dtype_name(DTYPES[c->dtype].runs_as));
     fprintf(stderr,
             "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped%s) | KV cache %.2f MiB (keys %s%s, "
             "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
-            c->n_ctx_train, supports, run->n_ctx, t->weight_bytes / 1048576.0,
-            !t->bf16_copy          ? ""
-            : c->dtype == DTYPE_F16 ? ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16"
-                                    : ", the first bf16 layout: run from a bf16_r16 copy (export again to skip it)",
-            kv / 1048576.0,
+            c->n_ctx_train, supports, run->n_ctx, t->weight_bytes / 1048576.0, copied, kv / 1048576.0,
             dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
             (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
             wait_policy(waiting, sizeof waiting));
@@ -1119,7 +1121,7 @@ int main(int argc, char **argv) {
 
     RunConfig run;
     int status = configure(&t, &o, &run);
-    if (status == 0 && o.f16_as_bf16 && transformer_bf16_r16_copy(&t, err, sizeof err)) {
+    if (status == 0 && o.f16_as_bf16 && transformer_copy_weights(&t, DTYPE_BF16_R16, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         status = 1;
     }

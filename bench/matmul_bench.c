@@ -32,7 +32,12 @@ static int by_value(const void *a, const void *b) {
 int main(int argc, char **argv) {
     DType t;
     if (argc < 5 || dtype_from_name(argv[4], &t)) {
-        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|bf16|bf16_r16|q8_0|q8_0_r16|q4_0 [repeats]\n");
+        fprintf(stderr, "usage: matmul_bench ROWS COLS N f32|f16|bf16_r16|q8_0_r16|q4_0 [repeats]\n");
+        return 2;
+    }
+    if (DTYPES[t].runs_as != t) { // a first layout (dtype.h): what it runs as is what to time
+        fprintf(stderr, "error: %s is a file type only, copied into %s at load (hint: matmul_bench ... %s)\n",
+                argv[4], dtype_name(DTYPES[t].runs_as), dtype_name(DTYPES[t].runs_as));
         return 2;
     }
     const int rows = atoi(argv[1]), cols = atoi(argv[2]), n = atoi(argv[3]);
@@ -51,14 +56,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: out of memory\n");
         return 1;
     }
-    // Small values every type holds: f16 0x2e66 ~ 0.1, q8_0 bytes 1..100 with scale 1e-3.
+    // Small values every type holds: f16 0x2e66 ~ 0.1, q4_0 bytes 1..100 with scale 1e-3.
     for (size_t i = 0; i < data; i++)
         w[i] = t == DTYPE_F16 ? (i % 2 ? 0x2e : 0x66) : (uint8_t)(1 + i % 100);
     if (t == DTYPE_F32)
         for (size_t i = 0; i < data / 4; i++)
             ((float *)w)[i] = 0.001f * (float)(i % 97);
-    for (size_t i = 0; t == DTYPE_Q8_0 && i < scales / 4; i++)
-        ((float *)(w + data_padded))[i] = 1e-3f;
     for (size_t i = 0; t == DTYPE_Q4_0 && i < scales / 2; i++)
         ((_Float16 *)(w + data_padded))[i] = (_Float16)1e-3f;
     for (size_t i = 0; i < (size_t)n * cols; i++)

@@ -1,6 +1,6 @@
-"""--f16-as-bf16: f16 weights multiplied as bf16, opt-in, with a stated bound (model.h, transformer_bf16_r16_copy).
+"""--f16-as-bf16: f16 weights multiplied as bf16, opt-in, with a stated bound (model.h, transformer_copy_weights).
 
-At load every matrix is made bf16_r16 (kernels.h, matrix_to_bf16_r16): each weight rounded to
+At load every matrix is made bf16_r16 (kernels.h, matrix_to_r16): each weight rounded to
 nearest even from f16 to bf16 (f16 has 11 significant bits, bf16 8: each weight moves by at most
 2^-8 of itself), laid out as export.py writes bf16; each activation is rounded likewise and the
 products run in bf16_r16's order, so a prompt's logits are still those of its tokens one at a time,

@@ -1,6 +1,6 @@
 // test_kernels.c - every fast matrix product against the plain reference (kernels.h).
 //
-// For each weight type the kernels multiply (f32, f16, q8_0 in both layouts, q4_0, bf16_r16), each
+// For each weight type the kernels multiply (f32, f16, q4_0, q8_0_r16, bf16_r16), each
 // shape (odd ones: 1 column, 172 columns, rows that are no multiple of anything, enough tokens and
 // columns to cross the tile and chunk edges) and each token count (1 = decode's matrix x vector; 4
 // and more = prefill's blocked matrix x matrix):
@@ -15,15 +15,16 @@
 // cutoff) and rmsnorm against double; bf16: the rounding of x against its definition (with truncation
 // as the control), bf16_r16's decode and prefill sums bit for bit against its order, one sum per
 // row (the pairs' other order and the first bf16 layout's lanes-and-tree order as the controls), and
-// n tokens bit for bit one token at a time; matrix_to_bf16_r16 against f16 weights rounded and bf16
-// ones laid out here (an f16 weight that is no bf16 number as the control); matmul refusing the
-// first bf16 layout, which the loader copies into bf16_r16.
+// n tokens bit for bit one token at a time; matrix_to_r16 against f16 weights rounded and bf16 and
+// q8_0 ones laid out here (an f16 weight that is no bf16 number and a buffer of 0xAB as the
+// controls); matmul refusing the first bf16 and q8_0 layouts, which the loader copies into bf16_r16
+// and q8_0_r16.
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
 //   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
 //   bf16_r16  the same: x is rounded to bf16 in matmul_ref too, so only the sums' rounding is left.
-//   q8_0      |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the activations
-//             are rounded to 8 bits per block (half a step dx / 2 at most each), the weights are
-//             already exactly q * d, so e bounds the whole quantization error.
+//   q4_0, q8_0_r16  |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the
+//             activations are rounded to 8 bits per block (half a step dx / 2 at most each), the
+//             weights are already exactly q * d, so e bounds the whole quantization error.
 // Prints the largest error as a fraction of its bound per weight type (per case with -v, and
 // every failing case), and a one-line verdict.
 // Built three times by the Makefile: native (this machine's best: AVX-512 with VNNI on some x86
@@ -127,27 +128,33 @@ static void same_rows(const Matrix *grouped, const Matrix *rows) {
     }
 }
 
-// A random (rows, cols) matrix in q8_0_r16: the q8_0 matrix of the same random numbers, its rows
-// laid out in groups of 16 (model.h) as export.py does it, the padding rows zero (q + 128 = 128).
-static TestMatrix make_matrix_r16(int rows, int cols) {
-    TestMatrix q8 = make_matrix(DTYPE_Q8_0, rows, cols);
-    TestMatrix tm = {{NULL, NULL, rows, cols, DTYPE_Q8_0_R16}, NULL, NULL};
+// A q8_0 matrix (the first layout: rows of q, then the scales) laid out in q8_0_r16's groups of 16
+// rows (model.h) as export.py does it, into data (matrix_data_bytes(DTYPE_Q8_0_R16, ...) bytes), the
+// padding rows zero (q + 128 = 128, d = 0).
+static void r16_layout(uint8_t *data, const TestMatrix *q8, int rows, int cols) {
     const int nb = matrix_cols_stored(DTYPE_Q8_0, cols) / Q8_BLOCK, groups = (rows + 15) / 16;
     const size_t block = 16 * sizeof(float) + 16 * Q8_BLOCK;
-    uint8_t *data = calloc(matrix_data_bytes(DTYPE_Q8_0_R16, rows, cols), 1);
     for (int g = 0; g < groups; g++)
         for (int b = 0; b < nb; b++) {
             uint8_t *at = data + ((size_t)g * nb + b) * block;
             for (int i = 0; i < 16; i++) {
                 const int r = g * 16 + i;
-                const float d = r < rows ? q8.scale[(size_t)r * nb + b] : 0;
+                const float d = r < rows ? q8->scale[(size_t)r * nb + b] : 0;
                 memcpy(at + i * sizeof(float), &d, sizeof d);
                 for (int j = 0; j < Q8_BLOCK; j++) {
-                    const int q = r < rows ? ((const int8_t *)q8.data)[((size_t)r * nb + b) * Q8_BLOCK + j] : 0;
+                    const int q = r < rows ? ((const int8_t *)q8->data)[((size_t)r * nb + b) * Q8_BLOCK + j] : 0;
                     at[16 * sizeof(float) + j / 4 * 64 + i * 4 + j % 4] = (uint8_t)(q + 128);
                 }
             }
         }
+}
+
+// A random (rows, cols) matrix in q8_0_r16: the q8_0 matrix of the same random numbers in groups.
+static TestMatrix make_matrix_r16(int rows, int cols) {
+    TestMatrix q8 = make_matrix(DTYPE_Q8_0, rows, cols);
+    TestMatrix tm = {{NULL, NULL, rows, cols, DTYPE_Q8_0_R16}, NULL, NULL};
+    uint8_t *data = calloc(matrix_data_bytes(DTYPE_Q8_0_R16, rows, cols), 1);
+    r16_layout(data, &q8, rows, cols);
     tm.data = data;
     tm.m.data = data;
     same_rows(&tm.m, &q8.m); // the layout read back: the q8_0 rows, bit for bit
@@ -187,7 +194,7 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
     matrix_row(w, m, r);
     for (int c = 0; c < cols; c++)
         s += fabs((double)w[c] * xt[c]);
-    if (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_Q4_0 || m->dtype == DTYPE_Q8_0_R16) { // x quantized to 8 bits
+    if (DTYPES[m->dtype].x == X_Q8) { // x quantized to 8 bits
         for (int b = 0; b * Q8_BLOCK < cols; b++) {
             double amax = 0, wsum = 0;
             for (int c = b * Q8_BLOCK; c < cols && c < (b + 1) * Q8_BLOCK; c++) {
@@ -254,7 +261,7 @@ static void check_case(DType t, int rows, int cols, int n) {
     // bf16: every output in one order (kernels_internal.h), so a prompt's tokens are the bits of each
     // token alone (x is rounded to bf16 between layers, where any difference could grow); q8_0_r16:
     // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx); bf16_r16 as bf16.
-    const int split_exact = t == DTYPE_BF16 || t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16;
+    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16;
     const int same_split = !split_exact || memcmp(fast, one, sizeof(float) * n * rows) == 0;
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix && same_split;
     failures += !ok;
@@ -538,7 +545,8 @@ static void check_rmsnorm(void) {
     printf("rmsnorm vs double: largest error / bound (1e-6 relative) %.3f%s\n", worst, worst <= 1 ? "" : "  <-- FAIL");
 }
 
-// q8_0 activations bit for bit: with one-hot q8_0 weights (row r is 1 at column r, scale 1),
+// q8_0 activations bit for bit: with one-hot q8_0_r16 weights (row r is 1 at column r, scale 1; made
+// in the first layout and moved by matrix_to_r16),
 // out[t, r] = q * d exactly, the activation x[t, r] quantized and read back, in decode (1 token) and
 // prefill (5 tokens). The expected q and d are computed here as kernels.c defines them: per block,
 // d = max|x| / 127 (0 below the smallest normal float), q = x * (127 / max|x|) clamped to
@@ -565,7 +573,10 @@ static void check_quantize_q8(void) {
             q[(size_t)r * cp + r] = 1;
         for (int i = 0; i < cols * cp / Q8_BLOCK; i++)
             d[i] = 1;
-        const Matrix m = {q, d, cols, cols, DTYPE_Q8_0};
+        const Matrix rows = {q, d, cols, cols, DTYPE_Q8_0};
+        Matrix m;
+        void *grouped = aligned_alloc(64, (matrix_data_bytes(DTYPE_Q8_0_R16, cols, cols) + 63) / 64 * 64);
+        ok &= matrix_to_r16(&m, &rows, DTYPE_Q8_0_R16, grouped, 1) == 0;
         for (int n = 1; n <= 5; n += 4) {
             for (int t = 0; t < n; t++)
                 for (int c = 0; c < cols; c++) {
@@ -590,6 +601,7 @@ static void check_quantize_q8(void) {
         }
         free(q);
         free(d);
+        free(grouped);
     }
     failures += !ok || ties == 0;
     printf("q8_0 activations vs their definition: %d values, bit for bit: %s (%d ties that half-to-even would "
@@ -752,68 +764,83 @@ static void check_br16_order(void) {
            tree_differs ? "differs" : "the same", ok ? "" : "  <-- FAIL");
 }
 
-// matrix_to_bf16_r16 on the same shapes as bf16's: the bytes it writes at 1, 2 and 3 threads are
-// those of the weights laid out by make_matrix_br16's own code, padding included: f16 weights each
-// rounded here (bf16_round of the f16 widened; ./run --f16-as-bf16), bf16 ones in the first layout
-// as they are (the loader's copy). The products are then bf16_r16's, checked above. The controls:
-// some f16 weight is not a bf16 number (the rounding is done, not skipped); an f32 matrix is refused.
-static void check_to_bf16_r16(void) {
+// matrix_to_r16 on the same shapes as bf16's: the bytes it writes at 1, 2 and 3 threads are those
+// of the weights laid out by make_matrix_br16's and make_matrix_r16's own code, padding included:
+// f16 weights each rounded here (bf16_round of the f16 widened; ./run --f16-as-bf16), bf16 ones in
+// the first layout as they are, q8_0 ones in the first layout their q and scales as they are (the
+// loader's copies). The products are then bf16_r16's and q8_0_r16's, checked above. The controls:
+// some f16 weight is not a bf16 number (the rounding is done, not skipped); every byte is written (the
+// buffer is filled with 0xAB first); f32, and q8_0 to bf16_r16, are refused.
+static void check_to_r16(void) {
+    static const DType from[3] = {DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0};
     int same = 1, rounded_somewhere = 0;
     for (size_t c = 0; c < sizeof BF16_CASES / sizeof BF16_CASES[0]; c++)
-        for (int f16 = 0; f16 < 2; f16++) {
-            const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1];
-            TestMatrix tm = make_matrix(f16 ? DTYPE_F16 : DTYPE_BF16, rows, cols);
-            const size_t bytes = matrix_data_bytes(DTYPE_BF16_R16, rows, cols);
-            uint16_t *bits = malloc(sizeof(uint16_t) * rows * cols), *want = calloc(bytes, 1);
-            void *got = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            for (size_t k = 0; k < (size_t)rows * cols; k++) {
-                const uint16_t b = ((const uint16_t *)tm.data)[k];
-                const float f = (float)((const _Float16 *)tm.data)[k];
-                bits[k] = f16 ? bf16_round(f) : b;
-                rounded_somewhere |= f16 && bf16_float(bits[k]) != f;
+        for (int k = 0; k < 3; k++) {
+            const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1], f16 = from[k] == DTYPE_F16;
+            const DType to = from[k] == DTYPE_Q8_0 ? DTYPE_Q8_0_R16 : DTYPE_BF16_R16;
+            TestMatrix tm = make_matrix(from[k], rows, cols);
+            const size_t bytes = matrix_data_bytes(to, rows, cols);
+            uint8_t *want = calloc(bytes, 1), *got = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            if (to == DTYPE_Q8_0_R16) {
+                r16_layout(want, &tm, rows, cols);
+            } else {
+                uint16_t *bits = malloc(sizeof(uint16_t) * rows * cols);
+                for (size_t i = 0; i < (size_t)rows * cols; i++) {
+                    const uint16_t b = ((const uint16_t *)tm.data)[i];
+                    const float f = (float)((const _Float16 *)tm.data)[i];
+                    bits[i] = f16 ? bf16_round(f) : b;
+                    rounded_somewhere |= f16 && bf16_float(bits[i]) != f;
+                }
+                br16_layout((uint16_t *)want, bits, rows, cols);
+                free(bits);
             }
-            br16_layout(want, bits, rows, cols);
             for (int threads = 1; threads <= 3; threads++) {
                 Matrix m;
                 memset(got, 0xAB, bytes); // what it does not write shows
-                const int status = matrix_to_bf16_r16(&m, &tm.m, got, threads);
-                if (status || m.dtype != DTYPE_BF16_R16 || m.data != got || memcmp(got, want, bytes)) {
+                const int status = matrix_to_r16(&m, &tm.m, to, got, threads);
+                if (status || m.dtype != to || m.data != got || memcmp(got, want, bytes)) {
                     if (same || verbose)
-                        printf("%s to bf16_r16 %d x %d threads %d: %s\n", f16 ? "f16" : "bf16", rows, cols, threads,
-                               status ? "refused" : "other bytes than rounding and laying out give");
+                        printf("%s to %s %d x %d threads %d: %s\n", dtype_name(from[k]), dtype_name(to), rows, cols,
+                               threads, status ? "refused" : "other bytes than laying out gives");
                     same = 0;
                 }
             }
-            free(bits);
             free(want);
             free(got);
             free(tm.data);
+            free(tm.scale);
         }
     Matrix m;
-    const int refuses_f32 = matrix_to_bf16_r16(&m, &(Matrix){NULL, NULL, 1, 1, DTYPE_F32}, NULL, 1) == -1;
-    const int ok = same && rounded_somewhere && refuses_f32;
+    const int refuses = matrix_to_r16(&m, &(Matrix){NULL, NULL, 1, 1, DTYPE_F32}, DTYPE_BF16_R16, NULL, 1) == -1 &&
+                        matrix_to_r16(&m, &(Matrix){NULL, NULL, 1, 1, DTYPE_F32}, DTYPE_Q8_0_R16, NULL, 1) == -1 &&
+                        matrix_to_r16(&m, &(Matrix){NULL, NULL, 1, 1, DTYPE_Q8_0}, DTYPE_BF16_R16, NULL, 1) == -1;
+    const int ok = same && rounded_somewhere && refuses;
     failures += !ok;
-    printf("f16 (rounded) and bf16 (copied) to bf16_r16, 1-3 threads: %s laid out (f16 weights that are no bf16 "
-           "numbers: %s; f32 refused: %s)%s\n",
-           same ? "bit for bit" : "NOT", rounded_somewhere ? "yes" : "no", refuses_f32 ? "yes" : "no",
+    printf("f16 (rounded), bf16 and q8_0 (moved) to bf16_r16 and q8_0_r16, 1-3 threads: %s laid out (f16 weights "
+           "that are no bf16 numbers: %s; f32 and q8_0 to bf16_r16 refused: %s)%s\n",
+           same ? "bit for bit" : "NOT", rounded_somewhere ? "yes" : "no", refuses ? "yes" : "no",
            ok ? "" : "  <-- FAIL");
 }
 
-// The first bf16 layout (DTYPE_BF16) is a file type only: matmul refuses it rather than reading it as
+// The first layouts (q8_0, bf16) are file types only: matmul refuses them rather than reading them as
 // another type, in decode and prefill.
-static void check_bf16_refused(void) {
-    TestMatrix tm = make_matrix(DTYPE_BF16, 20, 64);
-    float x[8 * 64] = {0}, out[8 * 20];
+static void check_file_types_refused(void) {
+    static const DType first[2] = {DTYPE_Q8_0, DTYPE_BF16};
     int refused = 1;
-    for (int n = 1; n <= 8; n += 7) {
-        Workspace ws = {NULL, workspace_bytes(n, 64, 2), n, 64, 2};
-        ws.base = aligned_alloc(64, (ws.bytes + 63) / 64 * 64);
-        refused &= matmul(&ws, out, x, &tm.m, n) == -1;
-        free(ws.base);
+    for (int k = 0; k < 2; k++) {
+        TestMatrix tm = make_matrix(first[k], 20, 64);
+        float x[8 * 64] = {0}, out[8 * 20];
+        for (int n = 1; n <= 8; n += 7) {
+            Workspace ws = {NULL, workspace_bytes(n, 64, 2), n, 64, 2};
+            ws.base = aligned_alloc(64, (ws.bytes + 63) / 64 * 64);
+            refused &= matmul(&ws, out, x, &tm.m, n) == -1;
+            free(ws.base);
+        }
+        free(tm.data);
+        free(tm.scale);
     }
-    free(tm.data);
     failures += !refused;
-    printf("matmul refuses the first bf16 layout (decode, prefill): %s\n", refused ? "yes" : "NO  <-- FAIL");
+    printf("matmul refuses the first q8_0 and bf16 layouts (decode, prefill): %s\n", refused ? "yes" : "NO  <-- FAIL");
 }
 
 // matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
@@ -860,13 +887,13 @@ int main(int argc, char **argv) {
         {31, 300, 25}, {257, 96, 64}, {64, 2048, 1}, {64, 2048, 3}, {45, 1000, 300}, {40, 1000, 600}, {17, 5000, 37},
         {256, 40, 1},  {611, 72, 1},  {515, 33, 2},
     };
-    for (DType t = 0; t < DTYPE_COUNT; t++) // the first bf16 layout is a file type only (kernels.h)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0] && t != DTYPE_BF16; i++)
+    for (DType t = 0; t < DTYPE_COUNT; t++) // the first q8_0 and bf16 layouts are file types only (dtype.h)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0] && DTYPES[t].runs_as == t; i++)
             check_case(t, cases[i][0], cases[i][1], cases[i][2]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
-        for (int n = 1; n <= 5 && t != DTYPE_BF16; n += 2)
+        for (int n = 1; n <= 5 && DTYPES[t].runs_as == t; n += 2)
             check_many(t, 100, n);
-    check_bf16_refused();
+    check_file_types_refused();
     // Head shapes: one head, grouped (2, 8 and 24 query heads per kv head: below, at and above the
     // 16 rows of a task), head sizes that are and are not multiples of the 8- and 32-float tiles.
     static const int heads[][3] = {{1, 1, 1},    {2, 1, 5},    {8, 4, 8},   {4, 2, 64},
@@ -891,10 +918,10 @@ int main(int argc, char **argv) {
     check_quantize_q8();
     check_bf16_round();
     check_br16_order();
-    check_to_bf16_r16();
+    check_to_r16();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
-        if (t != DTYPE_BF16)
+        if (DTYPES[t].runs_as == t)
             printf("%-4s %d shapes: largest error / bound: vs matmul_ref %.3f, n tokens vs 1 at a time %.3f\n",
                dtype_name(t), n_cases, worst_of[t][0], worst_of[t][1]);
     printf("attention %d head sizes x %d lengths: largest error / bound %.3f; ReRoPE's window off by one moves an "

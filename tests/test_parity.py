@@ -140,34 +140,40 @@ def test_bf16_block_equals_token_by_token(c_tools, tmp_path):
 
 
 def test_q8_0_layouts(c_tools, tmp_path):
-    """q8_0 weights in groups of 16 rows (q8_0_r16, what the exporter writes) and in the first q8_0
-    layout (rows, then scales; still read): the same numbers. Prefill packs both into the same tiles,
-    so blocks of 64 give the same bits. q8_0_r16's decode adds each row's blocks as prefill does (in
-    order, each as sum * (dw * dx)), so its blocks of 64 are its tokens one at a time, bit for bit;
-    the first layout's decode sums in another float order, and there one token at a time differs
-    (quantizing the activations again each layer can turn a last-bit difference into a step of 1/127
-    of a block): the control that the equality is not vacuous. Each layout's logits are
-    the same bits at 1 and 2 threads; q8_0 is not f32."""
-    from lrun.modelfile import q8_0_rows
+    """q8_0 weights in the first layout (dtype 2: each matrix's rows, then its scales), which the
+    exporter no longer writes, are copied into q8_0_r16 at load (dtype.h, runs_as), as the first bf16
+    layout is into bf16_r16: the same logits as the q8_0_r16 export of the same weights, bit for bit,
+    in blocks of 64 and one token at a time, at 1 and 2 threads. q8_0_r16's decode adds each row's
+    blocks as prefill does (in order, each as sum * (dw * dx)), so its blocks of 64 are its tokens one
+    at a time, bit for bit. Controls: the same dtype-2 file with one weight of layer 1's w2 moved by
+    one step (q +- 1) gives other logits (the copy reads the file's numbers, and the comparison sees a
+    single step of a single weight); q8_0 is not f32."""
+    from lrun.modelfile import layout, q8_0_rows, read_header
     model = export(STORIES_HF, tmp_path, "--dtype", "q8_0")
     rows = tmp_path / "rows.bin"
     rows.write_bytes(q8_0_rows(model.read_bytes()))
+    moved = bytearray(rows.read_bytes())
+    (at, _), _ = next(pieces for name, _, _, pieces in layout(read_header(moved)) if name == "layers.1.w2")
+    q = int.from_bytes(moved[at + 5:at + 6], "little", signed=True)
+    moved[at + 5:at + 6] = (q + 1 if q < 127 else q - 1).to_bytes(1, "little", signed=True)
+    one_step = tmp_path / "moved.bin"
+    one_step.write_bytes(bytes(moved))
     ids = random_ids(300, 512, seed=3)
     got = {(m.name, b, t): c_logits(m, ids, tmp_path, "--batch", b, "--threads", t)
            for m in (model, rows) for b in (64, 1) for t in (1, 2)}
-    scale = np.abs(got[(model.name, 1, 1)]).max()
     for b in (64, 1):
-        for m in (model, rows):
-            assert np.array_equal(got[(m.name, b, 1)], got[(m.name, b, 2)]), (m.name, b)
-    assert np.array_equal(got[(model.name, 64, 1)], got[(rows.name, 64, 1)])
-    layouts = np.abs(got[(model.name, 1, 1)] - got[(rows.name, 1, 1)]).max() / scale
-    split = {m.name: np.abs(got[(m.name, 64, 1)] - got[(m.name, 1, 1)]).max() / scale for m in (model, rows)}
+        for t in (1, 2):
+            assert np.array_equal(got[(model.name, b, t)], got[(rows.name, b, t)]), f"the copy differs (-b {b} -t {t})"
+        assert np.array_equal(got[(model.name, b, 1)], got[(model.name, b, 2)]), b
+    scale = np.abs(got[(model.name, 1, 1)]).max()
+    split = np.abs(got[(model.name, 64, 1)] - got[(model.name, 1, 1)]).max() / scale
+    step = np.abs(c_logits(one_step, ids, tmp_path, "--batch", "64") - got[(rows.name, 64, 1)]).max() / scale
     (tmp_path / "f32").mkdir()
     f32 = c_logits(export(STORIES_HF, tmp_path / "f32"), ids, tmp_path, "--batch", "64")
     off = np.abs(got[(model.name, 64, 1)] - f32).max() / np.abs(f32).max()
-    print(f"q8_0_r16 vs the first layout, one token at a time: {layouts:.2e}; blocks of 64 vs one at a time: "
-          f"{split[model.name]:.2e} (first layout {split[rows.name]:.2e}); q8_0 vs f32 {off:.2e}")
-    assert split[model.name] == 0 and split[rows.name] > 0 and layouts < 1e-3 and off > 1e-2
+    print(f"q8_0 (first layout, copied) vs q8_0_r16: bit for bit; blocks of 64 vs one at a time {split:.2e}; "
+          f"one weight one step off: {step:.2e}; q8_0 vs f32 {off:.2e}")
+    assert split == 0 and step > 0 and off > 1e-2
 
 
 # --- past the trained context: every static mode at 4x, dynamic token by token --------------------

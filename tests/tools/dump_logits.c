@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     char err[600];
     Transformer t;
     if (transformer_load(&t, argv[1], err, sizeof err)) return fail(err);
-    if (f16b && transformer_bf16_r16_copy(&t, err, sizeof err)) return fail(err);
+    if (f16b && transformer_copy_weights(&t, DTYPE_BF16_R16, err, sizeof err)) return fail(err);
     const int V = t.config.vocab_size;
     RunConfig run = {.n_ctx = ctx ? ctx : n, .max_batch = growing ? 1 : batch, .attn_logn = logn};
     if (rope_params_resolve(&run.rope, &t.config.rope, run.n_ctx, &ov, err, sizeof err)) return fail(err);

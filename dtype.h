@@ -1,0 +1,86 @@
+// dtype.h - the weight types: one row per type in one table (DTYPES), and the sizes it gives.
+//
+// A type says how a matrix's numbers are stored (model.h has the bytes of each), how many bytes that
+// takes, what its products multiply it with, and whether the kernels read it as stored or the loader
+// first copies it into another layout. Every size (dtype.c; kernels_internal.h's row_bytes and its
+// kin) is computed from the table, and every switch on a type lists all of them: the build passes
+// -Wswitch-enum, so a new type is a new row here and a compile error at each switch that must learn
+// it, never a silent fall into another type's kernel.
+// What this is not: the KV cache's types. f32, f16 and q8_0 name the cached keys and values too
+// (kernels.h, kv_type_ok), in the cache's own layout (kernels.c), which this table does not describe.
+#ifndef DTYPE_H
+#define DTYPE_H
+
+#include <stddef.h>
+
+// The numbers are the file's (model.h, header field dtype).
+typedef enum {
+    DTYPE_F32 = 0,
+    DTYPE_F16 = 1,
+    DTYPE_Q8_0 = 2,
+    DTYPE_Q4_0 = 3,
+    DTYPE_BF16 = 4,
+    DTYPE_Q8_0_R16 = 5,
+    DTYPE_BF16_R16 = 6,
+} DType;
+#define DTYPE_COUNT (DTYPE_BF16_R16 + 1) // how many there are: not a type, so no switch needs a case for it
+
+#define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
+// q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
+// activations, so the two sizes are one.
+#define Q4_BLOCK Q8_BLOCK
+#define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
+#define R16 16 // rows of a group in the grouped layouts (q8_0_r16, bf16_r16)
+
+// What the products multiply a type's weights with; matmul makes it from x once per product.
+typedef enum {
+    X_FLOAT, // x as it is (float32)
+    X_Q8,    // x quantized to q8_0 blocks of 32 (kernels.c): each block's products are one exact integer sum
+    X_BF16,  // x rounded to bf16 (kernels.h, bf16_round): each product is exact in float32
+} XForm;
+
+typedef struct {
+    const char *name; // as export.py's --dtype, the banner and the messages spell it
+    int block;        // a row's columns are stored padded with zeros to whole blocks of this many
+    int block_bytes;  // bytes of a block's values (q8_0_r16: with its scale, which sits beside them)
+    int scale_bytes;  // bytes of a block's scale where the scales follow all the values (q8_0, q4_0); else 0
+    int group;        // rows stored interleaved in groups of this many (the last group padded with zero
+                      // rows), or 1: each row as it is
+    XForm x;          // what its products multiply
+    DType runs_as;    // the type the kernels read: itself, or the layout the loader copies it into
+} DTypeInfo;
+
+// The kernels of the types the kernels read: decode's dot products (kernels_decode.c, their vector
+// versions in kernels_x86.c) and prefill's packing and tile (kernels_prefill.c, kernels_x86.c).
+//   f32, f16   dot_f32, dot_f16   pack_w_f32 + kernel_f32 (gemm_f32)
+//   q4_0       dot_q4             pack_w_q4 + kernel_q8 (gemm_q8)
+//   q8_0_r16   dot_r16            pack_w_r16 + kernel_q8 (gemm_q8)
+//   bf16_r16   dot_br16           kernel_br16 (gemm_bf16)
+// q8_0 and bf16 have none: they are the first layouts of q8_0_r16 and bf16_r16 (the same numbers,
+// each row as it is), which the exporter no longer writes; the loader copies them into their
+// grouped layouts (kernels.h, matrix_to_r16) and matmul refuses them.
+// clang-format off
+static const DTypeInfo DTYPES[DTYPE_COUNT] = {
+    //                  name        block     block bytes   scale bytes  group  x        runs as
+    [DTYPE_F32]      = {"f32",      1,        4,            0,           1,     X_FLOAT, DTYPE_F32},
+    [DTYPE_F16]      = {"f16",      1,        2,            0,           1,     X_FLOAT, DTYPE_F16},
+    [DTYPE_Q8_0]     = {"q8_0",     Q8_BLOCK, Q8_BLOCK,     4,           1,     X_Q8,    DTYPE_Q8_0_R16},
+    [DTYPE_Q4_0]     = {"q4_0",     Q4_BLOCK, Q4_BLOCK / 2, 2,           1,     X_Q8,    DTYPE_Q4_0},
+    [DTYPE_BF16]     = {"bf16",     1,        2,            0,           1,     X_BF16,  DTYPE_BF16_R16},
+    [DTYPE_Q8_0_R16] = {"q8_0_r16", Q8_BLOCK, Q8_BLOCK + 4, 0,           R16,   X_Q8,    DTYPE_Q8_0_R16},
+    [DTYPE_BF16_R16] = {"bf16_r16", Q8_BLOCK, Q8_BLOCK * 2, 0,           R16,   X_BF16,  DTYPE_BF16_R16},
+};
+// clang-format on
+
+// A type's name, or "unknown" for a number that is no type; and the type of a name: 0, or -1 if none.
+const char *dtype_name(DType t);
+int dtype_from_name(const char *name, DType *t);
+
+// Columns of a row as stored (whole blocks).
+int matrix_cols_stored(DType t, int cols);
+// Bytes of a matrix's values (whole groups of rows), and of its scales where they follow the values
+// (q8_0, q4_0; else 0). 0 if the size overflows size_t.
+size_t matrix_data_bytes(DType t, int rows, int cols);
+size_t matrix_scale_bytes(DType t, int rows, int cols);
+
+#endif
