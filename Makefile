@@ -21,7 +21,8 @@ KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kerne
 CORE = model.o loader.o rope.o $(KERNELS)
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
 APP = run.o cli.o chat.o sampler.o
-TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/tok_dump \
+TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/dump_logits_ref \
+	tests/tools/tok_dump \
 	tests/tools/chat_ids tests/tools/sample_dump $(KERNEL_TESTS)
 # The kernel test, built for this machine, for plain C (what other machines compile), on x86-64
 # for AVX2 without AVX-512, and where this machine has AVX512-BF16, without it (bf16's two fused
@@ -88,6 +89,10 @@ build/ref/model.o: model.c *.h
 
 run-ref: $(APP) build/ref/model.o loader.o rope.o $(KERNELS) tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# dump_logits on the same plain references (tests/test_bit_identical.py pins both paths' bits).
+tests/tools/dump_logits_ref: tests/tools/dump_logits.c build/ref/model.o loader.o rope.o $(KERNELS)
+	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
 # glibc gives each allocation of 32 MiB and more its own mmap and returns it on free, so every large
 # torch temporary in tests/reference.py is paged in again, one fault per 4 KiB. On the 2-vCPU VMs we

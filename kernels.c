@@ -222,7 +222,7 @@ size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_d
 }
 
 // Where coordinate d of the key at position j sits among its head's keys, counted in floats (and
-// in halves for f16 keys; the rotation tables use the same index).
+// in halves for f16 keys; rope.h's key tables use the same index).
 static size_t key_at(int hd, int j, int d) { return ((size_t)(j / KV_RUN) * hd + d) * KV_RUN + j % KV_RUN; }
 // q8_0 keys: the q of coordinate d of the key at position j, and its scale.
 static int8_t *key_q(const void *keys, int hd, int j, int d) {
@@ -341,8 +341,8 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
         }
 }
 
-// Whether layer l's keys are rotated (all but the NoPE layers).
-// by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
+// Context shift: the keys and values of every layer move down; a key of a layer that rotates (all
+// but the NoPE layers) is turned by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
 // Ascending order never overwrites a position before it is read, since to < from. A q8_0 key is
 // quantized anew after its turn (as it was stored: from floats).
 void kv_shift(KVCache *c, int from, int to, int n, const float *cos_by, const float *sin_by) {
@@ -372,37 +372,6 @@ float kv_key(const KVCache *c, int layer, int pos, int i) {
     return key_get(head_keys(c, layer, i / c->head_dim), c->key_type, c->head_dim, pos, i % c->head_dim);
 }
 
-// Rotation table: per block of KV_RUN positions and pair p of coordinates (2p, 2p+1), KV_RUN cosines
-// then KV_RUN sines, so a block's table is (head_dim, KV_RUN) like the block of keys it turns.
-size_t kv_rotation_floats(int ctx, int head_dim) {
-    return ctx < 1 || head_dim < 2 ? 0 : mul_or_zero(kv_stride(ctx), (size_t)head_dim);
-}
-
-static void fill_rotation(float *table, const float *cos, const float *sin, int len, int hd) {
-    const int half = hd / 2;
-#pragma omp parallel for if ((size_t)len * half >= 4096)
-    for (int j = 0; j < len; j++) {
-        float *block = table + (size_t)(j / KV_RUN) * hd * KV_RUN + j % KV_RUN;
-        for (int p = 0; p < half; p++) {
-            block[(size_t)2 * p * KV_RUN] = cos[(size_t)j * half + p];
-            block[(size_t)(2 * p + 1) * KV_RUN] = sin[(size_t)j * half + p];
-        }
-    }
-}
-
-void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len) {
-    fill_rotation(table, cos, sin, len, c->head_dim);
-    c->rotation = table;
-}
-
-void kv_set_dca(KVCache *c, int chunk) { c->dca_chunk = chunk; }
-
-void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const float *sin, int len) {
-    if (table) fill_rotation(table, cos, sin, len, c->head_dim);
-    c->window = window;
-    c->rotation_far = table;
-}
-
 // Coordinate i of the cached key at pos turned by table t (NULL: as cached).
 static float key_turned(const KVCache *c, const float *t, int layer, int pos, int i) {
     const int hd = c->head_dim, d = i % hd;
@@ -414,11 +383,8 @@ static float key_turned(const KVCache *c, const float *t, int layer, int pos, in
     return d & 1 ? rope_turn1(x0, x1, cs, sn) : rope_turn0(x0, x1, cs, sn);
 }
 
-float kv_key_seen(const KVCache *c, int layer, int pos, int i) {
-    return key_turned(c, layer_rotates(c, layer) ? c->rotation : NULL, layer, pos, i);
-}
-float kv_key_far(const KVCache *c, int layer, int pos, int i) {
-    return key_turned(c, layer_rotates(c, layer) ? c->rotation_far : NULL, layer, pos, i);
+float kv_key_seen(const KVCache *c, int layer, int pos, int i, int k) {
+    return key_turned(c, layer_rope(c, layer).keys[k], layer, pos, i);
 }
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
@@ -427,43 +393,45 @@ float kv_value(const KVCache *c, int layer, int pos, int i) {
 
 // Attention as written in the paper, for every query i and head h: scores over the positions
 // 0 .. pos+i (a sliding layer: the last `slide` of them), a softmax over them, the weighted sum of
-// the values. ReRoPE: a key at distance pos + i - j >= window is scored with the far query and the
-// far key instead (README, "ReRoPE"), except in a NoPE layer, where nothing is rotated. Dual chunk
-// attention: the query's rotation follows the key's chunk (KVCache.dca_chunk).
+// the values. Each key is scored against the query's turn and turned by the key table that RoPE
+// says for the segment it lies in (rope.h, rope_segments): for most modes one segment, turn 0.
 // The keys and values of each kv head are first read out of the cache as the math sees them
-// (kv_key_seen, kv_key_far, kv_value) into plain arrays, so the three loops are only arithmetic.
+// (kv_key_seen under each key table the layer's segments use, kv_value) into plain arrays, so the
+// three loops are only arithmetic.
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos) {
     const int hd = c->head_dim, qd = c->n_heads * hd, group = c->n_heads / c->n_kv_heads, all = pos + n;
-    const int two = c->window > 0 && layer_rotates(c, layer); // ReRoPE's two paths
-    const int dca = c->dca_chunk > 0 && layer_rotates(c, layer), C = c->dca_chunk; // dual chunk attention
+    const RopeAttention ra = layer_rope(c, layer);
+    RopeSegment seg[ROPE_MAX_SEGMENTS];
+    int used[ROPE_KEY_TABLES] = {0}; // the key tables any query here reads
+    for (int s = 0, count = rope_segments(&ra, pos, all - 1, seg); s < count; s++)
+        used[seg[s].key] = 1;
     double *p = malloc((size_t)all * sizeof(double));
-    float *k = malloc((size_t)all * hd * sizeof(float)), *k_far = malloc((size_t)all * hd * sizeof(float));
-    float *v = malloc((size_t)all * hd * sizeof(float));
-    for (int h = 0; p && k && k_far && v && h < c->n_heads; h++) {
+    float *k[ROPE_KEY_TABLES], *v = malloc((size_t)all * hd * sizeof(float));
+    int ok = p && v;
+    for (int t = 0; t < ROPE_KEY_TABLES; t++)
+        ok &= (k[t] = used[t] ? malloc((size_t)all * hd * sizeof(float)) : NULL) || !used[t];
+    for (int h = 0; ok && h < c->n_heads; h++) {
         const int kvh = h / group;
         for (int j = 0; h % group == 0 && j < all; j++) // a new kv head
             for (int d = 0; d < hd; d++) {
-                k[(size_t)j * hd + d] = kv_key_seen(c, layer, j, kvh * hd + d);
-                if (two) k_far[(size_t)j * hd + d] = kv_key_far(c, layer, j, kvh * hd + d); // ReRoPE
+                for (int t = 0; t < ROPE_KEY_TABLES; t++)
+                    if (used[t]) k[t][(size_t)j * hd + d] = kv_key_seen(c, layer, j, kvh * hd + d, t);
                 v[(size_t)j * hd + d] = kv_value(c, layer, j, kvh * hd + d);
             }
         for (int i = 0; i < n; i++) {
             const int len = pos + i + 1, first = layer_first(c, layer, pos + i);
-            const float *qh = q + (size_t)i * qd + (size_t)h * hd;
             double max = -INFINITY, sum = 0;
-            for (int j = first; j < len; j++) { // scores: q . k_j / sqrt(d)
-                const int far = two && pos + i - j >= c->window;
-                const float *qj = far ? q_far + (size_t)i * qd + (size_t)h * hd : qh,
-                            *kj = (far ? k_far : k) + (size_t)j * hd;
-                if (dca) { // the chunk of the key: the query's own, the one before, or earlier
-                    const int gap = (pos + i) / C - j / C;
-                    qj = gap == 0 ? qh : q_far + (size_t)i * 2 * qd + (gap == 1 ? 0 : qd) + (size_t)h * hd;
+            const int count = rope_segments(&ra, pos + i, pos + i, seg);
+            for (int s = 0; s < count; s++) { // scores: q_turn . k_j / sqrt(d)
+                const float *qt = seg[s].turn ? q_far + rope_turn_at(ra.turns, qd, i, seg[s].turn) : q + (size_t)i * qd;
+                for (int j = seg[s].from > first ? seg[s].from : first; j < seg[s].to; j++) {
+                    const float *kj = k[seg[s].key] + (size_t)j * hd;
+                    double sc = 0;
+                    for (int d = 0; d < hd; d++)
+                        sc += (double)qt[(size_t)h * hd + d] * kj[d];
+                    p[j] = sc / sqrt((double)hd);
+                    max = p[j] > max ? p[j] : max;
                 }
-                double s = 0;
-                for (int d = 0; d < hd; d++)
-                    s += (double)qj[d] * kj[d];
-                p[j] = s / sqrt((double)hd);
-                max = p[j] > max ? p[j] : max;
             }
             for (int j = first; j < len; j++)
                 sum += p[j] = exp(p[j] - max); // causal softmax
@@ -476,8 +444,8 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
         }
     }
     free(p);
-    free(k);
-    free(k_far);
+    for (int t = 0; t < ROPE_KEY_TABLES; t++)
+        free(k[t]);
     free(v);
 }
 

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "dtype.h" // the weight types: DType, the table of what each is, and the sizes of a matrix
+#include "rope.h"  // what attention reads of RoPE: RopeAttention, rope_segments
 
 // A weight matrix (rows, cols) = (out, in), usually inside the mmapped model file.
 typedef struct {
@@ -88,27 +89,16 @@ typedef struct {
     void *values; // per layer and kv head: (ctx, head_dim)
     DType key_type, value_type; // f32, f16 or q8_0 (kv_type_ok)
     int n_layers, ctx, n_heads, n_kv_heads, head_dim;
-    // NULL: the keys are cached rotated to their positions. Else they are cached as they came out of
-    // wk (dynamic NTK, whose frequencies change with the length; ReRoPE, which scores a key at two
-    // rotations) and this holds cos and sin of every position for the current frequencies
-    // (kv_set_rotation), which attention applies to each block of keys as it reads it.
-    const float *rotation;
-    // ReRoPE (kv_set_rerope; else window 0): a key at distance r = m - n >= window from the query is
-    // scored against the query's far rotation (attention's q_far) instead, turned by rotation_far
-    // (leaky ReRoPE: to n / K) or, when that is NULL, as cached (ReRoPE: un-rotated).
-    int window;
-    const float *rotation_far;
+    // Per layer (NULL: every layer one turn, keys as cached): what attention reads of RoPE there
+    // (rope.h): how many turns of each query, the key tables, and through rope_segments which keys
+    // each turn scores with which table.
+    const RopeAttention *rope;
     // Layers that differ (NULL: none does): layer_kind[l] has LAYER_NO_ROPE when layer l's keys and
-    // queries are never rotated (SmolLM3's NoPE layers: rotation and the far path are not applied
-    // there), LAYER_SLIDING when a query there sees only the last `slide` positions, its own included
+    // queries are never rotated (SmolLM3's NoPE layers: a context shift moves their keys unturned),
+    // LAYER_SLIDING when a query there sees only the last `slide` positions, its own included
     // (Mistral's sliding window: keys at distance m - j < slide).
     const int *layer_kind;
     int slide;
-    // Dual chunk attention (kv_set_dca; else 0): chunks of dca_chunk positions; a query at m scores a
-    // key at n with its own rotation (q) when both are in one chunk, with its successive-chunk one
-    // (q_far) when the key is in the chunk before, and with its inter-chunk one (q_far's second half)
-    // when earlier; every key turned by `rotation` (to n mod dca_chunk).
-    int dca_chunk;
 } KVCache;
 
 #define LAYER_NO_ROPE 1
@@ -122,48 +112,35 @@ int kv_type_ok(DType t, int head_dim);
 // does not fit in size_t.
 size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim);
 
-// Floats of the rotation table for a cache of ctx positions (0 on overflow); and filling it: from
-// rope.c's tables cos, sin ((len, head_dim/2) each) for positions 0 .. len-1, in the layout
-// attention reads, then c->rotation = table.
-size_t kv_rotation_floats(int ctx, int head_dim);
-void kv_set_rotation(KVCache *c, float *table, const float *cos, const float *sin, int len);
-// ReRoPE: distances from `window` on take the far path; its keys turned by a table filled like
-// kv_set_rotation's from cos, sin (leaky ReRoPE), or as cached when table is NULL (ReRoPE).
-void kv_set_rerope(KVCache *c, int window, float *table, const float *cos, const float *sin, int len);
-// Dual chunk attention: chunks of `chunk` positions (rope.c's c = S - w).
-void kv_set_dca(KVCache *c, int chunk);
-
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n);
 // Context shift: move positions from .. from+n-1 of every layer to to .. to+n-1 (to < from), keys
 // turned by the angles -(from - to) theta_i, given as cos and sin (head_dim / 2 each): R(a) R(b) =
 // R(a + b), so a key rotated for position p becomes the key rotated for p - (from - to). NULL cos
-// and sin move the keys as they are (cached un-rotated: dynamic NTK, rerope, leaky-rerope).
+// and sin move the keys as they are (cached un-rotated: rope.h, rope_keys_unrotated).
 void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
-// kv_key_seen: the key coordinate as attention uses it, rotated by c->rotation when there is one;
-// kv_key_far: as ReRoPE's far path uses it, rotated by c->rotation_far when there is one.
+// kv_key_seen: the key coordinate turned by the layer's key table k (RopeAttention.keys[k]; as
+// cached when that is NULL), as attention uses it.
 float kv_key(const KVCache *c, int layer, int pos, int i);
-float kv_key_seen(const KVCache *c, int layer, int pos, int i);
-float kv_key_far(const KVCache *c, int layer, int pos, int i);
+float kv_key_seen(const KVCache *c, int layer, int pos, int i, int k);
 float kv_value(const KVCache *c, int layer, int pos, int i);
 
 // Causal self-attention of the queries q (n, n_heads*head_dim) at positions pos .. pos+n-1 over the
 // cached positions 0 .. pos+i (a sliding layer: the last c->slide of them), into out
 // (n, n_heads*head_dim). Query head h reads kv head
 // h / (n_heads / n_kv_heads) (grouped-query attention, Hugging Face's repeat_kv):
-//     score_j = q . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
-// With ReRoPE (c->window > 0), q_far (n, n_heads*head_dim) holds the same queries rotated for the far
-// path, and a key at distance pos + i - j >= window is scored q_far . k_far_j / sqrt(head_dim) instead
-// (kv_key_far); with dual chunk attention (c->dca_chunk > 0) q_far is (n, 2*n_heads*head_dim): row i
-// the successive-chunk queries, then the inter-chunk ones; else q_far is not read (NULL).
+//     score_j = q_t . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
+// where the query's turn t and the key table that turns k_j are those of the segment j lies in
+// (rope.h, rope_segments of the layer's c->rope); q_far holds the turns past the first
+// (rope_turn_at; NULL when the layer has one turn).
 // attention_ref: those three steps as three plain loops, in double.
 // attention: the same, fast: the query heads of one kv head and a run of queries together, so that
 //   each cached key and value read serves all of them; tasks on at most n_threads threads, each
 //   with attention_scratch_floats(...) floats of scratch (scratch holds n_threads of them).
-//   extra_turns: attention_scratch_floats for 1 more turn of each query (ReRoPE, Self-Extend) or 2
-//   (dual chunk attention): room for those queries and a second row of scores.
+//   extra_turns: attention_scratch_floats for the turns past the first of each query (rope_query_turns
+//   - 1): room for those queries and a second row of scores.
 void attention_ref(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos);
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                float *scratch, int n_threads);

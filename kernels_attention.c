@@ -22,9 +22,9 @@ enum {
 // ---------------------------------------------------------------------------------------------
 // Scores and mix, plain C
 
-// A block of keys k (hd, KV_RUN) turned by RoPE in place with its block of the rotation table: rows
+// A block of keys k (hd, KV_RUN) turned by RoPE in place with its block of a key table (rope.h): rows
 // 2p and 2p+1 (pair p) become (x0 cos - x1 sin, x0 sin + x1 cos) with cos and sin rows 2p and 2p+1
-// of rot. Used for the keys of dynamic NTK and ReRoPE, which the cache holds un-rotated.
+// of rot. Used for the keys the cache holds un-rotated (rope.h, rope_keys_unrotated).
 void rotate_block(float *k, const float *rot, int hd) {
     for (int p = 0; p < hd / 2; p++) {
         const size_t r0 = (size_t)2 * p * KV_RUN, r1 = r0 + KV_RUN;
@@ -107,9 +107,13 @@ void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const 
 // its last position; an earlier query's scores past its own position are computed and then set to 0
 // after its softmax (the causal mask), which adds exact zeros to its mix, so a query's result does
 // not depend on which task it was in: the same for any block size or thread count.
-// Scratch per thread: attention_scratch_floats, for the scaled queries, the scores and the outputs
-// (ReRoPE and Self-Extend: and the scaled far queries and the near scores; dual chunk attention: its
-// two more turns of each query and a second row of scores).
+// A query's keys fall into segments (rope.h, rope_segments), each scored with a turn of the query and
+// a key table. The task asks for the segments of its run of queries, scores each one's range for all
+// of its rows (the first into the scores, the others into a second row of scores), and each row takes
+// from the second row the scores of its own query's segments: a key is scored twice only where the
+// task's queries disagree on its segment (at a window's edge or a chunk's boundary).
+// Scratch per thread: attention_scratch_floats, for the scaled queries, the scores and the outputs,
+// and for each turn past the first its scaled queries and, with any, the second row of scores.
 
 static int att_queries(int n_heads, int n_kv_heads) {
     const int group = n_heads / n_kv_heads;
@@ -121,8 +125,8 @@ static int att_queries(int n_heads, int n_kv_heads) {
 // returns the total. rows: the task's most query rows; each part is that many rows long.
 typedef struct {
     size_t qs, o, att; // the scaled queries, the outputs, the scores (a row of stride per query)
-    size_t qf, near;   // more turns of the queries (ReRoPE's far ones; dca's successive, then inter
-                       // ones), scaled; a second row of scores
+    size_t qf, spare;  // the turns past the first of the queries, scaled (turn t at qf + (t - 1) rows
+                       // x hd); a second row of scores
     size_t turned;     // a turned or widened block of keys, or a run of widened values, and 32 past it
 } AttLayout;
 
@@ -132,13 +136,10 @@ static size_t att_layout(AttLayout *a, size_t rows, size_t hd, size_t stride, in
     a->o = at, at += rows * hd;
     a->att = at, at += rows * stride;
     a->qf = at, at += (size_t)extra_turns * rows * hd;
-    a->near = at, at += extra_turns ? rows * stride : 0;
+    a->spare = at, at += extra_turns ? rows * stride : 0;
     a->turned = at, at += hd * MIX_RUN + KV_RUN;
     return at;
 }
-
-// The extra turns of each query a cache's attention reads (rope.h, rope_query_turns - 1).
-static int extra_turns(const KVCache *c) { return c->dca_chunk > 0 ? 2 : c->window > 0 ? 1 : 0; }
 
 size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int extra) {
     // The bounds make every product of att_layout fit a size_t: ctx and head_dim as the loader and
@@ -151,98 +152,52 @@ size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_d
     return att_layout(&a, rows, (size_t)head_dim, kv_stride(ctx), extra);
 }
 
-// ReRoPE's scores for a task's rows (row r: the query at first + r / group), the cache's keys kt of one
-// kv head: a key at distance m - p >= W from the query m takes the far path (q_far, rotation_far),
-// the others the near one (q, rotation). Positions before far_end are far from the task's last query
-// (m = len - 1), so the far path runs over them, into att; positions from near_start on (a block
-// boundary) are near the first query, so the near path runs over them, into `near`; a row then takes
-// the near score at each position that is near for its own query. Only the block or two where the
-// task's queries disagree are scored both ways; elsewhere one path serves every row.
-static void rerope_scores(float *att, float *near, size_t ld, const float *qs, const float *qf, int rows, int group,
-                          const KVCache *c, const void *kt, float *turned, int first, int len) {
-    const int W = c->window, hd = c->head_dim;
-    const int far_end = len - W > 0 ? len - W : 0,
-              near_start = first - W + 1 > 0 ? (first - W + 1) / KV_RUN * KV_RUN : 0;
-    if (far_end > 0) attention_scores(att, ld, qf, rows, kt, c->key_type, c->rotation_far, turned, hd, far_end);
-    if (near_start >= len) return;
-    attention_scores(near + near_start, ld, qs, rows,
-                     (const char *)kt + (size_t)near_start * kv_row_bytes(c->key_type, c->head_dim), c->key_type,
-                     c->rotation + (size_t)near_start * hd, turned, hd, len - near_start);
-    for (int r = 0; r < rows; r++) {
-        const int m = first + r / group, from = m - W + 1 > near_start ? m - W + 1 : near_start; // near: p > m - W
-        memcpy(att + r * ld + from, near + r * ld + from, (size_t)(len - from) * sizeof(float));
-    }
-}
-
-// Dual chunk attention's scores for rows r0 .. r0 + rows - 1 whose queries are all in chunk k (of C
-// positions): the keys of chunks before k - 1 with the inter-chunk queries qi, those of chunk k - 1
-// with the successive-chunk ones qf, those of chunk k with the intra-chunk ones qs; every key turned
-// by the cache's rotation (to n mod C). Each range is scored from the block holding its start (the
-// cache's unit), into `spare` when it must not overwrite the range before it, then copied into att.
-static void dca_scores(float *att, float *spare, size_t ld, const float *qs, const float *qf, const float *qi,
-                       int rows, const KVCache *c, const void *kt, float *turned, int k, int len) {
-    const int hd = c->head_dim, C = c->dca_chunk;
-    const int bounds[4] = {0, (k - 1) * C > 0 ? (k - 1) * C : 0, k * C, len}; // inter, successive, intra
-    const float *qx[3] = {qi, qf, qs};
-    for (int part = 0; part < 3; part++) {
-        const int from = bounds[part], to = bounds[part + 1] < len ? bounds[part + 1] : len;
-        if (from >= to) continue;
-        const int start = from / KV_RUN * KV_RUN; // the block holding `from`
-        float *dst = part == 0 ? att : spare;
-        attention_scores(dst + start, ld, qx[part], rows, (const char *)kt + (size_t)start * kv_row_bytes(c->key_type, hd),
-                         c->key_type, c->rotation + (size_t)start * hd, turned, hd, to - start);
-        for (int r = 0; dst != att && r < rows; r++)
-            memcpy(att + r * ld + from, spare + r * ld + from, (size_t)(to - from) * sizeof(float));
-    }
-}
-
 // One task of attention: kv head kvh's query rows for queries t * per .. (at most per of them).
 static void attention_task(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                            float *scratch, int kvh, int t) {
-    const int hd = c->head_dim, qd = c->n_heads * hd, two = c->window > 0 && layer_rotates(c, layer);
+    const int hd = c->head_dim, qd = c->n_heads * hd;
     const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads), max_rows = per * group;
-    const size_t stride = kv_stride(c->ctx);
+    const size_t stride = kv_stride(c->ctx), krow = kv_row_bytes(c->key_type, hd);
     const float scale = 1.0f / sqrtf((float)hd);
     const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
+    const RopeAttention ra = layer_rope(c, layer);
     AttLayout lay;
-    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, extra_turns(c)); // as attention_scratch_floats sized it
-    const int dca = c->dca_chunk > 0 && layer_rotates(c, layer);
+    att_layout(&lay, (size_t)max_rows, (size_t)hd, stride, ra.turns - 1); // as attention_scratch_floats sized it
     // A sliding layer: the task's first query sees nothing before `first`, so neither does any later
     // one; scores and the mix start at the block that holds it (the positions before it in that
     // block are masked below, with the ones each later query no longer sees).
-    const int first = two || dca ? 0 : layer_first(c, layer, pos + i0) / KV_RUN * KV_RUN;
-    const void *keys = (const char *)head_keys(c, layer, kvh) + (size_t)first * kv_row_bytes(c->key_type, hd);
-    const float *rot = layer_rotates(c, layer) && c->rotation ? c->rotation + (size_t)first * hd : NULL;
+    const int first = layer_first(c, layer, pos + i0) / KV_RUN * KV_RUN;
+    const void *keys = head_keys(c, layer, kvh);
     float *qs = scratch + lay.qs, *o = scratch + lay.o, *att = scratch + lay.att, *turned = scratch + lay.turned;
-    float *qf = scratch + lay.qf, *near = scratch + lay.near; // ReRoPE's far queries and near scores
+    float *qf = scratch + lay.qf, *spare = scratch + lay.spare;
     for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
-        const size_t at = (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd;
+        const int i = i0 + r / group, h = kvh * group + r % group;
         for (int d = 0; d < hd; d++)
-            qs[(size_t)r * hd + d] = q[at + d] * scale;
-        for (int d = 0; two && d < hd; d++)
-            qf[(size_t)r * hd + d] = q_far[at + d] * scale;
-        // dca: q_far's row holds the successive-chunk turns of every head, then the inter-chunk ones
-        const size_t far = (size_t)(i0 + r / group) * 2 * qd + (size_t)(kvh * group + r % group) * hd;
-        for (int d = 0; dca && d < hd; d++) {
-            qf[(size_t)r * hd + d] = q_far[far + d] * scale;
-            qf[((size_t)max_rows + r) * hd + d] = q_far[far + qd + d] * scale;
-        }
+            qs[(size_t)r * hd + d] = q[(size_t)i * qd + (size_t)h * hd + d] * scale;
+        for (int u = 1; u < ra.turns; u++) // the query's other turns (q_far)
+            for (int d = 0; d < hd; d++)
+                qf[((size_t)(u - 1) * max_rows + r) * hd + d] =
+                    q_far[rope_turn_at(ra.turns, (size_t)qd, i, u) + (size_t)h * hd + d] * scale;
     }
-    if (two) // q . k_j / sqrt(d), near or far
-        rerope_scores(att, near, stride, qs, qf, rows, group, c, head_keys(c, layer, kvh), turned, pos + i0, len);
-    else if (dca) // by runs of the task's queries that share a chunk
-        for (int r0 = 0; r0 < rows;) {
-            const int k = (pos + i0 + r0 / group) / c->dca_chunk;
-            int r1 = r0;
-            while (r1 < rows && (pos + i0 + r1 / group) / c->dca_chunk == k)
-                r1 += group;
-            dca_scores(att + r0 * stride, near + r0 * stride, stride, qs + (size_t)r0 * hd, qf + (size_t)r0 * hd,
-                       qf + ((size_t)max_rows + r0) * hd, r1 - r0, c, head_keys(c, layer, kvh), turned, k, len);
-            r0 = r1;
-        }
-    else
-        attention_scores(att + first, stride, qs, rows, keys, c->key_type, rot, turned, hd,
-                         len - first); // q . k_j / sqrt(d)
+    // q . k_j / sqrt(d): each segment of the run over its range, from the block that holds its start
+    RopeSegment seg[ROPE_MAX_SEGMENTS], own[ROPE_MAX_SEGMENTS];
+    const int count = rope_segments(&ra, pos + i0, len - 1, seg);
+    for (int s = 0; s < count; s++) {
+        const int from = (seg[s].from > first ? seg[s].from : first) / KV_RUN * KV_RUN, to = seg[s].to;
+        if (from >= to) continue;
+        const float *qt = seg[s].turn ? qf + (size_t)(seg[s].turn - 1) * max_rows * hd : qs;
+        const float *table = ra.keys[seg[s].key];
+        float *dst = s == 0 ? att : spare;
+        attention_scores(dst + from, stride, qt, rows, (const char *)keys + (size_t)from * krow, c->key_type,
+                         table ? table + (size_t)from * hd : NULL, turned, hd, to - from);
+        for (int qi = 0; s > 0 && qi < nq; qi++) // each query's own keys of this segment, into its rows
+            for (int k = 0, own_count = rope_segments(&ra, pos + i0 + qi, pos + i0 + qi, own); k < own_count; k++) {
+                if (own[k].turn != seg[s].turn || own[k].key != seg[s].key) continue;
+                const int lo = own[k].from > first ? own[k].from : first;
+                for (int r = qi * group; r < (qi + 1) * group && lo < own[k].to; r++)
+                    memcpy(att + r * stride + lo, spare + r * stride + lo, (size_t)(own[k].to - lo) * sizeof(float));
+            }
+    }
     for (int r = 0; r < rows; r++) {
         const int m = pos + i0 + r / group, from = layer_first(c, layer, m); // this query sees from .. m
         memset(att + r * stride + first, 0, (size_t)(from - first) * sizeof(float));
@@ -259,7 +214,8 @@ static void attention_task(float *out, const float *q, const float *q_far, const
 void attention(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                float *scratch, int n_threads) {
     const int per = att_queries(c->n_heads, c->n_kv_heads), tasks = (n + per - 1) / per;
-    const size_t each = attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, extra_turns(c));
+    const size_t each =
+        attention_scratch_floats(c->ctx, c->n_heads, c->n_kv_heads, c->head_dim, layer_rope(c, layer).turns - 1);
     // No more threads than tasks (as matvec): a thread with no task would only be woken and wait,
     // and with more threads than cores each such wake takes a core from a thread with work.
     if (n_threads > c->n_kv_heads * tasks) n_threads = c->n_kv_heads * tasks;

@@ -213,6 +213,13 @@ static inline int layer_rotates(const KVCache *c, int l) {
     return !(c->layer_kind && c->layer_kind[l] & LAYER_NO_ROPE);
 }
 
+// What attention reads of RoPE in layer l (rope.h); one turn, keys as cached, for a cache without.
+static inline RopeAttention layer_rope(const KVCache *c, int l) {
+    return c->rope ? c->rope[l] : (RopeAttention){.turns = 1};
+}
+// A key table is laid out in the blocks of the cached keys it turns.
+_Static_assert(KV_RUN == ROPE_KEY_BLOCK, "rope.h's key tables and the cache's blocks of keys");
+
 // The positions a query at m sees in layer l start here: m - slide + 1 in a sliding layer, else 0.
 static inline int layer_first(const KVCache *c, int l, int m) {
     const int first = c->layer_kind && c->layer_kind[l] & LAYER_SLIDING ? m - c->slide + 1 : 0;

@@ -46,13 +46,13 @@ static int widest_input(const Config *p) {
 
 
 // Bytes of the KV cache's parts for this run: part[0] keys and part[1] values in their types,
-// part[2] the rotation tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
+// part[2] RoPE's key tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
 static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
     const int tables = rope_key_tables(&run->rope);
     part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->n_ctx, p->n_kv_heads, p->head_dim);
     part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->n_ctx, p->n_kv_heads, p->head_dim);
-    part[2] =
-        mul_checked(mul_checked(kv_rotation_floats(run->n_ctx, p->head_dim), sizeof(float), overflow), tables, overflow);
+    part[2] = mul_checked(mul_checked(rope_key_floats(&run->rope, run->n_ctx), sizeof(float), overflow), tables,
+                          overflow);
     if (!part[0] || !part[1] || (tables && !part[2])) *overflow = 1;
 }
 
@@ -86,7 +86,8 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         {&s->logits, mul_checked(B * F, (size_t)p->vocab_size, overflow)},
         {&s->kv.keys, kv[0]},
         {&s->kv.values, kv[1]},
-        {&s->rotation, unrotated ? kv[2] : F},
+        {&s->rope_keys, unrotated ? kv[2] : F},
+        {&s->rope_layers, mul_checked((size_t)p->n_layers, sizeof(RopeAttention), overflow)},
         {&s->work.base, work},
     };
     size_t total = 0;
@@ -97,7 +98,7 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
         if (base) *(void **)part[i].p = base + total;
         total += n;
     }
-    if (base && !unrotated) s->rotation = NULL;
+    if (base && !unrotated) s->rope_keys = NULL;
     if (base && !extra) s->q_far = NULL;
     return total;
 }
@@ -164,6 +165,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
                       .n_heads = p->n_heads,
                       .n_kv_heads = p->n_kv_heads,
                       .head_dim = p->head_dim,
+                      .rope = s->rope_layers,
                       .layer_kind = p->layer_kind,
                       .slide = p->sliding_window};
     s->work.max_n = t->run.max_batch;
@@ -178,13 +180,9 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         memset(s, 0, sizeof(*s));
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
-    if (s->rotation) kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, run->n_ctx);
-    kv_set_dca(&s->kv, rope_dca_chunk(&run->rope)); // 0: not dual chunk attention
-    if (rope_far_path(&run->rope)) { // the far path's key rotations: leaky ReRoPE's n / K, ReRoPE's none
-        float *far = t->rope.key_cos ? s->rotation + kv_rotation_floats(run->n_ctx, p->head_dim) : NULL;
-        kv_set_rerope(&s->kv, run->rope.window, far, t->rope.key_cos, t->rope.key_sin, run->n_ctx);
-    }
-    s->rope_version = t->rope.version;
+    rope_set_keys(&t->rope, s->rope_keys); // rope fills the key tables, attention reads them
+    for (int l = 0; l < p->n_layers; l++)
+        s->rope_layers[l] = rope_attention(&t->rope, !p->layer_kind || !(p->layer_kind[l] & LAYER_NO_ROPE));
     return PREPARE_OK;
 }
 
@@ -306,26 +304,20 @@ static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
 // RoPE on the block's queries and keys: every (token, head) pair is rotated on its own, so a
 // prompt's pairs are shared out over the threads; one decoded token's heads (or a few tokens') are
 // a few microseconds of work, which one thread does without a parallel region (kernels.c: a region
-// of one thread still costs a system call). Values are never rotated, nor are keys under dynamic
-// NTK and ReRoPE: the cache keeps them as they are and attention turns them as it reads them
-// (kv_set_rotation). ReRoPE and Self-Extend: each query also gets its far rotation, in q_far; dual
-// chunk attention its successive- and inter-chunk ones (row i of q_far: the one, then the other).
+// of one thread still costs a system call). Values are never rotated, nor are the keys of the modes
+// that cache them un-rotated (rope_keys_unrotated): attention turns them as it reads them with
+// rope.c's key tables. A query with more than one turn (rope_query_turns: rerope's far path, dca's
+// chunks) also gets its other turns, in q_far (rope_turn_at).
 static void rope_head(Transformer *t, int i, int h, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
-    const int hd = p->head_dim;
+    const int hd = p->head_dim, turns = rope_query_turns(&t->rope.p);
     float *head = h < p->n_heads ? s->q + ((size_t)i * p->n_heads + h) * hd
                                  : s->k + ((size_t)i * p->n_kv_heads + h - p->n_heads) * hd;
-    if (s->q_far && h < p->n_heads) { // row i of q_far: the far (dca: successive) turns, then dca's inter ones
-        const int extra = rope_query_turns(&t->rope.p) - 1;
-        float *far = s->q_far + ((size_t)i * extra * p->n_heads + h) * hd;
-        memcpy(far, head, (size_t)hd * sizeof(float));
-        rope_rotate_far(&t->rope, far, pos + i);
-        if (extra == 2) {
-            float *inter = far + (size_t)p->n_heads * hd;
-            memcpy(inter, head, (size_t)hd * sizeof(float));
-            rope_rotate_inter(&t->rope, inter);
-        }
+    for (int u = 1; u < turns && h < p->n_heads; u++) {
+        float *other = s->q_far + rope_turn_at(turns, (size_t)p->n_heads * hd, i, u) + (size_t)h * hd;
+        memcpy(other, head, (size_t)hd * sizeof(float));
+        rope_rotate_turn(&t->rope, other, pos + i, u);
     }
     rope_rotate(&t->rope, head, pos + i);
 }
@@ -337,7 +329,7 @@ static void rope_head(Transformer *t, int i, int h, int pos) {
 
 static void rope_qk(Transformer *t, int n, int pos) {
     const Config *p = &t->config;
-    const int heads = p->n_heads + (t->state.rotation ? 0 : p->n_kv_heads);
+    const int heads = p->n_heads + (t->state.rope_keys ? 0 : p->n_kv_heads);
     if ((size_t)n * heads * p->head_dim < ROPE_PARALLEL_MIN) {
         for (int i = 0; i < n; i++)
             for (int h = 0; h < heads; h++)
@@ -364,8 +356,8 @@ static void logn_queries(Transformer *t, int n, int pos) {
         const int m = pos + i;
         if (L < 2 || m + 1 <= L) continue;
         const float f = (float)(log(m + 1.0) / log((double)L));
-        const int extra = rope_query_turns(&t->rope.p) - 1; // q_far holds extra turns of each query
-        float *q = t->state.q + (size_t)i * qd, *q_far = t->state.q_far ? t->state.q_far + (size_t)i * extra * qd : NULL;
+        const int turns = rope_query_turns(&t->rope.p), extra = turns - 1; // q_far: the other turns
+        float *q = t->state.q + (size_t)i * qd, *q_far = extra ? t->state.q_far + rope_turn_at(turns, qd, i, 1) : NULL;
         for (int j = 0; j < qd; j++)
             q[j] *= f;
         for (int j = 0; q_far && j < extra * qd; j++)
@@ -435,16 +427,12 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
             return -1;
         }
     }
-    // RoPE's frequencies for this sequence length (only dynamic NTK's and longrope's depend on it); if
-    // they changed, attention gets the new cos and sin, with which it turns every cached key as it
-    // reads it: the query and all keys then use the same frequencies (README, "dynamic"). Every
-    // position's, not only the text's so far: longrope changes them once, and the positions the
-    // text grows into later must be turned with the new ones too.
+    // RoPE's frequencies for this sequence length (only those of dynamic NTK, dynamic YaRN and
+    // longrope depend on it); if they change, rope.c fills its key table again, with which attention
+    // turns every cached key as it reads it: the query and all keys then use the same frequencies
+    // (README, "dynamic"). Every position's, not only the text's so far: longrope changes them once,
+    // and the positions the text grows into later must be turned with the new ones too.
     rope_set_length(&t->rope, text_len);
-    if (s->rotation && s->rope_version != t->rope.version) {
-        kv_set_rotation(&s->kv, s->rotation, t->rope.cos, t->rope.sin, ctx);
-        s->rope_version = t->rope.version;
-    }
 
     for (int i = 0; i < n; i++)
         matrix_row(s->x + (size_t)i * D, &w->token_embedding, tokens[i]); // (n, D)
@@ -521,6 +509,6 @@ int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, si
     }
     float cos_d[ROPE_MAX_PAIRS], sin_d[ROPE_MAX_PAIRS];
     rope_shift_angles(&t->rope, drop, cos_d, sin_d);
-    kv_shift(&s->kv, keep + drop, keep, len - keep - drop, s->rotation ? NULL : cos_d, s->rotation ? NULL : sin_d);
+    kv_shift(&s->kv, keep + drop, keep, len - keep - drop, s->rope_keys ? NULL : cos_d, s->rope_keys ? NULL : sin_d);
     return 0;
 }

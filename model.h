@@ -208,7 +208,8 @@ typedef struct {
     float *xb;             // (B, max(D, n_heads*hd)) normalized input, then attention output
     float *xb2;            // (B, D) output of a sublayer before it joins the residual stream
     float *q;              // (B, n_heads*hd)
-    float *q_far;          // (B, n_heads*hd) ReRoPE only (else NULL): the queries rotated for far keys
+    float *q_far;          // (B, turns - 1, n_heads*hd) the queries' turns past the first (rope.h,
+                           // rope_turn_at; NULL with one turn): rerope's far ones, dca's two
     float *k;              // (B, kv_dim) keys of the block, before they go into the cache
     float *v;              // (B, kv_dim) values of the block
     float *hb;             // (B, H)
@@ -216,9 +217,9 @@ typedef struct {
     float *att;            // (n_threads, attention_scratch_floats) attention scratch per thread
     float *logits;         // (B, V)
     KVCache kv;            // keys and values of every layer and position (kernels.h)
-    float *rotation;       // dynamic RoPE and ReRoPE only (else NULL): cos and sin for the un-rotated
-                           // cached keys; leaky ReRoPE: then those of the far path (kernels.h)
-    unsigned rope_version; // Rope.version the rotation table was copied from
+    float *rope_keys;      // rope_key_tables x (ctx, hd) the key tables rope.c fills (NULL when keys are
+                           // cached rotated): cos and sin for the un-rotated cached keys
+    RopeAttention *rope_layers; // (n_layers) what attention reads of RoPE in each layer (KVCache.rope)
     Workspace work;        // the kernels' scratch (packed weights, quantized activations)
     int n_threads;         // threads the scratch was sized for; the kernels never use more
     int trace;             // > 0: the forward notes in `found` where the first `trace` rows of the block

@@ -18,10 +18,11 @@
 // rope_inv_freq(); the rest of this file is bookkeeping: tables of cos/sin per position, and the
 // rotation itself.
 //
-// What this is not: attention. model.c rotates q and k heads with rope_rotate(), tells the
-// sequence length with rope_set_length(), and asks one question about the mode: whether the
-// frequencies depend on that length (rope_is_dynamic), in which case it keeps un-rotated keys and
-// rotates them again whenever `version` moves.
+// What this is not: attention. model.c rotates q and k heads with rope_rotate() (and a query's
+// other turns with rope_rotate_turn()) and tells the sequence length with rope_set_length(); the
+// key tables that turn un-rotated cached keys are filled here (rope_set_keys), and attention reads
+// this module through RopeAttention and rope_segments() (rope.h), which say which turn of a query
+// scores which keys with which key table.
 #include "rope.h"
 
 #include <math.h>
@@ -509,7 +510,8 @@ int rope_mode_in_file(int mode) {
 
 int rope_file_factors(const RopeParams *p) { return p->mode == ROPE_SCALING_LONGROPE ? p->rot_dims / 2 : 0; }
 
-int rope_dca_chunk(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? p->chunk - p->window : 0; }
+// Dual chunk attention's chunk length c = S - w (positions per chunk); 0 for every other mode.
+static int dca_chunk(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? p->chunk - p->window : 0; }
 
 int rope_factor_is_group(const RopeParams *p) { return p->mode == ROPE_SCALING_SELFEXTEND; }
 
@@ -599,6 +601,8 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
 // its issue 25104 describes for dynamic NTK); llama.cpp picks one set from the context size (n_ctx
 // > L: long) for the whole run. Here every cached key is turned with the set of the current length,
 // so generation and one forward pass over the same text agree.
+static void fill_keys(const Rope *r, float *table, const float *cos, const float *sin);
+
 void rope_set_length(Rope *r, int length) {
     if (!rope_is_dynamic(r)) return;
     int l = length > r->p.orig_ctx ? length : r->p.orig_ctx;
@@ -608,7 +612,48 @@ void rope_set_length(Rope *r, int length) {
     r->length = l;
     rope_inv_freq(&r->p, l, r->inv_freq, &r->mscale, &r->eff_base);
     fill_tables(r, r->cos, r->sin, r->n_pos, 0, 1); // every position: never two bases at once
+    if (r->keys) fill_keys(r, r->keys, r->cos, r->sin); // and every cached key turned with them
     r->version++;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What attention reads: the key tables and the turns (rope.h)
+
+size_t rope_key_floats(const RopeParams *p, int ctx) {
+    return ((size_t)ctx + ROPE_KEY_BLOCK - 1) / ROPE_KEY_BLOCK * ROPE_KEY_BLOCK * (size_t)p->head_dim;
+}
+
+// A key table from cos, sin ((n_pos, head_dim / 2) each) in attention's layout: per block of
+// ROPE_KEY_BLOCK positions and pair p, the block's cosines in row 2p and its sines in row 2p + 1.
+static void fill_keys(const Rope *r, float *table, const float *cos, const float *sin) {
+    const int half = r->p.head_dim / 2, hd = r->p.head_dim, B = ROPE_KEY_BLOCK;
+#pragma omp parallel for if ((size_t)r->n_pos * half >= 4096)
+    for (int j = 0; j < r->n_pos; j++) {
+        float *block = table + (size_t)(j / B) * hd * B + j % B;
+        for (int p = 0; p < half; p++) {
+            block[(size_t)2 * p * B] = cos[(size_t)j * half + p];
+            block[(size_t)(2 * p + 1) * B] = sin[(size_t)j * half + p];
+        }
+    }
+}
+
+void rope_set_keys(Rope *r, float *tables) {
+    r->keys = rope_key_tables(&r->p) ? tables : NULL;
+    if (!r->keys) return;
+    fill_keys(r, r->keys, r->cos, r->sin);
+    if (r->key_cos) fill_keys(r, r->keys + rope_key_floats(&r->p, r->n_pos), r->key_cos, r->key_sin);
+}
+
+RopeAttention rope_attention(const Rope *r, int rotates) {
+    RopeAttention a = {.turns = 1};
+    if (!rotates) return a; // a NoPE layer: q . k as they came out of wq and wk
+    a.turns = rope_query_turns(&r->p);
+    a.keys[0] = r->keys; // NULL: keys cached rotated
+    // the far path: leaky-rerope's and selfextend's table 1, rerope's keys as cached
+    a.keys[1] = r->key_cos ? r->keys + rope_key_floats(&r->p, r->n_pos) : NULL;
+    a.window = rope_far_path(&r->p) ? r->p.window : 0;
+    a.chunk = dca_chunk(&r->p);
+    return a;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -640,10 +685,12 @@ void rope_rotate(const Rope *r, float *x, int pos) {
     rotate_with(x, r->cos + pos * half, r->sin + pos * half, (int)half);
 }
 
-// ReRoPE's far path for a query at pos: rerope's table has one row (W), leaky-rerope's one per position.
-void rope_rotate_inter(const Rope *r, float *x) { rotate_with(x, r->inter_cos, r->inter_sin, r->p.head_dim / 2); }
-
-void rope_rotate_far(const Rope *r, float *x, int pos) {
+// A query's turn t > 0: the far path's table (rerope: one row, W, for every position; the others a
+// row per position), dca's successive-chunk table (t = 1) or its one inter-chunk row (t = 2).
+void rope_rotate_turn(const Rope *r, float *x, int pos, int t) {
     const size_t half = (size_t)r->p.head_dim / 2, row = r->p.mode == ROPE_SCALING_REROPE ? 0 : (size_t)pos;
-    rotate_with(x, r->far_cos + row * half, r->far_sin + row * half, (int)half);
+    if (t == 2)
+        rotate_with(x, r->inter_cos, r->inter_sin, (int)half);
+    else
+        rotate_with(x, r->far_cos + row * half, r->far_sin + row * half, (int)half);
 }

@@ -1,20 +1,39 @@
 // rope.h - rotary position embedding (RoPE) and the context-extension scalings.
 //
 // Everything positional is decided here: the frequencies of every scaling mode, the cos/sin tables,
-// the parameter rules, what a mode needs of the rest of the program, and the one pair turn
-// (rope_turn0/1) every rotation uses. Where the rotations happen:
-//   queries and keys    rope_rotate / rope_rotate_far / rope_rotate_inter, called by model.c's
-//                       rope_qk for each head (rope_query_turns of each query);
-//   cached keys         when a mode keeps them un-rotated (rope_keys_unrotated: dynamic NTK, dynamic
-//                       YaRN and LongRoPE, whose frequencies follow the length; the rerope modes,
-//                       Self-Extend and dual chunk attention, which score a key at more than one
-//                       rotation), attention turns them as it reads them (kernels.c key_turned for
-//                       the reference, kernels_attention.c rotate_block for the fast path) with
-//                       rotation tables that kv_set_rotation lays out from rope.c's cos and sin
-//                       (rope_key_tables of them), again whenever model.c sees Rope.version move;
+// the parameter rules, and what attention reads of RoPE. Where the rotations happen:
+//   queries and keys    rope_rotate (turn 0) and rope_rotate_turn (a query's other turns), called by
+//                       model.c's rope_qk for each head;
+//   cached keys         when a mode keeps them un-rotated (rope_keys_unrotated: the frequencies of
+//                       dynamic NTK, dynamic YaRN and LongRoPE follow the length; rerope,
+//                       leaky-rerope, Self-Extend and dual chunk attention score a key at more than
+//                       one rotation), attention turns each block of them as it reads it with a key
+//                       table that rope.c fills (rope_set_keys), and fills again when the frequencies
+//                       change (rope_set_length);
 //   a context shift     kernels.c's kv_shift turns the kept keys back by rope_shift_angles.
 // The forward pass asks "the sequence is now l tokens long" (rope_set_length, which only the modes
 // that follow the length react to) and never looks at the scaling mode itself.
+//
+// What attention reads of RoPE (RopeAttention, one per layer, which the KV cache points to):
+// every mode scores a query at m against a key at n as (R_a q) . (R_b k) for some rotation a of the
+// query (a "turn") and b of the key (a key table, or the key as cached), and which a and b depends
+// only on where n lies relative to m. So a query's keys 0 .. m fall into at most three segments
+// (RopeSegment): keys [from, to), the query's turn, the key table. rope_segments says where they are:
+//   one turn (none, pi, ntk, yarn, llama3; dynamic, dynamic-yarn, longrope with the key table of
+//     the current frequencies):        [0, m + 1) turn 0
+//   a window W (rerope, leaky-rerope, selfextend): far keys [0, m - W + 1) turn 1 with key table 1,
+//     near keys [m - W + 1, m + 1) turn 0 with key table 0 (README, "ReRoPE", "Self-Extend")
+//   chunks of c (dca): the chunks before the previous one turn 2, the previous chunk turn 1, the
+//     query's own chunk turn 0, every key with table 0 (to n mod c) (README, "Dual chunk attention")
+// Attention loops over segments and knows no mode. Its fast path scores tasks of several queries
+// at once, whose segments differ: asked for a run of queries m0 .. m1, rope_segments gives for each
+// (turn, key table) the smallest key range that any of them scores that way. Where the queries
+// agree the ranges do not overlap and each key is scored once; only where they disagree is a key
+// scored both ways (up to m1 - m0 keys at a window's edge; across a chunk boundary, the chunk on
+// each side of it), and each query then keeps the score of its own segment (rope_segments of that
+// query alone). tests/test_rope.c checks both properties for every mode.
+// A segment has no offset into its key table: attention turns a block of 32 cached keys with the
+// block of the table beside it (ROPE_KEY_BLOCK), so a table is indexed by the key's own position.
 //
 // Layout: pairs are interleaved, (x0,x1), (x2,x3), ... as in the RoFormer paper and Meta's and
 // llama2.c's code. Hugging Face checkpoints use the rotate_half layout; export/export.py permutes
@@ -55,6 +74,60 @@ typedef enum {
     ROPE_SCALING_DCA = 11,          // dual chunk attention: positions within chunks, three query turns
 } RopeScaling;
 #define ROPE_SCALING_COUNT (ROPE_SCALING_DCA + 1) // how many there are: not a mode, so no switch needs a case for it
+
+// ---------------------------------------------------------------------------------------------
+// What attention reads (the design is at the top of this file)
+
+// Key tables are in the layout of attention's cached keys (kernels.c): positions in blocks of
+// ROPE_KEY_BLOCK, each block (head_dim, ROPE_KEY_BLOCK): row 2p the cosines of pair p at the block's
+// positions, row 2p + 1 the sines. So a block of keys is turned by the block of the table beside it.
+#define ROPE_KEY_BLOCK 32
+#define ROPE_KEY_TABLES 2  // at most: table 0, the keys' own positions; table 1, a far path's
+#define ROPE_MAX_SEGMENTS 3
+
+typedef struct {
+    int from, to; // keys [from, to)
+    int turn;     // the query's turn that scores them: 0 is q, t > 0 is row t - 1 of q_far (rope_turn_at)
+    int key;      // the key table that turns them: RopeAttention.keys[key], NULL meaning as cached
+} RopeSegment;
+
+typedef struct {
+    int turns;                            // the turns of each query attention reads: q, and turns - 1 more
+    const float *keys[ROPE_KEY_TABLES];   // key tables in the layout above; NULL: keys as cached
+    int window;                           // > 0: keys at distance >= window take turn 1 and table 1
+    int chunk;                            // > 0: chunks of this many positions, turns 0, 1, 2
+} RopeAttention;
+
+// The segments of the queries m0 .. m1 (m0 <= m1) over the keys 0 .. m1: per (turn, key table) the
+// smallest range holding every key that one of the queries scores that way, in order; empty ones
+// left out. For one query (m0 == m1) they partition [0, m + 1). Returns how many.
+static inline int rope_segments(const RopeAttention *a, int m0, int m1, RopeSegment seg[ROPE_MAX_SEGMENTS]) {
+    int n = 0;
+#define ROPE_SEGMENT(f, t, turn_, key_)                                                                       \
+    if ((f) < (t)) seg[n++] = (RopeSegment){(f), (t), (turn_), (key_)}
+    const int end = m1 + 1;
+    if (a->chunk > 0) { // a query in chunk k: keys before chunk k - 1, in chunk k - 1, in chunk k
+        const int c = a->chunk, k0 = m0 / c, k1 = m1 / c, prev0 = (k0 - 1) * c > 0 ? (k0 - 1) * c : 0;
+        ROPE_SEGMENT(0, (k1 - 1) * c, 2, 0);
+        ROPE_SEGMENT(prev0, k1 * c < end ? k1 * c : end, 1, 0);
+        ROPE_SEGMENT(k0 * c, end, 0, 0);
+    } else if (a->window > 0) { // far: m - n >= W, near: m - n < W
+        const int near0 = m0 - a->window + 1 > 0 ? m0 - a->window + 1 : 0;
+        ROPE_SEGMENT(0, end - a->window, 1, 1);
+        ROPE_SEGMENT(near0, end, 0, 0);
+    } else {
+        ROPE_SEGMENT(0, end, 0, 0);
+    }
+#undef ROPE_SEGMENT
+    return n;
+}
+
+// Where turn t > 0 of query i sits in q_far, in floats: row i holds turns 1 .. turns - 1 of every
+// head, qd = n_heads * head_dim floats each (model.c writes them, attention reads them).
+static inline size_t rope_turn_at(int turns, size_t qd, int i, int t) { return ((size_t)i * (turns - 1) + t - 1) * qd; }
+
+// ---------------------------------------------------------------------------------------------
+// Parameters and tables
 
 // Everything that decides the frequencies. Fields that a mode does not use are ignored.
 typedef struct {
@@ -102,6 +175,10 @@ typedef struct {
     // m mod c, for keys and the intra-chunk query; far_cos, far_sin of min(m mod c + c, S), the
     // successive-chunk query.
     float *inter_cos, *inter_sin;
+    // The key tables attention turns cached keys with (rope_set_keys; NULL when keys are cached
+    // rotated): table 0 of the keys' own positions (cos, sin), table 1 of the far path's (key_cos,
+    // key_sin), each rope_key_floats long. Not owned: the run state's memory.
+    float *keys;
 } Rope;
 
 // Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3,
@@ -167,7 +244,7 @@ void rope_set_length(Rope *r, int length);
 // keys un-rotated).
 int rope_is_dynamic(const Rope *r);
 // True for rerope, leaky-rerope and selfextend: attention scores the keys at distance >= window by
-// another path (rope_rotate_far, the key table).
+// another path (the query's turn 1, key table 1: rope_segments).
 int rope_far_path(const RopeParams *p);
 // How many rotations of each query attention reads: 1; 2 for the far-path modes (near, far); 3 for
 // dca (intra, successive, inter chunk). model.c keeps the ones past the first in q_far.
@@ -177,8 +254,6 @@ int rope_query_turns(const RopeParams *p);
 // follow the header for it (longrope: rot_dims / 2 short, then as many long; else 0).
 int rope_mode_in_file(int mode);
 int rope_file_factors(const RopeParams *p);
-// Dual chunk attention's chunk length c = S - w (positions per chunk); 0 for every other mode.
-int rope_dca_chunk(const RopeParams *p);
 // Whether the mode's factor is Self-Extend's group size G (--grp-attn-n) rather than a stretch factor.
 int rope_factor_is_group(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
@@ -187,10 +262,19 @@ int rope_is_scaled(const RopeParams *p);
 // length) and the rerope modes (a key is scored at two rotations, near and far).
 int rope_keys_unrotated(const RopeParams *p);
 
-// How many rotation tables the un-rotated cached keys need when attention turns them (model.c):
-// 0 when keys are cached rotated, 1 for dynamic, longrope and rerope, 2 for leaky-rerope (near and
-// far).
+// How many key tables the un-rotated cached keys need when attention turns them (model.c):
+// 0 when keys are cached rotated, 1 for dynamic, longrope, rerope and dca, 2 for leaky-rerope and
+// selfextend (near and far).
 int rope_key_tables(const RopeParams *p);
+// The floats of one key table for a context of ctx positions: whole blocks of ROPE_KEY_BLOCK
+// positions, head_dim floats each.
+size_t rope_key_floats(const RopeParams *p, int ctx);
+// Hand rope the memory of its key tables (rope_key_tables of rope_key_floats each, 64-byte aligned)
+// and fill them; rope_set_length fills table 0 again whenever the frequencies change.
+void rope_set_keys(Rope *r, float *tables);
+// What attention reads of this RoPE in a layer whose queries and keys rotate (rotates = 1), or in a
+// layer without RoPE (SmolLM3's NoPE layers: one turn, keys as cached).
+RopeAttention rope_attention(const Rope *r, int rotates);
 // The rows of head_dim floats (cos and sin) rope_init allocates for a context of ctx positions.
 size_t rope_table_rows(const RopeParams *p, int ctx);
 
@@ -210,10 +294,9 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len);
 
 // Rotate one head x (head_dim floats, interleaved pairs) to position pos.
 void rope_rotate(const Rope *r, float *x, int pos);
-// rerope modes: rotate one head of a query at position pos for its far keys (far_cos, far_sin);
-// dca: for the keys of the previous chunk.
-void rope_rotate_far(const Rope *r, float *x, int pos);
-// dca: rotate one head of a query for the keys of every earlier chunk (to S, whatever its position).
-void rope_rotate_inter(const Rope *r, float *x);
+// Rotate one head of the query at pos for its turn t (1 .. rope_query_turns - 1): the far keys of
+// rerope (to W), leaky-rerope (to W + (pos - W) / K) and selfextend (to floor(pos/G) + W - floor(W/G))
+// for t = 1; dca's previous chunk (t = 1, to min(pos mod c + c, S)) and earlier chunks (t = 2, to S).
+void rope_rotate_turn(const Rope *r, float *x, int pos, int t);
 
 #endif

@@ -222,6 +222,23 @@ static double worst_of[DTYPE_COUNT][2]; // per weight type: vs ref, n tokens vs 
 static double worst_attention;
 static double largest_off_by_one; // check_rerope: the largest move of the output by a window off by one
 
+// What attention reads of RoPE in the two layers of check_attention's caches (rope.h): layer 0 plain,
+// layer 1 as each check sets it (KVCache.rope points here).
+static RopeAttention test_rope[2];
+
+// A key table in rope.h's layout (blocks of ROPE_KEY_BLOCK positions, row 2p the cosines of pair p,
+// row 2p + 1 its sines) from cs, sn ((ctx, hd / 2) each), written out here from that description.
+static float *key_table(const float *cs, const float *sn, int ctx, int hd) {
+    const int B = ROPE_KEY_BLOCK, half = hd / 2;
+    float *t = calloc((size_t)(ctx + B - 1) / B * B * hd, sizeof(float));
+    for (int j = 0; t && j < ctx; j++)
+        for (int p = 0; p < half; p++) {
+            t[(size_t)(j / B) * hd * B + (size_t)2 * p * B + j % B] = cs[(size_t)j * half + p];
+            t[(size_t)(j / B) * hd * B + (size_t)(2 * p + 1) * B + j % B] = sn[(size_t)j * half + p];
+        }
+    return t;
+}
+
 static void check_case(DType t, int rows, int cols, int n) {
     TestMatrix tm = make_matrix(t, rows, cols);
     const Matrix *m = &tm.m;
@@ -283,38 +300,39 @@ static void check_case(DType t, int rows, int cols, int n) {
 }
 
 // ReRoPE on a cache c whose keys attention turns as it reads them (README, "ReRoPE"): a key at
-// distance >= W is scored with the far queries q_far instead, against the keys as cached (rerope) or
-// turned by a second table of random angles (leaky). Windows: 1 (every earlier key far), 33 (a block
-// boundary inside a block of queries), about half the length, and past every distance (all near: the
-// bits of `turned`, the result without ReRoPE). Each query alone gives the same bits. Controls, at the
-// middle window: the far path moves some output by more than 1e-3 (it is read), and the reference with
-// the window off by one, W + 1, is farther from attention's output than the right one (a single key
-// changes path there, so the move can be small; the largest one over all cases is printed).
-// Returns 1 when the bits and the controls are right; the largest error / bound goes to *worst.
+// distance >= W is scored with the far queries (turn 1, q_far) instead, against the keys as cached
+// (rerope) or turned by a second table of random angles (leaky). Windows: 1 (every earlier key far),
+// 33 (a block boundary inside a block of queries), about half the length, and past every distance
+// (all near: the bits of `turned`, the result without ReRoPE). Each query alone gives the same bits.
+// Controls, at the middle window: the far path moves some output by more than 1e-3 (it is read), and
+// the reference with the window off by one, W + 1, is farther from attention's output than the right
+// one (a single key changes path there, so the move can be small; the largest one over all cases is
+// printed). Returns 1 when the bits and the controls are right; the largest error / bound to *worst.
 static int check_rerope(KVCache *c, const float *q, const float *turned, float *ref, float *cs, float *sn, int n,
                         int pos, float *scratch, int threads, double *worst) {
     const int qd = c->n_heads * c->head_dim, half = c->head_dim / 2, len = pos + n, layer = 1, ctx = c->ctx;
     int ok = 1;
     float *q_far = malloc(sizeof(float) * n * qd), *two = malloc(sizeof(float) * n * qd);
-    float *table_far = malloc(sizeof(float) * kv_rotation_floats(ctx, c->head_dim));
     for (int i = 0; i < n * qd; i++)
         q_far[i] = 2 * uniform();
     for (int j = 0; j < ctx * half; j++) {
         const double angle = 3.2 * uniform();
         cs[j] = (float)cos(angle), sn[j] = (float)sin(angle);
     }
+    float *table_far = key_table(cs, sn, ctx, c->head_dim);
+    const RopeAttention near = test_rope[layer];
     const int windows[2][3] = {{1, len / 2 + 1, len + 1}, {33, len / 2 + 1, 0}}; // rerope, leaky
     for (int leaky = 0; leaky < 2; leaky++)
         for (int w = 0; w < 3 && windows[leaky][w]; w++) {
             const int W = windows[leaky][w];
-            kv_set_rerope(c, W, leaky ? table_far : NULL, cs, sn, ctx);
+            test_rope[layer] = (RopeAttention){.turns = 2, .keys = {near.keys[0], leaky ? table_far : NULL}, .window = W};
             attention(two, q, q_far, c, layer, n, pos, scratch, threads);
             attention_ref(ref, q, q_far, c, layer, n, pos);
             for (int i = 0; i < n * qd; i++)
                 *worst = fmax(*worst, fabs((double)two[i] - ref[i]) / 1e-5);
             if (w == 1 && len > 2) { // controls: the far path matters, and so does W to the position
                 double error = 0, far = 0, off = 0;
-                kv_set_rerope(c, W + 1, leaky ? table_far : NULL, cs, sn, ctx);
+                test_rope[layer].window = W + 1;
                 float *other = malloc(sizeof(float) * n * qd);
                 attention_ref(other, q, q_far, c, layer, n, pos);
                 for (int i = 0; i < n * qd; i++) {
@@ -323,7 +341,7 @@ static int check_rerope(KVCache *c, const float *q, const float *turned, float *
                     off = fmax(off, fabs((double)two[i] - other[i]));
                 }
                 free(other);
-                kv_set_rerope(c, W, leaky ? table_far : NULL, cs, sn, ctx);
+                test_rope[layer].window = W;
                 ok &= far > 1e-3 && off > 2 * error;
                 largest_off_by_one = fmax(largest_off_by_one, off);
             }
@@ -334,7 +352,7 @@ static int check_rerope(KVCache *c, const float *q, const float *turned, float *
                 ok &= memcmp(ref, two + (size_t)i * qd, sizeof(float) * qd) == 0;
             }
         }
-    kv_set_rerope(c, 0, NULL, NULL, NULL, 0);
+    test_rope[layer] = near;
     free(q_far);
     free(two);
     free(table_far);
@@ -343,9 +361,9 @@ static int check_rerope(KVCache *c, const float *q, const float *turned, float *
 
 // The other per-layer and per-mode paths of attention, on the same cache (keys turned by the table
 // the caller set, random angles): a sliding layer (Mistral: a query sees the last `slide` positions;
-// windows 1, 33 and about half the length), a NoPE layer (SmolLM3: the rotation table is not applied,
-// so the output is that of the keys as cached, `unturned`), and dual chunk attention (chunks of 5,
-// 33 and about half the length: the query's turn follows the key's chunk). Each against
+// windows 1, 33 and about half the length), a layer without RoPE (SmolLM3's NoPE: one turn and no key
+// table, so the output is that of the keys as cached, `unturned`), and dual chunk attention (chunks of
+// 5, 33 and about half the length: the query's turn follows the key's chunk). Each against
 // attention_ref, each query alone giving the same bits; controls: the window and the chunk each off
 // by one must move the reference's output away from attention's. Returns 1 when all hold.
 static int check_layers_and_dca(KVCache *c, const float *q, const float *unturned, float *ref, int n, int pos,
@@ -356,13 +374,16 @@ static int check_layers_and_dca(KVCache *c, const float *q, const float *unturne
     for (int i = 0; i < n * 2 * qd; i++)
         q_far[i] = 2 * uniform();
     c->layer_kind = kinds;
+    const RopeAttention turned = test_rope[layer];
     const int sizes[3] = {1, 33, len / 2 + 1};
     for (int mode = 0; mode < 3; mode++) // sliding, NoPE, dca
         for (int w = 0; w < (mode == 1 ? 1 : 3); w++) {
             const int W = mode == 2 && sizes[w] == 1 ? 5 : sizes[w];
             kinds[layer] = mode == 0 ? LAYER_SLIDING : mode == 1 ? LAYER_NO_ROPE : 0;
             c->slide = mode == 0 ? W : 0;
-            c->dca_chunk = mode == 2 ? W : 0;
+            test_rope[layer] = mode == 1   ? (RopeAttention){.turns = 1}
+                               : mode == 2 ? (RopeAttention){.turns = 3, .keys = {turned.keys[0]}, .chunk = W}
+                                           : turned;
             const float *far = mode == 2 ? q_far : NULL;
             attention(out, q, far, c, layer, n, pos, scratch, threads);
             attention_ref(ref, q, far, c, layer, n, pos);
@@ -372,13 +393,13 @@ static int check_layers_and_dca(KVCache *c, const float *q, const float *unturne
             *worst = fmax(*worst, error / 1e-5);
             if (mode == 1) ok &= memcmp(out, unturned, sizeof(float) * n * qd) == 0; // NoPE: no turn at all
             if (mode != 1 && W + 1 < len) { // the control: one more position in the window or the chunk
-                c->slide += mode == 0, c->dca_chunk += mode == 2;
+                c->slide += mode == 0, test_rope[layer].chunk += mode == 2;
                 attention_ref(ref, q, far, c, layer, n, pos);
                 double off = 0;
                 for (int i = 0; i < n * qd; i++)
                     off = fmax(off, fabs((double)out[i] - ref[i]));
                 ok &= off > 2 * error && off > 1e-6;
-                c->slide -= mode == 0, c->dca_chunk -= mode == 2;
+                c->slide -= mode == 0, test_rope[layer].chunk -= mode == 2;
             }
             for (int a = 0; a < 3; a++) { // each query alone: the same bits
                 const int i = a == 0 ? 0 : a == 1 ? n / 2 : n - 1;
@@ -387,7 +408,8 @@ static int check_layers_and_dca(KVCache *c, const float *q, const float *unturne
                 ok &= memcmp(ref, out + (size_t)i * qd, sizeof(float) * qd) == 0;
             }
         }
-    c->layer_kind = NULL, c->slide = 0, c->dca_chunk = 0;
+    c->layer_kind = NULL, c->slide = 0;
+    test_rope[layer] = turned;
     free(out);
     free(q_far);
     return ok;
@@ -407,7 +429,8 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
                  .ctx = ctx,
                  .n_heads = n_heads,
                  .n_kv_heads = n_kv_heads,
-                 .head_dim = hd};
+                 .head_dim = hd,
+                 .rope = test_rope};
     float *k = malloc(sizeof(float) * kvd), *v = malloc(sizeof(float) * kvd), *q = malloc(sizeof(float) * n * qd);
     float *fast = malloc(sizeof(float) * n * qd), *ref = malloc(sizeof(float) * n * qd);
     const int threads = max_threads(); // more threads than cores would only spin at the barriers
@@ -433,7 +456,7 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
         attention(ref, q + (size_t)i * qd, NULL, &c, layer, 1, pos + i, scratch, threads);
         same &= memcmp(ref, fast + (size_t)i * qd, sizeof(float) * qd) == 0;
     }
-    // The same cache read as un-rotated keys with a table of random angles (dynamic NTK's way):
+    // The same cache read as un-rotated keys with a key table of random angles (dynamic NTK's way):
     // attention must turn every key as the reference does (kv_key_seen), and the turn must matter
     // (the outputs move by more than 1e-3 somewhere, given more than one position to weigh).
     double worst_turned = 0, moved = hd % 2 ? 1 : 0, worst_rerope = 0;
@@ -441,12 +464,13 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
     if (hd % 2 == 0) {
         const int half = hd / 2;
         float *cs = malloc(sizeof(float) * ctx * half), *sn = malloc(sizeof(float) * ctx * half);
-        float *table = malloc(sizeof(float) * kv_rotation_floats(ctx, hd)), *turned = malloc(sizeof(float) * n * qd);
+        float *turned = malloc(sizeof(float) * n * qd);
         for (int j = 0; j < ctx * half; j++) {
             const double angle = 3.2 * uniform();
             cs[j] = (float)cos(angle), sn[j] = (float)sin(angle);
         }
-        kv_set_rotation(&c, table, cs, sn, ctx);
+        float *table = key_table(cs, sn, ctx, hd);
+        test_rope[layer] = (RopeAttention){.turns = 1, .keys = {table}};
         attention(turned, q, NULL, &c, layer, n, pos, scratch, threads);
         attention_ref(ref, q, NULL, &c, layer, n, pos);
         for (int i = 0; i < n * qd; i++) {
@@ -455,7 +479,7 @@ static void check_attention(DType kt, DType vt, int n_heads, int n_kv_heads, int
         }
         if (rerope) rerope_ok = check_rerope(&c, q, turned, ref, cs, sn, n, pos, scratch, threads, &worst_rerope);
         if (rerope) rerope_ok &= check_layers_and_dca(&c, q, fast, ref, n, pos, scratch, threads, &worst_rerope);
-        c.rotation = NULL;
+        test_rope[layer] = (RopeAttention){.turns = 1};
         free(cs);
         free(sn);
         free(table);

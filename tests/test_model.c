@@ -48,7 +48,7 @@ static double worst_against(const Transformer *t, int len, int at) {
                 }
                 rotate(want, raw, inv, hd, j);
                 for (int d = 0; d < hd; d++)
-                    worst = fmax(worst, fabs(kv_key_seen(&t->state.kv, l, j, h * hd + d) - want[d]) / sqrt(norm));
+                    worst = fmax(worst, fabs(kv_key_seen(&t->state.kv, l, j, h * hd + d, 0) - want[d]) / sqrt(norm));
             }
     return worst;
 }

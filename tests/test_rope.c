@@ -411,7 +411,7 @@ static void test_dynamic(void) {
 
 // Self-Extend's position rule (Jin et al. 2024, eq. 3): a query at m against a key at n with
 // m - n >= W is scored at the grouped positions floor(m / G) + W - floor(W / G) and floor(n / G).
-// The far query (rope_rotate_far at m) dotted with the key turned by key table row n must equal q and
+// The far query (rope_rotate_turn at m, turn 1) dotted with the key turned by key table row n must equal q and
 // k rotated, in double, to those two positions; below the window the plain rotation serves. Control:
 // positions divided without the floor (m / G) give another score.
 static void test_selfextend(void) {
@@ -427,7 +427,7 @@ static void test_selfextend(void) {
     for (size_t t = 0; t < sizeof pairs / sizeof pairs[0]; t++) {
         const int m = pairs[t][0], n = pairs[t][1];
         fill_qk(q, k, qd, kd, d);
-        rope_rotate_far(&r, q, m);
+        rope_rotate_turn(&r, q, m, 1);
         for (int i = 0; i < d / 2; i++) { // the key table row n, as attention turns a cached key
             const float c = r.key_cos[(size_t)n * d / 2 + i], sn = r.key_sin[(size_t)n * d / 2 + i];
             const float x0 = k[2 * i], x1 = k[2 * i + 1];
@@ -516,6 +516,87 @@ static void test_dynamic_yarn(void) {
     check_true("dynamic-yarn: the length matters (negative test: l and 2l differ by > 1e-2)", apart > 1e-2);
 }
 
+// What attention reads (rope.h): per mode, rope_attention's turns and key tables, and rope_segments.
+// For one query at m, the segments partition the keys 0 .. m, and each key's turn and table are the
+// mode's rule written here from the README (rerope, leaky-rerope, selfextend: far when m - n >= W;
+// dca: by the key's chunk against the query's); for a run of queries m0 .. m1, each query's segment
+// lies inside the run's segment of the same turn and table, and the run's segments cover each key as
+// many times as its queries score it in different ways: once where they agree, so a task scores a key
+// twice only where its queries disagree (at a window's edge; across a chunk boundary, the chunks on
+// either side). Control: a rule whose window is off by one disagrees.
+static int rule_turn(const RopeParams *p, int m, int n, int window) {
+    if (p->mode == ROPE_SCALING_DCA) {
+        const int c = p->chunk - p->window, gap = m / c - n / c;
+        return gap == 0 ? 0 : gap == 1 ? 1 : 2;
+    }
+    return rope_far_path(p) && m - n >= window ? 1 : 0;
+}
+
+static void test_segments(void) {
+    const int d = 8, L = 64, N = 300;
+    const RopeScaling modes[] = {ROPE_SCALING_NONE, ROPE_SCALING_DYNAMIC, ROPE_SCALING_REROPE,
+                                 ROPE_SCALING_LEAKY_REROPE, ROPE_SCALING_SELFEXTEND, ROPE_SCALING_DCA};
+    const int turns[] = {1, 1, 2, 2, 2, 3}, tables[] = {0, 1, 1, 2, 2, 1};
+    int rule_ok = 1, union_ok = 1, twice_ok = 1, shape_ok = 1, off_by_one_seen = 0;
+    float *mem = malloc(2 * rope_key_floats(&(RopeParams){.head_dim = d}, N) * sizeof(float));
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        RopeParams p = params(modes[k], d, 1e4, L, modes[k] == ROPE_SCALING_LEAKY_REROPE ? 3 : 1);
+        if (modes[k] == ROPE_SCALING_SELFEXTEND) p.factor = 4;
+        p.window = modes[k] == ROPE_SCALING_DCA ? 4 : rope_far_path(&p) ? 16 : 0;
+        p.chunk = modes[k] == ROPE_SCALING_DCA ? 48 : 0;
+        Rope r;
+        init_or_die(&r, &p, N);
+        rope_set_keys(&r, mem);
+        const RopeAttention a = rope_attention(&r, 1), nope = rope_attention(&r, 0);
+        shape_ok &= a.turns == turns[k] && rope_key_tables(&p) == tables[k] && !!a.keys[0] == (tables[k] > 0) &&
+                    !!a.keys[1] == (tables[k] > 1) && nope.turns == 1 && !nope.keys[0] && !nope.keys[1];
+        for (int m = 0; m < N; m += 7) {
+            RopeSegment seg[ROPE_MAX_SEGMENTS];
+            const int count = rope_segments(&a, m, m, seg);
+            int next = 0;
+            for (int s = 0; s < count; s++) {
+                rule_ok &= seg[s].from == next && seg[s].to > seg[s].from;
+                for (int n = seg[s].from; n < seg[s].to; n++) {
+                    rule_ok &= seg[s].turn == rule_turn(&p, m, n, p.window) && seg[s].turn < a.turns;
+                    rule_ok &= (seg[s].key == 1) == (rope_far_path(&p) && seg[s].turn == 1);
+                    off_by_one_seen |= rope_far_path(&p) && seg[s].turn != rule_turn(&p, m, n, p.window + 1);
+                }
+                next = seg[s].to;
+            }
+            rule_ok &= next == m + 1;
+            for (int m1 = m; m1 < N && m1 < m + 16; m1 += 5) { // a task's run of queries m .. m1
+                RopeSegment run[ROPE_MAX_SEGMENTS], own[ROPE_MAX_SEGMENTS];
+                const int runs = rope_segments(&a, m, m1, run);
+                int scored = 0, ways = 0;
+                for (int s = 0; s < runs; s++)
+                    scored += run[s].to - run[s].from;
+                for (int n = 0; n <= m1; n++) { // the distinct turns the run's queries score key n with
+                    int seen[3] = {0, 0, 0};
+                    for (int mq = m > n ? m : n; mq <= m1; mq++)
+                        seen[rule_turn(&p, mq, n, p.window)] = 1;
+                    ways += seen[0] + seen[1] + seen[2];
+                }
+                twice_ok &= scored == ways;
+                for (int mq = m; mq <= m1; mq++)
+                    for (int o = 0, owns = rope_segments(&a, mq, mq, own); o < owns; o++) {
+                        int inside = 0;
+                        for (int s = 0; s < runs; s++)
+                            inside |= run[s].turn == own[o].turn && run[s].key == own[o].key &&
+                                      run[s].from <= own[o].from && own[o].to <= run[s].to;
+                        union_ok &= inside;
+                    }
+            }
+        }
+        rope_free(&r);
+    }
+    free(mem);
+    check_true("segments: turns and key tables per mode, a NoPE layer one turn and none", shape_ok);
+    check_true("segments: one query's partition its keys by the mode's rule", rule_ok);
+    check_true("segments: a run's hold each of its queries'", union_ok);
+    check_true("segments: a run's cover a key once per way its queries score it", twice_ok);
+    check_true("segments: the rule with the window off by one disagrees (negative test)", off_by_one_seen);
+}
+
 int main(void) {
     test_names();
     test_params_check();
@@ -526,6 +607,7 @@ int main(void) {
     test_selfextend();
     test_dca();
     test_dynamic_yarn();
+    test_segments();
     if (n_failed) {
         printf("test_rope: FAILED %d of %d checks\n", n_failed, n_checks);
         return 1;
