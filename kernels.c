@@ -330,7 +330,8 @@ void value_rows_floats(float *out, const void *v, DType t, int hd, int n) {
             out[(size_t)j * hd + d] = value_get(v, t, hd, j, d);
 }
 
-// One thread (no team, top of the file): a 4096-token window's keys and values take a few ms a layer.
+// One thread (no team, top of the file): a block's keys and values are a copy of a few rows a layer,
+// not worth waking a team for.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n) {
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
     for (int h = 0; h < c->n_kv_heads; h++)

@@ -40,7 +40,7 @@
 #define USE_AVX512_VNNI 1 // vpdpbusd: 64 byte products summed into 16 int32 lanes (Cascade Lake, 2019)
 #endif
 #if defined(USE_AVX512) && defined(__AVX512BF16__)
-#define USE_AVX512_BF16 1 // vdpbf16ps: 32 bf16 products summed in pairs into 16 float lanes (Cooper Lake, Zen 4)
+#define USE_AVX512_BF16 1 // vdpbf16ps: 32 bf16 products summed in pairs into 16 float lanes (AVX512-BF16)
 #endif
 
 // Not inlined: one compiled copy of each dot product, so every caller sums in the same order (a
@@ -134,9 +134,8 @@ static inline float widen_bf16(uint16_t b) {
 }
 
 // bf16_r16's columns are padded with zeros to whole steps of BF16_STEP, and so are the rows of x
-// rounded to bf16, which lie bf16_cols(cols) values apart. (The first layout's tile ran 2-3% faster
-// with those rows one step further apart at 2048 columns; bf16_r16's reads x 4 bytes at a time and
-// measured the same either way, 495-511 GFLOP/s.)
+// rounded to bf16, which lie bf16_cols(cols) values apart (bf16_r16's tile reads x 4 bytes at a
+// time, so no extra spacing of those rows pays: docs/speed.md, "bf16 in 16-row groups").
 enum { BF16_STEP = 32 };
 static inline int bf16_cols(int cols) { return (cols + BF16_STEP - 1) / BF16_STEP * BF16_STEP; }
 // bf16_r16: the values of a group; where row r's column c is among a matrix's values.
@@ -322,8 +321,8 @@ typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, co
 typedef void TileBR16(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
                       int cols);
 enum {
-    BR16_NG = 4,  // groups x tokens per tile: 24 vectors of sums, 4 of weights; a 2048 x 2048 product
-    BR16_MT = 6,  // ran at 525 GFLOP/s on one Zen 5 core (4 x 4, 2 x 8 and 2 x 12: 510-525)
+    BR16_NG = 4,  // groups x tokens per tile: 24 vectors of sums and 4 of weights, within the 32
+    BR16_MT = 6,  // registers; the fastest shape measured (docs/speed.md, "bf16 in 16-row groups")
     BR16_ROWS = BR16_NG * R16, // rows of a prefill work item: one tile's groups
 };
 // f16 as bf16 (matrix_to_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.

@@ -316,11 +316,9 @@ static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step,
 // q4_0, both widths: each of a group's rows asked for Q4_AHEAD blocks on (2 KiB of nibbles, 256
 // bytes of scales; past its end: the next group's), 8 blocks (128 bytes of each row) per call. The
 // scales are a second, slow stream per row (2 bytes a block) that the hardware prefetcher leaves
-// behind. bench/stepread's products over plain reads, TinyLlama q4_0 file, 2026-11-26, 3 rounds of
-// 15 each: 512-bit, one thread, 0.79-0.81 -> 0.89-0.90 (110M 0.65-0.80 -> 0.77-0.79), two threads
-// 0.85-0.88 -> 0.88-0.91 (110M 0.78-0.86 -> 0.87-0.88); nibbles alone (1 KiB ahead) 0.79-0.83,
-// scales alone 0.83-0.88, 4 KiB ahead lost (0.74-0.77). 256-bit (-DDECODE_256 on the same core),
-// one thread 0.69-0.71 -> 0.89-0.91, two 0.82-0.84 -> 0.85-0.86.
+// behind; asking for both, this far ahead, is what brought the products close to plain reads of the
+// same bytes (bench/stepread; the figures and the distances tried: docs/speed.md, "Where a step's
+// reads go").
 enum { Q4_AHEAD = 128 };
 static inline void q4_ask_ahead(const Row w[DOT_ROWS], const Row dw[DOT_ROWS], int b) {
 #pragma GCC unroll 4
@@ -559,11 +557,8 @@ static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
 }
 
 // f16: each of the four rows asked for F16_AHEAD halves (2 KiB) ahead as it is read. The widening
-// (two vcvtph2ps per 64 bytes) leaves the hardware prefetcher behind on one core: bench/stepread's
-// products over plain reads of the same bytes, TinyLlama f16 file, one thread, 2026-11-26, without and
-// with alternating: 0.83-0.84 -> 0.90-0.91 at 40 GB/s (3 of 4 rounds), medians 0.92 -> 0.99 over 6
-// rounds at 25 GB/s (5 of 6); the 110M file 0.87-0.95 -> 0.96-1.12 (3 of 3); 256 halves ahead lost
-// (0.78), 1536-3072 gained less (0.81-0.86). Two threads: within their noise (0.84-1.01 -> 0.86-1.13).
+// (two vcvtph2ps per 64 bytes) leaves the hardware prefetcher behind on one core; nearer or farther
+// distances gained less (bench/stepread; docs/speed.md, "Where a step's reads go").
 enum { F16_AHEAD = 1024 };
 static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
@@ -824,8 +819,8 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
 // sums; per pair of columns NG 64-byte loads of weights and MT broadcasts of x's pair, each weight
 // vector serving MT tokens and each broadcast NG groups. No lanes to sum at the end: a vector is 16
 // rows' outputs for one token, stored as they are. The tokens' x (MT x 4 KB at 2048 columns) stays
-// in L1 and the item's groups in L2; nothing is cut into chunks (at 5632 columns the same 510 GFLOP/s,
-// measured). Called with constants for NG and MT, so each variant keeps its sums in registers.
+// in L1 and the item's groups in L2; nothing is cut into chunks (5632 columns run at the rate of 2048:
+// docs/speed.md). Called with constants for NG and MT, so each variant keeps its sums in registers.
 static inline __attribute__((always_inline)) void br16_tile(float *out, size_t ldo, const uint16_t *w, int nr,
                                                             const uint16_t *x, size_t ldx, int cols, const int NG,
                                                             const int MT) {
@@ -1101,7 +1096,7 @@ ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t
 // and each vector of keys (or values) loaded feeds ROWS multiply-adds: in 256-bit vectors, 3 rows
 // (four vectors a row); with AVX-512, 6 rows (two vectors a row), twice the multiply-adds per
 // instruction. The tiles are FMA-bound, so the 512-bit ones pay where the core executes 512-bit FMAs
-// at full width (Zen 5, Intel server cores; on Zen 4, which splits them, they were even). Each lane
+// at full width (on a core that splits them in two halves the widths measured even). Each lane
 // adds the same products in the same order in either width, so the two give the same bits.
 // always_inline with a constant ROWS and cache type T: one copy per row count and type, without the
 // row loop's branches.

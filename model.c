@@ -367,7 +367,7 @@ static void logn_queries(Transformer *t, int n, int pos) {
 
 // silu(gate) * up, in place in hb: HF act_fn(gate_proj(x)) * up_proj(x), silu(g) = g * sigmoid(g).
 // A prompt's block is shared out over the threads (libm's expf is a few ns a value: a 512-token
-// block of the 110M shape spends ~7 ms here per layer); one token's is not worth a parallel region
+// prompt block is many values a layer); one token's is not worth a parallel region
 // (kernels.c: a region of one thread still costs a system call).
 static float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
