@@ -170,10 +170,21 @@ CASES = {
                                ["-m", "chat", "--chat-template", "llama2", "--ctx", "16", "-n", "2"], "was not sent",
                                stdin=b"Once upon a time there was a little girl named Lily\n",
                                fixes=lambda a, h: [put(a, "--ctx", 128)]),
-    "ppl-short": Case("less than one window of --ctx %d (hint: a smaller --ctx", ["--ppl", "@short", "--ctx", "512"],
+    "ppl-short": Case("less than one window of --ctx %d (hint: %sa longer text)", ["--ppl", "@short", "--ctx", "512"],
                       "less than one window", status=1,
-                      fixes=lambda a, h: [put(a, "--ctx", 32) + ["--ppl-windows", "1"], put(a, "--ppl", TEXT) +
-                                          ["--ppl-windows", "1"]]),
+                      fixes=lambda a, h: (re.fullmatch(r"--ctx \d+, or a longer text", h) or pytest.fail(h))
+                      and [*apply(a, h.split(",")[0], {}), put(a, "--ppl", TEXT) + ["--ppl-windows", "1"]]),
+    "ppl-one-token": Case("less than one window of --ctx %d (hint: %sa longer text)", ["--ppl", "@one_token", "--ctx", "512"],
+                          "is 1 token, less than one window", status=1,
+                          fixes=lambda a, h: (h == "a longer text" or pytest.fail(h))
+                          and [put(a, "--ppl", TEXT) + ["--ppl-windows", "1"]]),
+    "ppl-empty": Case("(hint: give --ppl a file with text in it)", ["--ppl", "@empty_file", "--ctx", "512"],
+                      "there is no text to score", status=1,
+                      fixes=lambda a, h: [put(a, "--ppl", TEXT) + ["--ppl-windows", "1"]]),
+    "ppl-trained-1": Case("has none to score (hint: --ctx 2 or more)", ["--ppl", TEXT, "--ppl-windows", "1"],
+                          "a window of --ctx 1 has none to score", status=1, model="@trained_1",
+                          fixes=lambda a, h: (h == "--ctx 2 or more" or pytest.fail(h))
+                          and [put(a, "--ctx", 2), put(a, "--ctx", 64)]),
     "kv-type": Case('"error: invalid KV cache type \'%s\' for %s (hint: %s)', ["-ctk", "f8", "-n", "2"],
                     "invalid KV cache type", status=2,
                     fixes=lambda a, h: [put(a, "-ctk", v) for v in re.findall(r"\b(?:f32|f16|q8_0)\b", h.split(";")[0])]),
@@ -239,6 +250,10 @@ CASES = {
                          fixes=lambda a, h: [put(drop(a, "-f"), "-i", "Hello")]),
     "i-and-f": Case("(hint: one of them)", ["-i", "Once", "-f", "@short", "-n", "2"], "both give the prompt", status=2,
                     fixes=lambda a, h: [drop(a, "-i"), drop(a, "-f")]),
+    "ppl-ctx-1": Case('score (hint: --ctx 2 or more)";', ["--ppl", TEXT, "--ctx", "1", "--ppl-windows", "1"],
+                      "a window of --ctx 1 has none to score", status=2,
+                      fixes=lambda a, h: (h == "--ctx 2 or more" or pytest.fail(h))
+                      and [put(a, "--ctx", 2), put(a, "--ctx", 512)]),
     "ppl-gen-flag": Case("(hint: drop %s or --ppl)", ["--ppl", TEXT, "--ctx", "512", "--ppl-windows", "1", "-n", "5"],
                          "is for generating text", status=2,
                          fixes=lambda a, h: [drop(a, "-n"), drop(drop(drop(a, "--ppl"), "--ppl-windows"), "--ctx")]),
@@ -249,18 +264,63 @@ CASES = {
     "chat-smollm3": Case("(hint: --chat-template chatml speaks its", ["-m", "chat", "-n", "2"], "SmolLM3's", status=1,
                          model="@smollm3_template", stdin=b"Hello\n"),
     "bpe-open": Case("cannot open (hint: pass the model's tokenizer.json or tokenizer.model with -z)", [], "", manual=(
-        "tokenizer.cpp opens the file to tell JSON from SentencePiece first, and a path it cannot open goes to "
-        "SentencePiece's message, whose hint is the same (case 'sentencepiece'); this one needs the file to go away "
-        "between the two opens")),
+        "tokenizer.cpp checks the path first (cases 'tokenizer-missing' and on, the same hint) and opens the file to "
+        "tell JSON from SentencePiece, and a file it cannot open goes to SentencePiece's message (case "
+        "'sentencepiece'); this one needs the file to go away between the two opens")),
     "hint-check": Case('strstr(why, "(hint:")', [], "", manual="not a hint: chat.c asks whether a message has one"),
     "bpe-no-model": Case('"not a tokenizer.json: no \\"model\\" object (hint: pass the model\'s "', ["-n", "2"],
                          "no \"model\" object", status=1, model="@json_no_model",
                          fixes=lambda a, h: [put(a, "-z", TOK512)]),
     "bpe-byte-fallback": Case("a SentencePiece-style BPE; hint: ", ["-n", "2"], "byte_fallback is not implemented", status=1,
                               model="@json_byte_fallback", fixes=lambda a, h: [put(a, "-z", TOK512)]),
-    "sentencepiece": Case("cannot load the SentencePiece tokenizer: %s (hint: pass the model's",
-                          ["-z", "/nonexistent/tokenizer.model", "-n", "2"], "cannot load the SentencePiece tokenizer",
-                          status=1, fixes=lambda a, h: [put(a, "-z", TOK512)]),
+    "sentencepiece": Case("cannot load the SentencePiece tokenizer: %s (hint: ", ["-z", "@junk", "-n", "2"],
+                          "cannot load the SentencePiece tokenizer", status=1, fixes=lambda a, h: [put(a, "-z", TOK512)]),
+    "tokenizer-missing": Case("cannot open the tokenizer: %s (hint: ", ["-z", "/nonexistent/tokenizer.model", "-n", "2"],
+                              "cannot open the tokenizer", status=1, fixes=lambda a, h: [put(a, "-z", TOK512)]),
+    "tokenizer-dir": Case("(hint: -z %s%s)", ["-z", DATA / "stories260K", "-n", "2"], "is a directory, not a tokenizer",
+                          status=1, fixes=lambda a, h: (h == f"-z {DATA / 'stories260K' / 'tokenizer.model'}"
+                                                        or pytest.fail(h)) and [put(a, "-z", h.split(" ", 1)[1])]),
+    "tokenizer-empty-dir": Case('"%s: is a directory, not a tokenizer file (hint: " PASS_TOKENIZER',
+                                ["-z", "@empty_dir", "-n", "2"], "is a directory, not a tokenizer", status=1,
+                                fixes=lambda a, h: [put(a, "-z", TOK512)]),
+    "tokenizer-not-regular": Case("is not a regular file (hint: ", ["-z", "/dev/null", "-n", "2"], "is not a regular file",
+                                  status=1, fixes=lambda a, h: [put(a, "-z", TOK512)]),
+    "tokenizer-empty": Case("is empty, not a tokenizer (hint: ", ["-z", "@empty_file", "-n", "2"],
+                            "is empty, not a tokenizer", status=1, fixes=lambda a, h: [put(a, "-z", TOK512)]),
+    # tokenizer_config.json beside the tokenizer: each fix is a tokenizer.model beside the file the hint
+    # asks for (the '@tok_*' fixtures), or stories260K's own tokenizer.model, which has none beside it
+    "config-add-bos": Case('must be true or false (hint: \\"', ["-i", "Once", "-n", "2"], "add_bos_token is \"yes\"",
+                           status=1, model="@config_add_bos",
+                           fixes=lambda a, h: (h.startswith('"add_bos_token": true or false, or leave the key out')
+                                               or pytest.fail(h))
+                           and [put(a, "-z", "@tok_add_true"), put(a, "-z", "@tok_add_false"), put(a, "-z", "@tok_keyless")]),
+    "config-bos-token": Case("null for none, or leave the key out for the tokenizer's own)", ["-i", "Once", "-n", "2"],
+                             "bos_token is 1", status=1, model="@config_bos_token",
+                             fixes=lambda a, h: (h.startswith('"bos_token": null for none, or leave the key out')
+                                                 or pytest.fail(h))
+                             and [put(a, "-z", "@tok_bos_null"), put(a, "-z", "@tok_keyless")]),
+    "config-not-json": Case("(hint: repair it, or move it away to use the tokenizer's defaults)", ["-i", "Once", "-n", "2"],
+                            "not valid JSON", status=1, model="@config_not_json",  # repaired: '{"add_bos_token": true}'
+                            fixes=lambda a, h: [put(a, "-z", "@tok_add_true"), put(a, "-z", TOK512)]),
+    "config-not-object": Case("(hint: repair it, or move it away to use the tokenizer's defaults)", ["-i", "Once", "-n", "2"],
+                              "not a JSON object", status=1, model="@config_not_object",  # repaired: '{}'
+                              fixes=lambda a, h: [put(a, "-z", "@tok_keyless"), put(a, "-z", TOK512)]),
+    "config-class": Case("must be a class name or null (hint: leave the key out)", ["-i", "Once", "-n", "2"],
+                         "tokenizer_class is 1", status=1, model="@config_class",
+                         fixes=lambda a, h: (h == "leave the key out" or pytest.fail(h)) and [put(a, "-z", "@tok_keyless")]),
+    "config-unreadable": Case("cannot read it: %s (hint: make it a readable file", ["-i", "Once", "-n", "2"],
+                              "cannot read it: Is a directory", status=1, model="@config_dir",
+                              fixes=lambda a, h: [put(a, "-z", "@tok_keyless"), put(a, "-z", TOK512)]),
+    # stories260K has no tokenizer_config.json of its own: the smallest valid one, '{}', stands for it
+    "config-empty": Case("is empty (hint: put the model's own there", ["-i", "Once", "-n", "2"],
+                         "tokenizer_config.json: is empty", status=1, model="@config_empty",
+                         fixes=lambda a, h: [put(a, "-z", "@tok_keyless"), put(a, "-z", TOK512)]),
+    # the copy --f16-as-bf16 makes at load (81 MiB here) where the address space has no room for it: at
+    # one thread the f16 run needs about 94 MiB and, with the copy, 176 (measured); --threads 1 keeps
+    # the thread stacks, and so the limit, the same on any number of cores
+    "copy-memory": Case("no memory for a %s copy of the weights (%.1f MiB) (hint: %s)",
+                        ["--f16-as-bf16", "--threads", "1", "-n", "2"], "no memory for a bf16_r16 copy", status=1,
+                        model="@f16", limit_as=136 << 20),
     # --- hints that name no flag: advice about a file, which no program can follow ----------------------
     "bpe-not-byte-level": Case("(hint: this program reads byte-level BPE tokenizer.json files)", [], "",
                                manual="says what kind of tokenizer.json this program reads: no flag, another file"),
@@ -269,9 +329,10 @@ CASES = {
     "check-tensors-damaged": Case("(hint: the file is damaged, or its checkpoint has such ", [], "",
                                   manual="names no flag: export again from a good checkpoint (tests/test_nonfinite.py "
                                          "checks the message)"),
-    "bf16-copy-memory": Case("no memory for a bf16_r16 copy of the weights", [], "",
-                             manual="needs an allocation of the size of the model to fail; its fixes are 'drop "
-                                    "--f16-as-bf16' (the flag is optional) or an export with --dtype bf16"),
+    "copy-memory-export": Case("export the model again: --dtype %s writes %s", [], "",
+                               manual="the same error for a dtype-2 file (q8_0's first layout, copied into "
+                                      "q8_0_r16 at load): export/export.py --dtype q8_0 writes q8_0_r16, which needs "
+                                      "no copy; a flag of the exporter, not of ./run"),
     "header-short": Case("shorter than the %d-byte header (hint: the file is truncated", [], "",
                          manual="a damaged file: copy or export it again"),
     "header-version": Case("(hint: export the model again", [], "", manual="export/export.py, not a flag of ./run"),
@@ -337,9 +398,45 @@ def models(tmp_path_factory, c_tools):
         (d / name / "model.bin").symlink_to(STORIES_BIN)
         (d / name / "tokenizer.json").write_text(spec)
         out[name] = [d / name / "model.bin"]
+    # tokenizer_config.json files Hugging Face would refuse too, beside stories260K's tokenizer (a
+    # directory in its place: fopen takes it, and fread fails), and the fixed ones their hints ask for
+    for name, config in (("config_add_bos", '{"add_bos_token": "yes"}'), ("config_bos_token", '{"bos_token": 1}'),
+                         ("config_not_json", '{"add_bos_token": tru'), ("config_not_object", "[]"),
+                         ("config_class", '{"tokenizer_class": 1}'), ("config_empty", ""), ("config_dir", None),
+                         ("tok_add_true", '{"add_bos_token": true}'), ("tok_add_false", '{"add_bos_token": false}'),
+                         ("tok_bos_null", '{"bos_token": null}'), ("tok_keyless", "{}")):
+        (d / name).mkdir()
+        (d / name / "model.bin").symlink_to(STORIES_BIN)
+        (d / name / "tokenizer.model").symlink_to(TOK512)
+        if config is None:
+            (d / name / "tokenizer_config.json").mkdir()
+        else:
+            (d / name / "tokenizer_config.json").write_text(config)
+        out[name] = d / name / "tokenizer.model" if name.startswith("tok_") else [d / name / "model.bin"]
+    (d / "empty_dir").mkdir()
+    out["empty_dir"] = d / "empty_dir"
+    (d / "empty_file").write_bytes(b"")
+    out["empty_file"] = d / "empty_file"
+    (d / "junk.model").write_bytes(b"\x00\x01junk, not a tokenizer\n")  # neither JSON nor a protocol buffer
+    out["junk"] = d / "junk.model"
     out["llama_tok"] = [STORIES_BIN, "-z", LLAMA_TOK]
     (d / "short.txt").write_text("Once upon a time, there was a little girl named Lily. " * 4)  # < 512 tokens
     out["short"] = d / "short.txt"
+    (d / "one_token.txt").write_text(" ")  # BOS alone: no --ctx holds a token to score
+    out["one_token"] = d / "one_token.txt"
+    # stories260K with a trained context of 1: the --ppl window run.c takes from it has nothing to score
+    (d / "trained_1").mkdir()
+    assert run_export(STORIES_HF, d / "trained_1" / "model.bin").returncode == 0
+    buf = bytearray((d / "trained_1" / "model.bin").read_bytes())
+    set_field(buf, "seq_len", 1)
+    (d / "trained_1" / "model.bin").write_bytes(buf)
+    out["trained_1"] = [d / "trained_1" / "model.bin"]
+    # an f16 file of 81 MiB of matrices, for the bf16_r16 copy --f16-as-bf16 makes at load
+    make_checkpoint(d / "f16-hf", dim=1024, hidden_dim=2048, n_layers=4, n_heads=16, n_kv_heads=16, vocab_size=512,
+                    max_pos=64)
+    (d / "f16").mkdir()
+    assert run_export(d / "f16-hf", d / "f16" / "model.bin", "--dtype", "f16").returncode == 0
+    out["f16"] = [d / "f16" / "model.bin", "-z", TOK512]
     # 2 layers of 4 kv heads of 64: --ctx 2^24 needs 64 GiB of f32 cache (32 GiB in f16)
     make_checkpoint(d / "wide-hf", dim=16, hidden_dim=24, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=64,
                     vocab_size=512, max_pos=64)
