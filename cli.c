@@ -340,10 +340,9 @@ int parse_args(int argc, char **argv, Options *o) {
     if (o->rope_mode) {
         RopeScaling mode;
         if (rope_scaling_from_name(o->rope_mode, &mode)) {
-            fprintf(stderr,
-                    "error: invalid value '%s' for --rope-scaling: none, pi (or linear), ntk, dynamic, yarn, "
-                    "llama3, rerope, leaky-rerope, longrope, selfextend, dynamic-yarn, dca\n",
-                    o->rope_mode);
+            char names[300];
+            rope_scaling_names(names, sizeof names);
+            fprintf(stderr, "error: invalid value '%s' for --rope-scaling: %s\n", o->rope_mode, names);
             see_help();
             return -1;
         }

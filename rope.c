@@ -31,26 +31,62 @@
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
-// Names
+// The modes: one row each, and every fact about a mode that the rest of the program asks is read
+// from its row (the predicates below, the rules in rope_params_resolve, rope_attention).
 
-static const char *const NAMES[ROPE_SCALING_COUNT] = {"none",   "pi",       "ntk",          "dynamic",
-                                                      "yarn",   "llama3",   "rerope",       "leaky-rerope",
-                                                      "longrope", "selfextend", "dynamic-yarn", "dca"};
+enum { // the overrides a mode takes (RopeOverrides)
+    KNOB_ALPHA = 1,  // --rope-alpha
+    KNOB_WINDOW = 2, // --rope-window (--grp-attn-w): rerope's W, Self-Extend's W, dca's local window w
+    KNOB_GROUP = 4,  // --grp-attn-n: Self-Extend's group size G
+    KNOB_CHUNK = 8,  // --dca-chunk: dca's chunk size S
+};
+
+typedef struct {
+    const char *name, *alias; // --rope-scaling's names (alias: Hugging Face's, or NULL)
+    int in_file;              // a checkpoint may carry it (loader.c); the others are chosen at run time
+    int follows_length;       // its frequencies follow the current length (rope_set_length)
+    int turns;                // the turns of each query attention reads (rope.h, rope_segments)
+    int key_tables;           // the key tables of un-rotated cached keys; 0: keys cached rotated
+    unsigned knobs;           // the overrides it takes besides --rope-factor and --rope-base
+    const char *source;       // where its formula comes from (rope_inv_freq and rope_init cite more)
+} RopeMode;
+
+static const RopeMode MODES[ROPE_SCALING_COUNT] = {
+    [ROPE_SCALING_NONE] = {"none", NULL, 1, 0, 1, 0, 0, "Su et al., RoFormer, arXiv 2104.09864"},
+    [ROPE_SCALING_PI] = {"pi", "linear", 1, 0, 1, 0, 0, "Chen et al. 2023, arXiv 2306.15595"},
+    [ROPE_SCALING_NTK] = {"ntk", NULL, 1, 0, 1, 0, KNOB_ALPHA, "bloc97, r/LocalLLaMA 14lz7j5"},
+    [ROPE_SCALING_DYNAMIC] = {"dynamic", NULL, 1, 1, 1, 1, 0, "emozilla, r/LocalLLaMA 14mrgpr"},
+    [ROPE_SCALING_YARN] = {"yarn", NULL, 1, 0, 1, 0, 0, "Peng et al. 2023, arXiv 2309.00071"},
+    [ROPE_SCALING_LLAMA3] = {"llama3", NULL, 1, 0, 1, 0, 0, "Meta's Llama 3.1 apply_scaling"},
+    [ROPE_SCALING_REROPE] = {"rerope", NULL, 0, 0, 2, 1, KNOB_WINDOW, "Su 2023, kexue.fm/archives/9708"},
+    [ROPE_SCALING_LEAKY_REROPE] = {"leaky-rerope", NULL, 0, 0, 2, 2, KNOB_WINDOW, "Su 2023, kexue.fm/archives/9708"},
+    [ROPE_SCALING_LONGROPE] = {"longrope", NULL, 1, 1, 1, 1, 0, "Ding et al. 2024, arXiv 2402.13753"},
+    [ROPE_SCALING_SELFEXTEND] = {"selfextend", NULL, 0, 0, 2, 2, KNOB_WINDOW | KNOB_GROUP,
+                                 "Jin et al. 2024, arXiv 2401.01325"},
+    [ROPE_SCALING_DYNAMIC_YARN] = {"dynamic-yarn", NULL, 0, 1, 1, 1, 0, "Peng et al. 2023, sec. 3.3"},
+    [ROPE_SCALING_DCA] = {"dca", NULL, 0, 0, 3, 1, KNOB_WINDOW | KNOB_CHUNK, "An et al. 2024, arXiv 2402.17463"},
+};
+
+static const RopeMode *mode_of(int mode) { return &MODES[mode >= 0 && mode < ROPE_SCALING_COUNT ? mode : 0]; }
 
 const char *rope_scaling_name(RopeScaling mode) {
-    return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? NAMES[mode] : "unknown";
+    return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? MODES[mode].name : "unknown";
+}
+
+void rope_scaling_names(char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ROPE_SCALING_COUNT && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s%s%s%s", i ? ", " : "", MODES[i].name, MODES[i].alias ? " (or " : "",
+                              MODES[i].alias ? MODES[i].alias : "", MODES[i].alias ? ")" : "");
 }
 
 int rope_scaling_from_name(const char *name, RopeScaling *mode) {
     for (int i = 0; i < ROPE_SCALING_COUNT; i++) {
-        if (strcmp(name, NAMES[i]) == 0) {
+        if (strcmp(name, MODES[i].name) == 0 || (MODES[i].alias && strcmp(name, MODES[i].alias) == 0)) {
             *mode = (RopeScaling)i;
             return 0;
         }
-    }
-    if (strcmp(name, "linear") == 0) { // Hugging Face's name for position interpolation
-        *mode = ROPE_SCALING_PI;
-        return 0;
     }
     return -1;
 }
@@ -122,9 +158,9 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "dca needs a local window w >= 1 below its chunk size S, and S below L, the trained context";
     else if (p->mode == ROPE_SCALING_DCA && p->factor != 1)
         bad = "dca has no factor";
-    else if (!rope_far_path(p) && p->mode != ROPE_SCALING_DCA && p->window != 0)
+    else if (!(MODES[p->mode].knobs & KNOB_WINDOW) && p->window != 0)
         bad = "a window is used only by rerope, leaky-rerope, selfextend and dca";
-    else if (p->mode != ROPE_SCALING_DCA && p->chunk != 0)
+    else if (!(MODES[p->mode].knobs & KNOB_CHUNK) && p->chunk != 0)
         bad = "a chunk size is used only by dca";
     for (int i = 0; !bad && p->mode == ROPE_SCALING_LONGROPE && i < p->rot_dims / 2; i++)
         if (!finite_pos(p->short_factor[i]) || !finite_pos(p->long_factor[i]))
@@ -160,14 +196,15 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
     }
     if (out->mode == ROPE_SCALING_LONGROPE && !(out->short_factor && out->long_factor)) return ROPE_LONGROPE_NO_FACTORS;
     if (out->mode == ROPE_SCALING_NONE && o->factor > 0) return ROPE_FACTOR_WITHOUT_MODE;
-    if (o->alpha > 0 && out->mode != ROPE_SCALING_NTK) return ROPE_ALPHA_NOT_NTK;
+    const unsigned knobs = mode_of(out->mode)->knobs;
+    if (o->alpha > 0 && !(knobs & KNOB_ALPHA)) return ROPE_ALPHA_NOT_NTK;
     if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) return ROPE_REROPE_FACTOR;
     if (out->mode == ROPE_SCALING_LEAKY_REROPE && o->factor == 1) return ROPE_LEAKY_FACTOR_ONE;
-    if (o->window > 0 && !rope_far_path(out) && out->mode != ROPE_SCALING_DCA) return ROPE_WINDOW_NOT_REROPE;
-    if (o->group > 0 && out->mode != ROPE_SCALING_SELFEXTEND) return ROPE_GROUP_NOT_SELFEXTEND;
+    if (o->window > 0 && !(knobs & KNOB_WINDOW)) return ROPE_WINDOW_NOT_REROPE;
+    if (o->group > 0 && !(knobs & KNOB_GROUP)) return ROPE_GROUP_NOT_SELFEXTEND;
     if (out->mode == ROPE_SCALING_SELFEXTEND && o->factor > 0) return ROPE_FACTOR_SELFEXTEND;
     if (out->mode == ROPE_SCALING_DYNAMIC_YARN && o->factor > 0) return ROPE_FACTOR_FOLLOWS_LENGTH;
-    if (o->chunk > 0 && out->mode != ROPE_SCALING_DCA) return ROPE_CHUNK_NOT_DCA;
+    if (o->chunk > 0 && !(knobs & KNOB_CHUNK)) return ROPE_CHUNK_NOT_DCA;
     if (out->mode == ROPE_SCALING_DCA && o->factor > 0) return ROPE_FACTOR_DCA;
     if (out->mode == ROPE_SCALING_DCA) {
         // Dual chunk attention's sizes as ChunkLlama sets them (replace_with_chunkllama): chunks of
@@ -487,42 +524,29 @@ void rope_free(Rope *r) {
     memset(r, 0, sizeof(*r));
 }
 
-// The modes whose frequencies follow the current length.
-static int follows_length(RopeScaling m) {
-    return m == ROPE_SCALING_DYNAMIC || m == ROPE_SCALING_LONGROPE || m == ROPE_SCALING_DYNAMIC_YARN;
-}
+int rope_is_dynamic(const Rope *r) { return mode_of(r->p.mode)->follows_length; }
 
-int rope_is_dynamic(const Rope *r) { return follows_length(r->p.mode); }
+int rope_far_path(const RopeParams *p) { return mode_of(p->mode)->turns == 2; }
 
-int rope_far_path(const RopeParams *p) {
-    return p->mode == ROPE_SCALING_REROPE || p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND;
-}
+int rope_keys_unrotated(const RopeParams *p) { return mode_of(p->mode)->key_tables > 0; }
 
-int rope_keys_unrotated(const RopeParams *p) {
-    return follows_length(p->mode) || rope_far_path(p) || p->mode == ROPE_SCALING_DCA;
-}
+int rope_query_turns(const RopeParams *p) { return mode_of(p->mode)->turns; }
 
-int rope_query_turns(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? 3 : rope_far_path(p) ? 2 : 1; }
-
-int rope_mode_in_file(int mode) {
-    return mode >= ROPE_SCALING_NONE && (mode <= ROPE_SCALING_LLAMA3 || mode == ROPE_SCALING_LONGROPE);
-}
+int rope_mode_in_file(int mode) { return mode >= 0 && mode < ROPE_SCALING_COUNT && MODES[mode].in_file; }
 
 int rope_file_factors(const RopeParams *p) { return p->mode == ROPE_SCALING_LONGROPE ? p->rot_dims / 2 : 0; }
 
 // Dual chunk attention's chunk length c = S - w (positions per chunk); 0 for every other mode.
-static int dca_chunk(const RopeParams *p) { return p->mode == ROPE_SCALING_DCA ? p->chunk - p->window : 0; }
+static int dca_chunk(const RopeParams *p) { return mode_of(p->mode)->knobs & KNOB_CHUNK ? p->chunk - p->window : 0; }
 
-int rope_factor_is_group(const RopeParams *p) { return p->mode == ROPE_SCALING_SELFEXTEND; }
+int rope_factor_is_group(const RopeParams *p) { return (mode_of(p->mode)->knobs & KNOB_GROUP) != 0; }
 
 int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
 
 // leaky-rerope and selfextend turn a far key by a table of its own (n / K, floor(n / G)).
-static int far_key_table(const RopeParams *p) {
-    return p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND;
-}
+static int far_key_table(const RopeParams *p) { return mode_of(p->mode)->key_tables == 2; }
 
-int rope_key_tables(const RopeParams *p) { return far_key_table(p) ? 2 : rope_keys_unrotated(p) ? 1 : 0; }
+int rope_key_tables(const RopeParams *p) { return mode_of(p->mode)->key_tables; }
 
 // rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope and
 // selfextend a far and a key table of every position more.

@@ -185,6 +185,8 @@ typedef struct {
 // rerope, leaky-rerope, longrope, selfextend, dynamic-yarn, dca.
 const char *rope_scaling_name(RopeScaling mode);
 int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unknown name
+// Every mode's name in order, for messages: "none, pi (or linear), ntk, ...". Always NUL-terminated.
+void rope_scaling_names(char *buf, size_t len);
 
 // What the user asked on the command line. Unset fields: mode -1, the reals 0.
 typedef struct {
@@ -233,15 +235,15 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
 void rope_free(Rope *r);
 
 // Tell rope the current sequence length (tokens so far, including the ones being processed).
-// Only dynamic NTK and longrope react: when the frequencies for this length differ from the current
+// Only the modes that follow the length react (dynamic NTK, dynamic YaRN, longrope): when the frequencies for this length differ from the current
 // ones (dynamic: the base; longrope: short or long factors) it recomputes the tables for every
 // position and bumps version. The base always follows the length
 // given, also when it is shorter than before (a new sequence); Hugging Face instead keeps the
 // largest base it has seen until the length drops below L.
 void rope_set_length(Rope *r, int length);
 
-// True when rope_set_length can change the tables (dynamic NTK, longrope; the caller must then keep
-// keys un-rotated).
+// True when rope_set_length can change the tables (dynamic NTK, dynamic YaRN, longrope; keys are then
+// cached un-rotated).
 int rope_is_dynamic(const Rope *r);
 // True for rerope, leaky-rerope and selfextend: attention scores the keys at distance >= window by
 // another path (the query's turn 1, key table 1: rope_segments).
@@ -249,8 +251,8 @@ int rope_far_path(const RopeParams *p);
 // How many rotations of each query attention reads: 1; 2 for the far-path modes (near, far); 3 for
 // dca (intra, successive, inter chunk). model.c keeps the ones past the first in q_far.
 int rope_query_turns(const RopeParams *p);
-// The model file's side (loader.c): whether a checkpoint can carry the mode (none, pi, dynamic, yarn,
-// llama3, longrope; the others are chosen at run time), and how many per-pair factors of each set
+// The model file's side (loader.c): whether a checkpoint can carry the mode (none, pi, ntk, dynamic,
+// yarn, llama3, longrope; the others are chosen at run time), and how many per-pair factors of each set
 // follow the header for it (longrope: rot_dims / 2 short, then as many long; else 0).
 int rope_mode_in_file(int mode);
 int rope_file_factors(const RopeParams *p);
@@ -258,8 +260,9 @@ int rope_file_factors(const RopeParams *p);
 int rope_factor_is_group(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
 int rope_is_scaled(const RopeParams *p);
-// True when the keys must be cached un-rotated: dynamic and longrope (the frequencies change with the
-// length) and the rerope modes (a key is scored at two rotations, near and far).
+// True when the keys must be cached un-rotated: the modes whose frequencies follow the length
+// (dynamic, dynamic-yarn, longrope) and those that score a key at more than one rotation (rerope,
+// leaky-rerope, selfextend, dca).
 int rope_keys_unrotated(const RopeParams *p);
 
 // How many key tables the un-rotated cached keys need when attention turns them (model.c):
