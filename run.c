@@ -301,6 +301,17 @@ static int nonfinite_error(Transformer *t, const Options *o, const int *tokens, 
     return 1;
 }
 
+// Before a token is sampled, its logits checked (nonfinite_output): before any token is decoded,
+// the last row of the block that ran ids[0..n) at positions pos - n .. pos - 1; after, the row of
+// prev, decoded at pos - 1. Returns 1 (reported: nonfinite_error) when a number is not finite, else 0.
+static int sampled_nonfinite(Transformer *t, const Options *o, const float *logits, const int *ids, int n, int prev,
+                             int decoded, int pos) {
+    double x;
+    if (!nonfinite_output(t, logits, decoded ? 0 : (n - 1) % t->run.max_batch, &x)) return 0;
+    return decoded ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
+                   : nonfinite_error(t, o, ids, n, pos - n, pos, 0, pos - 1, 0, x);
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
@@ -362,11 +373,8 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     int nonfinite = 0; // reported by nonfinite_error
     char hit[128];
     while (!status && !why && (o->n_predict < 0 || generated < o->n_predict)) {
-        double x; // the prompt's last token's row of its block, or the token just decoded
-        if (nonfinite_output(t, logits, steps ? 0 : (n_prompt - 1) % t->run.max_batch, &x)) {
-            nonfinite = 1;
-            status = steps ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
-                           : nonfinite_error(t, o, ids, n_prompt, 0, n_prompt, 0, n_prompt - 1, 0, x);
+        if (sampled_nonfinite(t, o, logits, ids, n_prompt, prev, steps, pos)) {
+            nonfinite = status = 1;
             break;
         }
         int next = sampler_sample(sampler, logits);
@@ -508,10 +516,8 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
         Stop stop = stop_new(o);
         int prev = ids[n - 1], generated = 0, ended = 0;
         while (!status && !interrupted && !stop.hit && (o->n_predict < 0 || generated < o->n_predict)) { // the reply
-            double x; // the turn's last token's row of its block, or the token just decoded
-            if (nonfinite_output(t, logits, generated ? 0 : (n - 1) % t->run.max_batch, &x)) {
-                status = generated ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
-                                   : nonfinite_error(t, o, ids, n, pos - n, pos, 0, pos - 1, 0, x);
+            if (sampled_nonfinite(t, o, logits, ids, n, prev, generated, pos)) {
+                status = 1;
                 err[0] = 0; // reported
                 break;
             }
