@@ -346,13 +346,13 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
 // but the NoPE layers) is turned by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
 // Ascending order never overwrites a position before it is read, since to < from. A q8_0 key is
 // quantized anew after its turn (as it was stored: from floats).
-void kv_shift(KVCache *c, int from, int to, int n, const float *cos_by, const float *sin_by) {
+void kv_shift(KVCache *c, int from, int to, int n, const float *const *cos_by, const float *const *sin_by) {
     const int hd = c->head_dim;
 #pragma omp parallel for collapse(2)
     for (int l = 0; l < c->n_layers; l++)
         for (int h = 0; h < c->n_kv_heads; h++) {
             void *keys = head_keys(c, l, h), *values = head_values(c, l, h);
-            const float *cos = layer_rotates(c, l) ? cos_by : NULL, *sin = layer_rotates(c, l) ? sin_by : NULL;
+            const float *cos = cos_by[l], *sin = sin_by[l];
             const size_t vrow = kv_row_bytes(c->value_type, hd);
             for (int i = 0; i < n; i++) {
                 float k[ROPE_MAX_HEAD_DIM];
@@ -423,14 +423,15 @@ void attention_ref(float *out, const float *q, const float *q_far, const KVCache
             const int len = pos + i + 1, first = layer_first(c, layer, pos + i);
             double max = -INFINITY, sum = 0;
             const int count = rope_segments(&ra, pos + i, pos + i, seg);
-            for (int s = 0; s < count; s++) { // scores: q_turn . k_j / sqrt(d)
+            for (int s = 0; s < count; s++) { // scores: cap(q_turn . k_j * scale)
                 const float *qt = seg[s].turn ? q_far + rope_turn_at(ra.turns, qd, i, seg[s].turn) : q + (size_t)i * qd;
                 for (int j = seg[s].from > first ? seg[s].from : first; j < seg[s].to; j++) {
                     const float *kj = k[seg[s].key] + (size_t)j * hd;
                     double sc = 0;
                     for (int d = 0; d < hd; d++)
                         sc += (double)qt[(size_t)h * hd + d] * kj[d];
-                    p[j] = sc / sqrt((double)hd);
+                    p[j] = c->scale > 0 ? sc * c->scale : sc / sqrt((double)hd);
+                    if (c->softcap > 0) p[j] = c->softcap * tanh(p[j] / c->softcap);
                     max = p[j] > max ? p[j] : max;
                 }
             }

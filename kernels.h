@@ -99,10 +99,15 @@ typedef struct {
     // (Mistral's sliding window: keys at distance m - j < slide).
     const int *layer_kind;
     int slide;
+    // The scores: q . k times `scale` (0: 1/sqrt(head_dim); others as the model says: Gemma's
+    // query_pre_attn_scalar, Granite's attention_multiplier); then, when softcap c > 0, c tanh(s / c)
+    // (Gemma 2's attention logit softcapping, before the causal mask and the softmax).
+    float scale, softcap;
 } KVCache;
 
 #define LAYER_NO_ROPE 1
 #define LAYER_SLIDING 2
+#define LAYER_ROPE_SWA 4 // the layer rotates with the model's second, local RoPE (model.h, rope_swa)
 
 // Whether keys or values of head_dim coordinates can be cached in type t: f32, f16, or q8_0 when
 // head_dim is a multiple of 32 (its blocks).
@@ -116,10 +121,11 @@ size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_d
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
 void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, int n);
 // Context shift: move positions from .. from+n-1 of every layer to to .. to+n-1 (to < from), keys
-// turned by the angles -(from - to) theta_i, given as cos and sin (head_dim / 2 each): R(a) R(b) =
-// R(a + b), so a key rotated for position p becomes the key rotated for p - (from - to). NULL cos
-// and sin move the keys as they are (cached un-rotated: rope.h, rope_keys_unrotated).
-void kv_shift(KVCache *c, int from, int to, int n, const float *cos, const float *sin);
+// of layer l turned by the angles -(from - to) theta_i of its RoPE, given as cos[l] and sin[l]
+// (head_dim / 2 each): R(a) R(b) = R(a + b), so a key rotated for position p becomes the key rotated
+// for p - (from - to). NULL cos[l] and sin[l] move layer l's keys as they are (a layer without RoPE,
+// or keys cached un-rotated: rope.h, rope_keys_unrotated).
+void kv_shift(KVCache *c, int from, int to, int n, const float *const *cos, const float *const *sin);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
 // kv_key_seen: the key coordinate turned by the layer's key table k (RopeAttention.keys[k]; as
 // cached when that is NULL), as attention uses it.
@@ -131,7 +137,8 @@ float kv_value(const KVCache *c, int layer, int pos, int i);
 // cached positions 0 .. pos+i (a sliding layer: the last c->slide of them), into out
 // (n, n_heads*head_dim). Query head h reads kv head
 // h / (n_heads / n_kv_heads) (grouped-query attention, Hugging Face's repeat_kv):
-//     score_j = q_t . k_j / sqrt(head_dim),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
+//     score_j = cap(q_t . k_j * scale),   p = softmax(score_0 .. score_{pos+i}),   out = sum_j p_j v_j
+// (scale and cap: KVCache.scale, softcap)
 // where the query's turn t and the key table that turns k_j are those of the segment j lies in
 // (rope.h, rope_segments of the layer's c->rope); q_far holds the turns past the first
 // (rope_turn_at; NULL when the layer has one turn).

@@ -158,7 +158,7 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     const int hd = c->head_dim, qd = c->n_heads * hd;
     const int group = c->n_heads / c->n_kv_heads, per = att_queries(c->n_heads, c->n_kv_heads), max_rows = per * group;
     const size_t stride = kv_stride(c->ctx), krow = kv_row_bytes(c->key_type, hd);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = c->scale > 0 ? c->scale : 1.0f / sqrtf((float)hd);
     const int i0 = t * per, nq = n - i0 < per ? n - i0 : per, rows = nq * group, len = pos + i0 + nq;
     const RopeAttention ra = layer_rope(c, layer);
     AttLayout lay;
@@ -201,6 +201,8 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     for (int r = 0; r < rows; r++) {
         const int m = pos + i0 + r / group, from = layer_first(c, layer, m); // this query sees from .. m
         memset(att + r * stride + first, 0, (size_t)(from - first) * sizeof(float));
+        for (int j = from; c->softcap > 0 && j <= m; j++) // Gemma 2: c tanh(s / c), before the mask
+            att[r * stride + j] = c->softcap * tanhf(att[r * stride + j] / c->softcap);
         softmax(att + r * stride + from, m + 1 - from);
         memset(att + r * stride + m + 1, 0, (size_t)(len - m - 1) * sizeof(float));
     }

@@ -207,11 +207,6 @@ static inline void *head_values(const KVCache *c, int layer, int h) {
            ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->value_type, c->head_dim);
 }
 
-// Whether layer l's keys are rotated (all but the NoPE layers).
-static inline int layer_rotates(const KVCache *c, int l) {
-    return !(c->layer_kind && c->layer_kind[l] & LAYER_NO_ROPE);
-}
-
 // What attention reads of RoPE in layer l (rope.h); one turn, keys as cached, for a cache without.
 static inline RopeAttention layer_rope(const KVCache *c, int l) {
     return c->rope ? c->rope[l] : (RopeAttention){.turns = 1};

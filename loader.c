@@ -63,13 +63,69 @@ static const float *take_f32(Cursor *c, size_t n, size_t align) {
     return take(c, count3(c, n, sizeof(float), 1), align);
 }
 
-// Our format: version 3's tables after the header, then per layer, tensor after tensor, each
-// aligned to MODEL_ALIGN (see model.h).
+#define HPARAM_BYTES 40 // version 4's hparams: a name of 32 bytes, a float64 (model.h)
+#define HPARAM_NAME 32
+
+// The tensors of a layer in file order (model.h), once: walk_ours hands them out and
+// transformer_check_tensors scans them. A tensor is a matrix (in the file's dtype) or an f32 vector;
+// its sizes are codes (tensor_size) and it is in the file when the model has `when` (has_tensor).
+enum { SIZE_D, SIZE_Q, SIZE_KV, SIZE_QNORM, SIZE_KNORM, SIZE_H };
+enum { ALWAYS, IF_BIAS, IF_QK_NORM, IF_NORM_ATTN, IF_NORM_ATTN_POST, IF_NORM_FFN, IF_NORM_FFN_POST };
+static const struct {
+    const char *name; // as lrun/modelfile.py names it: layers.L.NAME
+    size_t at;        // where the LayerWeights field is: a Matrix, or a const float *
+    int matrix, rows, cols, when;
+} LAYER_TENSORS[] = {
+    {"rms_att", offsetof(LayerWeights, rms_att), 0, SIZE_D, 0, IF_NORM_ATTN},
+    {"wq", offsetof(LayerWeights, wq), 1, SIZE_Q, SIZE_D, ALWAYS},
+    {"bq", offsetof(LayerWeights, bq), 0, SIZE_Q, 0, IF_BIAS},
+    {"wk", offsetof(LayerWeights, wk), 1, SIZE_KV, SIZE_D, ALWAYS},
+    {"bk", offsetof(LayerWeights, bk), 0, SIZE_KV, 0, IF_BIAS},
+    {"wv", offsetof(LayerWeights, wv), 1, SIZE_KV, SIZE_D, ALWAYS},
+    {"bv", offsetof(LayerWeights, bv), 0, SIZE_KV, 0, IF_BIAS},
+    {"q_norm", offsetof(LayerWeights, q_norm), 0, SIZE_QNORM, 0, IF_QK_NORM},
+    {"k_norm", offsetof(LayerWeights, k_norm), 0, SIZE_KNORM, 0, IF_QK_NORM},
+    {"wo", offsetof(LayerWeights, wo), 1, SIZE_D, SIZE_Q, ALWAYS},
+    {"post_att", offsetof(LayerWeights, post_att), 0, SIZE_D, 0, IF_NORM_ATTN_POST},
+    {"rms_ffn", offsetof(LayerWeights, rms_ffn), 0, SIZE_D, 0, IF_NORM_FFN},
+    {"w1", offsetof(LayerWeights, w1), 1, SIZE_H, SIZE_D, ALWAYS},
+    {"w2", offsetof(LayerWeights, w2), 1, SIZE_D, SIZE_H, ALWAYS},
+    {"w3", offsetof(LayerWeights, w3), 1, SIZE_H, SIZE_D, ALWAYS},
+    {"post_ffn", offsetof(LayerWeights, post_ffn), 0, SIZE_D, 0, IF_NORM_FFN_POST},
+};
+#define N_LAYER_TENSORS (int)(sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0])
+
+static int tensor_size(const Config *p, int code) {
+    const int hd = p->head_dim, all = p->qk_norm == QK_NORM_ALL;
+    switch (code) {
+    case SIZE_D: return p->dim;
+    case SIZE_Q: return p->n_heads * hd;
+    case SIZE_KV: return p->n_kv_heads * hd;
+    case SIZE_QNORM: return all ? p->n_heads * hd : hd;
+    case SIZE_KNORM: return all ? p->n_kv_heads * hd : hd;
+    default: return p->hidden_dim;
+    }
+}
+
+static int has_tensor(const Config *p, int when) {
+    switch (when) {
+    case IF_BIAS: return p->qkv_bias;
+    case IF_QK_NORM: return p->qk_norm != QK_NORM_NONE;
+    case IF_NORM_ATTN: return p->norms & NORM_ATTN;
+    case IF_NORM_ATTN_POST: return p->norms & NORM_ATTN_POST;
+    case IF_NORM_FFN: return p->norms & NORM_FFN;
+    case IF_NORM_FFN_POST: return p->norms & NORM_FFN_POST;
+    default: return 1;
+    }
+}
+
+// Our format: the tables after the header (version 3 and 4), then per layer, tensor after tensor,
+// each aligned to MODEL_ALIGN (see model.h).
 static void walk_ours(Cursor *c, Transformer *t) {
     Config *p = &t->config;
-    const int D = p->dim, hd = p->head_dim, qd = p->n_heads * hd, kvd = p->n_kv_heads * hd;
     TransformerWeights *w = &t->weights;
     c->off = MODEL_HEADER_SIZE;
+    if (p->version >= 4) take(c, count3(c, p->n_hparams, HPARAM_BYTES, 1), 1); // read with the header
     if (p->version >= 3) {
         p->layer_kind = take(c, count3(c, p->n_layers, sizeof(int32_t), 1), MODEL_ALIGN);
         if (rope_file_factors(&p->rope)) { // longrope's short and long factors
@@ -78,28 +134,19 @@ static void walk_ours(Cursor *c, Transformer *t) {
             p->rope.long_factor = take(c, count3(c, pairs, sizeof(double), 1), MODEL_ALIGN);
         }
     }
-    w->token_embedding = take_matrix(c, p->dtype, p->vocab_size, D, MODEL_ALIGN);
-    for (int l = 0; l < p->n_layers; l++) {
-        LayerWeights *lw = &w->layers[l];
-        lw->rms_att = take_f32(c, D, MODEL_ALIGN);
-        lw->wq = take_matrix(c, p->dtype, qd, D, MODEL_ALIGN);
-        if (p->qkv_bias) lw->bq = take_f32(c, qd, MODEL_ALIGN);
-        lw->wk = take_matrix(c, p->dtype, kvd, D, MODEL_ALIGN);
-        if (p->qkv_bias) lw->bk = take_f32(c, kvd, MODEL_ALIGN);
-        lw->wv = take_matrix(c, p->dtype, kvd, D, MODEL_ALIGN);
-        if (p->qkv_bias) lw->bv = take_f32(c, kvd, MODEL_ALIGN);
-        if (p->qk_norm) {
-            lw->q_norm = take_f32(c, hd, MODEL_ALIGN);
-            lw->k_norm = take_f32(c, hd, MODEL_ALIGN);
+    w->token_embedding = take_matrix(c, p->dtype, p->vocab_size, p->dim, MODEL_ALIGN);
+    for (int l = 0; l < p->n_layers; l++)
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            char *field = (char *)&w->layers[l] + LAYER_TENSORS[i].at;
+            const int rows = tensor_size(p, LAYER_TENSORS[i].rows), cols = tensor_size(p, LAYER_TENSORS[i].cols);
+            if (!has_tensor(p, LAYER_TENSORS[i].when)) continue;
+            if (LAYER_TENSORS[i].matrix)
+                *(Matrix *)field = take_matrix(c, p->dtype, rows, cols, MODEL_ALIGN);
+            else
+                *(const float **)field = take_f32(c, rows, MODEL_ALIGN);
         }
-        lw->wo = take_matrix(c, p->dtype, D, qd, MODEL_ALIGN);
-        lw->rms_ffn = take_f32(c, D, MODEL_ALIGN);
-        lw->w1 = take_matrix(c, p->dtype, p->hidden_dim, D, MODEL_ALIGN);
-        lw->w2 = take_matrix(c, p->dtype, D, p->hidden_dim, MODEL_ALIGN);
-        lw->w3 = take_matrix(c, p->dtype, p->hidden_dim, D, MODEL_ALIGN);
-    }
-    w->rms_final = take_f32(c, D, MODEL_ALIGN);
-    w->wcls = p->shared_classifier ? w->token_embedding : take_matrix(c, p->dtype, p->vocab_size, D, MODEL_ALIGN);
+    w->rms_final = take_f32(c, p->dim, MODEL_ALIGN);
+    w->wcls = p->shared_classifier ? w->token_embedding : take_matrix(c, p->dtype, p->vocab_size, p->dim, MODEL_ALIGN);
 }
 
 // llama2.c's legacy files store each weight for all layers at once, (layer, rows, cols) in f32,
@@ -174,6 +221,81 @@ static const char *check_shape(const Config *p) {
     return NULL;
 }
 
+// Version 4's hparams (model.h): each a field of Config, named as llama.cpp names it, with its range.
+// A name not in the file keeps Llama's default (config_defaults).
+static const struct {
+    const char *name;
+    size_t at;  // where the Config field is
+    char type;  // 'i' int, 'f' float, 'd' double
+    double lo, hi;
+} HPARAMS[] = {
+    {"norms", offsetof(Config, norms), 'i', 1, 15},
+    {"act", offsetof(Config, act), 'i', 0, ACT_COUNT - 1},
+    {"f_embedding_scale", offsetof(Config, f_embedding_scale), 'f', 1e-6, 1e6},
+    {"f_attention_scale", offsetof(Config, f_attention_scale), 'f', 1e-6, 1e6},
+    {"f_attn_logit_softcapping", offsetof(Config, f_attn_logit_softcapping), 'f', 1e-3, 1e6},
+    {"f_residual_scale", offsetof(Config, f_residual_scale), 'f', 1e-6, 1e6},
+    {"f_logit_scale", offsetof(Config, f_logit_scale), 'f', 1e-6, 1e6},
+    {"f_final_logit_softcapping", offsetof(Config, f_final_logit_softcapping), 'f', 1e-3, 1e6},
+    {"rope_freq_base_train_swa", offsetof(Config, rope_freq_base_train_swa), 'd', 1.0001, 1e12},
+    {"f_attn_temp_scale", offsetof(Config, f_attn_temp_scale), 'f', 1e-6, 100},
+    {"n_attn_temp_floor_scale", offsetof(Config, n_attn_temp_floor_scale), 'i', 1, 1 << 24},
+};
+
+// What a model is when its file says nothing more: Llama (a norm before each sublayer, SiLU, the
+// scales 1).
+static void config_defaults(Config *p) {
+    p->norms = NORMS_LLAMA;
+    p->act = ACT_SILU;
+    p->f_embedding_scale = p->f_residual_scale = p->f_logit_scale = 1;
+}
+
+// The hparams table of a version 4 file at byte 256 (model.h). Returns 0, or -1 with the reason in why.
+static int read_hparams(Config *p, const uint8_t *h, size_t size, char *why, size_t n) {
+    const size_t end = MODEL_HEADER_SIZE + (size_t)p->n_hparams * HPARAM_BYTES;
+    if (size < end) {
+        snprintf(why, n, "file is %zu bytes, shorter than its %d hparams (hint: the file is truncated; export it again)",
+                 size, p->n_hparams);
+        return -1;
+    }
+    unsigned seen = 0; // bit k: HPARAMS[k] read
+    _Static_assert(sizeof HPARAMS / sizeof HPARAMS[0] <= 32, "seen holds a bit per hparam");
+    for (int e = 0; e < p->n_hparams; e++) {
+        const uint8_t *entry = h + MODEL_HEADER_SIZE + (size_t)e * HPARAM_BYTES;
+        char name[HPARAM_NAME + 1] = {0};
+        memcpy(name, entry, HPARAM_NAME);
+        const double v = get_f64(entry, HPARAM_NAME);
+        size_t k = 0, count = sizeof HPARAMS / sizeof HPARAMS[0];
+        while (k < count && strcmp(HPARAMS[k].name, name))
+            k++;
+        int printable = strlen(name) > 0;
+        for (size_t i = 0; name[i]; i++)
+            printable &= name[i] > ' ' && name[i] < 127;
+        for (size_t i = strlen(name); i < HPARAM_NAME; i++)
+            printable &= !entry[i]; // NUL-padded
+        const char *bad = !printable ? "is not a NUL-padded ASCII name"
+                          : k == count ? "is not one this program knows (hint: a newer export/export.py wrote it; "
+                                         "use that version's ./run)"
+                          : seen >> k & 1 ? "is given twice"
+                          : !(v >= HPARAMS[k].lo && v <= HPARAMS[k].hi) ? "is out of its range"
+                          : HPARAMS[k].type == 'i' && v != floor(v) ? "must be a whole number"
+                                                                     : NULL;
+        if (bad) {
+            snprintf(why, n, "bad header: hparam %d (%s = %g) %s%s", e, printable ? name : "?", v, bad,
+                     strstr(bad, "hint") ? "" : " (hint: the file is damaged or not written by export/export.py)");
+            if (k < count && strstr(bad, "range"))
+                snprintf(why + strlen(why), n - strlen(why), "; its range is [%g, %g]", HPARAMS[k].lo, HPARAMS[k].hi);
+            return -1;
+        }
+        seen |= 1u << k;
+        char *field = (char *)p + HPARAMS[k].at;
+        if (HPARAMS[k].type == 'i') *(int *)field = (int)v;
+        if (HPARAMS[k].type == 'f') *(float *)field = (float)v;
+        if (HPARAMS[k].type == 'd') *(double *)field = v;
+    }
+    return 0;
+}
+
 static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char *why, size_t n) {
     Config *p = &t->config;
     if (size < MODEL_HEADER_SIZE) {
@@ -217,7 +339,6 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
         .low_freq_factor = get_f64(h, 112),
         .high_freq_factor = get_f64(h, 120),
     };
-    p->n_ctx_train = p->rope.orig_ctx;
     const char *bad = check_shape(p);
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
     if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16, 5 q8_0_r16, 6 bf16_r16)";
@@ -238,20 +359,25 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
         p->end_ids[i] = id;
     }
     if (version >= 3) {
-        const int family = get_i32(h, 164), rot = get_i32(h, 168);
+        const int family = get_i32(h, 164), rot = get_i32(h, 168), families = version >= 4 ? FAMILY_COUNT : FAMILY_GEMMA2;
         p->qkv_bias = get_i32(h, 172);
         p->qk_norm = get_i32(h, 176);
         p->sliding_window = get_i32(h, 180);
         p->family = (Family)family;
         p->rope.rot_dims = rot ? rot : p->head_dim;
-        if (!bad && (family < 0 || family >= FAMILY_COUNT)) bad = "unknown family (0 .. 5)";
+        if (!bad && (family < 0 || family >= families)) bad = version >= 4 ? "unknown family (0 .. 13)" : "unknown family (0 .. 5)";
         if (!bad && (rot < 0 || rot % 2 || rot > p->head_dim)) bad = "rot_dims must be 0 or even, up to head_dim";
         if (!bad && (p->qkv_bias & ~1)) bad = "qkv_bias must be 0 or 1";
-        if (!bad && (p->qk_norm & ~1)) bad = "qk_norm must be 0 or 1";
+        if (!bad && (p->qk_norm < 0 || p->qk_norm > (version >= 4 ? QK_NORM_ALL : QK_NORM_HEAD)))
+            bad = version >= 4 ? "qk_norm must be 0, 1 or 2" : "qk_norm must be 0 or 1";
         if (!bad && (p->sliding_window < 0 || p->sliding_window > 1 << 24))
             bad = "sliding_window must be in [0, 2^24]";
     }
-    const int reserved = version >= 3 ? 184 : version == 2 ? 164 : 128;
+    if (version >= 4) {
+        p->n_hparams = get_i32(h, 184);
+        if (!bad && (p->n_hparams < 0 || p->n_hparams > MODEL_MAX_HPARAMS)) bad = "n_hparams must be in [0, 64]";
+    }
+    const int reserved = version >= 4 ? 188 : version >= 3 ? 184 : version == 2 ? 164 : 128;
     char what[64];
     snprintf(what, sizeof what, "reserved header bytes %d..255 must be zero", reserved);
     for (int i = reserved; !bad && i < MODEL_HEADER_SIZE; i++)
@@ -260,6 +386,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
         snprintf(why, n, "bad header: %s (hint: the file is damaged or not written by export/export.py)", bad);
         return -1;
     }
+    if (version >= 4 && read_hparams(p, h, size, why, n)) return -1;
     p->shared_classifier = shared;
     p->dtype = (DType)dtype;
     char rope_err[200]; // every mode but longrope, whose factors follow the header (check_tables)
@@ -275,8 +402,13 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
 static int check_tables(Config *p, char *why, size_t n) {
     const char *bad = NULL;
     for (int l = 0; p->layer_kind && !bad && l < p->n_layers; l++) {
-        if (p->layer_kind[l] & ~(LAYER_NO_ROPE | LAYER_SLIDING)) bad = "layer_kind has unknown bits";
+        const int known = LAYER_NO_ROPE | LAYER_SLIDING | (p->version >= 4 ? LAYER_ROPE_SWA : 0);
+        if (p->layer_kind[l] & ~known) bad = "layer_kind has unknown bits";
         if (p->layer_kind[l] & LAYER_SLIDING && p->sliding_window == 0) bad = "a sliding layer, and no sliding_window";
+        if (p->layer_kind[l] & LAYER_ROPE_SWA && p->rope_freq_base_train_swa == 0)
+            bad = "a layer with the local RoPE, and no rope_freq_base_train_swa";
+        if ((p->layer_kind[l] & (LAYER_ROPE_SWA | LAYER_NO_ROPE)) == (LAYER_ROPE_SWA | LAYER_NO_ROPE))
+            bad = "a layer both without RoPE and with the local one";
     }
     char rope_err[200];
     if (!bad && rope_params_check(&p->rope, rope_err, sizeof rope_err)) bad = rope_err;
@@ -310,7 +442,6 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
     p->version = 0;
     p->rope = (RopeParams){
         .mode = ROPE_SCALING_NONE, .head_dim = p->head_dim, .orig_ctx = p->n_ctx_max, .base = 10000, .factor = 1};
-    p->n_ctx_train = p->n_ctx_max;
     if (check_shape(p) || p->dim % p->n_heads || p->vocab_size < 3) return -1;
     return 0;
 }
@@ -367,6 +498,7 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
                  "export with llama2.c's --version 0, or convert the Hugging Face model with export/export.py)");
         goto fail;
     }
+    config_defaults(&t->config);
     if (ours ? read_header_ours(t, h, size, why, sizeof why) : read_header_legacy(t, h, size)) {
         if (!ours)
             snprintf(why, sizeof why,
@@ -495,26 +627,17 @@ static int check_tensor(const char *name, int layer, const Matrix *m, const floa
 int transformer_check_tensors(const Transformer *t, char *err, size_t errlen) {
     const Config *p = &t->config;
     const TransformerWeights *w = &t->weights;
-    const int D = p->dim, hd = p->head_dim, qd = p->n_heads * hd, kvd = p->n_kv_heads * hd;
     if (check_tensor("token_embedding", -1, &w->token_embedding, NULL, 0, err, errlen)) return -1;
-    for (int l = 0; l < p->n_layers; l++) {
-        const LayerWeights *lw = &w->layers[l];
-        const struct {
-            const char *name;
-            const Matrix *m; // a matrix, or
-            const float *v;  // n f32 values (NULL: not in this model)
-            int n;
-        } each[] = {
-            {"rms_att", NULL, lw->rms_att, D},  {"wq", &lw->wq, NULL, 0},          {"bq", NULL, lw->bq, qd},
-            {"wk", &lw->wk, NULL, 0},           {"bk", NULL, lw->bk, kvd},         {"wv", &lw->wv, NULL, 0},
-            {"bv", NULL, lw->bv, kvd},          {"q_norm", NULL, lw->q_norm, hd},  {"k_norm", NULL, lw->k_norm, hd},
-            {"wo", &lw->wo, NULL, 0},           {"rms_ffn", NULL, lw->rms_ffn, D}, {"w1", &lw->w1, NULL, 0},
-            {"w2", &lw->w2, NULL, 0},           {"w3", &lw->w3, NULL, 0},
-        };
-        for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
-            if (check_tensor(each[i].name, l, each[i].m, each[i].v, each[i].n, err, errlen)) return -1;
-    }
-    if (check_tensor("rms_final", -1, NULL, w->rms_final, D, err, errlen)) return -1;
+    for (int l = 0; l < p->n_layers; l++)
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            const char *field = (const char *)&w->layers[l] + LAYER_TENSORS[i].at;
+            const Matrix *m = LAYER_TENSORS[i].matrix ? (const Matrix *)field : NULL;
+            const float *v = m ? NULL : *(const float *const *)field; // NULL: not in this model
+            if (has_tensor(p, LAYER_TENSORS[i].when) &&
+                check_tensor(LAYER_TENSORS[i].name, l, m, v, tensor_size(p, LAYER_TENSORS[i].rows), err, errlen))
+                return -1;
+        }
+    if (check_tensor("rms_final", -1, NULL, w->rms_final, p->dim, err, errlen)) return -1;
     if (w->wcls.data != w->token_embedding.data && check_tensor("wcls", -1, &w->wcls, NULL, 0, err, errlen)) return -1;
     return 0;
 }

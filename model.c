@@ -20,7 +20,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static const char *const FAMILY_NAMES[FAMILY_COUNT] = {"Llama", "Mistral", "Qwen2", "Qwen3", "SmolLM3", "Phi-3"};
+static const char *const FAMILY_NAMES[FAMILY_COUNT] = {"Llama",  "Mistral", "Qwen2",   "Qwen3", "SmolLM3",
+                                                        "Phi-3",  "Gemma 2", "Gemma 3", "OLMo 2", "OLMo 3",
+                                                        "EXAONE 4", "GLM-4", "Granite", "Ministral 3"};
 
 const char *family_name(Family f) { return f >= 0 && f < FAMILY_COUNT ? FAMILY_NAMES[f] : "unknown"; }
 
@@ -111,18 +113,44 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run) {
     return kv[0] + kv[1] + kv[2];
 }
 
+// Whether a layer rotates with the local RoPE (LAYER_ROPE_SWA), and that RoPE's parameters: the
+// checkpoint's, with the local base and no scaling (Gemma 3's sliding layers: rope_local_base_freq;
+// modeling_gemma3.py gives them a rotary embedding of their own with rope_type default).
+static int has_swa(const Config *c) {
+    for (int l = 0; c->layer_kind && l < c->n_layers; l++)
+        if (c->layer_kind[l] & LAYER_ROPE_SWA) return 1;
+    return 0;
+}
+
+static RopeParams swa_params(const Config *c) {
+    RopeParams p = c->rope;
+    p.mode = ROPE_SCALING_NONE;
+    p.base = c->rope_freq_base_train_swa;
+    p.factor = 1;
+    p.short_factor = p.long_factor = NULL;
+    return p;
+}
+
 size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_threads, int *overflow) {
     RunState s;
     *overflow = 0;
     size_t bytes = state_layout(&s, NULL, c, run, n_threads, overflow);
-    // + the cos and sin tables (rope.c)
-    size_t rope = mul_checked(mul_checked(rope_table_rows(&run->rope, run->n_ctx), (size_t)c->head_dim, overflow),
-                              sizeof(float), overflow);
+    // + the cos and sin tables (rope.c), of the local RoPE too
+    RopeParams swa = swa_params(c);
+    size_t rows = rope_table_rows(&run->rope, run->n_ctx) + (has_swa(c) ? rope_table_rows(&swa, run->n_ctx) : 0);
+    size_t rope = mul_checked(mul_checked(rows, (size_t)c->head_dim, overflow), sizeof(float), overflow);
     if (*overflow || bytes > SIZE_MAX - rope) {
         *overflow = 1;
         return 0;
     }
     return bytes + rope;
+}
+
+// The RoPE layer l rotates with: NULL for a layer without (LAYER_NO_ROPE), the local one for
+// LAYER_ROPE_SWA, else the model's.
+static const Rope *layer_rope_of(const Transformer *t, int l) {
+    const int kind = t->config.layer_kind ? t->config.layer_kind[l] : 0;
+    return kind & LAYER_NO_ROPE ? NULL : kind & LAYER_ROPE_SWA ? &t->rope_swa : &t->rope;
 }
 
 PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *err, size_t errlen) {
@@ -167,7 +195,9 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
                       .head_dim = p->head_dim,
                       .rope = s->rope_layers,
                       .layer_kind = p->layer_kind,
-                      .slide = p->sliding_window};
+                      .slide = p->sliding_window,
+                      .scale = p->f_attention_scale,
+                      .softcap = p->f_attn_logit_softcapping};
     s->work.max_n = t->run.max_batch;
     s->work.max_cols = widest_input(p);
     s->work.n_threads = s->n_threads;
@@ -180,9 +210,19 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
         memset(s, 0, sizeof(*s));
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
     }
+    const RopeParams swa = swa_params(p);
+    if (has_swa(p) && rope_init(&t->rope_swa, &swa, run->n_ctx, rope_err, sizeof rope_err)) {
+        snprintf(err, errlen, "%s", rope_err);
+        rope_free(&t->rope);
+        munmap(base, s->bytes);
+        memset(s, 0, sizeof(*s));
+        return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
+    }
     rope_set_keys(&t->rope, s->rope_keys); // rope fills the key tables, attention reads them
-    for (int l = 0; l < p->n_layers; l++)
-        s->rope_layers[l] = rope_attention(&t->rope, !p->layer_kind || !(p->layer_kind[l] & LAYER_NO_ROPE));
+    for (int l = 0; l < p->n_layers; l++) {
+        const Rope *r = layer_rope_of(t, l);
+        s->rope_layers[l] = rope_attention(r ? r : &t->rope, r != NULL);
+    }
     return PREPARE_OK;
 }
 
@@ -235,6 +275,7 @@ int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen)
 void transformer_free(Transformer *t) {
     if (t->state.x) munmap(t->state.x, t->state.bytes); // the first buffer of the single allocation
     rope_free(&t->rope);
+    rope_free(&t->rope_swa);
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
     if (t->copy) munmap(t->copy, t->copy_bytes);
@@ -271,12 +312,12 @@ static void add_bias(float *x, const float *bias, int n, int size) {
             x[(size_t)i * size + j] += bias[j];
 }
 
-// q (n, qd), k (n, kvd), v (n, kvd) = xb (n, D) @ wq^T, wk^T, wv^T (+ bq, bk, bv): three products
+// q (n, qd), k (n, kvd), v (n, kvd) = in (n, D) @ wq^T, wk^T, wv^T (+ bq, bk, bv): three products
 // of one input, which matmul_many runs in one parallel loop when decoding.
-static int qkv_proj(const Config *p, RunState *s, const LayerWeights *lw, int n) {
+static int qkv_proj(const Config *p, RunState *s, const LayerWeights *lw, const float *in, int n) {
     float *out[3] = {s->q, s->k, s->v};
     const Matrix *w[3] = {&lw->wq, &lw->wk, &lw->wv};
-    const int bad = matmul_many(&s->work, out, s->xb, w, 3, n);
+    const int bad = matmul_many(&s->work, out, in, w, 3, n);
     if (lw->bq) {
         add_bias(s->q, lw->bq, n, p->n_heads * p->head_dim);
         add_bias(s->k, lw->bk, n, p->n_kv_heads * p->head_dim);
@@ -288,17 +329,20 @@ static int qkv_proj(const Config *p, RunState *s, const LayerWeights *lw, int n)
 // Qwen3's q_norm and k_norm (modeling_qwen3.py: Qwen3RMSNorm over head_dim, after the projection
 // and before RoPE): every head of every query and key is RMS-normalized on its own, with one
 // weight vector per layer that all heads share. It keeps the scores q . k bounded whatever the
-// projections do, so attention logits cannot grow without limit.
+// projections do, so attention logits cannot grow without limit. Gemma 3 and EXAONE 4 do the same;
+// OLMo 2 and 3 normalize the whole projection at once (modeling_olmo2.py, Olmo2Attention: q_norm
+// over n_heads * head_dim features, before the split into heads).
 static void qk_norm(const Config *p, RunState *s, const LayerWeights *lw, int n) {
-    rmsnorm(s->q, s->q, lw->q_norm, n * p->n_heads, p->head_dim, p->norm_eps);
-    rmsnorm(s->k, s->k, lw->k_norm, n * p->n_kv_heads, p->head_dim, p->norm_eps);
+    const int all = p->qk_norm == QK_NORM_ALL, hd = p->head_dim;
+    rmsnorm(s->q, s->q, lw->q_norm, all ? n : n * p->n_heads, all ? p->n_heads * hd : hd, p->norm_eps);
+    rmsnorm(s->k, s->k, lw->k_norm, all ? n : n * p->n_kv_heads, all ? p->n_kv_heads * hd : hd, p->norm_eps);
 }
 
-// hb = xb @ w1^T (gate), hb2 = xb @ w3^T (up), both (n, H).
-static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
+// hb = in @ w1^T (gate), hb2 = in @ w3^T (up), both (n, H).
+static int gate_up_proj(RunState *s, const LayerWeights *lw, const float *in, int n) {
     float *out[2] = {s->hb, s->hb2};
     const Matrix *w[2] = {&lw->w1, &lw->w3};
-    return matmul_many(&s->work, out, s->xb, w, 2, n);
+    return matmul_many(&s->work, out, in, w, 2, n);
 }
 
 // RoPE on the block's queries and keys: every (token, head) pair is rotated on its own, so a
@@ -308,18 +352,18 @@ static int gate_up_proj(RunState *s, const LayerWeights *lw, int n) {
 // that cache them un-rotated (rope_keys_unrotated): attention turns them as it reads them with
 // rope.c's key tables. A query with more than one turn (rope_query_turns: rerope's far path, dca's
 // chunks) also gets its other turns, in q_far (rope_turn_at).
-static void rope_head(Transformer *t, int i, int h, int pos) {
+static void rope_head(Transformer *t, const Rope *r, int i, int h, int pos) {
     const Config *p = &t->config;
     RunState *s = &t->state;
-    const int hd = p->head_dim, turns = rope_query_turns(&t->rope.p);
+    const int hd = p->head_dim, turns = rope_query_turns(&r->p);
     float *head = h < p->n_heads ? s->q + ((size_t)i * p->n_heads + h) * hd
                                  : s->k + ((size_t)i * p->n_kv_heads + h - p->n_heads) * hd;
     for (int u = 1; u < turns && h < p->n_heads; u++) {
         float *other = s->q_far + rope_turn_at(turns, (size_t)p->n_heads * hd, i, u) + (size_t)h * hd;
         memcpy(other, head, (size_t)hd * sizeof(float));
-        rope_rotate_turn(&t->rope, other, pos + i, u);
+        rope_rotate_turn(r, other, pos + i, u);
     }
-    rope_rotate(&t->rope, head, pos + i);
+    rope_rotate(r, head, pos + i);
 }
 
 // Below this many coordinates to turn, RoPE runs on the calling thread: waking the team costs more
@@ -327,35 +371,48 @@ static void rope_head(Transformer *t, int i, int h, int pos) {
 // tokens of the 110M shape 98304; docs/speed.md, "No team for one thread", has the cost of a region).
 #define ROPE_PARALLEL_MIN 16384
 
-static void rope_qk(Transformer *t, int n, int pos) {
+static void rope_qk(Transformer *t, const Rope *r, int n, int pos) {
     const Config *p = &t->config;
-    const int heads = p->n_heads + (t->state.rope_keys ? 0 : p->n_kv_heads);
+    const int heads = p->n_heads + (rope_keys_unrotated(&r->p) ? 0 : p->n_kv_heads);
     if ((size_t)n * heads * p->head_dim < ROPE_PARALLEL_MIN) {
         for (int i = 0; i < n; i++)
             for (int h = 0; h < heads; h++)
-                rope_head(t, i, h, pos);
+                rope_head(t, r, i, h, pos);
         return;
     }
 #pragma omp parallel for collapse(2) num_threads(t->state.n_threads)
     for (int i = 0; i < n; i++)
         for (int h = 0; h < heads; h++)
-            rope_head(t, i, h, pos);
+            rope_head(t, r, i, h, pos);
 }
 
-// log-n attention scaling (--attn-logn): the query at position m is multiplied by
-// max(1, ln(m + 1) / ln(L)), L the trained context (Su 2021, kexue.fm/archives/8823). Past L a query
-// spreads its attention over more keys than training ever showed it; since the scores are q . k,
-// growing q by the log of the number of keys keeps the softmax about as sharp as it was at L. The
-// formula is the one of bojone/rerope (rerope_patch.py: log(position + 1) / log(training_length),
-// clipped below at 1) and of Qwen's use_logn_attn (log base seq_length of the 1-based index when it
-// exceeds seq_length, else 1): the same factors. Works with every RoPE mode, since a rotation does not
-// change a length.
-static void logn_queries(Transformer *t, int n, int pos) {
-    const int L = t->config.n_ctx_train, qd = t->config.n_heads * t->config.head_dim;
+// Queries grown with their position, two ways; each a factor f(m) on the query at m, after RoPE
+// (a rotation does not change a length, so this works with every RoPE mode):
+// log-n attention scaling (--attn-logn): f = max(1, ln(m + 1) / ln(L)), L the trained context
+// (Su 2021, kexue.fm/archives/8823). Past L a query spreads its attention over more keys than training
+// ever showed it; since the scores are q . k, growing q by the log of the number of keys keeps the
+// softmax about as sharp as it was at L. The formula is the one of bojone/rerope (rerope_patch.py:
+// log(position + 1) / log(training_length), clipped below at 1) and of Qwen's use_logn_attn (log base
+// seq_length of the 1-based index when it exceeds seq_length, else 1): the same factors.
+// Attention temperature by position (Config.f_attn_temp_scale = beta, n_attn_temp_floor_scale = F):
+// f = 1 + beta ln(1 + floor(m / F)), a step up at every multiple of F (Ministral 3,
+// modeling_ministral3.py get_llama_4_attn_scale, with F its original_max_position_embeddings; Llama 4's
+// attention temperature tuning is the same idea). The model was trained with it: unlike log-n it is
+// part of the checkpoint, and it acts from m = F on, where log-n waits for L.
+static double query_factor(const Transformer *t, int m) {
+    const Config *p = &t->config;
+    const int L = n_ctx_train(p), F = p->n_attn_temp_floor_scale;
+    double f = 1;
+    if (t->run.attn_logn && L >= 2 && m + 1 > L) f = (float)(log(m + 1.0) / log((double)L));
+    if (p->f_attn_temp_scale > 0 && F > 0) f *= 1 + p->f_attn_temp_scale * log(1.0 + floor((double)m / F));
+    return f;
+}
+
+static void scale_queries(Transformer *t, int n, int pos) {
+    const int qd = t->config.n_heads * t->config.head_dim;
     for (int i = 0; i < n; i++) {
-        const int m = pos + i;
-        if (L < 2 || m + 1 <= L) continue;
-        const float f = (float)(log(m + 1.0) / log((double)L));
+        const float f = (float)query_factor(t, pos + i);
+        if (f == 1) continue;
         const int turns = rope_query_turns(&t->rope.p), extra = turns - 1; // q_far: the other turns
         float *q = t->state.q + (size_t)i * qd, *q_far = extra ? t->state.q_far + rope_turn_at(turns, qd, i, 1) : NULL;
         for (int j = 0; j < qd; j++)
@@ -365,31 +422,62 @@ static void logn_queries(Transformer *t, int n, int pos) {
     }
 }
 
-// silu(gate) * up, in place in hb: HF act_fn(gate_proj(x)) * up_proj(x), silu(g) = g * sigmoid(g).
+// act(gate) * up, in place in hb: HF act_fn(gate_proj(x)) * up_proj(x). SiLU: silu(g) = g *
+// sigmoid(g) (SwiGLU, Llama and most); GELU's tanh approximation (GeGLU, Gemma's gelu_pytorch_tanh,
+// Hendrycks & Gimpel 2016): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
 // A prompt's block is shared out over the threads (libm's expf is a few ns a value: a 512-token
 // prompt block is many values a layer); one token's is not worth a parallel region
 // (kernels.c: a region of one thread still costs a system call).
-static float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+static float act_times(Activation act, float g, float u) {
+    if (act == ACT_GELU_TANH) return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    return g / (1.0f + expf(-g)) * u;
+}
 
-// Below this many values the SwiGLU runs on the calling thread (one decoded token of the largest
+// Below this many values the GLU runs on the calling thread (one decoded token of the largest
 // MLP here, TinyLlama's 5632, is far below it; a prompt block is far above).
-#define SWIGLU_PARALLEL_MIN 65536
+#define GLU_PARALLEL_MIN 65536
 
-static void swiglu(float *hb, const float *hb2, size_t n) {
-    if (n < SWIGLU_PARALLEL_MIN) {
+static void glu(Activation act, float *hb, const float *hb2, size_t n) {
+    if (n < GLU_PARALLEL_MIN) {
         for (size_t i = 0; i < n; i++)
-            hb[i] = silu_times(hb[i], hb2[i]);
+            hb[i] = act_times(act, hb[i], hb2[i]);
         return;
     }
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++)
-        hb[i] = silu_times(hb[i], hb2[i]);
+        hb[i] = act_times(act, hb[i], hb2[i]);
 }
 
-// x += y over n floats: the residual connection. One thread: memory-bound, and short.
-static void add_rows(float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
+// A sublayer's output y (n rows of D) joins the residual stream: x += r * y (r: Granite's
+// residual_multiplier, else 1, where r * y is y exactly). Before that, the norm after the sublayer
+// if the layer has one (Gemma 2/3, OLMo 2/3, EXAONE 4, GLM-4: post_attention_layernorm or
+// post_feedforward_layernorm on the sublayer's output, modeling_gemma2.py Gemma2DecoderLayer).
+// One thread: memory-bound, and short.
+static void join(const Config *p, float *x, float *y, const float *post_norm, int n) {
+    const size_t all = (size_t)n * p->dim;
+    const float r = p->f_residual_scale;
+    if (post_norm) rmsnorm(y, y, post_norm, n, p->dim, p->norm_eps);
+    for (size_t i = 0; i < all; i++)
+        x[i] += r * y[i];
+}
+
+// The input of a sublayer: x normalized into out by the norm before it, or x itself where the
+// layer has none (OLMo 2's layers normalize only after).
+static const float *pre_norm(const Config *p, float *out, const float *x, const float *w, int n) {
+    if (!w) return x;
+    rmsnorm(out, x, w, n, p->dim, p->norm_eps);
+    return out;
+}
+
+// The classifier's output, (rows, V): divided by Granite's logits_scaling, then Gemma 2's final
+// softcap c tanh(l / c) (modeling_gemma2.py, Gemma2ForCausalLM.forward).
+static void finish_logits(const Config *p, float *logits, int rows) {
+    const size_t all = (size_t)rows * p->vocab_size;
+    const float s = p->f_logit_scale, c = p->f_final_logit_softcapping;
+    for (size_t i = 0; s != 1 && i < all; i++)
+        logits[i] /= s;
+    for (size_t i = 0; c > 0 && i < all; i++)
+        logits[i] = c * tanhf(logits[i] / c);
 }
 
 // transformer_trace_nonfinite: note the first place (layer, mlp) where one of the watched rows of x
@@ -436,30 +524,33 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
 
     for (int i = 0; i < n; i++)
         matrix_row(s->x + (size_t)i * D, &w->token_embedding, tokens[i]); // (n, D)
+    for (size_t i = 0; p->f_embedding_scale != 1 && i < (size_t)n * D; i++)
+        s->x[i] *= p->f_embedding_scale; // Gemma: times sqrt(D); Granite: embedding_multiplier
     trace(s, s->x, n, D, -1, 0);
 
     int bad = 0; // a product refused its arguments: a bug in the sizing of the workspace
     for (int l = 0; l < p->n_layers && !bad; l++) {
         const LayerWeights *lw = &w->layers[l];
+        const Rope *rope = layer_rope_of(t, l);
 
-        // Attention: x = x + wo(attention(rope(q), rope(k), v))
-        rmsnorm(s->xb, s->x, lw->rms_att, n, D, p->norm_eps);                      // (n, D)
-        bad |= qkv_proj(p, s, lw, n);                                              // q (n, qd), k and v (n, kvd)
-        if (lw->q_norm) qk_norm(p, s, lw, n);                                      // Qwen3: each head normalized
-        if (!p->layer_kind || !(p->layer_kind[l] & LAYER_NO_ROPE)) rope_qk(t, n, pos); // q, k rotated (else q only)
-        if (t->run.attn_logn) logn_queries(t, n, pos);                             // --attn-logn: q grown past L
+        // Attention: x = x + wo(attention(rope(q), rope(k), v)), each norm where the layer has it
+        const float *in = pre_norm(p, s->xb, s->x, lw->rms_att, n);                // (n, D)
+        bad |= qkv_proj(p, s, lw, in, n);                                          // q (n, qd), k and v (n, kvd)
+        if (lw->q_norm) qk_norm(p, s, lw, n);                                      // Qwen3 and others
+        if (rope) rope_qk(t, rope, n, pos);                                        // q, k rotated (NoPE: not)
+        scale_queries(t, n, pos);                                                  // --attn-logn, temperature
         kv_store(&s->kv, l, s->k, s->v, pos, n);                                   // into the cache at pos .. pos+n-1
         attention(s->xb, s->q, s->q_far, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
         bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);                        // (n, qd) -> (n, D)
-        add_rows(s->x, s->xb2, (size_t)n * D);
+        join(p, s->x, s->xb2, lw->post_att, n);
         trace(s, s->x, n, D, l, 0);
 
-        // MLP: x = x + w2(silu(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
-        rmsnorm(s->xb, s->x, lw->rms_ffn, n, D, p->norm_eps);
-        bad |= gate_up_proj(s, lw, n); // hb, hb2 (n, H)
-        swiglu(s->hb, s->hb2, (size_t)n * H);
+        // MLP: x = x + w2(act(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
+        in = pre_norm(p, s->xb, s->x, lw->rms_ffn, n);
+        bad |= gate_up_proj(s, lw, in, n); // hb, hb2 (n, H)
+        glu(p->act, s->hb, s->hb2, (size_t)n * H);
         bad |= matmul(&s->work, s->xb2, s->hb, &lw->w2, n); // (n, H) -> (n, D)
-        add_rows(s->x, s->xb2, (size_t)n * D);
+        join(p, s->x, s->xb2, lw->post_ffn, n);
         trace(s, s->x, n, D, l, 1);
     }
 
@@ -467,6 +558,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
     const int first = all_logits ? 0 : n - 1;
     rmsnorm(s->xb, s->x + (size_t)first * D, w->rms_final, n - first, D, p->norm_eps);
     bad |= matmul(&s->work, s->logits, s->xb, &w->wcls, n - first); // (rows, D) -> (rows, V)
+    finish_logits(p, s->logits, n - first);
     if (s->trace > first) { // the watched rows that have logits
         s->trace -= first;
         trace(s, s->logits, n - first, p->vocab_size, p->n_layers, 0);
@@ -507,8 +599,22 @@ int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, si
         snprintf(err, errlen, "shift: cannot keep %d and drop %d of %d cached positions", keep, drop, len);
         return -1;
     }
-    float cos_d[ROPE_MAX_PAIRS], sin_d[ROPE_MAX_PAIRS];
-    rope_shift_angles(&t->rope, drop, cos_d, sin_d);
-    kv_shift(&s->kv, keep + drop, keep, len - keep - drop, s->rope_keys ? NULL : cos_d, s->rope_keys ? NULL : sin_d);
+    // The angles of each RoPE the layers use; a layer without RoPE, or whose keys are cached
+    // un-rotated, moves its keys as they are.
+    float cos_d[2][ROPE_MAX_PAIRS], sin_d[2][ROPE_MAX_PAIRS];
+    rope_shift_angles(&t->rope, drop, cos_d[0], sin_d[0]);
+    if (t->rope_swa.cos) rope_shift_angles(&t->rope_swa, drop, cos_d[1], sin_d[1]);
+    const float **cos = malloc(2 * (size_t)t->config.n_layers * sizeof *cos), **sin = cos + t->config.n_layers;
+    if (!cos) {
+        snprintf(err, errlen, "shift: out of memory");
+        return -1;
+    }
+    for (int l = 0; l < t->config.n_layers; l++) {
+        const Rope *r = layer_rope_of(t, l);
+        const int which = r == &t->rope_swa, turned = r && !rope_keys_unrotated(&r->p);
+        cos[l] = turned ? cos_d[which] : NULL, sin[l] = turned ? sin_d[which] : NULL;
+    }
+    kv_shift(&s->kv, keep + drop, keep, len - keep - drop, cos, sin);
+    free(cos);
     return 0;
 }

@@ -6,7 +6,7 @@
 // arithmetic of products and attention (kernels.c) or of positions (rope.c).
 //
 // ---------------------------------------------------------------------------------------------
-// The model file format, version 1, 2 or 3 (written by export/export.py; all values little-endian)
+// The model file format, version 1 to 4 (written by export/export.py; all values little-endian)
 //
 // Header, 256 bytes. Integers are int32, reals float64:
 //   off  field                 meaning
@@ -57,29 +57,46 @@
 //                              its own included (Mistral); 0 = no layer slides
 //   184  reserved, must be zero, up to byte 256
 //   256  layer_kind[n_layers]  int32 each: bit 0 the layer has no RoPE (SmolLM3's NoPE layers),
-//                              bit 1 it slides (needs sliding_window > 0); other bits zero
+//                              bit 1 it slides (needs sliding_window > 0), bit 2 (version 4) its
+//                              RoPE is the local one (rope_freq_base_train_swa, below); other bits zero
 //        then, when rope_scaling is longrope (8): rot_dims/2 short factors, then (at the next
 //        multiple of 64) rot_dims/2 long factors, float64 each (rope.h, RopeParams)
+// Version 4 (the families whose layers differ by more than a flag: Gemma 2 and 3, OLMo 2 and 3,
+//   EXAONE 4, GLM-4, Granite 3, Ministral 3) is version 3 with family up to 13, qk_norm up to 2
+//   (QK_NORM_ALL), and
+//   184  n_hparams             entries of the hparams table, 0 .. 64
+//   188  reserved, must be zero, up to byte 256
+//   256  the hparams table, before the tables above (layer_kind then starts at the next multiple
+//        of 64): n_hparams entries of 40 bytes, a name (32 bytes of ASCII, NUL-padded) and a float64
+//        value, each name once.
+//        The names are those of Config's fields, llama.cpp's: norms, act, f_embedding_scale,
+//        f_attention_scale, f_attn_logit_softcapping, f_residual_scale, f_logit_scale,
+//        f_final_logit_softcapping, rope_freq_base_train_swa, f_attn_temp_scale,
+//        n_attn_temp_floor_scale (loader.c, HPARAMS, has each one's range); a name not listed is
+//        Llama's default, a name this program does not know refuses the file.
 //
 // Tensors follow (version 3: after its tables), each starting at a multiple of 64 bytes from the
 // file start (zero padding between tensors and tables, none after the last one; the file ends
 // exactly where the last tensor ends):
 //   token_embedding  (vocab, dim)                 matrix
-//   for each layer:
-//     rms_att        (dim)                        f32
+//   for each layer (the norms as Config.norms says: all but the post-norms up to version 3):
+//     rms_att        (dim)                        f32, only with NORM_ATTN
 //     wq             (n_heads*head_dim, dim)      matrix
 //     bq             (n_heads*head_dim)           f32, only if qkv_bias (so are bk and bv)
 //     wk             (n_kv_heads*head_dim, dim)   matrix
 //     bk             (n_kv_heads*head_dim)        f32
 //     wv             (n_kv_heads*head_dim, dim)   matrix
 //     bv             (n_kv_heads*head_dim)        f32
-//     q_norm         (head_dim)                   f32, only if qk_norm (so is k_norm)
-//     k_norm         (head_dim)                   f32
+//     q_norm         (head_dim)                   f32, only if qk_norm (so is k_norm); with
+//                                                 QK_NORM_ALL (n_heads*head_dim)
+//     k_norm         (head_dim)                   f32; with QK_NORM_ALL (n_kv_heads*head_dim)
 //     wo             (dim, n_heads*head_dim)      matrix
-//     rms_ffn        (dim)                        f32
+//     post_att       (dim)                        f32, only with NORM_ATTN_POST
+//     rms_ffn        (dim)                        f32, only with NORM_FFN
 //     w1             (hidden_dim, dim)            matrix   gate_proj
 //     w2             (dim, hidden_dim)            matrix   down_proj
 //     w3             (hidden_dim, dim)            matrix   up_proj
+//     post_ffn       (dim)                        f32, only with NORM_FFN_POST
 //   rms_final        (dim)                        f32
 //   wcls             (vocab, dim)                 matrix, only if shared_classifier == 0
 //
@@ -125,14 +142,35 @@
 #include "rope.h"
 
 #define MODEL_MAGIC       "LRUN"
-#define MODEL_VERSION     3 // the newest this program reads; it reads 1 and 2 too
+#define MODEL_VERSION     4 // the newest this program reads; it reads 1 to 3 too
+#define MODEL_MAX_HPARAMS 64
 #define MODEL_MAX_END_IDS 8
 #define MODEL_HEADER_SIZE 256
 #define MODEL_ALIGN       64
 
-// The architectures this program runs: what a Hugging Face config.json's architectures names.
-typedef enum { FAMILY_LLAMA, FAMILY_MISTRAL, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_SMOLLM3, FAMILY_PHI3, FAMILY_COUNT } Family;
+// The architectures this program runs: what a Hugging Face config.json's architectures names. Only the
+// banner reads it: what runs differently is said by the hparams below and the layers' kinds, never
+// by the family's name.
+typedef enum {
+    FAMILY_LLAMA, FAMILY_MISTRAL, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_SMOLLM3, FAMILY_PHI3, // version 3
+    FAMILY_GEMMA2, FAMILY_GEMMA3, FAMILY_OLMO2, FAMILY_OLMO3, FAMILY_EXAONE4, FAMILY_GLM4, FAMILY_GRANITE,
+    FAMILY_MINISTRAL3, // version 4
+    FAMILY_COUNT
+} Family;
 const char *family_name(Family f);
+
+// The sublayer norms a layer has (Config.norms): before attention (attn_norm, Llama's
+// input_layernorm), after it (attn_post_norm: on attention's output, before it joins the residual
+// stream; Gemma 2/3, OLMo 2, EXAONE 4, GLM-4), before the MLP (ffn_norm) and after it (ffn_post_norm).
+// The names are llama.cpp's tensor names.
+enum { NORM_ATTN = 1, NORM_ATTN_POST = 2, NORM_FFN = 4, NORM_FFN_POST = 8, NORMS_LLAMA = NORM_ATTN | NORM_FFN };
+// The MLP's activation: act(gate) * up. SiLU (SwiGLU: Llama and most), or GELU with the tanh
+// approximation (GeGLU: Gemma's gelu_pytorch_tanh).
+typedef enum { ACT_SILU, ACT_GELU_TANH, ACT_COUNT } Activation;
+// How q and k are RMS-normalized before RoPE (Config.qk_norm): not at all, each head on its own with
+// one head_dim weight (Qwen3, Gemma 3, EXAONE 4), or the whole projection at once with a weight per
+// feature (OLMo 2 and 3: q over n_heads*head_dim, k over n_kv_heads*head_dim).
+enum { QK_NORM_NONE = 0, QK_NORM_HEAD = 1, QK_NORM_ALL = 2 };
 
 // What the checkpoint was trained with: the file header.
 typedef struct {
@@ -143,11 +181,10 @@ typedef struct {
     int n_kv_heads;
     int head_dim;   // hd
     int vocab_size; // V
-    // Contexts, named as llama.cpp's hparams name them: n_ctx_train is the one the model was
-    // trained at, L (original_max_position_embeddings when the checkpoint has one, else
-    // max_position_embeddings; rope.orig_ctx holds the same for rope.c); n_ctx_max is the largest
-    // it says it supports with its own scaling (max_position_embeddings, the header's seq_len).
-    int n_ctx_train, n_ctx_max;
+    // The largest context the checkpoint says it supports with its own scaling
+    // (max_position_embeddings, the header's seq_len); the one it was trained at, L, is rope.orig_ctx
+    // (n_ctx_train below).
+    int n_ctx_max;
     int bos_id, eos_id;
     int n_end_ids;                    // more ids that end the text (version 2 files), besides eos_id
     int end_ids[MODEL_MAX_END_IDS];
@@ -158,23 +195,45 @@ typedef struct {
     int version;     // of the file; 0: a llama2.c legacy file
     Family family;
     int qkv_bias;          // 1: bq, bk, bv
-    int qk_norm;           // 1: q_norm, k_norm
+    int qk_norm;           // QK_NORM_NONE, QK_NORM_HEAD (q_norm, k_norm of head_dim) or QK_NORM_ALL
     int sliding_window;    // W of the sliding layers (0: none slides)
-    const int *layer_kind; // [n_layers] LAYER_NO_ROPE, LAYER_SLIDING bits (kernels.h); NULL: all plain
+    const int *layer_kind; // [n_layers] LAYER_NO_ROPE, LAYER_SLIDING, LAYER_ROPE_SWA bits (kernels.h);
+                           // NULL: all plain
+    // What the layers do besides Llama's (version 4's hparams table; named as llama.cpp's
+    // llama_hparams names them; each default is Llama's):
+    int norms;                       // NORM_* bits; NORMS_LLAMA
+    Activation act;                  // ACT_SILU
+    float f_embedding_scale;         // the token embeddings times this (Gemma: sqrt(dim); Granite); 1
+    float f_attention_scale;         // the scores q . k times this; 0 = 1/sqrt(head_dim)
+    float f_attn_logit_softcapping;  // c > 0: each score s becomes c tanh(s / c) (Gemma 2); 0 = none
+    float f_residual_scale;          // each sublayer's output times this before it joins x (Granite); 1
+    float f_logit_scale;             // the logits divided by this (Granite's logits_scaling); 1
+    float f_final_logit_softcapping; // c > 0: each logit l becomes c tanh(l / c) (Gemma 2); 0 = none
+    double rope_freq_base_train_swa; // RoPE base of the LAYER_ROPE_SWA layers, unscaled (Gemma 3's
+                                     // rope_local_base_freq); 0 = no such layer
+    float f_attn_temp_scale;         // beta > 0: the query at m times 1 + beta ln(1 + floor(m / F))
+    int n_attn_temp_floor_scale;     // F (Ministral 3's llama_4_scaling_beta and the original context)
+    int n_hparams;                   // entries of the file's hparams table (version 4)
 } Config;
 
+// The context the model was trained at, L (llama.cpp's n_ctx_train; HF original_max_position_embeddings
+// when the checkpoint has one, else max_position_embeddings), kept once: in its RoPE parameters.
+static inline int n_ctx_train(const Config *c) { return c->rope.orig_ctx; }
+
 typedef struct {
-    const float *rms_att; // (D)
+    const float *rms_att; // (D) the norm before attention, or NULL (Config.norms)
     Matrix wq;            // (n_heads*hd, D)
     Matrix wk;            // (n_kv_heads*hd, D)
     Matrix wv;            // (n_kv_heads*hd, D)
     const float *bq, *bk, *bv;    // (n_heads*hd), (kv_dim), (kv_dim): biases, or NULL
-    const float *q_norm, *k_norm; // (hd) each: RMSNorm weights of every q and k head, or NULL
+    const float *q_norm, *k_norm; // RMSNorm weights of q and k (Config.qk_norm): (hd) each, shared by
+                                  // every head, or (n_heads*hd), (kv_dim); or NULL
     Matrix wo;            // (D, n_heads*hd)
-    const float *rms_ffn; // (D)
+    const float *rms_ffn; // (D) the norm before the MLP, or NULL
     Matrix w1;            // (H, D)
     Matrix w2;            // (D, H)
     Matrix w3;            // (H, D)
+    const float *post_att, *post_ffn; // (D) each: the norms after attention and after the MLP, or NULL
 } LayerWeights;
 
 typedef struct {
@@ -233,7 +292,8 @@ typedef struct {
     RunConfig run;
     TransformerWeights weights;
     RunState state;
-    Rope rope;
+    Rope rope;     // the checkpoint's RoPE with the run's scaling: every rotating layer but
+    Rope rope_swa; // the LAYER_ROPE_SWA ones: base rope_freq_base_train_swa, unscaled (Gemma 3's local layers)
     void *map; // the mmapped file
     size_t map_size;
     void *copy; // the matrices copied into another layout (transformer_copy_weights); else NULL

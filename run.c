@@ -588,7 +588,7 @@ static int bucket_of(int pos, int L) {
 }
 
 static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
-    const int V = t->config.vocab_size, N = t->run.n_ctx, L = t->config.n_ctx_train;
+    const int V = t->config.vocab_size, N = t->run.n_ctx, L = n_ctx_train(&t->config);
     size_t len;
     char *text = read_file(o->ppl, &len);
     if (!text) {
@@ -837,7 +837,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     int overflow;
     const size_t kv = transformer_kv_bytes(c, run), all = transformer_state_bytes(c, run, max_threads(), &overflow);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
-    if (c->n_ctx_max != c->n_ctx_train)
+    if (c->n_ctx_max != n_ctx_train(c))
         snprintf(supports, sizeof supports, " (n_ctx_max %d with its scaling)", c->n_ctx_max);
     char copied[120] = ""; // the weights copied into another layout at load (transformer_copy_weights)
     if (t->copy && c->dtype == DTYPE_F16)
@@ -848,7 +848,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     fprintf(stderr,
             "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped%s) | KV cache %.2f MiB (keys %s%s, "
             "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
-            c->n_ctx_train, supports, run->n_ctx, t->weight_bytes / 1048576.0, copied, kv / 1048576.0,
+            n_ctx_train(c), supports, run->n_ctx, t->weight_bytes / 1048576.0, copied, kv / 1048576.0,
             dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
             (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
             wait_policy(waiting, sizeof waiting));
@@ -914,7 +914,7 @@ static double factor_up(double x) { return ceil(x * 1000 - 1e-9) / 1000; }
 // reruns each).
 static void warn_context(const Config *c, const RunConfig *run, const Options *o) {
     const RopeParams *p = &run->rope;
-    const int L = c->n_ctx_train, ctx = run->n_ctx;
+    const int L = n_ctx_train(c), ctx = run->n_ctx;
     const int same_mode = o->rope.mode < 0 || o->rope.mode == (int)c->rope.mode;
     const int user_factor = o->rope.factor > 0 || o->rope.group > 0;
     const int own = same_mode && !user_factor; // the checkpoint's own scaling, factor included
@@ -978,7 +978,7 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     const Config *c = &t->config;
     char err[300];
     // Default context: the one the model was trained at, L (not the largest its scaling supports).
-    *run = (RunConfig){.n_ctx = o->ctx ? o->ctx : c->n_ctx_train, .max_batch = o->batch, .attn_logn = o->attn_logn};
+    *run = (RunConfig){.n_ctx = o->ctx ? o->ctx : n_ctx_train(c), .max_batch = o->batch, .attn_logn = o->attn_logn};
     const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
     DType *set[2] = {&run->cache_k, &run->cache_v};
     for (int i = 0; i < 2; i++) {

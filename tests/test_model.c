@@ -91,9 +91,10 @@ static double shift_error(const char *path, int mode, DType kt, int turn) {
         rest[i] = ids[i < KEEP ? i : i + DROP];
     Transformer a, b;
     char err[300];
+    const float *unturned[64] = {NULL}; // no layer's keys turned (the control); fewer layers than this
     if (start(&a, path, mode, kt, ids, CTX, CTX) || start(&b, path, mode, kt, rest, LEFT, CTX)) return INFINITY;
     if (turn ? transformer_shift(&a, CTX, KEEP, DROP, err, sizeof err)
-             : (kv_shift(&a.state.kv, KEEP + DROP, KEEP, LEFT - KEEP, NULL, NULL), 0)) {
+             : (kv_shift(&a.state.kv, KEEP + DROP, KEEP, LEFT - KEEP, unturned, unturned), 0)) {
         fprintf(stderr, "test_model: %s\n", err);
         return INFINITY;
     }
