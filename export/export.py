@@ -51,7 +51,9 @@ except ImportError as e:  # a python3 without numpy (pyenv's): say which one has
           file=sys.stderr)
     sys.exit(1)
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
-from lrun.modelfile import (ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER_SLIDING, MAGIC,  # noqa: E402
+from lrun.modelfile import (ACT_GELU_TANH, ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE,  # noqa: E402
+                            LAYER_ROPE_SWA, LAYER_SLIDING, MAGIC, NORM_ATTN, NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST,
+                            QK_NORM_ALL, QK_NORM_HEAD, pack_hparams,
                             MAX_END_IDS, Q8_BLOCK, VERSION, br16_from_rows, file_version, pack_header,
                             r16_from_rows, tensors)
 
@@ -60,15 +62,45 @@ from lrun.modelfile import (ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE, LAYER
 ROPE_TYPES = {"default": 0, "linear": 1, "dynamic": 3, "yarn": 4, "llama3": 5, "longrope": 8, "su": 8}
 # architectures -> model_type, whose number (lrun/modelfile.py FAMILIES) the header carries.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-                 "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "Phi3ForCausalLM": "phi3"}
+                 "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "Phi3ForCausalLM": "phi3",
+                 "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Olmo2ForCausalLM": "olmo2",
+                 "Olmo3ForCausalLM": "olmo3", "Exaone4ForCausalLM": "exaone4", "Glm4ForCausalLM": "glm4",
+                 "GraniteForCausalLM": "granite", "Ministral3ForCausalLM": "ministral3"}
 MODEL_TYPES = set(ARCHITECTURES.values())
+# The keys a config.json may leave out that change what runs, as each family's configuration class
+# fills them in (configuration_<family>.py).
 CLASS_DEFAULTS = {"mistral": {"sliding_window": 4096}, "qwen2": {"sliding_window": 4096},
                   "qwen3": {"sliding_window": 4096}, "smollm3": {"rope_theta": 2000000.0},
-                  "phi3": {"original_max_position_embeddings": 4096}}
+                  "phi3": {"original_max_position_embeddings": 4096},
+                  "gemma2": {"sliding_window": 4096, "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
+                             "final_logit_softcapping": 30.0, "head_dim": 256, "tie_word_embeddings": True,
+                             "hidden_activation": "gelu_pytorch_tanh"},
+                  "gemma3_text": {"sliding_window": 4096, "query_pre_attn_scalar": 256, "head_dim": 256,
+                                  "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                                  "sliding_window_pattern": 6, "tie_word_embeddings": True,
+                                  "hidden_activation": "gelu_pytorch_tanh"},
+                  "olmo3": {"sliding_window": 4096}, "exaone4": {"sliding_window": 4096},
+                  "glm4": {"partial_rotary_factor": 0.5, "attention_bias": True},
+                  "granite": {"embedding_multiplier": 1.0, "attention_multiplier": 1.0, "residual_multiplier": 1.0,
+                              "logits_scaling": 1.0}}
+# The families whose layers normalize more than before each sublayer: our norm -> its name in the HF
+# layer (modeling_<family>.py's decoder layer). Gemma 2 and 3 norm before and after both sublayers;
+# OLMo 2 and 3 and EXAONE 4 only after (their post_attention_layernorm is on attention's output, not
+# Llama's norm before the MLP); GLM-4 all four, under its own names.
+LAYER_NORMS = {
+    "gemma": {"rms_att": "input_layernorm", "post_att": "post_attention_layernorm",
+              "rms_ffn": "pre_feedforward_layernorm", "post_ffn": "post_feedforward_layernorm"},
+    "post": {"post_att": "post_attention_layernorm", "post_ffn": "post_feedforward_layernorm"},
+    "glm": {"rms_att": "input_layernorm", "post_att": "post_self_attn_layernorm",
+            "rms_ffn": "post_attention_layernorm", "post_ffn": "post_mlp_layernorm"},
+}
+FAMILY_NORMS = {"gemma2": "gemma", "gemma3_text": "gemma", "olmo2": "post", "olmo3": "post", "exaone4": "post",
+                "glm4": "glm"}
+NORM_BITS = {"rms_att": NORM_ATTN, "post_att": NORM_ATTN_POST, "rms_ffn": NORM_FFN, "post_ffn": NORM_FFN_POST}
 # What is still not run, by model_type, and why (README, "RoPE in today's models").
 NOT_SUPPORTED = {
-    "gemma": "Gemma's embedding scale and GeGLU", "gemma2": "Gemma 2's logit soft-capping and local/global layers",
-    "gemma3": "Gemma 3's local/global RoPE bases and soft-capping", "gemma3_text": "Gemma 3's local/global RoPE bases",
+    "gemma": "Gemma (1)'s norms and embedding scale (Gemma 2 and 3 run)",
+    "gemma3": "Gemma 3's vision tower (export the text model: Gemma3ForCausalLM)",
     "llama4": "Llama 4's chunked attention, NoPE with temperature tuning and mixture of experts",
     "llama4_text": "Llama 4's chunked attention and mixture of experts",
     "deepseek_v2": "DeepSeek's multi-head latent attention (MLA) and mixture of experts",
@@ -136,8 +168,9 @@ def read_rope(cfg, where, head_dim, model_type):
     rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type"))  # "type": the pre-4.43 spelling
     if model_type == "phi3" and rope_type == "yarn":  # configuration_phi3.py reads its old "yarn" as longrope
         rope_type = "longrope"
-    if rope["rot_dims"] and model_type != "phi3":
-        # Only Phi-3's attention turns part of a head (modeling_phi3.py splits q_rot / q_pass); the
+    if rope["rot_dims"] and model_type not in ("phi3", "glm4"):
+        # Only Phi-3's and GLM-4's attention turn part of a head (modeling_phi3.py, modeling_glm4.py
+        # split q_rot / q_pass); the
         # others' default RoPE sizes its frequencies by the whole head_dim and turns all of it
         # (transformers 5.17's own logits, data/families/llama-partial, show it), and their scaled
         # types would size them by the part and fail to apply them.
@@ -154,9 +187,10 @@ def read_rope(cfg, where, head_dim, model_type):
     if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
         raise CheckpointError(f"{where}: {key}", f"rope type {rope_type!r} is not supported",
                               "supported: default, linear, dynamic, yarn, llama3, longrope")
-    for k in ("mscale", "mscale_all_dim"):
-        if scaling.get(k) is not None:
-            raise CheckpointError(f"{where}: {key}.{k}", "is not supported (DeepSeek's YaRN variant)")
+    if rope_type != "yarn":
+        for k in ("mscale", "mscale_all_dim"):
+            if scaling.get(k) is not None:
+                raise CheckpointError(f"{where}: {key}.{k}", f"belongs to yarn, and the rope type is {rope_type!r}")
     if scaling.get("truncate", True) is not True:
         raise CheckpointError(f"{where}: {key}.truncate", "false is not supported (YaRN without rounding)")
     sub = f"{where}: {key}"
@@ -179,6 +213,13 @@ def read_rope(cfg, where, head_dim, model_type):
     if rope_type == "yarn":
         rope["rope_orig_ctx"] = orig  # 0 = max_position_embeddings, as in HF before v4.5x
         rope["rope_attn_factor"] = config_value(scaling, "attention_factor", sub, float, default=0.0)
+        ms, ms_all = (config_value(scaling, k, sub, float, default=0.0) for k in ("mscale", "mscale_all_dim"))
+        if not rope["rope_attn_factor"] and ms and ms_all:
+            # DeepSeek's and Ministral 3's keys (modeling_rope_utils.py, _compute_yarn_parameters): the
+            # attention factor is get_mscale(s, mscale) / get_mscale(s, mscale_all_dim), with
+            # get_mscale(s, m) = 0.1 m ln(s) + 1 (1 for s <= 1); equal keys make it 1
+            mscale = lambda m: 1.0 if rope["rope_factor"] <= 1 else 0.1 * m * math.log(rope["rope_factor"]) + 1.0
+            rope["rope_attn_factor"] = mscale(ms) / mscale(ms_all)
         rope["rope_beta_fast"] = config_value(scaling, "beta_fast", sub, float, default=0.0)
         rope["rope_beta_slow"] = config_value(scaling, "beta_slow", sub, float, default=0.0)
     elif rope_type == "llama3":
@@ -270,14 +311,20 @@ def read_config(hf_dir):
         method = qc.get("quant_method", "?") if isinstance(qc, dict) else qc
         raise CheckpointError(f"{where}: quantization_config", f"the checkpoint is quantized ({method})",
                               "export the original float16/bfloat16 checkpoint instead")
-    # Biases: Qwen2 has them on q, k and v (always; its config has no key for it); attention_bias
-    # (Llama, Qwen3) puts one on o_proj too, and mlp_bias on the MLP: neither is run here.
+    # Biases: Qwen2 has them on q, k and v (always; its config has no key for it), GLM-4 too when
+    # attention_bias is true (modeling_glm4.py: o_proj has none); attention_bias elsewhere (Llama,
+    # Qwen3) puts one on o_proj too, and mlp_bias on the MLP: neither is run here.
     for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key):
-            raise CheckpointError(f"{where}: {key}", "is true; of the biases only Qwen2's on q, k and v are run")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"{where}: hidden_act", f"{cfg['hidden_act']!r} is not supported",
-                              "the MLP is SwiGLU: silu(w1 x) * (w3 x)")
+        if cfg.get(key) and not (key == "attention_bias" and model_type == "glm4"):
+            raise CheckpointError(f"{where}: {key}", "is true; of the biases only Qwen2's and GLM-4's on q, k "
+                                  "and v are run")
+    # The MLP's activation: Gemma's configs name it hidden_activation (modeling_gemma2.py reads that)
+    gemma = model_type in ("gemma2", "gemma3_text")
+    act_key = "hidden_activation" if gemma and cfg.get("hidden_activation") else "hidden_act"
+    want = "gelu_pytorch_tanh" if gemma else "silu"
+    if cfg.get(act_key, want) != want:
+        raise CheckpointError(f"{where}: {act_key}", f"{cfg[act_key]!r} is not supported",
+                              f"this family's MLP is run with {want}")
 
     c = {}
     c["dim"] = config_value(cfg, "hidden_size", where, int)
@@ -287,8 +334,9 @@ def read_config(hf_dir):
     c["n_kv_heads"] = config_value(cfg, "num_key_value_heads", where, int, default=c["n_heads"])
     c["head_dim"] = config_value(cfg, "head_dim", where, int, default=c["dim"] // c["n_heads"])
     c["family"] = FAMILIES[model_type]
-    c["qkv_bias"] = int(model_type == "qwen2")
-    c["qk_norm"] = int(model_type == "qwen3")
+    c["qkv_bias"] = int(model_type == "qwen2" or (model_type == "glm4" and bool(cfg.get("attention_bias"))))
+    c["qk_norm"] = {"qwen3": QK_NORM_HEAD, "gemma3_text": QK_NORM_HEAD, "exaone4": QK_NORM_HEAD,
+                    "olmo2": QK_NORM_ALL, "olmo3": QK_NORM_ALL}.get(model_type, 0)
     c["vocab_size"] = config_value(cfg, "vocab_size", where, int)
     c["seq_len"] = config_value(cfg, "max_position_embeddings", where, int)
     c["norm_eps"] = config_value(cfg, "rms_norm_eps", where, float)
@@ -318,6 +366,7 @@ def read_config(hf_dir):
         if key == "eos_token_id":
             c["end_ids"] = ids[1:]  # more than one: a version 2 file (model.h)
     c.update(read_rope(cfg, where, c["head_dim"], model_type))
+    read_hparams(cfg, where, model_type, c)
     check_limits(c, where)
     c["tie_word_embeddings"] = cfg.get("tie_word_embeddings")  # resolved against the tensors later
     if c["tie_word_embeddings"] is not None and type(c["tie_word_embeddings"]) is not bool:
@@ -356,6 +405,20 @@ def read_layers(cfg, where, model_type, c):
         if type(start) is not int:
             raise CheckpointError(f"{where}: max_window_layers", f"{start!r} is not an integer")
         kinds = [LAYER_SLIDING if window and l >= start else 0 for l in range(n)]
+    elif model_type in ("gemma2", "gemma3_text", "olmo3", "exaone4"):
+        # Local and global layers without layer_types: every `pattern`-th layer (l + 1 divisible by
+        # it) is global (configuration_gemma3.py, sliding_window_pattern; Gemma 2 alternates from a
+        # sliding layer 0; OLMo 3 has 3 sliding : 1 full); EXAONE 4 may spell the pattern as letters,
+        # "LLLG": layer l is local where letter l mod 4 is L.
+        pattern = cfg.get("sliding_window_pattern", {"gemma2": 2, "olmo3": 4, "exaone4": 4}.get(model_type, 6))
+        if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+            slides = [pattern[l % len(pattern)] == "L" for l in range(n)]
+        elif type(pattern) is int and pattern >= 1:
+            slides = [(l + 1) % pattern != 0 for l in range(n)]
+        else:
+            raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is not a positive integer "
+                                  "or a string of L and G")
+        kinds = [LAYER_SLIDING if window and slide else 0 for slide in slides]
     else:
         kinds = [LAYER_SLIDING if window else 0 for _ in range(n)]
     if any(kinds) and not window:
@@ -377,7 +440,55 @@ def read_layers(cfg, where, model_type, c):
         for key in ("no_rope_layers", "no_rope_layer_interval"):
             if cfg.get(key) is not None:
                 raise CheckpointError(f"{where}: {key}", f"is not read for model_type {model_type!r}")
+    if model_type == "exaone4" and window:
+        # modeling_exaone4.py, Exaone4Attention: with a sliding window set, only the sliding layers
+        # rotate; the global ones attend without any position signal (NoPE)
+        kinds = [k if k & LAYER_SLIDING else k | LAYER_NO_ROPE for k in kinds]
+    if model_type in ("gemma3_text", "olmo3"):
+        # The sliding layers rotate with a RoPE of their own, unscaled: Gemma 3's at rope_local_base_freq
+        # (modeling_gemma3.py, rotary_emb_local), OLMo 3's at rope_theta without the YaRN of the full
+        # layers (the OLMo 3 paper; vLLM; transformers 4.57's modeling_olmo3.py, whose 5.x applies YaRN
+        # to every layer)
+        kinds = [k | LAYER_ROPE_SWA if k & LAYER_SLIDING else k for k in kinds]
     c["layer_kind"] = kinds
+
+
+def read_hparams(cfg, where, model_type, c):
+    """What the family's layers do besides Llama's -> c["hparams"] (lrun/modelfile.py HPARAMS, named as
+    llama.cpp names them), c["layer_norms"] (our norm -> its HF name in a layer) and c["norm_plus_one"]
+    (Gemma's norms multiply by 1 + w: modeling_gemma2.py, Gemma2RMSNorm; the file stores 1 + w)."""
+    h = {}
+    norms = LAYER_NORMS.get(FAMILY_NORMS.get(model_type), {"rms_att": "input_layernorm",
+                                                           "rms_ffn": "post_attention_layernorm"})
+    c["layer_norms"] = norms
+    h["norms"] = sum(NORM_BITS[k] for k in norms)
+    c["norm_plus_one"] = model_type in ("gemma2", "gemma3_text")
+    if model_type in ("gemma2", "gemma3_text"):
+        h["act"] = ACT_GELU_TANH
+        # Gemma2Model: embeddings times sqrt(hidden_size), in the model's float type (float32 here)
+        h["f_embedding_scale"] = float(np.float32(c["dim"] ** 0.5))
+        # Gemma2Attention: scaling = query_pre_attn_scalar ** -0.5, in place of head_dim ** -0.5
+        h["f_attention_scale"] = config_value(cfg, "query_pre_attn_scalar", where, float) ** -0.5
+        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+            h[f"f_{key}"] = config_value(cfg, key, where, float, default=0.0, positive=False)
+    if model_type == "gemma3_text":
+        h["rope_freq_base_train_swa"] = config_value(cfg, "rope_local_base_freq", where, float)
+    if model_type == "olmo3":
+        h["rope_freq_base_train_swa"] = c["rope_theta"]
+    if model_type == "granite":  # modeling_granite.py: the four multipliers of its muP training
+        h["f_embedding_scale"] = config_value(cfg, "embedding_multiplier", where, float)
+        h["f_attention_scale"] = config_value(cfg, "attention_multiplier", where, float)
+        h["f_residual_scale"] = config_value(cfg, "residual_multiplier", where, float)
+        h["f_logit_scale"] = config_value(cfg, "logits_scaling", where, float)
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    beta = params.get("llama_4_scaling_beta")
+    if beta is not None:  # Ministral 3: queries times 1 + beta ln(1 + floor(pos / original context))
+        if model_type != "ministral3":
+            raise CheckpointError(f"{where}: rope_parameters.llama_4_scaling_beta",
+                                  f"is not read for model_type {model_type!r}")
+        h["f_attn_temp_scale"] = config_value(params, "llama_4_scaling_beta", where, float, positive=False)
+        h["n_attn_temp_floor_scale"] = config_value(params, "original_max_position_embeddings", where, int)
+    c["hparams"] = h
 
 
 # What ./run reads (model.c check_shape, rope.c rope_params_check). A file outside these limits
@@ -421,8 +532,10 @@ HF_NAMES = {"token_embedding": "model.embed_tokens.weight", "rms_final": "model.
             "rms_ffn": "post_attention_layernorm.weight", "w1": "mlp.gate_proj.weight",
             "w2": "mlp.down_proj.weight", "w3": "mlp.up_proj.weight"}
 # Which tensors are permuted with q's and k's rows (the two RoPE layouts, below): kind "q" has
-# n_heads heads, "k" n_kv_heads; q_norm and k_norm are one head's weights, shared by all heads.
+# n_heads heads, "k" n_kv_heads; q_norm and k_norm are one head's weights, shared by all heads
+# (over the whole projection, QK_NORM_ALL, they are as many as q's and k's rows: kind "q" and "k").
 PERMUTED = {"wq": "q", "bq": "q", "wk": "k", "bk": "k", "q_norm": "norm", "k_norm": "norm"}
+NORMS = {"rms_att", "post_att", "rms_ffn", "post_ffn", "rms_final", "q_norm", "k_norm"}  # Gemma's 1 + w
 
 
 def fused_rows(c, name):
@@ -433,6 +546,8 @@ def fused_rows(c, name):
     rows = {"wq": ("self_attn.qkv_proj.weight", 0, qd), "wk": ("self_attn.qkv_proj.weight", qd, qd + kvd),
             "wv": ("self_attn.qkv_proj.weight", qd + kvd, qd + 2 * kvd),
             "w1": ("mlp.gate_up_proj.weight", 0, F), "w3": ("mlp.gate_up_proj.weight", F, 2 * F)}
+    if c["family"] == FAMILIES["glm4"]:  # GLM-4 fuses only gate and up (modeling_glm4.py, Glm4MLP)
+        return rows.get(name) if name in ("w1", "w3") else None
     return rows.get(name) if c["family"] == FAMILIES["phi3"] else None
 
 
@@ -441,14 +556,17 @@ def tensor_plan(c):
     row) of a fused one, or the value itself for version 3's tables."""
     plan = []
     for ours, shape, kind in tensors(c):
-        if kind in ("i32", "f64"):  # layer_kind, rope_short_factor, rope_long_factor
-            plan.append((ours, c[ours], shape, kind))
+        if kind in ("i32", "f64", "hparams"):  # layer_kind, rope_short_factor, rope_long_factor, hparams
+            plan.append((ours, c.get(ours), shape, kind))
             continue
         if ours.startswith("layers."):  # layers.L.NAME -> model.layers.L.<HF name of NAME>
             _, l, name = ours.split(".")
             fused = fused_rows(c, name)
-            hf = (f"model.layers.{l}.{fused[0]}", fused[1], fused[2]) if fused else f"model.layers.{l}.{HF_NAMES[name]}"
+            hf_layer = f"{c['layer_norms'][name]}.weight" if name in c["layer_norms"] else HF_NAMES[name]
+            hf = (f"model.layers.{l}.{fused[0]}", fused[1], fused[2]) if fused else f"model.layers.{l}.{hf_layer}"
             kind = PERMUTED.get(name, kind)
+            if c["qk_norm"] == QK_NORM_ALL and name in ("q_norm", "k_norm"):
+                kind = name[0]  # a weight per row of q (k): permuted as those rows
         else:
             hf = HF_NAMES[ours]
         plan.append((ours, hf, shape, kind))
@@ -473,7 +591,7 @@ def resolve_classifier(c, names):
 def check_tensors(ckpt, plan, hf_dir):
     """Every planned tensor present, float, and of the shape config.json implies; nothing else."""
     names = set(ckpt.names())
-    sources = [(hf, shape) for _, hf, shape, kind in plan if kind not in ("i32", "f64")]
+    sources = [(hf, shape) for _, hf, shape, kind in plan if kind not in ("i32", "f64", "hparams")]
     expected = {hf_name(hf) for hf, _ in sources}
     biases = sorted(n for n in names - expected if n.endswith(".bias"))
     if biases:
@@ -528,6 +646,13 @@ def check_tensors(ckpt, plan, hf_dir):
 # Biases of q and k are permuted as their rows, and Qwen3's q_norm / k_norm weights (one head's
 # worth, shared by every head) as the rows of one head: RMSNorm does not care about the order of
 # what it normalizes, only each weight must stay with its coordinate.
+
+def interleaved(c):
+    """Whether the checkpoint's q and k rows are already in the interleaved layout: GLM-4's
+    apply_rotary_pos_emb turns adjacent pairs (x[0::2], x[1::2]: modeling_glm4.py, rotate_half_llm),
+    as rope.c does, so its rows are written as they are."""
+    return c["family"] == FAMILIES["glm4"]
+
 
 def interleave_rows(w, n_heads, head_dim, rot_dims=0):
     """(n_heads*hd, ...) rows in rotate_half order -> interleaved order, in the first rot_dims rows
@@ -765,6 +890,9 @@ def export(hf_dir, out, dtype):
             f.write(pack_header(c))  # 128 bytes of fields, 128 reserved zeros
             n_params = 0
             for k, (ours, hf, shape, kind) in enumerate(plan):
+                if kind == "hparams":  # version 4's table, right after the header
+                    f.write(pack_hparams(c))
+                    continue
                 if kind in ("i32", "f64"):  # a table of version 3: the value itself
                     write_tensor(f, np.array(hf), kind, dtype, ours)
                     continue
@@ -772,14 +900,18 @@ def export(hf_dir, out, dtype):
                 if not np.isfinite(w).all():
                     raise CheckpointError(f"{hf_dir}: tensor {hf_name(hf)}", "contains NaN or infinity",
                                           "the checkpoint is broken")
-                if kind in ("q", "k", "norm") and ours.split(".")[-1] in PERMUTED:
+                if c["norm_plus_one"] and ours.split(".")[-1] in NORMS:
+                    w = w + np.float32(1)  # Gemma: x * (1 + w), in float32 as Gemma2RMSNorm computes it
+                if kind in ("q", "k", "norm") and ours.split(".")[-1] in PERMUTED and not interleaved(c):
                     heads = {"q": c["n_heads"], "k": c["n_kv_heads"], "norm": 1}[kind]
                     w = interleave_rows(w, heads, c["head_dim"], c["rot_dims"])
                 write_tensor(f, w, kind, dtype, hf_name(hf))
                 n_params += w.size
                 src = f"{hf[0]} rows {hf[1]}:{hf[2]}" if isinstance(hf, tuple) else hf
                 print(f"[{k + 1:3d}/{len(plan)}] {ours:<18s} {str(shape):<14s} <- {src}"
-                      + (" (rows interleaved)" if ours.split(".")[-1] in PERMUTED else ""), file=sys.stderr)
+                      + (" (rows interleaved)" if ours.split(".")[-1] in PERMUTED and not interleaved(c) else "")
+                      + (" (1 + w)" if c["norm_plus_one"] and ours.split(".")[-1] in NORMS else ""),
+                      file=sys.stderr)
                 del w
             size = f.tell()
         publish(tmp, target)  # atomic: the same directory as the target

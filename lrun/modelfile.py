@@ -20,8 +20,21 @@ VERSION_END_IDS, MAX_END_IDS, END_IDS = 2, 8, struct.Struct("<9i")  # n_end_ids,
 VERSION_FAMILIES = 3
 FAMILY_FIELDS = ("family", "rot_dims", "qkv_bias", "qk_norm", "sliding_window")
 FAMILY = struct.Struct("<5i")
-FAMILIES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "smollm3": 4, "phi3": 5}  # Family in model.h
-LAYER_NO_ROPE, LAYER_SLIDING = 1, 2  # bits of layer_kind (kernels.h)
+FAMILIES = {"llama": 0, "mistral": 1, "qwen2": 2, "qwen3": 3, "smollm3": 4, "phi3": 5,  # Family in model.h
+            "gemma2": 6, "gemma3_text": 7, "olmo2": 8, "olmo3": 9, "exaone4": 10, "glm4": 11, "granite": 12,
+            "ministral3": 13}
+LAYER_NO_ROPE, LAYER_SLIDING, LAYER_ROPE_SWA = 1, 2, 4  # bits of layer_kind (kernels.h)
+# Version 4: the layers as data. n_hparams (int32 at 184), the hparams table at 256 (each entry a
+# 32-byte NUL-padded name and a float64), then version 3's tables. HPARAMS: each name and its
+# default (Llama's; a name left out of the file has it). NORM_*: the bits of "norms" (model.h).
+VERSION_HPARAMS, HPARAM = 4, struct.Struct("<32sd")
+HPARAMS = {"norms": 5, "act": 0, "f_embedding_scale": 1.0, "f_attention_scale": 0.0,
+           "f_attn_logit_softcapping": 0.0, "f_residual_scale": 1.0, "f_logit_scale": 1.0,
+           "f_final_logit_softcapping": 0.0, "rope_freq_base_train_swa": 0.0, "f_attn_temp_scale": 0.0,
+           "n_attn_temp_floor_scale": 0}
+NORM_ATTN, NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST = 1, 2, 4, 8
+ACT_SILU, ACT_GELU_TANH = 0, 1
+QK_NORM_HEAD, QK_NORM_ALL = 1, 2
 LONGROPE = 8  # RopeScaling in rope.h
 DTYPES = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4, "q8_0_r16": 5, "bf16_r16": 6}  # DType in kernels.h
 # What export.py's --dtype NAME writes: q8_0 and bf16 in groups of 16 rows (5, q8_0_r16; 6,
@@ -54,9 +67,28 @@ def needs_v3(h):
             or any(h.get("layer_kind") or []))
 
 
+def needs_v4(h):
+    """Whether the header h describes something only version 4 holds: a family past Phi-3, an hparam
+    other than its default, q/k norms over the whole projection, or a layer with the local RoPE."""
+    return (h.get("family", 0) >= FAMILIES["gemma2"] or h.get("qk_norm", 0) == QK_NORM_ALL
+            or any(v != HPARAMS[k] for k, v in (h.get("hparams") or {}).items())
+            or any(k & LAYER_ROPE_SWA for k in h.get("layer_kind") or []))
+
+
 def file_version(h):
     """The version a file of header h is written as: the lowest that holds it."""
-    return VERSION_FAMILIES if needs_v3(h) else VERSION_END_IDS if h.get("end_ids") else VERSION
+    return (VERSION_HPARAMS if needs_v4(h) else VERSION_FAMILIES if needs_v3(h)
+            else VERSION_END_IDS if h.get("end_ids") else VERSION)
+
+
+def hparam_entries(h):
+    """[(name, value)] of the hparams table of header h: those that differ from Llama's default."""
+    return [(k, float(v)) for k, v in (h.get("hparams") or {}).items() if v != HPARAMS[k]]
+
+
+def pack_hparams(h):
+    """The bytes of the hparams table (version 4; model.h)."""
+    return b"".join(HPARAM.pack(k.encode(), v) for k, v in hparam_entries(h))
 
 
 def pack_header(h):
@@ -72,6 +104,8 @@ def pack_header(h):
         head += END_IDS.pack(len(end_ids), *(end_ids + [0] * (MAX_END_IDS - len(end_ids))))
     if version >= VERSION_FAMILIES:
         head += FAMILY.pack(*(int(h.get(f) or 0) for f in FAMILY_FIELDS))
+    if version >= VERSION_HPARAMS:
+        head += struct.pack("<i", len(hparam_entries(h)))
     return head + bytes(HEADER_SIZE - len(head))
 
 
@@ -89,6 +123,13 @@ def read_header(buf):
     if h["version"] >= VERSION_FAMILIES:
         h.update(zip(FAMILY_FIELDS, FAMILY.unpack_from(buf, start)))
         start += FAMILY.size
+    if h["version"] >= VERSION_HPARAMS:
+        n, = struct.unpack_from("<i", buf, start)
+        start += 4
+        h["hparams"] = {}
+        for e in range(n if 0 <= n <= 64 and len(buf) >= HEADER_SIZE + n * HPARAM.size else 0):
+            name, v = HPARAM.unpack_from(buf, HEADER_SIZE + e * HPARAM.size)
+            h["hparams"][name.rstrip(b"\0").decode("ascii", "replace")] = v
     h["reserved"] = bytes(buf[start:HEADER_SIZE])
     return h
 
@@ -100,9 +141,9 @@ def set_field(buf, name, value):
 
 # --- The tensors ------------------------------------------------------------------------------------
 
-LAYER_TENSORS = ("rms_att", "wq", "bq", "wk", "bk", "wv", "bv", "q_norm", "k_norm", "wo", "rms_ffn", "w1", "w2",
-                 "w3")
-VECTORS = {"rms_att", "rms_ffn", "bq", "bk", "bv", "q_norm", "k_norm"}  # f32 whatever the dtype
+LAYER_TENSORS = ("rms_att", "wq", "bq", "wk", "bk", "wv", "bv", "q_norm", "k_norm", "wo", "post_att", "rms_ffn", "w1",
+                 "w2", "w3", "post_ffn")  # loader.c's LAYER_TENSORS, the same order
+VECTORS = {"rms_att", "rms_ffn", "bq", "bk", "bv", "q_norm", "k_norm", "post_att", "post_ffn"}  # f32 whatever the dtype
 
 
 def tensors(h):
@@ -112,10 +153,17 @@ def tensors(h):
     q, kv = h["n_heads"] * hd, h["n_kv_heads"] * hd
     shapes = {"rms_att": (D,), "wq": (q, D), "bq": (q,), "wk": (kv, D), "bk": (kv,), "wv": (kv, D), "bv": (kv,),
               "q_norm": (hd,), "k_norm": (hd,), "wo": (D, q), "rms_ffn": (D,), "w1": (F, D), "w2": (D, F),
-              "w3": (F, D)}
+              "w3": (F, D), "post_att": (D,), "post_ffn": (D,)}
+    if h.get("qk_norm") == QK_NORM_ALL:  # OLMo 2: over the whole projection
+        shapes.update(q_norm=(q,), k_norm=(kv,))
     skip = set() if h.get("qkv_bias") else {"bq", "bk", "bv"}
     skip |= set() if h.get("qk_norm") else {"q_norm", "k_norm"}
+    norms = dict(HPARAMS, **(h.get("hparams") or {}))["norms"]
+    skip |= {name for name, bit in (("rms_att", NORM_ATTN), ("post_att", NORM_ATTN_POST), ("rms_ffn", NORM_FFN),
+                                    ("post_ffn", NORM_FFN_POST)) if not int(norms) & bit}
     t = []
+    if file_version(h) >= VERSION_HPARAMS:
+        t.append(("hparams", (len(hparam_entries(h)),), "hparams"))
     if file_version(h) >= VERSION_FAMILIES:
         t.append(("layer_kind", (h["n_layers"],), "i32"))
         if h["rope_scaling"] == LONGROPE:
@@ -243,7 +291,7 @@ def layout(h):
     Python integers: exact for any header, however large the file it describes."""
     out, end = [], HEADER_SIZE
     for name, shape, kind in tensors(h):
-        size = {"norm": 4, "i32": 4, "f64": 8}.get(kind)
+        size = {"norm": 4, "i32": 4, "f64": 8, "hparams": HPARAM.size}.get(kind)
         parts = [size * math.prod(shape)] if size else matrix_parts(*shape, h["dtype"])
         pieces = []
         for n in parts:
