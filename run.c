@@ -799,12 +799,37 @@ static void layer_ranges(const Config *c, int bit, int want, char *buf, size_t l
     }
 }
 
+// The banner's line on what a layer does besides Llama's (version 4's hparams), when it does.
+static void banner_recipe(const Config *c) {
+    char buf[400];
+    size_t n = 0;
+#define ADD(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
+    static const char *const WHERE[4] = {"no norm", "a norm before", "a norm after", "norms before and after"};
+    if (c->norms != NORMS_LLAMA)
+        ADD(", %s attention, %s the MLP", WHERE[!!(c->norms & NORM_ATTN) + 2 * !!(c->norms & NORM_ATTN_POST)],
+            WHERE[!!(c->norms & NORM_FFN) + 2 * !!(c->norms & NORM_FFN_POST)]);
+    if (c->act == ACT_GELU_TANH) ADD(", GeGLU (tanh GELU)");
+    if (c->qk_norm == QK_NORM_ALL) ADD(", q/k RMSNorm over the whole projection");
+    if (c->f_embedding_scale != 1) ADD(", embeddings x %g", c->f_embedding_scale);
+    if (c->f_attention_scale > 0) ADD(", scores x %g", c->f_attention_scale);
+    if (c->f_attn_logit_softcapping > 0) ADD(", scores capped at %g", c->f_attn_logit_softcapping);
+    if (c->f_residual_scale != 1) ADD(", sublayer outputs x %g", c->f_residual_scale);
+    if (c->f_logit_scale != 1) ADD(", logits / %g", c->f_logit_scale);
+    if (c->f_final_logit_softcapping > 0) ADD(", logits capped at %g", c->f_final_logit_softcapping);
+    if (c->f_attn_temp_scale > 0)
+        ADD(", queries x 1 + %g ln(1 + floor(m / %d))", c->f_attn_temp_scale, c->n_attn_temp_floor_scale);
+#undef ADD
+    if (n) fprintf(stderr, "layer:%s\n", buf + 1);
+}
+
 // The banner's line on layers that differ: which ones rotate (NoPE) and which slide.
 static void banner_layers(const Config *c) {
+    banner_recipe(c);
     if (!c->layer_kind) return;
-    int nope = 0, sliding = 0;
+    int nope = 0, sliding = 0, local = 0;
     for (int l = 0; l < c->n_layers; l++)
-        nope += !!(c->layer_kind[l] & LAYER_NO_ROPE), sliding += !!(c->layer_kind[l] & LAYER_SLIDING);
+        nope += !!(c->layer_kind[l] & LAYER_NO_ROPE), sliding += !!(c->layer_kind[l] & LAYER_SLIDING),
+            local += !!(c->layer_kind[l] & LAYER_ROPE_SWA);
     if (!nope && !sliding) return;
     char rot[200], no[200], slide[200];
     layer_ranges(c, LAYER_NO_ROPE, 0, rot, sizeof rot);
@@ -812,6 +837,11 @@ static void banner_layers(const Config *c) {
     layer_ranges(c, LAYER_SLIDING, 1, slide, sizeof slide);
     fprintf(stderr, "layers:");
     if (nope) fprintf(stderr, " RoPE in %s, none (NoPE) in %s%s", nope < c->n_layers ? rot : "none", no, sliding ? ";" : "");
+    if (local) {
+        char swa[200];
+        layer_ranges(c, LAYER_ROPE_SWA, 1, swa, sizeof swa);
+        fprintf(stderr, " the local RoPE (base %g, unscaled) in %s;", c->rope_freq_base_train_swa, swa);
+    }
     if (sliding == c->n_layers)
         fprintf(stderr, " every layer sees the last %d positions (sliding window)", c->sliding_window);
     else if (sliding)
@@ -832,7 +862,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
             "vocab %d%s%s\n",
             path, version, family_name(c->family), dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
             c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->qkv_bias ? ", q/k/v biases" : "",
-            c->qk_norm ? ", q/k RMSNorm per head" : "");
+            c->qk_norm == QK_NORM_HEAD ? ", q/k RMSNorm per head" : "");
     banner_layers(c);
     int overflow;
     const size_t kv = transformer_kv_bytes(c, run), all = transformer_state_bytes(c, run, max_threads(), &overflow);

@@ -14,10 +14,12 @@
 // key's size with f32 keys (2e-3 with f16 keys, rounded again when turned) in every RoPE mode; under
 // dynamic NTK and ReRoPE (keys cached un-rotated) exactly. Negative control: moving the keys without turning
 // them must be off by more than 1e-2.
-// Run: ./tests/test_model data/stories260K/stories260K.bin   (part of `make test`)
+// Run: ./tests/test_model data/stories260K/stories260K.bin   (part of `make test`); with --layers MODEL.bin,
+// the shift of a model with a RoPE per layer (shift_layers, below).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model.h"
 
@@ -69,7 +71,7 @@ static int start(Transformer *t, const char *path, int mode, DType kt, const int
     RunConfig run = {.n_ctx = ctx, .max_batch = 64, .cache_k = kt, .cache_v = DTYPE_F32};
     const int no_factor = mode == ROPE_SCALING_DYNAMIC || mode == ROPE_SCALING_NONE || mode == ROPE_SCALING_REROPE ||
                           mode == ROPE_SCALING_SELFEXTEND || mode == ROPE_SCALING_DYNAMIC_YARN || mode == ROPE_SCALING_DCA;
-    RopeOverrides o = {.mode = mode, .factor = no_factor ? 0 : 2};
+    RopeOverrides o = {.mode = mode, .factor = no_factor || mode < 0 ? 0 : 2}; // mode -1: the checkpoint's
     if (transformer_load(t, path, err, sizeof err) ||
         rope_params_resolve(&run.rope, &t->config.rope, run.n_ctx, &o, err, sizeof err) ||
         transformer_prepare(t, &run, err, sizeof err) != PREPARE_OK ||
@@ -120,7 +122,67 @@ static double shift_error(const char *path, int mode, DType kt, int turn) {
     return worst;
 }
 
+// Context shift with a RoPE per layer (`test_model --layers MODEL.bin`, tests/test_families2.py): after
+// a 64-token prompt in a 64-token cache, keep 4 and drop 30; every moved key of every layer must be
+// the key cached before the shift turned back by 30 positions, in double, with the frequencies of its
+// own layer's RoPE (the local one of LAYER_ROPE_SWA layers, the model's, or none for NoPE layers), within
+// 2e-6 of the key's size. Negative control: the same with the frequencies of the other RoPE (for a
+// NoPE layer, the model's) must be off by more than 1e-2 in some layer.
+static int shift_layers(const char *path) {
+    enum { CTX = 64, KEEP = 4, DROP = 30, LEFT = CTX - DROP };
+    int ids[CTX];
+    for (int i = 0; i < CTX; i++)
+        ids[i] = (i * 37 + 11) % 512;
+    Transformer t;
+    char err[300];
+    if (start(&t, path, -1, DTYPE_F32, ids, CTX, CTX)) return 1; // the checkpoint's own RoPE
+    const Config *c = &t.config;
+    const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    float *before = malloc(sizeof(float) * c->n_layers * CTX * kvd);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int j = 0; j < CTX; j++)
+            for (int i = 0; i < kvd; i++)
+                before[((size_t)l * CTX + j) * kvd + i] = kv_key(&t.state.kv, l, j, i);
+    if (transformer_shift(&t, CTX, KEEP, DROP, err, sizeof err)) {
+        fprintf(stderr, "test_model: %s\n", err);
+        return 1;
+    }
+    double inv[2][512], zero[512] = {0}, mscale, base, worst = 0, control = 0;
+    rope_inv_freq(&t.rope.p, CTX, inv[0], &mscale, &base);
+    rope_inv_freq(t.rope_swa.cos ? &t.rope_swa.p : &t.rope.p, CTX, inv[1], &mscale, &base);
+    for (int l = 0; l < c->n_layers; l++) {
+        const int kind = c->layer_kind ? c->layer_kind[l] : 0;
+        const double *own = kind & LAYER_NO_ROPE ? zero : kind & LAYER_ROPE_SWA ? inv[1] : inv[0];
+        const double *other = kind & LAYER_ROPE_SWA || kind & LAYER_NO_ROPE ? inv[0] : inv[1];
+        double layer_control = 0;
+        for (int j = KEEP; j < LEFT; j++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                const float *x = before + ((size_t)l * CTX + j + DROP) * kvd + h * hd;
+                double want[1024], wrong[1024], norm = 1e-30;
+                rotate(want, x, own, hd, -DROP);
+                rotate(wrong, x, other, hd, -DROP);
+                for (int d = 0; d < hd; d++)
+                    norm += (double)x[d] * x[d];
+                for (int d = 0; d < hd; d++) {
+                    const double got = kv_key(&t.state.kv, l, j, h * hd + d);
+                    worst = fmax(worst, fabs(got - want[d]) / sqrt(norm));
+                    layer_control = fmax(layer_control, fabs(got - wrong[d]) / sqrt(norm));
+                }
+            }
+        control = fmax(control, layer_control);
+    }
+    const int ok = worst <= 2e-6 && control > 1e-2;
+    printf("%-4s context shift, a RoPE per layer, keep 4 drop 30 of 64: every layer's moved keys vs its keys before "
+           "turned back in double by its own RoPE: max diff %.3e (tol 2e-6); by the other RoPE (must differ): %.3e "
+           "(> 1e-2)\n",
+           ok ? "ok" : "FAIL", worst, control);
+    free(before);
+    transformer_free(&t);
+    return !ok;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--layers")) return shift_layers(argv[2]);
     if (argc != 2 && argc != 3) {
         fprintf(stderr, "usage: test_model stories260K.bin [MODEL.bin with head_dim a multiple of 32, for q8_0 keys]\n");
         return 2;

@@ -1,0 +1,281 @@
+"""test_families2.py - the families whose layers differ by more than a flag (Gemma 2 and 3, OLMo 2 and 3,
+EXAONE 4, GLM-4, Granite 3, Ministral 3), exported as version 4 files and run by model.c, against logits
+from an independent float32 forward pass written from transformers' modeling files.
+
+data/families2/ holds nine random checkpoints in each family's config.json and tensor names, with the
+logits of that reference at chosen rows of one sequence (data/families2/README.md says how they were
+made and what each exercises). Each is exported (export/export.py) and run through tools/dump_logits;
+max |ours - theirs| / max |theirs| must be below TOL. The same cases run through the plain references
+(tools/dump_logits_ref: matmul_ref and attention_ref) and one token at a time.
+
+Each feature has a control that must fail: the exported file with that feature taken out of it (an
+hparam set back to Llama's value, a layer kind bit cleared, a norm's weights set to 1, ...), which must
+be farther than CONTROL from the reference; so a pass shows the feature is run, not that the weights
+alone match.
+"""
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import DATA, REPO, TOOLS, run_export
+from lrun.modelfile import HPARAM, HEADER_SIZE, LAYER_NO_ROPE, LAYER_ROPE_SWA, LAYER_SLIDING, layout, read_header, \
+    set_field
+
+FAMILIES = DATA / "families2"
+TOL = 1e-4      # of the largest logit (measured: 3e-7 .. 1e-5; the reference forms RoPE angles in float32)
+CONTROL = 1e-2  # a control with the feature taken out must be at least this far off
+CASES = sorted(d.name for d in FAMILIES.iterdir() if d.is_dir())
+
+
+def fixture(case):
+    d = FAMILIES / case
+    ids = np.fromfile(d / "ids.bin", np.int32)
+    rows = np.fromfile(d / "rows.bin", np.int32)
+    theirs = np.fromfile(d / "logits.bin", np.float32).reshape(len(rows), -1)
+    return d, ids, rows, theirs
+
+
+def ours(model, ids_path, n, tmp_path, *extra, tool="dump_logits"):
+    out = tmp_path / "logits.bin"
+    proc = subprocess.run([str(TOOLS / tool), str(model), str(ids_path), str(out), "--ctx", str(n), *extra],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return np.fromfile(out, np.float32).reshape(n, -1)
+
+
+def rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, c_tools):
+    """{case: path of its f32 export}, each in a folder of its own."""
+    root = tmp_path_factory.mktemp("families2")
+    files = {}
+    for case in CASES:
+        (root / case).mkdir()
+        proc = run_export(FAMILIES / case, root / case / "model.bin")
+        assert proc.returncode == 0, proc.stderr
+        assert read_header((root / case / "model.bin").read_bytes())["version"] == 4
+        files[case] = root / case / "model.bin"
+    return files
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_equal_the_reference(case, exported, tmp_path):
+    d, ids, rows, theirs = fixture(case)
+    got = ours(exported[case], d / "ids.bin", len(ids), tmp_path)[rows]
+    diff = rel(got, theirs)
+    print(f"{case}: n = {len(ids)}, {len(rows)} rows, max |ours - reference| / max |logit| = {diff:.2e}")
+    assert diff < TOL
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_plain_references_and_token_by_token(case, exported, tmp_path):
+    """The same logits from the plain path (matmul_ref, attention_ref: the scale, the softcap, the window
+    and the second RoPE read there too) and from generation's path, one token at a time."""
+    d, ids, rows, theirs = fixture(case)
+    plain = ours(exported[case], d / "ids.bin", len(ids), tmp_path, tool="dump_logits_ref")[rows]
+    growing = ours(exported[case], d / "ids.bin", len(ids), tmp_path, "--growing", "--batch", "1")[rows]
+    print(f"{case}: plain references {rel(plain, theirs):.2e}, token by token {rel(growing, theirs):.2e}")
+    assert rel(plain, theirs) < TOL and rel(growing, theirs) < TOL
+
+
+def edited(src, dst, edit):
+    """A copy of the model file src at dst with edit(bytearray, header, layout) applied."""
+    buf = bytearray(src.read_bytes())
+    h = read_header(buf)
+    edit(buf, h, {name: pieces for name, _, _, pieces in layout(h)})
+    dst.write_bytes(bytes(buf))
+    return dst
+
+
+def set_hparam(buf, name, value):
+    """Set the value of hparam `name` in the table at byte 256 (model.h, version 4)."""
+    n, = struct.unpack_from("<i", buf, 184)
+    for e in range(n):
+        at = HEADER_SIZE + e * HPARAM.size
+        if HPARAM.unpack_from(buf, at)[0].rstrip(b"\0").decode() == name:
+            HPARAM.pack_into(buf, at, name.encode(), value)
+            return
+    raise KeyError(name)
+
+
+def set_kinds(buf, parts, f):
+    (off, n), = parts["layer_kind"]
+    kinds = list(struct.unpack_from(f"<{n // 4}i", buf, off))
+    struct.pack_into(f"<{n // 4}i", buf, off, *[f(k) for k in kinds])
+
+
+def fill(buf, parts, suffixes, f):
+    """Every f32 vector whose name ends in one of suffixes: value x -> f(x)."""
+    for name, pieces in parts.items():
+        if name.endswith(suffixes):
+            for off, n in pieces:
+                x = np.frombuffer(bytes(buf[off:off + n]), "<f4")
+                buf[off:off + n] = f(x).astype("<f4").tobytes()
+
+
+def zero(buf, parts, suffixes):
+    fill(buf, parts, suffixes, np.zeros_like)
+
+
+NORMS = ("rms_att", "post_att", "rms_ffn", "post_ffn", "q_norm", "k_norm", "rms_final")
+
+# (case, what the control takes out, the edit of the exported file)
+CONTROLS = [
+    ("gemma2-softcap", "the attention softcap", lambda b, h, p: set_hparam(b, "f_attn_logit_softcapping", 1e6)),
+    ("gemma2-softcap", "the final softcap", lambda b, h, p: set_hparam(b, "f_final_logit_softcapping", 1e6)),
+    ("gemma2-softcap", "the sliding window", lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_SLIDING)),
+    ("gemma2-softcap", "GeGLU (SiLU instead)", lambda b, h, p: set_hparam(b, "act", 0)),
+    ("gemma2-softcap", "query_pre_attn_scalar (1/sqrt(head_dim) instead)",
+     lambda b, h, p: set_hparam(b, "f_attention_scale", 32 ** -0.5)),
+    ("gemma2-softcap", "the embedding scale", lambda b, h, p: set_hparam(b, "f_embedding_scale", 1)),
+    ("gemma3-linear-global", "the local RoPE (the global one's base and factor everywhere)",
+     lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_ROPE_SWA)),
+    ("gemma3-linear-global", "the linear factor of the global layer", lambda b, h, p: set_field(b, "rope_scaling", 0)),
+    ("gemma3-two-bases", "the local base (1e6 everywhere)", lambda b, h, p: set_hparam(b, "rope_freq_base_train_swa",
+                                                                                      1e6)),
+    ("gemma3-two-bases", "1 + w in the norms (w instead)", lambda b, h, p: fill(b, p, NORMS, lambda x: x - 1)),
+    ("olmo2-postnorm", "the q/k norm weights (set to 1)", lambda b, h, p: fill(b, p, ("q_norm", "k_norm"),
+                                                                               np.ones_like)),
+    ("olmo2-postnorm", "the post-norm weights (set to 1)", lambda b, h, p: fill(b, p, ("post_att", "post_ffn"),
+                                                                                np.ones_like)),
+    ("olmo3-swa-yarn", "the unscaled RoPE of the sliding layers (YaRN everywhere: transformers 5's reading)",
+     lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_ROPE_SWA)),
+    ("olmo3-swa-yarn", "the sliding window", lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_SLIDING)),
+    ("exaone4-global-nope", "NoPE in the global layer", lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_NO_ROPE)),
+    ("glm4-partial-interleaved", "partial rotary (the whole head turns)",
+     lambda b, h, p: struct.pack_into("<i", b, 168, 32)),
+    ("glm4-partial-interleaved", "the q/k/v biases", lambda b, h, p: zero(b, p, ("bq", "bk", "bv"))),
+    ("granite-mup", "embedding_multiplier", lambda b, h, p: set_hparam(b, "f_embedding_scale", 1)),
+    ("granite-mup", "attention_multiplier", lambda b, h, p: set_hparam(b, "f_attention_scale", 32 ** -0.5)),
+    ("granite-mup", "residual_multiplier", lambda b, h, p: set_hparam(b, "f_residual_scale", 1)),
+    ("granite-mup", "logits_scaling", lambda b, h, p: set_hparam(b, "f_logit_scale", 1)),
+    ("ministral3-yarn-beta", "the query temperature", lambda b, h, p: set_hparam(b, "f_attn_temp_scale", 1e-6)),
+    ("ministral3-yarn-beta", "mscale's attention factor 1 (0.1 ln 4 + 1 instead)",
+     lambda b, h, p: set_field(b, "rope_attn_factor", 0.0)),
+]
+
+
+@pytest.mark.parametrize("case,what,edit", CONTROLS, ids=[f"{c}: {w}" for c, w, _ in CONTROLS])
+def test_control_without_the_feature_fails(case, what, edit, exported, tmp_path):
+    d, ids, rows, theirs = fixture(case)
+    model = edited(exported[case], tmp_path / "control.bin", edit)
+    diff = rel(ours(model, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
+    print(f"{case} control (without {what}): max diff / max logit = {diff:.2e}")
+    assert diff > CONTROL
+
+
+@pytest.mark.parametrize("dtype,bound", [("f16", 2e-3), ("bf16", 2e-2), ("q8_0", 8e-2)])
+@pytest.mark.parametrize("case", ["gemma3-linear-global", "glm4-partial-interleaved", "olmo2-postnorm"])
+def test_weight_types(case, dtype, bound, exported, tmp_path):
+    """Every weight type exports and runs with the new tensors (post-norms, whole-projection q/k norms,
+    biases: f32 whatever the type); the logits stay near our f32 run of the same checkpoint (bounds: about
+    twice what was measured; q8_0 on random weights whose q and k were scaled by 6 moves them by 4%)."""
+    d, ids, rows, _ = fixture(case)
+    (tmp_path / "m").mkdir()
+    proc = run_export(d, tmp_path / "m" / "model.bin", "--dtype", dtype)
+    assert proc.returncode == 0, proc.stderr
+    ref = ours(exported[case], d / "ids.bin", len(ids), tmp_path)[rows]
+    diff = rel(ours(tmp_path / "m" / "model.bin", d / "ids.bin", len(ids), tmp_path)[rows], ref)
+    print(f"{case} {dtype}: max diff / max logit against f32 = {diff:.2e}")
+    assert diff < bound
+
+
+@pytest.mark.parametrize("case", ["gemma3-two-bases", "olmo3-swa-yarn", "exaone4-global-nope"])
+def test_context_shift_turns_each_layer_with_its_own_rope(case, exported):
+    """A context shift turns each layer's cached keys back with its own RoPE (the local one, the global
+    one, none): tests/test_model.c --layers checks every moved key against the key before the shift
+    turned in double, with the other RoPE as the control."""
+    proc = subprocess.run([str(REPO / "tests" / "test_model"), "--layers", str(exported[case])], capture_output=True,
+                          text=True)
+    print(proc.stdout)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
+
+
+def test_banner_says_what_the_layers_do(exported):
+    for case, expect in [("gemma2-softcap", ["Gemma 2", "norms before and after attention", "GeGLU",
+                                             "scores capped at 50", "logits capped at 30", "embeddings x 8"]),
+                         ("gemma3-linear-global", ["Gemma 3", "the local RoPE (base 10000, unscaled) in 0-4",
+                                                   "rope: pi, base 1e+06, factor 8"]),
+                         ("olmo2-postnorm", ["OLMo 2", "a norm after attention", "over the whole projection"]),
+                         ("exaone4-global-nope", ["EXAONE 4", "none (NoPE) in 3"]),
+                         ("granite-mup", ["Granite", "sublayer outputs x 0.22", "logits / 8", "scores x 0.05"]),
+                         ("ministral3-yarn-beta", ["Ministral 3", "queries x 1 + 0.1 ln(1 + floor(m / 256))"]),
+                         ("glm4-partial-interleaved", ["GLM-4", "q/k/v biases", "16 of 32 dimensions turn"])]:
+        proc = subprocess.run([str(REPO / "run"), str(exported[case]), "-i", "a", "-n", "2", "-t", "0"],
+                              capture_output=True, text=True, errors="replace")
+        assert proc.returncode == 0, proc.stderr
+        for e in expect:
+            assert e in proc.stderr, (case, e, proc.stderr)
+
+
+def test_rerope_refused_on_local_layers(exported):
+    """Modes that score a key at two rotations are not run with sliding layers (run.c), Gemma 3's too."""
+    proc = subprocess.run([str(REPO / "run"), str(exported["gemma3-two-bases"]), "-i", "a", "-n", "2",
+                           "--rope-scaling", "rerope"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "sliding-window layers (window 32)" in proc.stderr, proc.stderr
+
+
+def test_scaling_at_run_time_moves_only_the_global_layers(exported, tmp_path):
+    """--rope-scaling applies to the model's RoPE, not the local one: on gemma3-two-bases, whose only
+    global layer is the last, pi x 2 changes the logits, and with that layer turned NoPE it changes
+    nothing (the local layers never see it)."""
+    d, ids, _, _ = fixture("gemma3-two-bases")
+    n = 300
+    (tmp_path / "ids.bin").write_bytes(ids[:n].astype("<i4").tobytes())
+    base = ours(exported["gemma3-two-bases"], tmp_path / "ids.bin", n, tmp_path)
+    pi = ours(exported["gemma3-two-bases"], tmp_path / "ids.bin", n, tmp_path, "--rope-scaling", "pi",
+              "--rope-factor", "2")
+    nope = edited(exported["gemma3-two-bases"], tmp_path / "nope.bin",
+                  lambda b, h, p: set_kinds(b, p, lambda k: k if k & LAYER_ROPE_SWA else k | LAYER_NO_ROPE))
+    nope_base = ours(nope, tmp_path / "ids.bin", n, tmp_path)
+    nope_pi = ours(nope, tmp_path / "ids.bin", n, tmp_path, "--rope-scaling", "pi", "--rope-factor", "2")
+    print(f"pi x 2 moves the logits by {rel(pi, base):.2e}; with the global layer NoPE by {rel(nope_pi, nope_base):.2e}")
+    assert rel(pi, base) > CONTROL
+    assert rel(nope_pi, nope_base) == 0
+
+
+@pytest.mark.parametrize("entry,why", [
+    (("f_embedding_scale", 2.0), None),                     # a known one: runs
+    (("f_embedding_scale", 0.0), "is out of its range"),
+    (("norms", 2.5), "must be a whole number"),
+    (("f_not_a_thing", 1.0), "is not one this program knows"),
+    (("f_residual_scale", float("nan")), "is out of its range"),
+])
+def test_hparams_table_is_checked(entry, why, exported, tmp_path):
+    """A damaged or newer hparams table is refused naming the entry (loader.c, read_hparams)."""
+    def edit(b, h, p):
+        name, value = entry
+        HPARAM.pack_into(b, HEADER_SIZE, name.encode(), value)  # the first entry
+    model = edited(exported["granite-mup"], tmp_path / "m.bin", edit)
+    proc = subprocess.run([str(REPO / "run"), str(model), "-i", "a", "-n", "1", "-z",
+                           str(FAMILIES / "granite-mup" / "tokenizer.model")], capture_output=True, text=True)
+    if why is None:
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 1 and why in proc.stderr and "hparam 0" in proc.stderr, proc.stderr
+
+
+def test_hparam_given_twice_is_refused(exported, tmp_path):
+    def edit(b, h, p):
+        b[HEADER_SIZE + HPARAM.size:HEADER_SIZE + 2 * HPARAM.size] = b[HEADER_SIZE:HEADER_SIZE + HPARAM.size]
+    model = edited(exported["granite-mup"], tmp_path / "m.bin", edit)
+    proc = subprocess.run([str(REPO / "run"), str(model), "-i", "a", "-n", "1"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "is given twice" in proc.stderr, proc.stderr
+
+
+def test_gemma3_multimodal_refused_by_name(tmp_path, c_tools):
+    import json
+    import shutil
+    src = FAMILIES / "gemma3-two-bases"
+    shutil.copytree(src, tmp_path / "mm")
+    cfg = json.loads((src / "config.json").read_text())
+    (tmp_path / "mm" / "config.json").write_text(json.dumps({"architectures": ["Gemma3ForConditionalGeneration"],
+                                                             "model_type": "gemma3", "text_config": cfg}))
+    proc = run_export(tmp_path / "mm", tmp_path / "out.bin")
+    assert proc.returncode == 1 and "Gemma3ForCausalLM" in proc.stderr, proc.stderr
