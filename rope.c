@@ -14,9 +14,12 @@
 //
 // A model trained on L tokens has only ever seen angles m * theta_i with m < L. Every
 // context-extension method below changes theta_i (and sometimes the attention magnitude) so
-// that positions up to s * L produce angles the model can cope with. Each mode is one case in
-// rope_inv_freq(); the rest of this file is bookkeeping: tables of cos/sin per position, and the
-// rotation itself.
+// that positions up to s * L produce angles the model can cope with, or (rerope, leaky-rerope,
+// selfextend, dca) rotates the keys it scores to positions below L. Each mode is one row of the
+// MODES table (below: its names, flags, defaults and shape), one case in rope_inv_freq() (its
+// frequencies), and, for the four that rotate a query more than once, tables of their own in
+// rope_init(); the rest of this file is bookkeeping: tables of cos/sin per position, the key
+// tables, and the rotation itself.
 //
 // What this is not: attention. model.c rotates q and k heads with rope_rotate() (and a query's
 // other turns with rope_rotate_turn()) and tells the sequence length with rope_set_length(); the
@@ -663,9 +666,9 @@ static int far_key_table(const RopeParams *p) { return mode_of(p->mode)->key_tab
 int rope_key_tables(const RopeParams *p) { return mode_of(p->mode)->key_tables; }
 
 // rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope and
-// selfextend a far and a key table of every position more.
+// selfextend a far and a key table of every position more; dca a far table and the inter row.
 size_t rope_table_rows(const RopeParams *p, int ctx) {
-    if (p->mode == ROPE_SCALING_DCA) return (size_t)ctx * 2 + 1; // (dca: a far table, and the inter row)
+    if (p->mode == ROPE_SCALING_DCA) return (size_t)ctx * 2 + 1;
     return (size_t)ctx * (far_key_table(p) ? 3 : 1) + (p->mode == ROPE_SCALING_REROPE);
 }
 
@@ -733,7 +736,8 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
 
 // Dynamic NTK: when the sequence grows past L, every frequency changes with it, so every cached
 // key must be rotated again (the caller watches `version`). Lengths up to L all share the
-// unscaled frequencies, so nothing changes there. LongRoPE: the same, at one step: the short
+// unscaled frequencies, so nothing changes there. Dynamic YaRN: the same, its factor l / L in
+// place of the base. LongRoPE: the same, at one step: the short
 // factors up to L, the long ones for any length past it. transformers also switches when a
 // forward's length passes L but keeps the keys it cached with the short factors (stale keys, as
 // its issue 25104 describes for dynamic NTK); llama.cpp picks one set from the context size (n_ctx

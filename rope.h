@@ -59,7 +59,8 @@
 static inline float rope_turn0(float x0, float x1, float c, float s) { return x0 * c - x1 * s; }
 static inline float rope_turn1(float x0, float x1, float c, float s) { return x0 * s + x1 * c; }
 
-// The numbers are stored in the model file header; do not reorder.
+// The numbers are stored in the model file header; do not reorder. A new mode takes the next number
+// and a row in rope.c's MODES table.
 typedef enum {
     ROPE_SCALING_NONE = 0,    // theta_i = b^(-2i/d)
     ROPE_SCALING_PI = 1,      // position interpolation: theta_i / s       (HF "linear")
@@ -74,7 +75,7 @@ typedef enum {
     // LongRoPE (Phi-3): a factor per pair, the short ones up to L and the long ones past it.
     ROPE_SCALING_LONGROPE = 8,
     // Run-time only, like the rerope modes:
-    ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at grouped positions
+    ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at positions grouped G to one
     ROPE_SCALING_DYNAMIC_YARN = 10, // YaRN whose factor follows the length: s = max(1, l / L)
     ROPE_SCALING_DCA = 11,          // dual chunk attention: positions within chunks, three query turns
 } RopeScaling;
@@ -299,8 +300,8 @@ int rope_is_scaled(const RopeParams *p);
 int rope_keys_unrotated(const RopeParams *p);
 
 // How many key tables the un-rotated cached keys need when attention turns them (model.c):
-// 0 when keys are cached rotated, 1 for dynamic, longrope, rerope and dca, 2 for leaky-rerope and
-// selfextend (near and far).
+// 0 when keys are cached rotated, 1 for dynamic, dynamic-yarn, longrope, rerope and dca, 2 for
+// leaky-rerope and selfextend (near and far).
 int rope_key_tables(const RopeParams *p);
 // The floats of one key table for a context of ctx positions: whole blocks of ROPE_KEY_BLOCK
 // positions, head_dim floats each.
