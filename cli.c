@@ -421,28 +421,40 @@ void usage(FILE *f) {
                "      --ppl-windows K      with --ppl: at most K windows [1, 1073741824] (default: all)\n"
                "\n"
                "RoPE scaling, to run past the trained context (see README, \"Past the trained context\"):\n"
-               "      --rope-scaling MODE  none | pi (alias linear) | ntk | dynamic | yarn | llama3 |\n"
-               "                           rerope | leaky-rerope | longrope (a LongRoPE checkpoint's own) |\n"
-               "                           selfextend | dynamic-yarn (YaRN with s = length / trained ctx) |\n"
-               "                           dca (dual chunk attention)\n"
-               "                           (default: the checkpoint's own, else none)\n"
-               "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
-               "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
-               "                           as length / trained ctx); leaky-rerope: the rate K > 1 past\n"
-               "                           the window (default (ctx - W) / (L - W): ctx maps to L)\n"
-               "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
-               "                           (alias --rope-freq-base)\n"
-               "      --rope-alpha A       ntk only: alpha of the base change [1, 1e6] (default: S)\n"
-               "      --rope-window W      rerope, leaky-rerope, selfextend, dca: the window [1, 16777216]\n"
-               "                           (alias --grp-attn-w, -gaw; default L / 4, dca: L / 16): a\n"
-               "                           distance r >= W is scored as W (leaky: W + (r - W) / K;\n"
-               "                           selfextend: grouped; dca: its local window, below --dca-chunk);\n"
-               "                           W <= L, the trained context (leaky-rerope, selfextend: W < L)\n"
-               "      --grp-attn-n G       selfextend: the group size [1, 16777216] (alias -gan; default:\n"
-               "                           the smallest whose capacity (L - W) G + W covers ctx)\n"
-               "      --dca-chunk S        dca: the chunk size [2, 16777216] (default 3 L / 4), below L; its\n"
-               "                           local window is --rope-window (default L / 16)\n"
-               "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
-               "                           ln(m + 1) / ln(L); combines with every mode\n"
-               "  -h, --help               this text\n");
+               "      --rope-scaling MODE  one of these (default: the checkpoint's own, else none):\n");
+    // The modes and the modes of each flag, from rope.c's table: a new mode shows here by itself.
+    for (int m = 0; m < ROPE_SCALING_COUNT; m++) {
+        char names[40];
+        const char *alias = rope_scaling_alias(m);
+        snprintf(names, sizeof names, "%s%s%s", rope_scaling_name((RopeScaling)m), alias ? ", " : "", alias ? alias : "");
+        fprintf(f, "        %-15s%s (%s)\n", names, rope_scaling_about(m), rope_scaling_source(m));
+    }
+    char factor[200], alpha[200], window[200], group[200], chunk[200];
+    rope_modes_taking(ROPE_KNOB_FACTOR, factor, sizeof factor);
+    rope_modes_taking(ROPE_KNOB_ALPHA, alpha, sizeof alpha);
+    rope_modes_taking(ROPE_KNOB_WINDOW | ROPE_KNOB_LOCAL, window, sizeof window);
+    rope_modes_taking(ROPE_KNOB_GROUP, group, sizeof group);
+    rope_modes_taking(ROPE_KNOB_CHUNK, chunk, sizeof chunk);
+    fprintf(f,
+            "      --rope-factor S      extension factor s [1, 1e6] (alias --rope-scale; default:\n"
+            "                           ctx / trained ctx when larger, dynamic: 1, its alpha grows\n"
+            "                           as length / trained ctx); leaky-rerope: the rate K > 1 past\n"
+            "                           the window (default (ctx - W) / (L - W): ctx maps to L);\n"
+            "                           taken by %s\n"
+            "      --rope-base B        RoPE base > 0, overrides the checkpoint's rope_theta\n"
+            "                           (alias --rope-freq-base)\n"
+            "      --rope-alpha A       %s: alpha of the base change [1, 1e6] (default: S)\n"
+            "      --rope-window W      %s: the window [1, 16777216]\n"
+            "                           (alias --grp-attn-w, -gaw; default L / 4, dca: L / 16): a\n"
+            "                           distance r >= W is scored as W (leaky: W + (r - W) / K;\n"
+            "                           selfextend: grouped; dca: its local window, below --dca-chunk);\n"
+            "                           W <= L, the trained context (leaky-rerope, selfextend: W < L)\n"
+            "      --grp-attn-n G       %s: the group size [1, 16777216] (alias -gan; default:\n"
+            "                           the smallest whose capacity (L - W) G + W covers ctx)\n"
+            "      --dca-chunk S        %s: the chunk size [2, 16777216] (default 3 L / 4), below L; its\n"
+            "                           local window is --rope-window (default L / 16)\n"
+            "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
+            "                           ln(m + 1) / ln(L); combines with every mode\n"
+            "  -h, --help               this text\n",
+            factor, alpha, window, group, chunk);
 }

@@ -14,9 +14,12 @@
 //
 // A model trained on L tokens has only ever seen angles m * theta_i with m < L. Every
 // context-extension method below changes theta_i (and sometimes the attention magnitude) so
-// that positions up to s * L produce angles the model can cope with. Each mode is one case in
-// rope_inv_freq(); the rest of this file is bookkeeping: tables of cos/sin per position, and the
-// rotation itself.
+// that positions up to s * L produce angles the model can cope with, or (rerope, leaky-rerope,
+// selfextend, dca) rotates the keys it scores to positions below L. Each mode is one row of the
+// MODES table (below: its names, flags, defaults and shape), one case in rope_inv_freq() (its
+// frequencies), and, for the four that rotate a query more than once, tables of their own in
+// rope_init(); the rest of this file is bookkeeping: tables of cos/sin per position, the key
+// tables, and the rotation itself.
 //
 // What this is not: attention. model.c rotates q and k heads with rope_rotate() (and a query's
 // other turns with rope_rotate_turn()) and tells the sequence length with rope_set_length(); the
@@ -31,40 +34,91 @@
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
-// The modes: one row each, and every fact about a mode that the rest of the program asks is read
-// from its row (the predicates below, the rules in rope_params_resolve, rope_attention).
+// The modes: one row each. Every fact about a mode that the rest of the program asks is read from
+// its row: the predicates below, the flags it takes and their defaults (rope_params_resolve,
+// rope_params_defaults), the messages of the rules (rope_params_resolve), rope_attention, and the
+// list of modes in --help (cli.c). A new mode is a row here, its case in rope_inv_freq (or its
+// tables in rope_init), and a test.
 
-enum { // the overrides a mode takes (RopeOverrides)
-    KNOB_ALPHA = 1,  // --rope-alpha
-    KNOB_WINDOW = 2, // --rope-window (--grp-attn-w): rerope's W, Self-Extend's W, dca's local window w
-    KNOB_GROUP = 4,  // --grp-attn-n: Self-Extend's group size G
-    KNOB_CHUNK = 8,  // --dca-chunk: dca's chunk size S
-};
+// Where the factor s comes from when --rope-factor is not given (a mode that takes one).
+typedef enum {
+    FACTOR_STRETCH = 1, // the checkpoint's own, else ctx / L when ctx > L (else 1): s L covers ctx
+    FACTOR_SLOPE,       // dynamic: the checkpoint's own, else 1, so alpha grows as l / L (rope_inv_freq)
+    FACTOR_RATE,        // leaky-rerope's K: (ctx - W) / (L - W), the farthest distance lands on L
+} FactorRule;
 
 typedef struct {
     const char *name, *alias; // --rope-scaling's names (alias: Hugging Face's, or NULL)
+    const char *about;        // what it does, in one line of --help
+    const char *source;       // where its formula comes from (rope_inv_freq and rope_init cite more)
     int in_file;              // a checkpoint may carry it (loader.c); the others are chosen at run time
+    int pair_factors;         // a factor per pair follows the header (longrope: short, then long)
     int follows_length;       // its frequencies follow the current length (rope_set_length)
     int turns;                // the turns of each query attention reads (rope.h, rope_segments)
     int key_tables;           // the key tables of un-rotated cached keys; 0: keys cached rotated
-    unsigned knobs;           // the overrides it takes besides --rope-factor and --rope-base
-    const char *source;       // where its formula comes from (rope_inv_freq and rope_init cite more)
+    unsigned knobs;           // the overrides it takes besides --rope-base (RopeKnob)
+    FactorRule factor;        // with ROPE_KNOB_FACTOR: the default factor; without, s = 1
+    const char *no_factor;    // without ROPE_KNOB_FACTOR: why --rope-factor is refused, and the fix
+    // The defaults of the knobs it takes and of the checkpoint's fields it reads (rope_params_defaults):
+    // W, w and S as fractions of L (W and w at least 1); yarn's ramp; llama3's bands.
+    struct {
+        double window, local_window, chunk;
+        double beta_fast, beta_slow, low_freq_factor, high_freq_factor;
+    } dflt;
 } RopeMode;
 
 static const RopeMode MODES[ROPE_SCALING_COUNT] = {
-    [ROPE_SCALING_NONE] = {"none", NULL, 1, 0, 1, 0, 0, "Su et al., RoFormer, arXiv 2104.09864"},
-    [ROPE_SCALING_PI] = {"pi", "linear", 1, 0, 1, 0, 0, "Chen et al. 2023, arXiv 2306.15595"},
-    [ROPE_SCALING_NTK] = {"ntk", NULL, 1, 0, 1, 0, KNOB_ALPHA, "bloc97, r/LocalLLaMA 14lz7j5"},
-    [ROPE_SCALING_DYNAMIC] = {"dynamic", NULL, 1, 1, 1, 1, 0, "emozilla, r/LocalLLaMA 14mrgpr"},
-    [ROPE_SCALING_YARN] = {"yarn", NULL, 1, 0, 1, 0, 0, "Peng et al. 2023, arXiv 2309.00071"},
-    [ROPE_SCALING_LLAMA3] = {"llama3", NULL, 1, 0, 1, 0, 0, "Meta's Llama 3.1 apply_scaling"},
-    [ROPE_SCALING_REROPE] = {"rerope", NULL, 0, 0, 2, 1, KNOB_WINDOW, "Su 2023, kexue.fm/archives/9708"},
-    [ROPE_SCALING_LEAKY_REROPE] = {"leaky-rerope", NULL, 0, 0, 2, 2, KNOB_WINDOW, "Su 2023, kexue.fm/archives/9708"},
-    [ROPE_SCALING_LONGROPE] = {"longrope", NULL, 1, 1, 1, 1, 0, "Ding et al. 2024, arXiv 2402.13753"},
-    [ROPE_SCALING_SELFEXTEND] = {"selfextend", NULL, 0, 0, 2, 2, KNOB_WINDOW | KNOB_GROUP,
-                                 "Jin et al. 2024, arXiv 2401.01325"},
-    [ROPE_SCALING_DYNAMIC_YARN] = {"dynamic-yarn", NULL, 0, 1, 1, 1, 0, "Peng et al. 2023, sec. 3.3"},
-    [ROPE_SCALING_DCA] = {"dca", NULL, 0, 0, 3, 1, KNOB_WINDOW | KNOB_CHUNK, "An et al. 2024, arXiv 2402.17463"},
+    [ROPE_SCALING_NONE] = {.name = "none", .about = "plain RoPE, theta_i = b^(-2i/d)",
+                           .source = "Su et al., RoFormer, arXiv 2104.09864", .in_file = 1, .turns = 1},
+    [ROPE_SCALING_PI] = {.name = "pi", .alias = "linear", .about = "position interpolation: m / s",
+                         .source = "Chen et al. 2023, arXiv 2306.15595", .in_file = 1, .turns = 1,
+                         .knobs = ROPE_KNOB_FACTOR, .factor = FACTOR_STRETCH},
+    [ROPE_SCALING_NTK] = {.name = "ntk", .about = "NTK-aware: a larger base, b alpha^(d/(d-2))",
+                          .source = "bloc97, r/LocalLLaMA 14lz7j5", .in_file = 1, .turns = 1,
+                          .knobs = ROPE_KNOB_FACTOR | ROPE_KNOB_ALPHA, .factor = FACTOR_STRETCH},
+    [ROPE_SCALING_DYNAMIC] = {.name = "dynamic", .about = "dynamic NTK: the base grows with the length",
+                              .source = "emozilla, r/LocalLLaMA 14mrgpr", .in_file = 1, .follows_length = 1,
+                              .turns = 1, .key_tables = 1, .knobs = ROPE_KNOB_FACTOR, .factor = FACTOR_SLOPE},
+    [ROPE_SCALING_YARN] = {.name = "yarn", .about = "YaRN: pi on slow pairs, none on fast ones",
+                           .source = "Peng et al. 2023, arXiv 2309.00071", .in_file = 1, .turns = 1,
+                           .knobs = ROPE_KNOB_FACTOR, .factor = FACTOR_STRETCH,
+                           .dflt = {.beta_fast = 32, .beta_slow = 1}}, // transformers' defaults
+    [ROPE_SCALING_LLAMA3] = {.name = "llama3", .about = "Llama 3.1: three wavelength bands",
+                             .source = "Meta's Llama 3.1 apply_scaling", .in_file = 1, .turns = 1,
+                             .knobs = ROPE_KNOB_FACTOR, .factor = FACTOR_STRETCH,
+                             .dflt = {.low_freq_factor = 1, .high_freq_factor = 4}}, // Meta's for Llama 3.1
+    // ReRoPE's window: L / 4 (bojone/rerope uses W = 512 for L = 4096, and reports W = 1024 = L/4),
+    // well inside the trained range, where every pair's angles were seen at each distance.
+    [ROPE_SCALING_REROPE] = {.name = "rerope", .about = "ReRoPE: distances past a window W scored as W",
+                             .source = "Su 2023, kexue.fm/archives/9708", .turns = 2, .key_tables = 1,
+                             .knobs = ROPE_KNOB_WINDOW, .dflt = {.window = 0.25},
+                             .no_factor = "every distance past the window is scored as the window "
+                                          "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)"},
+    [ROPE_SCALING_LEAKY_REROPE] = {.name = "leaky-rerope", .about = "leaky ReRoPE: past W, distances grow at 1/K",
+                                   .source = "Su 2023, kexue.fm/archives/9708", .turns = 2, .key_tables = 2,
+                                   .knobs = ROPE_KNOB_FACTOR | ROPE_KNOB_WINDOW, .factor = FACTOR_RATE,
+                                   .dflt = {.window = 0.25}},
+    [ROPE_SCALING_LONGROPE] = {.name = "longrope", .about = "LongRoPE: a checkpoint's own factor per pair",
+                               .source = "Ding et al. 2024, arXiv 2402.13753", .in_file = 1, .pair_factors = 1,
+                               .follows_length = 1, .turns = 1, .key_tables = 1, .knobs = ROPE_KNOB_FACTOR,
+                               .factor = FACTOR_STRETCH},
+    // Self-Extend's neighbour window as ReRoPE's; its group size G by the context (selfextend_group).
+    [ROPE_SCALING_SELFEXTEND] = {.name = "selfextend", .about = "Self-Extend: far keys at grouped positions",
+                                 .source = "Jin et al. 2024, arXiv 2401.01325", .turns = 2, .key_tables = 2,
+                                 .knobs = ROPE_KNOB_WINDOW | ROPE_KNOB_GROUP, .dflt = {.window = 0.25},
+                                 .no_factor = "its reach is its group size G (hint: --grp-attn-n G, not --rope-factor)"},
+    [ROPE_SCALING_DYNAMIC_YARN] = {.name = "dynamic-yarn", .about = "YaRN with s = length / L",
+                                   .source = "Peng et al. 2023, arXiv 2309.00071, sec. 3.3", .follows_length = 1,
+                                   .turns = 1, .key_tables = 1, .dflt = {.beta_fast = 32, .beta_slow = 1},
+                                   .no_factor = "its factor is the length over the trained context "
+                                                "(hint: --rope-scaling yarn --rope-factor S for a fixed one)"},
+    // Dual chunk attention's sizes as ChunkLlama sets them (replace_with_chunkllama): chunks of
+    // S = 3 L / 4 with a local window w = L / 16, so every position it rotates to stays below L.
+    [ROPE_SCALING_DCA] = {.name = "dca", .about = "dual chunk attention: positions within chunks",
+                          .source = "An et al. 2024, arXiv 2402.17463", .turns = 3, .key_tables = 1,
+                          .knobs = ROPE_KNOB_LOCAL | ROPE_KNOB_CHUNK, .dflt = {.local_window = 0.0625, .chunk = 0.75},
+                          .no_factor = "positions are counted within chunks "
+                                       "(hint: --dca-chunk S and --rope-window w size its chunks)"},
 };
 
 static const RopeMode *mode_of(int mode) { return &MODES[mode >= 0 && mode < ROPE_SCALING_COUNT ? mode : 0]; }
@@ -72,6 +126,9 @@ static const RopeMode *mode_of(int mode) { return &MODES[mode >= 0 && mode < ROP
 const char *rope_scaling_name(RopeScaling mode) {
     return (mode >= 0 && mode < ROPE_SCALING_COUNT) ? MODES[mode].name : "unknown";
 }
+const char *rope_scaling_alias(int mode) { return mode >= 0 && mode < ROPE_SCALING_COUNT ? MODES[mode].alias : NULL; }
+const char *rope_scaling_about(int mode) { return mode >= 0 && mode < ROPE_SCALING_COUNT ? MODES[mode].about : NULL; }
+const char *rope_scaling_source(int mode) { return mode >= 0 && mode < ROPE_SCALING_COUNT ? MODES[mode].source : NULL; }
 
 void rope_scaling_names(char *buf, size_t len) {
     size_t n = 0;
@@ -91,27 +148,86 @@ int rope_scaling_from_name(const char *name, RopeScaling *mode) {
     return -1;
 }
 
+int rope_takes(int mode, unsigned knobs) { return (mode_of(mode)->knobs & knobs) != 0; }
+
+// The names of the modes that take one of the knobs (and, with `own`, those that need no factors of a
+// checkpoint's), between them `sep` and before the last one `last`: "a, b and c", "a|b|c".
+static void modes_taking(unsigned knobs, int own, const char *sep, const char *last, char *buf, size_t len) {
+    int count = 0, k = 0;
+    for (int i = 0; i < ROPE_SCALING_COUNT; i++)
+        count += (MODES[i].knobs & knobs) && !(own && MODES[i].pair_factors);
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ROPE_SCALING_COUNT && n < len; i++) {
+        if (!(MODES[i].knobs & knobs) || (own && MODES[i].pair_factors)) continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", k == 0 ? "" : k == count - 1 ? last : sep, MODES[i].name);
+        k++;
+    }
+}
+
+void rope_modes_taking(unsigned knobs, char *buf, size_t len) { modes_taking(knobs, 0, ", ", " and ", buf, len); }
+
+// "<what> is used only by --rope-scaling <the modes that take the knobs>", into buf; returns buf.
+static const char *used_only_by(const char *what, unsigned knobs, char *buf, size_t len) {
+    char modes[160];
+    rope_modes_taking(knobs, modes, sizeof modes);
+    snprintf(buf, len, "%s is used only by --rope-scaling %s", what, modes);
+    return buf;
+}
+
 // ---------------------------------------------------------------------------------------------
-// Parameters: the checkpoint's, the user's overrides, and their checks
+// Parameters: the checkpoint's, the user's overrides, the defaults, and their checks
 
 static int finite_pos(double x) { return isfinite(x) && x > 0; }
 
 // yarn and dynamic-yarn share the per-pair blend and its parameters.
 static int is_yarn(const RopeParams *p) { return p->mode == ROPE_SCALING_YARN || p->mode == ROPE_SCALING_DYNAMIC_YARN; }
 
-int rope_params_check(RopeParams *p, char *err, size_t errlen) {
-    // Defaults of the optional fields, as transformers' modeling_rope_utils.py uses them.
-    if (p->mode == ROPE_SCALING_YARN || p->mode == ROPE_SCALING_DYNAMIC_YARN) {
-        if (p->beta_fast == 0) p->beta_fast = 32;
-        if (p->beta_slow == 0) p->beta_slow = 1;
-    }
-    if (p->mode == ROPE_SCALING_LLAMA3) { // Meta's values for Llama 3.1
-        if (p->low_freq_factor == 0) p->low_freq_factor = 1;
-        if (p->high_freq_factor == 0) p->high_freq_factor = 4;
-    }
-    if (p->factor == 0) p->factor = 1;
-    if (p->rot_dims == 0) p->rot_dims = p->head_dim;
+// Self-Extend's farthest distance in a context of ctx: the query at ctx - 1 against the key at 0, on
+// the grouped path: floor((ctx - 1) / G) + W - floor(W / G). The smallest G that keeps it below L
+// (1 when the window is no smaller than L: nothing is grouped that could be kept in range).
+static int selfextend_group(int ctx, int W, int L) {
+    int g = 1;
+    while (W < L && g < ctx && (ctx - 1) / g + W - W / g > L - 1)
+        g++;
+    return g;
+}
 
+// A fraction f of L, for a window: at least 1.
+static int part_of(int L, double f) { return (int)(L * f) > 1 ? (int)(L * f) : 1; }
+
+void rope_params_defaults(RopeParams *p, int ctx) {
+    const RopeMode *m = mode_of(p->mode);
+    const int L = p->orig_ctx;
+    if (p->rot_dims == 0) p->rot_dims = p->head_dim;
+    // The checkpoint's optional fields, as transformers' modeling_rope_utils.py fills them.
+    if (p->beta_fast == 0) p->beta_fast = m->dflt.beta_fast;
+    if (p->beta_slow == 0) p->beta_slow = m->dflt.beta_slow;
+    if (p->low_freq_factor == 0) p->low_freq_factor = m->dflt.low_freq_factor;
+    if (p->high_freq_factor == 0) p->high_freq_factor = m->dflt.high_freq_factor;
+    // The knobs' sizes: the window first, which the group and the factor depend on.
+    if (m->knobs & ROPE_KNOB_WINDOW && p->window == 0) p->window = part_of(L, m->dflt.window);
+    if (m->knobs & ROPE_KNOB_LOCAL && p->local_window == 0) p->local_window = part_of(L, m->dflt.local_window);
+    if (m->knobs & ROPE_KNOB_CHUNK && p->chunk == 0) p->chunk = (int)(L * m->dflt.chunk);
+    // Self-Extend's group size G (LongLM's group_size_1, llama.cpp's --grp-attn-n): the smallest that
+    // keeps every grouped distance of the context inside L.
+    if (m->knobs & ROPE_KNOB_GROUP && p->group == 0) p->group = selfextend_group(ctx, p->window, L);
+    // The factor, by the mode's rule (FactorRule); 1 for the modes without one (dynamic-yarn's s
+    // follows the length: rope_inv_freq).
+    if (p->factor != 0) return;
+    if (m->factor == FACTOR_STRETCH) // stretch L to the context
+        p->factor = ctx > L ? (double)ctx / L : 1;
+    else if (m->factor == FACTOR_RATE) // the smallest K that keeps every distance below L: W + (ctx - W) / K = L
+        p->factor = ctx > L && p->window < L ? (double)(ctx - p->window) / (L - p->window) : 1;
+    else // (dynamic: alpha(l) = l / L, the YaRN paper's dynamic scaling; s > 1 is a steeper slope)
+        p->factor = 1;
+}
+
+int rope_params_check(const RopeParams *given, char *err, size_t errlen) {
+    RopeParams q = *given, *p = &q; // the zeros a model file leaves, read as their defaults at L
+    rope_params_defaults(p, p->orig_ctx);
+    const RopeMode *m = mode_of(p->mode);
+    char msg[200];
     const char *bad = NULL;
     if (p->mode < 0 || p->mode >= ROPE_SCALING_COUNT)
         bad = "unknown scaling mode";
@@ -129,7 +245,7 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "alpha must be >= 1";
     else if ((p->mode == ROPE_SCALING_NTK || p->mode == ROPE_SCALING_DYNAMIC) && p->rot_dims < 4)
         bad = "ntk and dynamic need d >= 4 rotated dimensions (the exponent is d/(d-2))";
-    else if (p->mode == ROPE_SCALING_LONGROPE && !(p->short_factor && p->long_factor))
+    else if (m->pair_factors && !(p->short_factor && p->long_factor))
         bad = "longrope needs the checkpoint's short and long factors";
     else if (p->mode == ROPE_SCALING_LONGROPE && !(isfinite(p->attn_factor) && p->attn_factor >= 0))
         bad = "longrope attention factor must be >= 0";
@@ -139,30 +255,34 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
         bad = "yarn attention factor must be >= 0";
     else if (is_yarn(p) && !(finite_pos(p->beta_slow) && p->beta_fast > p->beta_slow))
         bad = "yarn needs beta_fast > beta_slow > 0";
-    else if (p->mode == ROPE_SCALING_DYNAMIC_YARN && p->factor != 1)
-        bad = "dynamic-yarn has no factor (it follows the length: s = l / L)";
-    else if (p->mode == ROPE_SCALING_SELFEXTEND && !(p->factor == floor(p->factor) && p->factor <= 1 << 24))
-        bad = "selfextend's group size G must be a whole number";
     else if (p->mode == ROPE_SCALING_LLAMA3 && !(finite_pos(p->low_freq_factor) && isfinite(p->high_freq_factor) &&
                                                  p->high_freq_factor > p->low_freq_factor))
         bad = "llama3 needs high_freq_factor > low_freq_factor > 0";
+    // A mode chosen at run time that takes no factor has s = 1 (rope_params_resolve); a checkpoint's
+    // factor under none is ignored, as transformers ignores it without a rope_type.
+    else if (!(m->knobs & ROPE_KNOB_FACTOR) && !m->in_file && p->factor != 1)
+        bad = "this mode has no factor";
+    else if (m->knobs & ROPE_KNOB_GROUP && !(p->group >= 1 && p->group <= 1 << 24))
+        bad = "selfextend's group size G must be in [1, 2^24]";
     else if (rope_far_path(p) && !(p->window >= 1 && p->window <= p->orig_ctx))
         bad = "the window W must be in [1, L], L the trained context: no distance is then rotated past what "
               "the model was trained on";
-    else if (p->mode == ROPE_SCALING_REROPE && p->factor != 1)
-        bad = "rerope has no factor (distances past W are all scored as W)";
     else if ((p->mode == ROPE_SCALING_LEAKY_REROPE || p->mode == ROPE_SCALING_SELFEXTEND) && p->window >= p->orig_ctx)
         bad = "leaky-rerope and selfextend need a window W below L, the trained context (distances past W grow "
               "from W)";
-    else if (p->mode == ROPE_SCALING_DCA && !(p->chunk < p->orig_ctx && p->window >= 1 && p->window < p->chunk))
+    else if (p->mode == ROPE_SCALING_DCA && !(p->chunk < p->orig_ctx && p->local_window >= 1 && p->local_window < p->chunk))
         bad = "dca needs a local window w >= 1 below its chunk size S, and S below L, the trained context";
-    else if (p->mode == ROPE_SCALING_DCA && p->factor != 1)
-        bad = "dca has no factor";
-    else if (!(MODES[p->mode].knobs & KNOB_WINDOW) && p->window != 0)
-        bad = "a window is used only by rerope, leaky-rerope, selfextend and dca";
-    else if (!(MODES[p->mode].knobs & KNOB_CHUNK) && p->chunk != 0)
-        bad = "a chunk size is used only by dca";
-    for (int i = 0; !bad && p->mode == ROPE_SCALING_LONGROPE && i < p->rot_dims / 2; i++)
+    else if (!(m->knobs & ROPE_KNOB_ALPHA) && p->alpha != 0)
+        bad = used_only_by("alpha", ROPE_KNOB_ALPHA, msg, sizeof msg);
+    else if (!(m->knobs & ROPE_KNOB_WINDOW) && p->window != 0)
+        bad = used_only_by("a window W", ROPE_KNOB_WINDOW, msg, sizeof msg);
+    else if (!(m->knobs & ROPE_KNOB_LOCAL) && p->local_window != 0)
+        bad = used_only_by("a local window w", ROPE_KNOB_LOCAL, msg, sizeof msg);
+    else if (!(m->knobs & ROPE_KNOB_GROUP) && p->group != 0)
+        bad = used_only_by("a group size G", ROPE_KNOB_GROUP, msg, sizeof msg);
+    else if (!(m->knobs & ROPE_KNOB_CHUNK) && p->chunk != 0)
+        bad = used_only_by("a chunk size S", ROPE_KNOB_CHUNK, msg, sizeof msg);
+    for (int i = 0; !bad && m->pair_factors && i < p->rot_dims / 2; i++)
         if (!finite_pos(p->short_factor[i]) || !finite_pos(p->long_factor[i]))
             bad = "longrope factors must be finite numbers > 0";
     if (bad) {
@@ -172,75 +292,71 @@ int rope_params_check(RopeParams *p, char *err, size_t errlen) {
     return 0;
 }
 
-// Self-Extend's farthest distance in a context of ctx: the query at ctx - 1 against the key at 0, on
-// the grouped path: floor((ctx - 1) / G) + W - floor(W / G). The smallest G that keeps it below L
-// (1 when the window is no smaller than L: nothing is grouped that could be kept in range).
-static int selfextend_group(int ctx, int W, int L) {
-    int g = 1;
-    while (W < L && g < ctx && (ctx - 1) / g + W - W / g > L - 1)
-        g++;
-    return g;
+// An override the mode does not take: which rule, and the message (the flag, why, and the fix).
+static RopeRule refused(const RopeParams *out, const RopeOverrides *o, char *err, size_t errlen) {
+    const RopeMode *m = mode_of(out->mode);
+    char modes[200];
+    if (m->pair_factors && !(out->short_factor && out->long_factor)) {
+        snprintf(err, errlen, "--rope-scaling %s needs a LongRoPE checkpoint's short and long factors (Phi-3's "
+                 "rope_scaling), and this model has none (hint: --rope-scaling yarn)", m->name);
+        return ROPE_NO_PAIR_FACTORS;
+    }
+    if (o->factor > 0 && !(m->knobs & ROPE_KNOB_FACTOR)) {
+        modes_taking(ROPE_KNOB_FACTOR, 1, "|", "|", modes, sizeof modes); // the modes that take one here
+        if (m->no_factor)
+            snprintf(err, errlen, "%s has no --rope-factor: %s", m->name, m->no_factor);
+        else
+            snprintf(err, errlen, "--rope-factor needs a scaling mode (hint: --rope-scaling %s)", modes);
+        return ROPE_FACTOR_NOT_TAKEN;
+    }
+    if (o->factor == 1 && m->factor == FACTOR_RATE) {
+        snprintf(err, errlen, "%s with --rope-factor 1 is plain RoPE (hint: --rope-factor K with K > 1, or "
+                 "--rope-scaling none without --rope-factor)", m->name);
+        return ROPE_FACTOR_PLAIN;
+    }
+    static const struct {
+        unsigned knobs;
+        const char *flag;
+    } KNOB_FLAGS[] = {{ROPE_KNOB_ALPHA, "--rope-alpha"},
+                      {ROPE_KNOB_WINDOW | ROPE_KNOB_LOCAL, "--rope-window"},
+                      {ROPE_KNOB_GROUP, "--grp-attn-n"},
+                      {ROPE_KNOB_CHUNK, "--dca-chunk"}};
+    const double given[] = {o->alpha, o->window, o->group, o->chunk}; // in KNOB_FLAGS' order
+    for (size_t k = 0; k < sizeof KNOB_FLAGS / sizeof KNOB_FLAGS[0]; k++)
+        if (given[k] > 0 && !(m->knobs & KNOB_FLAGS[k].knobs)) {
+            used_only_by(KNOB_FLAGS[k].flag, KNOB_FLAGS[k].knobs, err, errlen);
+            return ROPE_KNOB_NOT_TAKEN;
+        }
+    return ROPE_OK;
 }
 
 RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
                              size_t errlen) {
     *out = *trained;
-    if (o->base > 0) out->base = o->base;
     if (o->mode >= 0 && o->mode != (int)trained->mode) {
-        // A different mode than the checkpoint's: start from that mode's defaults. L stays the
-        // context the model was really trained with.
+        // A different mode than the checkpoint's: the checkpoint's values are for its own; start from
+        // that mode's defaults. L stays the context the model was really trained with.
         out->mode = (RopeScaling)o->mode;
         out->factor = 0;
         out->attn_factor = out->beta_fast = out->beta_slow = 0;
         out->low_freq_factor = out->high_freq_factor = 0;
+    } else if (out->factor == 0) {
+        out->factor = 1; // the checkpoint's own mode with no factor given: 1, as transformers reads it
     }
-    if (out->mode == ROPE_SCALING_LONGROPE && !(out->short_factor && out->long_factor)) return ROPE_LONGROPE_NO_FACTORS;
-    if (out->mode == ROPE_SCALING_NONE && o->factor > 0) return ROPE_FACTOR_WITHOUT_MODE;
+    const RopeRule rule = refused(out, o, err, errlen);
+    if (rule) return rule;
     const unsigned knobs = mode_of(out->mode)->knobs;
-    if (o->alpha > 0 && !(knobs & KNOB_ALPHA)) return ROPE_ALPHA_NOT_NTK;
-    if (out->mode == ROPE_SCALING_REROPE && o->factor > 0) return ROPE_REROPE_FACTOR;
-    if (out->mode == ROPE_SCALING_LEAKY_REROPE && o->factor == 1) return ROPE_LEAKY_FACTOR_ONE;
-    if (o->window > 0 && !(knobs & KNOB_WINDOW)) return ROPE_WINDOW_NOT_REROPE;
-    if (o->group > 0 && !(knobs & KNOB_GROUP)) return ROPE_GROUP_NOT_SELFEXTEND;
-    if (out->mode == ROPE_SCALING_SELFEXTEND && o->factor > 0) return ROPE_FACTOR_SELFEXTEND;
-    if (out->mode == ROPE_SCALING_DYNAMIC_YARN && o->factor > 0) return ROPE_FACTOR_FOLLOWS_LENGTH;
-    if (o->chunk > 0 && !(knobs & KNOB_CHUNK)) return ROPE_CHUNK_NOT_DCA;
-    if (out->mode == ROPE_SCALING_DCA && o->factor > 0) return ROPE_FACTOR_DCA;
-    if (out->mode == ROPE_SCALING_DCA) {
-        // Dual chunk attention's sizes as ChunkLlama sets them (replace_with_chunkllama): chunks of
-        // S = 3 L / 4 with a local window w = L / 16, so every position it rotates to stays below L.
-        out->window = o->window > 0 ? o->window : (out->orig_ctx >= 16 ? out->orig_ctx / 16 : 1);
-        out->chunk = o->chunk > 0 ? o->chunk : out->orig_ctx * 3 / 4;
-    }
-    // ReRoPE's window (Su 2023, kexue.fm/archives/9708; bojone/rerope uses W = 512 for L = 4096, and
-    // reports W = 1024 = L/4): by default L / 4, well inside the trained range, where every pair's
-    // angles have been seen with plenty of training examples at each distance.
-    if (out->mode != ROPE_SCALING_DCA)
-        out->window = rope_far_path(out) ? (o->window > 0 ? o->window : (out->orig_ctx >= 4 ? out->orig_ctx / 4 : 1)) : 0;
-    if (out->mode == ROPE_SCALING_NONE || out->mode == ROPE_SCALING_REROPE || out->mode == ROPE_SCALING_DYNAMIC_YARN ||
-        out->mode == ROPE_SCALING_DCA)
-        out->factor = 1; // (dynamic-yarn's s follows the length, rope_inv_freq)
-    else if (out->mode == ROPE_SCALING_SELFEXTEND)
-        // Self-Extend's group size G (LongLM's group_size_1, llama.cpp's --grp-attn-n): the one given,
-        // else the smallest that keeps every grouped distance of the context inside L (selfextend_group).
-        out->factor = o->group > 0 ? o->group : selfextend_group(ctx, out->window, out->orig_ctx);
-    else if (o->factor > 0)
-        out->factor = o->factor;
-    else if (out->factor == 0 && out->mode == ROPE_SCALING_DYNAMIC)
-        // dynamic, with no factor from the checkpoint or the user: s = 1, so alpha(l) = l / L, the
-        // YaRN paper's dynamic scaling. It stretches L to whatever length the text has reached
-        // (at l = ctx it is ntk with alpha = ctx / L); s > 1 is a steeper slope (see rope_inv_freq).
-        out->factor = 1;
-    else if (out->mode == ROPE_SCALING_LEAKY_REROPE)
-        // leaky-rerope: the smallest K that keeps every distance of the context below L, W + (ctx - W)/K
-        // = L; 1 (plain RoPE, nothing to keep in range) when the context is no longer than L.
-        out->factor = ctx > out->orig_ctx && out->window < out->orig_ctx
-                          ? (double)(ctx - out->window) / (out->orig_ctx - out->window)
-                          : 1;
-    else if (out->factor == 0) // a mode the checkpoint does not carry: stretch L to the context
-        out->factor = ctx > out->orig_ctx ? (double)ctx / out->orig_ctx : 1;
+    if (o->base > 0) out->base = o->base;
+    if (!(knobs & ROPE_KNOB_FACTOR)) out->factor = 1;
+    if (o->factor > 0) out->factor = o->factor;
     out->alpha = o->alpha;
-    return rope_params_check(out, err, errlen) ? ROPE_BAD_VALUE : ROPE_OK;
+    out->window = knobs & ROPE_KNOB_WINDOW ? o->window : 0; // 0: the default (rope_params_defaults)
+    out->local_window = knobs & ROPE_KNOB_LOCAL ? o->window : 0;
+    out->group = knobs & ROPE_KNOB_GROUP ? o->group : 0;
+    out->chunk = knobs & ROPE_KNOB_CHUNK ? o->chunk : 0;
+    rope_params_defaults(out, ctx);
+    if (rope_params_check(out, err, errlen)) return ROPE_BAD_VALUE;
+    return ROPE_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,7 +542,7 @@ static void fill_grouped(const Rope *r, float *cos_out, float *sin_out, int n, i
 // across the boundary stays right, up to the local window w); against any earlier chunk at S
 // (inter: every such key looks at least w and at most S away). Every position is below S < L.
 static double dca_position(const RopeParams *p, int m, int which) {
-    const int c = p->chunk - p->window, at = m % c;
+    const int c = p->chunk - p->local_window, at = m % c;
     if (which == 0) return at;                       // keys, and the intra-chunk query
     if (which == 1) return at + c < p->chunk ? at + c : p->chunk; // the successive-chunk query
     return p->chunk;                                 // the inter-chunk query
@@ -446,6 +562,7 @@ static void fill_dca(const Rope *r, float *cos_out, float *sin_out, int n, int w
 int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen) {
     memset(r, 0, sizeof(*r));
     r->p = *p;
+    rope_params_defaults(&r->p, p->orig_ctx); // (p's zeros, as rope_params_check reads them)
     if (rope_params_check(&r->p, err, errlen)) return -1;
     if (n_pos < 1) {
         snprintf(err, errlen, "RoPE: the context must hold at least one position");
@@ -481,7 +598,7 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
     fill_tables(r, r->cos, r->sin, n_pos, 0, 1);
     if (rope_far_path(&r->p)) { // the far path (README, "ReRoPE", "Self-Extend")
         const int leaky = r->p.mode != ROPE_SCALING_REROPE, rows = leaky ? n_pos : 1; // (leaky: per position)
-        const double W = r->p.window, K = r->p.factor;
+        const double W = r->p.window, K = r->p.factor; // (leaky-rerope)
         r->far_cos = malloc((size_t)rows * half * sizeof(float));
         r->far_sin = malloc((size_t)rows * half * sizeof(float));
         if (leaky) {
@@ -500,7 +617,7 @@ int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen)
         // self_extend_patch: group_query_position, group_key_position): the query at m to
         // floor(m / G) + W - floor(W / G), the key at n to floor(n / G).
         if (r->p.mode == ROPE_SCALING_SELFEXTEND) {
-            const int G = (int)K, w = r->p.window;
+            const int G = r->p.group, w = r->p.window;
             fill_grouped(r, r->far_cos, r->far_sin, n_pos, w - w / G, G);
             fill_grouped(r, r->key_cos, r->key_sin, n_pos, 0, G);
         } else {
@@ -534,12 +651,12 @@ int rope_query_turns(const RopeParams *p) { return mode_of(p->mode)->turns; }
 
 int rope_mode_in_file(int mode) { return mode >= 0 && mode < ROPE_SCALING_COUNT && MODES[mode].in_file; }
 
-int rope_file_factors(const RopeParams *p) { return p->mode == ROPE_SCALING_LONGROPE ? p->rot_dims / 2 : 0; }
+int rope_file_factors(const RopeParams *p) { return mode_of(p->mode)->pair_factors ? p->rot_dims / 2 : 0; }
 
 // Dual chunk attention's chunk length c = S - w (positions per chunk); 0 for every other mode.
-static int dca_chunk(const RopeParams *p) { return mode_of(p->mode)->knobs & KNOB_CHUNK ? p->chunk - p->window : 0; }
-
-int rope_factor_is_group(const RopeParams *p) { return (mode_of(p->mode)->knobs & KNOB_GROUP) != 0; }
+static int dca_chunk(const RopeParams *p) {
+    return mode_of(p->mode)->knobs & ROPE_KNOB_CHUNK ? p->chunk - p->local_window : 0;
+}
 
 int rope_is_scaled(const RopeParams *p) { return p->mode != ROPE_SCALING_NONE; }
 
@@ -549,9 +666,9 @@ static int far_key_table(const RopeParams *p) { return mode_of(p->mode)->key_tab
 int rope_key_tables(const RopeParams *p) { return mode_of(p->mode)->key_tables; }
 
 // rope_init's tables: cos and sin for every position; rerope one far row more; leaky-rerope and
-// selfextend a far and a key table of every position more.
+// selfextend a far and a key table of every position more; dca a far table and the inter row.
 size_t rope_table_rows(const RopeParams *p, int ctx) {
-    if (p->mode == ROPE_SCALING_DCA) return (size_t)ctx * 2 + 1; // (dca: a far table, and the inter row)
+    if (p->mode == ROPE_SCALING_DCA) return (size_t)ctx * 2 + 1;
     return (size_t)ctx * (far_key_table(p) ? 3 : 1) + (p->mode == ROPE_SCALING_REROPE);
 }
 
@@ -569,7 +686,7 @@ double rope_covers(const RopeParams *p, int ctx, double *fix) {
         return W + p->factor * (L - W);
     case ROPE_SCALING_SELFEXTEND: // a whole G: (L - W) G + W, the capacity of LongLM's paper
         *fix = ceil((ctx - W) / (L - W));
-        return W + p->factor * (L - W);
+        return W + p->group * (L - W);
     case ROPE_SCALING_NONE:
     case ROPE_SCALING_DYNAMIC:
     case ROPE_SCALING_REROPE:
@@ -603,14 +720,14 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
     else if (p->mode == ROPE_SCALING_LEAKY_REROPE)
         MORE(", window W = %d, K = %g (distance r past W scored as W + (r - W) / K)", p->window, p->factor);
     else if (p->mode == ROPE_SCALING_SELFEXTEND)
-        MORE(", neighbour window W = %d, group G = %g (a key at distance >= W scored at floor(m/G) + W - "
+        MORE(", neighbour window W = %d, group G = %d (a key at distance >= W scored at floor(m/G) + W - "
              "floor(W/G) against floor(n/G); capacity (L - W) G + W = %g)",
-             p->window, p->factor, p->window + p->factor * (p->orig_ctx - p->window));
+             p->window, p->group, p->window + (double)p->group * (p->orig_ctx - p->window));
     else if (p->mode == ROPE_SCALING_DCA)
         MORE(", chunk S = %d, local window w = %d (chunks of %d: a key at n mod c, the query at m mod c in its "
              "own chunk, min(m mod c + c, S) in the previous one, S in earlier ones)",
-             p->chunk, p->window, p->chunk - p->window);
-    if (!rope_far_path(p) && p->mode != ROPE_SCALING_DYNAMIC_YARN && p->mode != ROPE_SCALING_DCA)
+             p->chunk, p->local_window, p->chunk - p->local_window);
+    if (!rope_far_path(p) && (rope_takes(p->mode, ROPE_KNOB_FACTOR) || !rope_is_scaled(p))) // (leaky: K above)
         MORE(", factor %g", p->factor);
     if (p->rot_dims < p->head_dim) MORE(", %d of %d dimensions turn", p->rot_dims, p->head_dim);
     MORE(", trained context L = %d, attention factor %g", p->orig_ctx, r->mscale);
@@ -619,7 +736,8 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
 
 // Dynamic NTK: when the sequence grows past L, every frequency changes with it, so every cached
 // key must be rotated again (the caller watches `version`). Lengths up to L all share the
-// unscaled frequencies, so nothing changes there. LongRoPE: the same, at one step: the short
+// unscaled frequencies, so nothing changes there. Dynamic YaRN: the same, its factor l / L in
+// place of the base. LongRoPE: the same, at one step: the short
 // factors up to L, the long ones for any length past it. transformers also switches when a
 // forward's length passes L but keeps the keys it cached with the short factors (stale keys, as
 // its issue 25104 describes for dynamic NTK); llama.cpp picks one set from the context size (n_ctx

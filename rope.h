@@ -1,7 +1,11 @@
 // rope.h - rotary position embedding (RoPE) and the context-extension scalings.
 //
 // Everything positional is decided here: the frequencies of every scaling mode, the cos/sin tables,
-// the parameter rules, and what attention reads of RoPE. Where the rotations happen:
+// the parameter rules, and what attention reads of RoPE. Each mode is one row of rope.c's MODES
+// table (its names, whether a file may carry it, whether it follows the length, its query turns and
+// key tables, the flags it takes and their defaults, its line in --help and its source); the
+// predicates below, the rules and their messages, and --help's list of modes are read from it.
+// Where the rotations happen:
 //   queries and keys    rope_rotate (turn 0) and rope_rotate_turn (a query's other turns), called by
 //                       model.c's rope_qk for each head;
 //   cached keys         when a mode keeps them un-rotated (rope_keys_unrotated: the frequencies of
@@ -11,8 +15,9 @@
 //                       table that rope.c fills (rope_set_keys), and fills again when the frequencies
 //                       change (rope_set_length);
 //   a context shift     kernels.c's kv_shift turns the kept keys back by rope_shift_angles.
-// The forward pass asks "the sequence is now l tokens long" (rope_set_length, which only the modes
-// that follow the length react to) and never looks at the scaling mode itself.
+// The forward pass (model.c) says "the sequence is now l tokens long" (rope_set_length, which only
+// the modes that follow the length react to), asks how many turns of each query and key tables to
+// make room for (rope_query_turns, rope_key_tables), and never looks at the scaling mode itself.
 //
 // What attention reads of RoPE (RopeAttention, one per layer, which the KV cache points to):
 // every mode scores a query at m against a key at n as (R_a q) . (R_b k) for some rotation a of the
@@ -54,7 +59,8 @@
 static inline float rope_turn0(float x0, float x1, float c, float s) { return x0 * c - x1 * s; }
 static inline float rope_turn1(float x0, float x1, float c, float s) { return x0 * s + x1 * c; }
 
-// The numbers are stored in the model file header; do not reorder.
+// The numbers are stored in the model file header; do not reorder. A new mode takes the next number
+// and a row in rope.c's MODES table.
 typedef enum {
     ROPE_SCALING_NONE = 0,    // theta_i = b^(-2i/d)
     ROPE_SCALING_PI = 1,      // position interpolation: theta_i / s       (HF "linear")
@@ -69,7 +75,7 @@ typedef enum {
     // LongRoPE (Phi-3): a factor per pair, the short ones up to L and the long ones past it.
     ROPE_SCALING_LONGROPE = 8,
     // Run-time only, like the rerope modes:
-    ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at grouped positions
+    ROPE_SCALING_SELFEXTEND = 9,   // Self-Extend: keys at distance >= W scored at positions grouped G to one
     ROPE_SCALING_DYNAMIC_YARN = 10, // YaRN whose factor follows the length: s = max(1, l / L)
     ROPE_SCALING_DCA = 11,          // dual chunk attention: positions within chunks, three query turns
 } RopeScaling;
@@ -129,7 +135,8 @@ static inline size_t rope_turn_at(int turns, size_t qd, int i, int t) { return (
 // ---------------------------------------------------------------------------------------------
 // Parameters and tables
 
-// Everything that decides the frequencies. Fields that a mode does not use are ignored.
+// Everything that decides the frequencies. A field the mode does not use is 0; a field it uses that
+// is 0 takes the mode's default (rope_params_defaults).
 typedef struct {
     RopeScaling mode;
     int head_dim;            // the head's size; the tables have head_dim / 2 pairs
@@ -138,17 +145,19 @@ typedef struct {
 
     int orig_ctx;            // L: context the model was trained with (YaRN/llama3: original_max_pos)
     double base;             // b: rope_theta
-    double factor;           // s: context extension factor (>= 1)
+    double factor;           // s: context extension factor (>= 1); leaky-rerope: K, the rate past W;
+                             // 1 for the modes that take none (none, rerope, selfextend, dynamic-yarn, dca)
     double alpha;            // ntk only: alpha of the base change; 0 = use factor
-    double attn_factor;      // yarn only: magnitude on cos and sin; 0 = 0.1*ln(s) + 1
-    double beta_fast;        // yarn only: ramp starts at pairs with this many turns over L (32)
-    double beta_slow;        // yarn only: ramp ends at pairs with this many turns over L (1)
+    double attn_factor;      // yarn, dynamic-yarn, longrope: magnitude on cos and sin; 0 = the paper's
+    double beta_fast;        // yarn, dynamic-yarn: ramp starts at pairs with this many turns over L (32)
+    double beta_slow;        // yarn, dynamic-yarn: ramp ends at pairs with this many turns over L (1)
     double low_freq_factor;  // llama3 only: wavelengths above L/low_freq_factor are divided by s
     double high_freq_factor; // llama3 only: wavelengths below L/high_freq_factor are kept
-    int window;              // rerope, leaky-rerope, selfextend: W, distances below it are rotated as
-                             // usual (selfextend: the neighbour window; factor is its group size G);
-                             // dca: the local window w
-    int chunk;               // dca only: the chunk size S; chunks hold c = S - w positions
+    int window;              // rerope, leaky-rerope, selfextend: W; keys at distances below it are
+                             // scored as trained, the ones from W on by the far path
+    int group;               // selfextend only: G, far positions grouped G to one (floor(n / G))
+    int local_window;        // dca only: its local window w, chunks holding c = chunk - w positions
+    int chunk;               // dca only: the chunk size S
     // longrope only: rot_dims / 2 factors each, pair i's frequency divided by short_factor[i] for
     // lengths up to L, by long_factor[i] past it (pointers into the model file, or the caller's)
     const double *short_factor, *long_factor;
@@ -181,67 +190,94 @@ typedef struct {
     float *keys;
 } Rope;
 
-// Mode names for the command line and the banner: none, pi (alias linear), ntk, dynamic, yarn, llama3,
-// rerope, leaky-rerope, longrope, selfextend, dynamic-yarn, dca.
+// The modes by name, for the command line and the banner (rope.c's MODES table holds the list:
+// none, pi (alias linear), ntk, dynamic, yarn, llama3, rerope, leaky-rerope, longrope, selfextend,
+// dynamic-yarn, dca).
 const char *rope_scaling_name(RopeScaling mode);
 int rope_scaling_from_name(const char *name, RopeScaling *mode); // 0 ok, -1 unknown name
 // Every mode's name in order, for messages: "none, pi (or linear), ntk, ...". Always NUL-terminated.
 void rope_scaling_names(char *buf, size_t len);
+// For --help: the mode's other name (Hugging Face's; NULL if none), what it does in a line, and
+// where its formula comes from. NULL for a number that is no mode.
+const char *rope_scaling_alias(int mode);
+const char *rope_scaling_about(int mode);
+const char *rope_scaling_source(int mode);
 
-// What the user asked on the command line. Unset fields: mode -1, the reals 0.
+// The overrides a mode may take (RopeOverrides, the flags that set them), one bit each. --rope-base
+// applies to every mode.
+typedef enum {
+    ROPE_KNOB_FACTOR = 1,  // --rope-factor: s (leaky-rerope: K)
+    ROPE_KNOB_ALPHA = 2,   // --rope-alpha: ntk's alpha
+    ROPE_KNOB_WINDOW = 4,  // --rope-window: W of rerope, leaky-rerope, selfextend
+    ROPE_KNOB_LOCAL = 8,   // --rope-window: dca's local window w
+    ROPE_KNOB_GROUP = 16,  // --grp-attn-n: selfextend's G
+    ROPE_KNOB_CHUNK = 32,  // --dca-chunk: dca's S
+} RopeKnob;
+// Whether mode takes one of the knobs.
+int rope_takes(int mode, unsigned knobs);
+// The modes that take one of the knobs, as "a, b and c" (--help, messages). Always NUL-terminated.
+void rope_modes_taking(unsigned knobs, char *buf, size_t len);
+
+// What the user asked on the command line. Unset fields: mode -1, the others 0.
 typedef struct {
     int mode;      // RopeScaling, or -1 to keep the checkpoint's own
-    double factor; // --rope-factor; 0 = the checkpoint's, else ctx / L when ctx > L, else 1 (dynamic: 1)
+    double factor; // --rope-factor; 0 = the mode's default (rope_params_defaults)
     double base;   // --rope-base; 0 = the checkpoint's rope_theta
     double alpha;  // --rope-alpha (ntk); 0 = factor
-    int window;    // --rope-window, --grp-attn-w (rerope, leaky-rerope, selfextend); 0 = L / 4
+    int window;    // --rope-window, --grp-attn-w: W (rerope, leaky-rerope, selfextend), w (dca); 0 = default
     int group;     // --grp-attn-n (selfextend): G; 0 = the smallest that covers the context
     int chunk;     // --dca-chunk (dca): S; 0 = 3 L / 4
 } RopeOverrides;
 
-// The rules an override can break, one code each: rope_params_resolve owns the rules, run.c says
-// which flag broke one and how to fix it.
+// The rules an override can break, one code each. rope_params_resolve owns the rules and writes the
+// message (which flag broke one, and how to fix it: the mode's row in rope.c's MODES); run.c prints it.
 typedef enum {
     ROPE_OK = 0,
-    ROPE_FACTOR_WITHOUT_MODE, // a factor, and the mode is none
-    ROPE_ALPHA_NOT_NTK,       // alpha, and the mode is not ntk
-    ROPE_WINDOW_NOT_REROPE,   // a window, and the mode is neither rerope nor leaky-rerope
-    ROPE_REROPE_FACTOR,       // rerope has no factor (every distance past W is scored as W)
-    ROPE_LEAKY_FACTOR_ONE,    // leaky-rerope with factor 1 is plain RoPE
-    ROPE_LONGROPE_NO_FACTORS, // longrope, and the checkpoint has no short and long factors
-    ROPE_GROUP_NOT_SELFEXTEND, // a group size G, and the mode is not selfextend
-    ROPE_FACTOR_SELFEXTEND,   // a factor with selfextend, whose factor is G (--grp-attn-n)
-    ROPE_FACTOR_FOLLOWS_LENGTH, // a factor with dynamic-yarn, whose factor is l / L
-    ROPE_CHUNK_NOT_DCA,       // a chunk size, and the mode is not dca
-    ROPE_FACTOR_DCA,          // a factor with dca, which has none
-    ROPE_BAD_VALUE,           // a parameter out of its range (rope_params_check; err says which)
+    ROPE_KNOB_NOT_TAKEN,   // --rope-alpha, --rope-window, --grp-attn-n or --dca-chunk with a mode that takes none
+    ROPE_FACTOR_NOT_TAKEN, // --rope-factor with a mode that takes none (none, rerope, selfextend, ...)
+    ROPE_FACTOR_PLAIN,     // a factor that leaves the mode plain RoPE (leaky-rerope with K = 1)
+    ROPE_NO_PAIR_FACTORS,  // longrope, and the checkpoint has no short and long factors
+    ROPE_BAD_VALUE,        // a parameter out of its range (rope_params_check)
 } RopeRule;
 
-// The parameters for a run at context ctx: the checkpoint's own (trained), with the user's
-// overrides on top. Returns ROPE_OK, or the rule broken (ROPE_BAD_VALUE with a message in err).
+// The parameters for a run at context ctx: the checkpoint's own (trained), with the user's overrides
+// on top, and the mode's defaults in every field left 0. Returns ROPE_OK, or the rule broken with a
+// message in err.
 RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx, const RopeOverrides *o, char *err,
                              size_t errlen);
 
-// Fill in the defaults a mode needs (beta_fast 32, ...) and check every field; on error writes a
-// message to err and returns -1.
-int rope_params_check(RopeParams *p, char *err, size_t errlen);
+// The one place defaults are filled: each field of p's mode still 0 takes the mode's default (rope.c's
+// MODES: yarn's beta 32 and 1, llama3's 1 and 4, W = L / 4, dca's S = 3 L / 4 and w = L / 16; the
+// factor by the mode's rule for a context of ctx, 1 at ctx = L; G the smallest that covers ctx).
+// Tests and tools that make parameters by hand call it with ctx = L.
+void rope_params_defaults(RopeParams *p, int ctx);
+
+// Check every field, the zeros read as rope_params_defaults would fill them at L (a model file's
+// header leaves the defaults 0); writes nothing to p. 0, or -1 with a message in err.
+int rope_params_check(const RopeParams *p, char *err, size_t errlen);
 
 // Inverse frequencies theta_i (head_dim/2 of them; 0 for the pairs past rot_dims / 2, which do not
-// turn) for sequence length `length` (only dynamic and longrope look at it) and the attention magnitude; pure math, no allocation. Tests call it directly.
+// turn) for sequence length `length` (only the modes that follow the length look at it: dynamic,
+// dynamic-yarn, longrope) and the attention magnitude; pure math, no allocation. p complete
+// (rope_params_resolve or rope_params_defaults). Tests call it directly.
 void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *mscale, double *eff_base);
 
-// Allocate tables for positions [0, n_pos). Returns 0, or -1 with a message in err.
+// Allocate tables for positions [0, n_pos) for the parameters p (rope_params_resolve's; a field left
+// 0 takes its default at L, as rope_params_check reads it), which it checks. Returns 0, or -1 with a
+// message in err.
 int rope_init(Rope *r, const RopeParams *p, int n_pos, char *err, size_t errlen);
 void rope_free(Rope *r);
 
 // Tell rope the current sequence length (tokens so far, including the ones being processed).
-// Only the modes that follow the length react (dynamic NTK, dynamic YaRN, longrope): when the frequencies for this length differ from the current
-// ones (dynamic: the base; longrope: short or long factors) it recomputes the tables for every
-// position and bumps version. The base always follows the length
-// given, also when it is shorter than before (a new sequence); Hugging Face instead keeps the
-// largest base it has seen until the length drops below L.
+// Only the modes that follow the length react (dynamic NTK, dynamic YaRN, longrope): when the
+// frequencies for this length differ from the current ones (dynamic: the base; dynamic-yarn: the
+// factor; longrope: short or long factors) it recomputes the tables for every position, and the key
+// tables, and bumps version. The frequencies always follow the length given, also when it is
+// shorter than before (a new sequence); Hugging Face instead keeps the largest base it has seen
+// until the length drops below L.
 void rope_set_length(Rope *r, int length);
 
+// The predicates below read the mode's row in rope.c's MODES table.
 // True when rope_set_length can change the tables (dynamic NTK, dynamic YaRN, longrope; keys are then
 // cached un-rotated).
 int rope_is_dynamic(const Rope *r);
@@ -256,8 +292,6 @@ int rope_query_turns(const RopeParams *p);
 // follow the header for it (longrope: rot_dims / 2 short, then as many long; else 0).
 int rope_mode_in_file(int mode);
 int rope_file_factors(const RopeParams *p);
-// Whether the mode's factor is Self-Extend's group size G (--grp-attn-n) rather than a stretch factor.
-int rope_factor_is_group(const RopeParams *p);
 // True for every mode but none: something changes past the trained context.
 int rope_is_scaled(const RopeParams *p);
 // True when the keys must be cached un-rotated: the modes whose frequencies follow the length
@@ -266,8 +300,8 @@ int rope_is_scaled(const RopeParams *p);
 int rope_keys_unrotated(const RopeParams *p);
 
 // How many key tables the un-rotated cached keys need when attention turns them (model.c):
-// 0 when keys are cached rotated, 1 for dynamic, longrope, rerope and dca, 2 for leaky-rerope and
-// selfextend (near and far).
+// 0 when keys are cached rotated, 1 for dynamic, dynamic-yarn, longrope, rerope and dca, 2 for
+// leaky-rerope and selfextend (near and far).
 int rope_key_tables(const RopeParams *p);
 // The floats of one key table for a context of ctx positions: whole blocks of ROPE_KEY_BLOCK
 // positions, head_dim floats each.
@@ -282,9 +316,10 @@ RopeAttention rope_attention(const Rope *r, int rotates);
 size_t rope_table_rows(const RopeParams *p, int ctx);
 
 // The positions the factor covers: s L for pi, ntk, yarn and llama3; W + K (L - W) for
-// leaky-rerope, whose farthest distance then lands on L. 0 for the modes whose factor covers any
-// length (dynamic's grows with it) or that have none (none, rerope). *fix: the factor that would
-// cover ctx.
+// leaky-rerope, whose farthest distance then lands on L; W + G (L - W) for selfextend, whose reach is
+// its group size G. 0 for the modes that cover any length (dynamic, dynamic-yarn and longrope follow
+// it; dca's chunks repeat) or have nothing to cover it with (none, rerope). *fix: the factor (G) that
+// would cover ctx.
 double rope_covers(const RopeParams *p, int ctx, double *fix);
 
 // The cosine and sine of every pair's angle for a move of `by` positions (the context shift turns

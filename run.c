@@ -963,8 +963,9 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     // 8192, said good to 131072); LongRoPE's long factors are fixed by the checkpoint, so past
     // that a --rope-factor (its attention factor only) changes nothing and --ctx is the fix.
     double fix, covers = rope_covers(p, ctx, &fix);
-    const char *flag = rope_factor_is_group(p) ? "--grp-attn-n" : "--rope-factor";
-    const double flag_max = rope_factor_is_group(p) ? ROPE_GROUP_MAX : ROPE_FACTOR_MAX;
+    const int by_group = rope_takes(p->mode, ROPE_KNOB_GROUP); // selfextend reaches by its G, not a factor
+    const char *flag = by_group ? "--grp-attn-n" : "--rope-factor";
+    const double flag_max = by_group ? ROPE_GROUP_MAX : ROPE_FACTOR_MAX;
     char factor_hint[80] = "";
     if (covers && fix <= flag_max) snprintf(factor_hint, sizeof factor_hint, "%s %.12g", flag, factor_up(fix));
     if (same_mode && (own || p->mode == ROPE_SCALING_LONGROPE) && c->n_ctx_max > L && ctx > c->n_ctx_max) {
@@ -990,14 +991,15 @@ static void warn_context(const Config *c, const RunConfig *run, const Options *o
     double unused;
     if (user_factor && rope_params_resolve(&dflt, &c->rope, ctx, &left_out, err, sizeof err) == ROPE_OK &&
         (rope_covers(&dflt, ctx, &unused) >= ctx || (same_mode && c->n_ctx_max >= ctx)))
-        OR("%sleave %s out: the default, %g, covers --ctx", n ? ", or " : "", flag, dflt.factor);
+        OR("%sleave %s out: the default, %g, covers --ctx", n ? ", or " : "", flag, by_group ? dflt.group : dflt.factor);
     if (o->keep < 0 || o->keep < (int)covers - 1) OR("%s--ctx %d", n ? ", or " : "", (int)covers);
 #undef OR
     char from[80];
     if (user_factor)
-        snprintf(from, sizeof from, "%s %g", flag, p->factor);
+        snprintf(from, sizeof from, "%s %g", flag, by_group ? p->group : p->factor);
     else
-        snprintf(from, sizeof from, "%s factor %g", own ? "the checkpoint's" : "the default", p->factor);
+        snprintf(from, sizeof from, "%s %s %g", own ? "the checkpoint's" : "the default", by_group ? "G" : "factor",
+                 by_group ? p->group : p->factor);
     fprintf(stderr, "warning: %s with %s covers %g positions, fewer than --ctx %d: positions past %g are extrapolated%s%s%s\n",
             rope_scaling_name(p->mode), from, covers, ctx, covers, hint[0] ? " (hint: " : "", hint, hint[0] ? ")" : "");
 }
@@ -1033,32 +1035,10 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
                 c->dtype == DTYPE_BF16 || c->dtype == DTYPE_BF16_R16 ? "; bf16 weights are multiplied so already" : "");
         return 2;
     }
-    // rope.c owns the rules; here each broken one gets its flag and its fix.
-    static const char *const RULE[] = {
-        [ROPE_FACTOR_WITHOUT_MODE] = "--rope-factor needs a scaling mode (hint: --rope-scaling "
-                                     "pi|ntk|dynamic|yarn|llama3|leaky-rerope; rerope takes --rope-window, not a factor)",
-        [ROPE_ALPHA_NOT_NTK] = "--rope-alpha is used only by --rope-scaling ntk",
-        [ROPE_WINDOW_NOT_REROPE] = "--rope-window is used only by --rope-scaling rerope, leaky-rerope, selfextend and dca",
-        [ROPE_REROPE_FACTOR] = "rerope has no --rope-factor: every distance past the window is scored as the window "
-                               "(hint: --rope-scaling leaky-rerope --rope-factor K lets them grow at 1/K)",
-        [ROPE_LEAKY_FACTOR_ONE] = "leaky-rerope with --rope-factor 1 is plain RoPE (hint: --rope-factor K with "
-                                  "K > 1, or --rope-scaling none without --rope-factor)",
-        [ROPE_GROUP_NOT_SELFEXTEND] = "--grp-attn-n is used only by --rope-scaling selfextend",
-        [ROPE_FACTOR_SELFEXTEND] = "selfextend's factor is its group size (hint: --grp-attn-n G, not --rope-factor)",
-        [ROPE_FACTOR_FOLLOWS_LENGTH] = "dynamic-yarn has no --rope-factor: its factor is the length over the trained "
-                                       "context (hint: --rope-scaling yarn --rope-factor S for a fixed one)",
-        [ROPE_CHUNK_NOT_DCA] = "--dca-chunk is used only by --rope-scaling dca",
-        [ROPE_FACTOR_DCA] = "dca has no --rope-factor (hint: --dca-chunk S and --rope-window w size its chunks)",
-        [ROPE_LONGROPE_NO_FACTORS] = "--rope-scaling longrope needs a LongRoPE checkpoint's short and long factors "
-                                     "(Phi-3's rope_scaling), and this model has none (hint: --rope-scaling yarn)",
-    };
+    // rope.c owns the rules and their messages (each names the flag that broke one and the fix).
     const RopeRule rule = rope_params_resolve(&run->rope, &c->rope, run->n_ctx, &o->rope, err, sizeof err);
-    if (rule == ROPE_BAD_VALUE) {
-        fprintf(stderr, "error: %s (hint: see --help for the RoPE flags)\n", err);
-        return 2;
-    }
     if (rule) {
-        fprintf(stderr, "error: %s\n", RULE[rule]);
+        fprintf(stderr, "error: %s%s\n", err, rule == ROPE_BAD_VALUE ? " (hint: see --help for the RoPE flags)" : "");
         return 2;
     }
     if (rope_query_turns(&run->rope) > 1 && c->sliding_window) {

@@ -337,7 +337,7 @@ def resolve_rope(trained, rope=None, ctx=None):
     Also accepted (tests only; the C command line has no flag for them): orig_ctx, attn_factor,
     beta_fast, beta_slow, low_freq_factor, high_freq_factor, and longrope's short_factor,
     long_factor and longrope_factors ("auto": by length; "short", "long": forced). A fully
-    resolved dict passed back in resolves to itself. Defaults are filled in as rope_params_check
+    resolved dict passed back in resolves to itself. Defaults are filled in as rope_params_defaults
     does: yarn beta 32/1, llama3 low/high 1/4."""
     rope = dict(rope or {})
     unknown = set(rope) - set(ROPE_KEYS)

@@ -123,7 +123,7 @@ def test_usage_errors(c_tools, args, needle):
     (["--rope-scaling", "leaky-rerope", "--rope-window", "512"], "leaky-rerope and selfextend need a window W below L"),
     # Self-Extend (--grp-attn-n, --grp-attn-w / --rope-window) and dynamic YaRN
     (["--grp-attn-n", "4"], "--grp-attn-n is used only by --rope-scaling selfextend"),
-    (["--rope-scaling", "selfextend", "--rope-factor", "4"], "selfextend's factor is its group size"),
+    (["--rope-scaling", "selfextend", "--rope-factor", "4"], "selfextend has no --rope-factor: its reach is its group size G"),
     (["--rope-scaling", "selfextend", "-gaw", "512"], "leaky-rerope and selfextend need a window W below L"),
     (["--rope-scaling", "dynamic-yarn", "--rope-factor", "4"], "dynamic-yarn has no --rope-factor"),
     # dual chunk attention: a chunk size below L, a local window below it

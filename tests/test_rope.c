@@ -111,11 +111,28 @@ static void test_names(void) {
 
 static void test_params_check(void) {
     char err[256];
+    // The check reads a zero as its default and writes nothing; rope_params_defaults fills them.
     RopeParams p = params(ROPE_SCALING_YARN, 64, 1e4, 2048, 4);
-    int ok = rope_params_check(&p, err, sizeof(err)) == 0 && p.beta_fast == 32 && p.beta_slow == 1;
+    int ok = rope_params_check(&p, err, sizeof(err)) == 0 && p.beta_fast == 0 && p.beta_slow == 0 && p.rot_dims == 0;
+    rope_params_defaults(&p, 2048);
+    ok &= p.beta_fast == 32 && p.beta_slow == 1 && p.rot_dims == 64 && p.factor == 4;
     p = params(ROPE_SCALING_LLAMA3, 128, 5e5, 8192, 8);
-    ok &= rope_params_check(&p, err, sizeof(err)) == 0 && p.low_freq_factor == 1 && p.high_freq_factor == 4;
-    check_true("rope_params_check fills yarn beta 32/1 and llama3 lf/hf 1/4", ok);
+    ok &= rope_params_check(&p, err, sizeof(err)) == 0 && p.low_freq_factor == 0;
+    rope_params_defaults(&p, 8192);
+    ok &= p.low_freq_factor == 1 && p.high_freq_factor == 4;
+    // the knobs' sizes from L, the factor from the context: W = L / 4, dca's S = 3 L / 4 and w = L / 16,
+    // pi's s = ctx / L (1 at ctx = L), leaky-rerope's K = (ctx - W) / (L - W), selfextend's smallest G
+    RopeParams rr = params(ROPE_SCALING_REROPE, 8, 1e4, 512, 0), dca = params(ROPE_SCALING_DCA, 8, 1e4, 512, 0),
+               pi = params(ROPE_SCALING_PI, 8, 1e4, 512, 0), pi_l = pi, leaky = params(ROPE_SCALING_LEAKY_REROPE, 8, 1e4, 512, 0),
+               se = params(ROPE_SCALING_SELFEXTEND, 8, 1e4, 512, 0);
+    rope_params_defaults(&rr, 4096), rope_params_defaults(&dca, 4096), rope_params_defaults(&pi, 2048);
+    rope_params_defaults(&pi_l, 512), rope_params_defaults(&leaky, 2048), rope_params_defaults(&se, 2048);
+    ok &= rr.window == 128 && rr.factor == 1 && rr.chunk == 0 && rr.group == 0 && rr.local_window == 0;
+    ok &= dca.chunk == 384 && dca.local_window == 32 && dca.window == 0 && dca.factor == 1;
+    ok &= pi.factor == 4 && pi_l.factor == 1 && leaky.window == 128 && leaky.factor == 5;
+    ok &= se.window == 128 && se.factor == 1 && se.group == 6; // G 5: 2047 / 5 + 128 - 25 = 512 > L - 1; 6: 448
+    check_true("rope_params_check writes nothing; rope_params_defaults fills beta 32/1, lf/hf 1/4, W, S, w, s, K, G",
+               ok);
 
     struct {
         const char *what;
@@ -159,17 +176,34 @@ static void test_resolve(void) {
     RopeOverrides ntk = {.mode = ROPE_SCALING_NTK, .alpha = 6};
     ok &= rope_params_resolve(&out, &trained, 1024, &ntk, err, sizeof(err)) == 0 && out.alpha == 6 && out.factor == 2;
     RopeOverrides none_factor = {.mode = ROPE_SCALING_NONE, .factor = 2};
-    ok &= rope_params_resolve(&out, &trained, 1024, &none_factor, err, sizeof(err)) == ROPE_FACTOR_WITHOUT_MODE;
+    ok &= rope_params_resolve(&out, &trained, 1024, &none_factor, err, sizeof(err)) == ROPE_FACTOR_NOT_TAKEN &&
+          strstr(err, "--rope-scaling pi|ntk|dynamic|yarn|llama3|leaky-rerope)");
     ok &= rope_params_resolve(&out, &trained, 4096, &keep, err, sizeof(err)) == 0 && out.factor == 1; // none: 1
     RopeOverrides alpha_pi = {.mode = ROPE_SCALING_PI, .alpha = 6};
-    ok &= rope_params_resolve(&out, &trained, 1024, &alpha_pi, err, sizeof(err)) == ROPE_ALPHA_NOT_NTK;
-    // One code per rule, each from the rule it names (run.c maps it to the flag and the fix).
+    ok &= rope_params_resolve(&out, &trained, 1024, &alpha_pi, err, sizeof(err)) == ROPE_KNOB_NOT_TAKEN &&
+          !strcmp(err, "--rope-alpha is used only by --rope-scaling ntk");
+    // One code per kind of rule, each message naming the flag (run.c prints it).
     RopeOverrides rerope_factor = {.mode = ROPE_SCALING_REROPE, .factor = 2},
                   leaky_one = {.mode = ROPE_SCALING_LEAKY_REROPE, .factor = 1},
                   window_ntk = {.mode = ROPE_SCALING_NTK, .window = 64}, wide = {.mode = ROPE_SCALING_REROPE, .window = 513};
-    ok &= rope_params_resolve(&out, &trained, 2048, &rerope_factor, err, sizeof(err)) == ROPE_REROPE_FACTOR;
-    ok &= rope_params_resolve(&out, &trained, 2048, &leaky_one, err, sizeof(err)) == ROPE_LEAKY_FACTOR_ONE;
-    ok &= rope_params_resolve(&out, &trained, 2048, &window_ntk, err, sizeof(err)) == ROPE_WINDOW_NOT_REROPE;
+    ok &= rope_params_resolve(&out, &trained, 2048, &rerope_factor, err, sizeof(err)) == ROPE_FACTOR_NOT_TAKEN &&
+          strstr(err, "rerope has no --rope-factor: ");
+    ok &= rope_params_resolve(&out, &trained, 2048, &leaky_one, err, sizeof(err)) == ROPE_FACTOR_PLAIN;
+    ok &= rope_params_resolve(&out, &trained, 2048, &window_ntk, err, sizeof(err)) == ROPE_KNOB_NOT_TAKEN &&
+          !strcmp(err, "--rope-window is used only by --rope-scaling rerope, leaky-rerope, selfextend and dca");
+    RopeOverrides group_pi = {.mode = ROPE_SCALING_PI, .group = 4}, chunk_se = {.mode = ROPE_SCALING_SELFEXTEND, .chunk = 40},
+                  se_factor = {.mode = ROPE_SCALING_SELFEXTEND, .factor = 4},
+                  dy_factor = {.mode = ROPE_SCALING_DYNAMIC_YARN, .factor = 4}, dca_factor = {.mode = ROPE_SCALING_DCA, .factor = 2},
+                  longrope = {.mode = ROPE_SCALING_LONGROPE};
+    ok &= rope_params_resolve(&out, &trained, 2048, &group_pi, err, sizeof(err)) == ROPE_KNOB_NOT_TAKEN &&
+          !strcmp(err, "--grp-attn-n is used only by --rope-scaling selfextend");
+    ok &= rope_params_resolve(&out, &trained, 2048, &chunk_se, err, sizeof(err)) == ROPE_KNOB_NOT_TAKEN &&
+          !strcmp(err, "--dca-chunk is used only by --rope-scaling dca");
+    ok &= rope_params_resolve(&out, &trained, 2048, &se_factor, err, sizeof(err)) == ROPE_FACTOR_NOT_TAKEN &&
+          strstr(err, "(hint: --grp-attn-n G");
+    ok &= rope_params_resolve(&out, &trained, 2048, &dy_factor, err, sizeof(err)) == ROPE_FACTOR_NOT_TAKEN;
+    ok &= rope_params_resolve(&out, &trained, 2048, &dca_factor, err, sizeof(err)) == ROPE_FACTOR_NOT_TAKEN;
+    ok &= rope_params_resolve(&out, &trained, 2048, &longrope, err, sizeof(err)) == ROPE_NO_PAIR_FACTORS;
     ok &= rope_params_resolve(&out, &trained, 2048, &wide, err, sizeof(err)) == ROPE_BAD_VALUE && strstr(err, "[1, L]");
     // A checkpoint with its own scaling (Llama 3.1) keeps its factor at any context.
     RopeParams l31 = params(ROPE_SCALING_LLAMA3, 128, 5e5, 8192, 8);
@@ -416,8 +450,8 @@ static void test_dynamic(void) {
 // positions divided without the floor (m / G) give another score.
 static void test_selfextend(void) {
     const int d = 16, L = 64, W = 16, G = 4, N = 400;
-    RopeParams p = params(ROPE_SCALING_SELFEXTEND, d, 1e4, L, G);
-    p.window = W;
+    RopeParams p = params(ROPE_SCALING_SELFEXTEND, d, 1e4, L, 1);
+    p.window = W, p.group = G;
     Rope r;
     init_or_die(&r, &p, N);
     float q[16], k[16];
@@ -450,8 +484,8 @@ static void test_selfextend(void) {
     char err[256];
     // the default G for 256 positions: 255 // 6 + 16 - 2 = 56 < 64, while G = 5 gives 51 + 16 - 3 = 64
     const int resolved = rope_params_resolve(&out, &trained, 256, &none, err, sizeof err) == ROPE_OK;
-    check_true("selfextend: default W = L/4, G the smallest that keeps 256 positions inside L (6)",
-               resolved && out.window == 16 && out.factor == 6);
+    check_true("selfextend: default W = L/4, G the smallest that keeps 256 positions inside L (6), factor 1",
+               resolved && out.window == 16 && out.group == 6 && out.factor == 1);
     rope_free(&r);
 }
 
@@ -463,7 +497,7 @@ static void test_selfextend(void) {
 static void test_dca(void) {
     const int d = 16, L = 64, N = 200;
     RopeParams p = params(ROPE_SCALING_DCA, d, 1e4, L, 1);
-    p.window = 4, p.chunk = 48;
+    p.local_window = 4, p.chunk = 48;
     Rope r;
     init_or_die(&r, &p, N);
     const int c = 44;
@@ -485,7 +519,8 @@ static void test_dca(void) {
     RopeParams trained = params(ROPE_SCALING_NONE, d, 1e4, L, 1), out;
     char err[256];
     const int resolved = rope_params_resolve(&out, &trained, 256, &dca, err, sizeof err) == ROPE_OK;
-    check_true("dca: default chunk 3 L / 4 = 48, local window L / 16 = 4", resolved && out.chunk == 48 && out.window == 4);
+    check_true("dca: default chunk 3 L / 4 = 48, local window L / 16 = 4", resolved && out.chunk == 48 && out.local_window == 4 &&
+               out.window == 0);
     rope_free(&r);
 }
 
@@ -495,13 +530,14 @@ static void test_dynamic_yarn(void) {
     const int d = 64, L = 512;
     RopeParams dyn = params(ROPE_SCALING_DYNAMIC_YARN, d, 1e4, L, 1);
     char err[256];
+    rope_params_defaults(&dyn, L);
     check_true("dynamic-yarn: parameters accepted", rope_params_check(&dyn, err, sizeof err) == 0);
     double worst = 0, apart = 0;
     const int lengths[] = {100, 512, 700, 2048, 5000};
     for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
         const int l = lengths[k];
         RopeParams yarn = params(l > L ? ROPE_SCALING_YARN : ROPE_SCALING_NONE, d, 1e4, L, l > L ? (double)l / L : 1);
-        rope_params_check(&yarn, err, sizeof err);
+        rope_params_defaults(&yarn, L);
         double a[32], b[32], c[32], ma, mb, mc, ea, eb, ec;
         rope_inv_freq(&dyn, l, a, &ma, &ea);
         rope_inv_freq(&yarn, l, b, &mb, &eb);
@@ -526,7 +562,7 @@ static void test_dynamic_yarn(void) {
 // either side). Control: a rule whose window is off by one disagrees.
 static int rule_turn(const RopeParams *p, int m, int n, int window) {
     if (p->mode == ROPE_SCALING_DCA) {
-        const int c = p->chunk - p->window, gap = m / c - n / c;
+        const int c = p->chunk - p->local_window, gap = m / c - n / c;
         return gap == 0 ? 0 : gap == 1 ? 1 : 2;
     }
     return rope_far_path(p) && m - n >= window ? 1 : 0;
@@ -541,8 +577,9 @@ static void test_segments(void) {
     float *mem = malloc(2 * rope_key_floats(&(RopeParams){.head_dim = d}, N) * sizeof(float));
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         RopeParams p = params(modes[k], d, 1e4, L, modes[k] == ROPE_SCALING_LEAKY_REROPE ? 3 : 1);
-        if (modes[k] == ROPE_SCALING_SELFEXTEND) p.factor = 4;
-        p.window = modes[k] == ROPE_SCALING_DCA ? 4 : rope_far_path(&p) ? 16 : 0;
+        if (modes[k] == ROPE_SCALING_SELFEXTEND) p.group = 4;
+        p.window = rope_far_path(&p) ? 16 : 0;
+        p.local_window = modes[k] == ROPE_SCALING_DCA ? 4 : 0;
         p.chunk = modes[k] == ROPE_SCALING_DCA ? 48 : 0;
         Rope r;
         init_or_die(&r, &p, N);

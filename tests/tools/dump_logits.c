@@ -125,9 +125,10 @@ int main(int argc, char **argv) {
     f = fopen(argv[3], "wb");
     if (!f || fwrite(out, sizeof(float) * V, (size_t)n, f) != (size_t)n || fclose(f)) return fail("cannot write OUT");
     fprintf(stderr,
-            "dump_logits: %d positions, rope %s base %g factor %g window %d (effective base %g, mscale %g), "
-            "kernels %s\n",
-            n, rope_scaling_name(t.rope.p.mode), t.rope.p.base, t.rope.p.factor, t.rope.p.window, t.rope.eff_base,
+            "dump_logits: %d positions, rope %s base %g factor %g window %d group %d local window %d chunk %d "
+            "(effective base %g, mscale %g), kernels %s\n",
+            n, rope_scaling_name(t.rope.p.mode), t.rope.p.base, t.rope.p.factor, t.rope.p.window, t.rope.p.group,
+            t.rope.p.local_window, t.rope.p.chunk, t.rope.eff_base,
             t.rope.mscale, kernels_isa());
     free(out);
     free(ids);

@@ -13,7 +13,7 @@
 //
 // Output (stdout), one record per line, fields separated by single spaces, reals as %.17g:
 //   params MODE head_dim orig_ctx base factor alpha attn_factor beta_fast beta_slow lf hf rot_dims
-//                                   (after rope_params_check filled in the defaults)
+//                                   (after rope_params_defaults filled in the defaults at L)
 //   inv_freq v_0 ... v_{d/2-1}      rope_inv_freq(p, length) with length = --length or 0
 //   mscale x                        ... its mscale
 //   eff_base x                      ... its eff_base
@@ -183,6 +183,7 @@ int main(int argc, char **argv) {
     if ((nfactors[0] || nfactors[1]) && (nfactors[0] != nfactors[1] || nfactors[0] != (p.rot_dims ? p.rot_dims : p.head_dim) / 2))
         usage("--short-factor and --long-factor need rot_dims / 2 values each");
     char err[256];
+    rope_params_defaults(&p, p.orig_ctx); // the fields left 0, as at the trained context
     if (rope_params_check(&p, err, sizeof(err))) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
