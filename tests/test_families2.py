@@ -254,7 +254,8 @@ def test_hparams_table_is_checked(entry, why, exported, tmp_path):
         HPARAM.pack_into(b, HEADER_SIZE, name.encode(), value)  # the first entry
     model = edited(exported["granite-mup"], tmp_path / "m.bin", edit)
     proc = subprocess.run([str(REPO / "run"), str(model), "-i", "a", "-n", "1", "-z",
-                           str(FAMILIES / "granite-mup" / "tokenizer.model")], capture_output=True, text=True)
+                           str(FAMILIES / "granite-mup" / "tokenizer.model")], capture_output=True, text=True,
+                          errors="replace")
     if why is None:
         assert proc.returncode == 0, proc.stderr
         return
