@@ -404,10 +404,11 @@ static int check_tables(Config *p, char *why, size_t n) {
     for (int l = 0; p->layer_kind && !bad && l < p->n_layers; l++) {
         const int known = LAYER_NO_ROPE | LAYER_SLIDING | (p->version >= 4 ? LAYER_ROPE_SWA : 0);
         if (p->layer_kind[l] & ~known) bad = "layer_kind has unknown bits";
-        if (p->layer_kind[l] & LAYER_SLIDING && p->sliding_window == 0) bad = "a sliding layer, and no sliding_window";
-        if (p->layer_kind[l] & LAYER_ROPE_SWA && p->rope_freq_base_train_swa == 0)
+        if (!bad && p->layer_kind[l] & LAYER_SLIDING && p->sliding_window == 0)
+            bad = "a sliding layer, and no sliding_window";
+        if (!bad && p->layer_kind[l] & LAYER_ROPE_SWA && p->rope_freq_base_train_swa == 0)
             bad = "a layer with the local RoPE, and no rope_freq_base_train_swa";
-        if ((p->layer_kind[l] & (LAYER_ROPE_SWA | LAYER_NO_ROPE)) == (LAYER_ROPE_SWA | LAYER_NO_ROPE))
+        if (!bad && (p->layer_kind[l] & (LAYER_ROPE_SWA | LAYER_NO_ROPE)) == (LAYER_ROPE_SWA | LAYER_NO_ROPE))
             bad = "a layer both without RoPE and with the local one";
     }
     char rope_err[200];

@@ -59,14 +59,16 @@ def test_header_layout_is_model_h():
     """lrun/modelfile.py's header is model.h's table: the same fields at the same offsets, int32
     below 64 and float64 from 64 (magic: 4 bytes), reserved zeros from 128 to 256 in version 1;
     version 2's end ids from 128 (struct END_IDS) and its zeros from 164; version 3's fields from 164
-    (FAMILY), its zeros from 184 and its layer table at 256."""
+    (FAMILY), its zeros from 184 and its layer table at 256; version 4's n_hparams at 184, its zeros from
+    188 and its hparams table at 256."""
     text = (REPO / "model.h").read_text()
     table = text[text.index("// Header, 256 bytes"):text.index("// Tensors follow")]
     rows = [(int(off), name) for off, name in re.findall(r"^//\s+(\d+)\s+(\w+)", table, re.M)]
     assert rows == [(modelfile.OFFSET[name], name) for name, _ in modelfile.HEADER_FIELDS] + [
         (128, "reserved"), (128, "n_end_ids"), (132, "end_ids"), (128 + modelfile.END_IDS.size, "reserved")] + [
         (164 + 4 * k, name) for k, name in enumerate(modelfile.FAMILY_FIELDS)] + [
-        (164 + modelfile.FAMILY.size, "reserved"), (256, "layer_kind")]
+        (164 + modelfile.FAMILY.size, "reserved"), (256, "layer_kind"), (184, "n_hparams"), (188, "reserved"),
+        (256, "the")]  # version 4: its count, its zeros, and "256 the hparams table"
     assert [code for _, code in modelfile.HEADER_FIELDS] == ["4s"] + ["i"] * 15 + ["d"] * 8
     assert modelfile.HEADER.size == 128 and modelfile.HEADER_SIZE == 256
 
@@ -558,7 +560,7 @@ REFUSALS = {
                                            "long_factor": [2.0] * 6}}, None, ["short_factor", "list of 6 numbers"]),
     "longrope-bad-factor": ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 6,
                                               "long_factor": [2.0] * 5 + [0]}}, None, ["long_factor", "> 0"]),
-    "gemma": ({"model_type": "gemma3"}, None, ["gemma3", "local/global RoPE bases"]),
+    "gemma": ({"model_type": "gemma3"}, None, ["gemma3", "vision tower", "Gemma3ForCausalLM"]),
     "moe": ({"model_type": "qwen3_moe"}, None, ["qwen3_moe", "mixture of experts"]),
     "layer-type": ({"layer_types": ["full_attention", "chunked_attention"]}, None, ["layer_types", "chunked_attention"]),
     "layer-types-count": ({"layer_types": ["full_attention"]}, None, ["layer_types", "each of the 2 layers"]),

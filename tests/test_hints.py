@@ -350,6 +350,11 @@ CASES = {
                      manual="export/export.py, not a flag of ./run"),
     "legacy-too-long": Case("(hint: convert the model with export/export.py, ", [], "",
                             manual="export/export.py, or a file cut short"),
+    "hparams-short": Case("shorter than its %d hparams (hint: the file is truncated", [], "",
+                          manual="a damaged file: export it again"),
+    "hparam-unknown": Case("is not one this program knows (hint: a newer export/export.py wrote it; ", [], "",
+                           manual="another version of this program, not a flag (tests/test_families2.py checks the "
+                                  "message)"),
     "tensors-too-large": Case("too large to address (hint: the file is damaged)", [], "", manual="a damaged file"),
     "size-mismatch": Case("but its header describes %zu (hint: %s)", [], "", manual="a damaged file, cut or extended"),
 }
