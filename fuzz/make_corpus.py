@@ -7,7 +7,8 @@ few small valid inputs and a few hand-made edge cases:
   model/      tiny models (vocab 32, dim 8, two layers, grouped-query attention; a few KB each) in
               every dtype and RoPE mode, made from a random Hugging Face checkpoint
               (lrun/hf_random.py) by export/export.py (q8_0 and bf16 in their 16-row groups, and
-              once more in the first layouts: ok-q8_0-rows, ok-bf16-rows); two tiny llama2.c legacy files (shared and
+              once more in the first layouts: ok-q8_0-rows, ok-bf16-rows); three version 4 files from
+              data/families2 in q4_0 (ok-v4-*); two tiny llama2.c legacy files (shared and
               separate classifier); and broken files: a header alone, a bare magic, "ak42".
   tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
               UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range); with
@@ -214,6 +215,25 @@ def write(directory, name, data):
         f.write(data)
 
 
+# version 4 (model.h: the hparams table, post-norms, whole-projection q/k norms, the local RoPE), from
+# three of data/families2 (vocab 512, dim 64: q4_0 keeps each near 40 KB)
+VERSION4 = ("gemma2-softcap", "gemma3-two-bases", "olmo2-postnorm")
+
+
+def version4_seeds(model_dir):
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in VERSION4:
+            out = os.path.join(tmp, case, "model.bin")  # a folder of its own: the tokenizer goes beside it
+            os.makedirs(os.path.dirname(out))
+            proc = subprocess.run([sys.executable, os.path.join(REPO, "export", "export.py"),
+                                   os.path.join(REPO, "data", "families2", case), out, "--dtype", "q4_0"],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                sys.exit(f"make_corpus: exporting {case} failed:\n{proc.stderr}")
+            os.makedirs(model_dir, exist_ok=True)
+            shutil.copy(out, os.path.join(model_dir, f"ok-v4-{case}.bin"))
+
+
 def main():
     corpus = os.path.join(HERE, "corpus")
     shutil.rmtree(corpus, ignore_errors=True)
@@ -228,6 +248,7 @@ def main():
                                    "--dtype", dtype], capture_output=True, text=True)
             if proc.returncode:
                 sys.exit(f"make_corpus: exporting {name} failed:\n{proc.stderr}")
+    version4_seeds(model_dir)
     with open(os.path.join(model_dir, "ok-q8_0.bin"), "rb") as f:  # q8_0 in groups of 16 rows (q8_0_r16)
         write(model_dir, "ok-q8_0-rows.bin", q8_0_rows(f.read()))  # the first q8_0 layout, as older exports
     with open(os.path.join(model_dir, "ok-bf16-untied.bin"), "rb") as f:  # bf16 in groups of 16 rows (bf16_r16)
