@@ -280,3 +280,25 @@ def test_gemma3_multimodal_refused_by_name(tmp_path, c_tools):
                                                              "model_type": "gemma3", "text_config": cfg}))
     proc = run_export(tmp_path / "mm", tmp_path / "out.bin")
     assert proc.returncode == 1 and "Gemma3ForCausalLM" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("case", ["gemma2-softcap", "olmo2-postnorm", "glm4-partial-interleaved"])
+def test_one_tensor_order(case, exported, tmp_path):
+    """lrun/modelfile.py (which writes the file) and loader.c's LAYER_TENSORS (which reads it) list a
+    layer's tensors in the same order: each tensor the writer lays out, its first value made NaN, is
+    the one ./run --check-tensors names, for the four norms, the whole-projection q/k norms and the
+    biases of these three."""
+    model = exported[case]
+    buf = model.read_bytes()
+    names = [(name, pieces[0][0]) for name, _, kind, pieces in layout(read_header(buf))
+             if kind not in ("hparams", "i32", "f64")]
+    assert any(n.endswith("post_ffn") for n, _ in names)
+    for name, at in names:
+        bad = bytearray(buf)
+        bad[at:at + 4] = struct.pack("<f", float("nan"))
+        damaged = tmp_path / "model.bin"  # beside the tokenizer
+        (tmp_path / "tokenizer.model").write_bytes((model.parent / "tokenizer.model").read_bytes())
+        damaged.write_bytes(bad)
+        proc = subprocess.run([str(REPO / "run"), str(damaged), "--check-tensors", "-n", "0"], capture_output=True,
+                              text=True)
+        assert proc.returncode == 1 and f"tensor {name} holds NaN at " in proc.stderr, (name, proc.stderr)
