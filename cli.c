@@ -66,6 +66,7 @@ static const Flag FLAGS[] = {
     {{"--grp-attn-n", "-gan"}, FLAG_INT, offsetof(Options, rope.group), 1, ROPE_GROUP_MAX, 0, 0},
     {{"--dca-chunk"}, FLAG_INT, offsetof(Options, rope.chunk), 2, 1 << 24, 0, 0},
     {{"--attn-logn"}, FLAG_SWITCH, offsetof(Options, attn_logn), 0, 0, 0, 0},
+    {{"--swa-full"}, FLAG_SWITCH, offsetof(Options, swa_full), 0, 0, 0, 0},
     {{"-m", "--mode"}, FLAG_TEXT, offsetof(Options, mode), 0, 0, 0, 1},
     {{"-y", "--system"}, FLAG_TEXT, offsetof(Options, system), 0, 0, 0, 1},
     {{"--chat-template"}, FLAG_TEXT, offsetof(Options, chat_template), 0, 0, 0, 1},
@@ -455,6 +456,9 @@ void usage(FILE *f) {
             "                           local window is --rope-window (default L / 16)\n"
             "      --attn-logn          log-n scaling: a query at position m >= L is multiplied by\n"
             "                           ln(m + 1) / ln(L); combines with every mode\n"
+            "      --swa-full           sliding-window layers keep every position of the context,\n"
+            "                           not a ring of the last window + a block (llama.cpp's flag;\n"
+            "                           the same logits, more memory)\n"
             "  -h, --help               this text\n",
             factor, alpha, window, group, chunk);
 }

@@ -34,6 +34,7 @@ typedef struct {
     const char *rope_mode;         // --rope-scaling; NULL = the checkpoint's own
     const char *cache_k, *cache_v; // -ctk, -ctv: KV cache types; NULL = f32
     int attn_logn;                 // --attn-logn (a switch)
+    int swa_full;                  // --swa-full (a switch): sliding layers keep every position
     int f16_as_bf16;               // --f16-as-bf16 (a switch): f16 weights multiplied as bf16
     int verbose_prompt;            // --verbose-prompt (a switch): the prompt's ids on stderr
     int check_tensors;             // --check-tensors (a switch): every weight finite, checked at load

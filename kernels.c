@@ -215,10 +215,26 @@ int kv_type_ok(DType t, int head_dim) {
 }
 
 size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim) {
+    return kv_cache_bytes_ring(t, n_layers, ctx, 0, 0, n_kv_heads, head_dim);
+}
+
+size_t kv_cache_bytes_ring(DType t, int n_layers, int ctx, int n_sliding, int ring, int n_kv_heads, int head_dim) {
     if (n_layers < 1 || ctx < 1 || n_kv_heads < 1 || head_dim < 1 || !kv_type_ok(t, head_dim)) return 0;
-    const size_t rows = mul_or_zero(mul_or_zero((size_t)n_layers, kv_stride(ctx)), (size_t)n_kv_heads);
+    if (!ring) n_sliding = 0;
+    if (n_sliding < 0 || n_sliding > n_layers || ring < 0 || ring % KV_RUN) return 0;
+    const size_t slots = mul_or_zero((size_t)(n_layers - n_sliding), kv_stride(ctx)) + (size_t)n_sliding * ring;
+    const size_t rows = mul_or_zero(slots, (size_t)n_kv_heads);
     const size_t n = mul_or_zero(rows, kv_row_bytes(t, head_dim));
     return n && n <= SIZE_MAX - KV_RUN * sizeof(float) ? n + KV_RUN * sizeof(float) : 0;
+}
+
+// A query block of max_batch at pos reads keys from the block holding pos - window + 1 (up to
+// KV_RUN - 1 before it) to pos + max_batch - 1, and stores its own before it reads: that many slots,
+// whole blocks, never overwrite a key some query of the block still reads.
+int kv_ring_slots(int window, int max_batch, int ctx) {
+    if (window < 1 || max_batch < 1 || ctx < 1) return 0;
+    const size_t need = kv_stride((int)((size_t)window + max_batch + KV_RUN < (size_t)ctx ? window + max_batch + KV_RUN : ctx));
+    return need < kv_stride(ctx) ? (int)need : 0;
 }
 
 // Where coordinate d of the key at position j sits among its head's keys, counted in floats (and
@@ -337,8 +353,9 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
     for (int h = 0; h < c->n_kv_heads; h++)
         for (int i = 0; i < n; i++) {
             const size_t at = (size_t)i * kvd + (size_t)h * hd;
-            key_put(head_keys(c, layer, h), c->key_type, hd, pos + i, k + at);
-            if (v) value_put(head_values(c, layer, h), c->value_type, hd, pos + i, v + at);
+            const int slot = layer_slot(c, layer, pos + i);
+            key_put(head_keys(c, layer, h), c->key_type, hd, slot, k + at);
+            if (v) value_put(head_values(c, layer, h), c->value_type, hd, slot, v + at);
         }
 }
 
@@ -346,31 +363,62 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
 // but the NoPE layers) is turned by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
 // Ascending order never overwrites a position before it is read, since to < from. A q8_0 key is
 // quantized anew after its turn (as it was stored: from floats).
-void kv_shift(KVCache *c, int from, int to, int n, const float *const *cos_by, const float *const *sin_by) {
+// A ring (KVCache.ring) holds only the last `ring` positions, and after the shift needs only the last
+// `ring` of the new ones: those are moved, through a copy (in a ring a destination slot can be the
+// source slot of a later move), each key turned by the same arithmetic as in a full cache.
+static void turn_back(float *k, const void *keys, DType t, int hd, int slot, const float *cos, const float *sin) {
+    for (int p = 0; p < hd / 2; p++) { // RoPE's pair (x0, x1) turned back by the angle
+        const float x0 = key_get(keys, t, hd, slot, 2 * p), x1 = key_get(keys, t, hd, slot, 2 * p + 1);
+        const float cs = cos ? cos[p] : 1, sn = sin ? sin[p] : 0;
+        k[2 * p] = rope_turn0(x0, x1, cs, -sn);
+        k[2 * p + 1] = rope_turn1(x0, x1, cs, -sn);
+    }
+}
+
+int kv_shift(KVCache *c, int from, int to, int n, const float *const *cos_by, const float *const *sin_by) {
     const int hd = c->head_dim;
+    int failed = 0;
 #pragma omp parallel for collapse(2)
     for (int l = 0; l < c->n_layers; l++)
         for (int h = 0; h < c->n_kv_heads; h++) {
             void *keys = head_keys(c, l, h), *values = head_values(c, l, h);
             const float *cos = cos_by[l], *sin = sin_by[l];
             const size_t vrow = kv_row_bytes(c->value_type, hd);
-            for (int i = 0; i < n; i++) {
-                float k[ROPE_MAX_HEAD_DIM];
-                for (int p = 0; p < hd / 2; p++) { // RoPE's pair (x0, x1) turned back by the angle
-                    const float x0 = key_get(keys, c->key_type, hd, from + i, 2 * p);
-                    const float x1 = key_get(keys, c->key_type, hd, from + i, 2 * p + 1);
-                    const float cs = cos ? cos[p] : 1, sn = sin ? sin[p] : 0;
-                    k[2 * p] = rope_turn0(x0, x1, cs, -sn);
-                    k[2 * p + 1] = rope_turn1(x0, x1, cs, -sn);
+            if (!layer_ring(c, l)) {
+                for (int i = 0; i < n; i++) {
+                    float k[ROPE_MAX_HEAD_DIM];
+                    turn_back(k, keys, c->key_type, hd, from + i, cos, sin);
+                    key_put(keys, c->key_type, hd, to + i, k);
+                    memmove((char *)values + (size_t)(to + i) * vrow, (char *)values + (size_t)(from + i) * vrow, vrow);
                 }
-                key_put(keys, c->key_type, hd, to + i, k);
-                memmove((char *)values + (size_t)(to + i) * vrow, (char *)values + (size_t)(from + i) * vrow, vrow);
+                continue;
             }
+            const int skip = n > c->ring ? n - c->ring : 0, m = n - skip; // the last m moves
+            float *k = malloc((size_t)m * hd * sizeof(float));
+            char *v = malloc((size_t)m * vrow);
+            if (!k || !v) {
+#pragma omp atomic write
+                failed = 1;
+            }
+            for (int i = 0; k && v && i < m; i++) {
+                const int src = layer_slot(c, l, from + skip + i);
+                turn_back(k + (size_t)i * hd, keys, c->key_type, hd, src, cos, sin);
+                memcpy(v + (size_t)i * vrow, (char *)values + (size_t)src * vrow, vrow);
+            }
+            for (int i = 0; k && v && i < m; i++) {
+                const int dst = layer_slot(c, l, to + skip + i);
+                key_put(keys, c->key_type, hd, dst, k + (size_t)i * hd);
+                memcpy((char *)values + (size_t)dst * vrow, v + (size_t)i * vrow, vrow);
+            }
+            free(k);
+            free(v);
         }
+    return failed ? -1 : 0;
 }
 
 float kv_key(const KVCache *c, int layer, int pos, int i) {
-    return key_get(head_keys(c, layer, i / c->head_dim), c->key_type, c->head_dim, pos, i % c->head_dim);
+    return key_get(head_keys(c, layer, i / c->head_dim), c->key_type, c->head_dim, layer_slot(c, layer, pos),
+                   i % c->head_dim);
 }
 
 // Coordinate i of the cached key at pos turned by table t (NULL: as cached).
@@ -389,7 +437,8 @@ float kv_key_seen(const KVCache *c, int layer, int pos, int i, int k) {
 }
 
 float kv_value(const KVCache *c, int layer, int pos, int i) {
-    return value_get(head_values(c, layer, i / c->head_dim), c->value_type, c->head_dim, pos, i % c->head_dim);
+    return value_get(head_values(c, layer, i / c->head_dim), c->value_type, c->head_dim, layer_slot(c, layer, pos),
+                     i % c->head_dim);
 }
 
 // Attention as written in the paper, for every query i and head h: scores over the positions

@@ -99,6 +99,10 @@ typedef struct {
     // (Mistral's sliding window: keys at distance m - j < slide).
     const int *layer_kind;
     int slide;
+    // ring > 0: each sliding layer keeps only the last `ring` positions (a multiple of 32, at least the
+    // window plus a block of queries plus a block of keys: kv_ring_slots), position p in slot p mod
+    // ring; 0: every layer keeps every position of the context.
+    int ring;
     // The scores: q . k times `scale` (0: 1/sqrt(head_dim); others as the model says: Gemma's
     // query_pre_attn_scalar, Granite's attention_multiplier); then, when softcap c > 0, c tanh(s / c)
     // (Gemma 2's attention logit softcapping, before the causal mask and the softmax).
@@ -114,8 +118,13 @@ typedef struct {
 int kv_type_ok(DType t, int head_dim);
 // Bytes of keys (or values) of type t for this shape: a little more than
 // n_layers * ctx * kv_dim values, since the layout pads; 0 if t is not a cache type or the size
-// does not fit in size_t.
+// does not fit in size_t. With rings (KVCache.ring), n_sliding of the layers keep `ring` slots.
 size_t kv_cache_bytes(DType t, int n_layers, int ctx, int n_kv_heads, int head_dim);
+size_t kv_cache_bytes_ring(DType t, int n_layers, int ctx, int n_sliding, int ring, int n_kv_heads, int head_dim);
+// The slots a sliding layer's ring needs for a window of `window` positions and blocks of up to
+// max_batch queries: the window, the block, and the block of keys attention starts reading at
+// (KVCache.ring); 0 when that is no smaller than the context (a ring would save nothing).
+int kv_ring_slots(int window, int max_batch, int ctx);
 
 // Store n rows of keys k (n, kv_dim) and values v (n, kv_dim; NULL: keys only) at positions
 // pos .. pos+n-1 of a layer, in the cache's types. Keys must already be rotated.
@@ -125,7 +134,8 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
 // (head_dim / 2 each): R(a) R(b) = R(a + b), so a key rotated for position p becomes the key rotated
 // for p - (from - to). NULL cos[l] and sin[l] move layer l's keys as they are (a layer without RoPE,
 // or keys cached un-rotated: rope.h, rope_keys_unrotated).
-void kv_shift(KVCache *c, int from, int to, int n, const float *const *cos, const float *const *sin);
+// Returns 0, or -1 when a ring's scratch could not be allocated (nothing is then moved in that ring).
+int kv_shift(KVCache *c, int from, int to, int n, const float *const *cos, const float *const *sin);
 // The cached key and value coordinate `i` (< kv_dim) of position `pos` (tests, the reference);
 // kv_key_seen: the key coordinate turned by the layer's key table k (RopeAttention.keys[k]; as
 // cached when that is NULL), as attention uses it.

@@ -72,7 +72,6 @@ void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, co
 // positions of the run go by. Each output is summed in position order.
 void attention_mix_plain(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide, int len,
                          int hd) {
-    memset(o, 0, (size_t)rows * hd * sizeof(float));
     for (int j0 = 0; j0 < len; j0 += MIX_RUN) {
         const int run = len - j0 < MIX_RUN ? len - j0 : MIX_RUN;
         const void *from = (const char *)v + (size_t)j0 * kv_row_bytes(t, hd);
@@ -168,6 +167,7 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     // block are masked below, with the ones each later query no longer sees).
     const int first = layer_first(c, layer, pos + i0) / KV_RUN * KV_RUN;
     const void *keys = head_keys(c, layer, kvh);
+    const int ring = layer_ring(c, layer) ? c->ring : 0; // positions [a, b) lie in slots a mod ring ..
     float *qs = scratch + lay.qs, *o = scratch + lay.o, *att = scratch + lay.att, *turned = scratch + lay.turned;
     float *qf = scratch + lay.qf, *spare = scratch + lay.spare;
     for (int r = 0; r < rows; r++) { // row r: query i0 + r / group, head kvh * group + r % group
@@ -188,8 +188,11 @@ static void attention_task(float *out, const float *q, const float *q_far, const
         const float *qt = seg[s].turn ? qf + (size_t)(seg[s].turn - 1) * max_rows * hd : qs;
         const float *table = ra.keys[seg[s].key];
         float *dst = s == 0 ? att : spare;
-        attention_scores(dst + from, stride, qt, rows, (const char *)keys + (size_t)from * krow, c->key_type,
-                         table ? table + (size_t)from * hd : NULL, turned, hd, to - from);
+        for (int a = from, b; a < to; a = b) { // in a ring, the pieces between its wraps
+            b = ring && to > (a / ring + 1) * ring ? (a / ring + 1) * ring : to;
+            attention_scores(dst + a, stride, qt, rows, (const char *)keys + (size_t)(ring ? a % ring : a) * krow,
+                             c->key_type, table ? table + (size_t)a * hd : NULL, turned, hd, b - a);
+        }
         for (int qi = 0; s > 0 && qi < nq; qi++) // each query's own keys of this segment, into its rows
             for (int k = 0, own_count = rope_segments(&ra, pos + i0 + qi, pos + i0 + qi, own); k < own_count; k++) {
                 if (own[k].turn != seg[s].turn || own[k].key != seg[s].key) continue;
@@ -206,8 +209,15 @@ static void attention_task(float *out, const float *q, const float *q_far, const
         softmax(att + r * stride + from, m + 1 - from);
         memset(att + r * stride + m + 1, 0, (size_t)(len - m - 1) * sizeof(float));
     }
-    const void *values = (const char *)head_values(c, layer, kvh) + (size_t)first * kv_row_bytes(c->value_type, hd);
-    attention_mix(o, att + first, stride, rows, values, c->value_type, turned, len - first, hd); // sum_j p_j v_j
+    // sum_j p_j v_j, in position order (a ring's pieces one after the other: the same sums)
+    const char *values = head_values(c, layer, kvh);
+    const size_t vrow = kv_row_bytes(c->value_type, hd);
+    memset(o, 0, (size_t)rows * hd * sizeof(float));
+    for (int a = first, b; a < len; a = b) {
+        b = ring && len > (a / ring + 1) * ring ? (a / ring + 1) * ring : len;
+        attention_mix(o, att + a, stride, rows, values + (size_t)(ring ? a % ring : a) * vrow, c->value_type, turned,
+                      b - a, hd);
+    }
     for (int r = 0; r < rows; r++)
         memcpy(out + (size_t)(i0 + r / group) * qd + (size_t)(kvh * group + r % group) * hd, o + (size_t)r * hd,
                (size_t)hd * sizeof(float));

@@ -197,14 +197,29 @@ static inline size_t kv_row_bytes(DType t, int hd) {
     return 0;
 }
 
-// The keys and the values of kv head h of a layer: stride rows of kv_row_bytes each.
+// Whether layer l keeps a ring of c->ring slots (a sliding layer, when the cache has rings), and the
+// slots of each of its kv heads: the ring's, or every position of the context.
+static inline int layer_ring(const KVCache *c, int l) {
+    return c->ring && c->layer_kind && c->layer_kind[l] & LAYER_SLIDING;
+}
+static inline size_t layer_slots(const KVCache *c, int l) { return layer_ring(c, l) ? (size_t)c->ring : kv_stride(c->ctx); }
+// The slot of position p in layer l: p itself, or p mod ring (ring is a multiple of KV_RUN, so a block
+// of KV_RUN positions is a block of slots).
+static inline int layer_slot(const KVCache *c, int l, int p) { return layer_ring(c, l) ? p % c->ring : p; }
+
+// The keys and the values of kv head h of a layer: layer_slots rows of kv_row_bytes each, the layers
+// one after the other.
+static inline size_t head_rows_before(const KVCache *c, int layer, int h) {
+    size_t rows = 0;
+    for (int l = 0; l < layer; l++)
+        rows += layer_slots(c, l) * (size_t)c->n_kv_heads;
+    return rows + (size_t)h * layer_slots(c, layer);
+}
 static inline void *head_keys(const KVCache *c, int layer, int h) {
-    return (char *)c->keys +
-           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->key_type, c->head_dim);
+    return (char *)c->keys + head_rows_before(c, layer, h) * kv_row_bytes(c->key_type, c->head_dim);
 }
 static inline void *head_values(const KVCache *c, int layer, int h) {
-    return (char *)c->values +
-           ((size_t)layer * c->n_kv_heads + h) * kv_stride(c->ctx) * kv_row_bytes(c->value_type, c->head_dim);
+    return (char *)c->values + head_rows_before(c, layer, h) * kv_row_bytes(c->value_type, c->head_dim);
 }
 
 // What attention reads of RoPE in layer l (rope.h); one turn, keys as cached, for a cache without.
@@ -325,7 +340,7 @@ typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 
 // Attention (kernels_attention.c): a task's scores against one head's keys, and its weighted sum of
-// the values; rotate_block, a block of keys turned by RoPE with its block of the rotation table.
+// the values added into o (which the caller zeroes: a ring's values come in two pieces); rotate_block, a block of keys turned by RoPE with its block of the rotation table.
 typedef void Scores(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t, const float *rot,
                     float *turned, int hd, int len);
 typedef void Mix(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide, int len, int hd);

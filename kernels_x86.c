@@ -1402,13 +1402,12 @@ ATT_TILE void mix_run(float *o, const float *att, size_t ld, int rows, const voi
     }
 }
 
-// All of o, in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
+// All of o (added into: the caller zeroes it), in runs of MIX_RUN positions, so that a run's values (MIX_RUN rows of hd values, 32 KB
 // for hd 64 in float32) stay in cache while every tile of rows and every 32 coordinates go over
 // them; each output is summed in position order whatever the runs, as in the plain version. Halves
 // (and q8_0 values) are widened into `wide` once per run when more than one tile will read them.
 ATT_TILE void mix_all(float *o, const float *att, size_t ld, int rows, const void *v, const DType T, float *wide,
                       int len, int hd) {
-    memset(o, 0, (size_t)rows * hd * sizeof(float));
     for (int j = 0; j < len; j += MIX_RUN) {
         const int run = len - j < MIX_RUN ? len - j : MIX_RUN;
         const char *from = (const char *)v + (size_t)j * kv_row_bytes(T, hd);

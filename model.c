@@ -47,12 +47,28 @@ static int widest_input(const Config *p) {
 }
 
 
+// The slots of each sliding layer's ring (KVCache.ring): a sliding layer never reads a key more than
+// W back, so it keeps about the last W + a block of positions, not the whole context (Gemma 3's 1B at
+// 32768 tokens: 5 of every 6 layers). 0: every layer keeps every position (no sliding layer, a ring
+// no smaller than the context, or --swa-full).
+static int ring_slots(const Config *p, const RunConfig *run) {
+    const int batch = run->max_batch < run->n_ctx ? run->max_batch : run->n_ctx;
+    return p->sliding_window && !run->swa_full ? kv_ring_slots(p->sliding_window, batch, run->n_ctx) : 0;
+}
+
+static int sliding_layers(const Config *p) {
+    int n = 0;
+    for (int l = 0; p->layer_kind && l < p->n_layers; l++)
+        n += !!(p->layer_kind[l] & LAYER_SLIDING);
+    return n;
+}
+
 // Bytes of the KV cache's parts for this run: part[0] keys and part[1] values in their types,
 // part[2] RoPE's key tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
 static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
-    const int tables = rope_key_tables(&run->rope);
-    part[0] = kv_cache_bytes(run->cache_k, p->n_layers, run->n_ctx, p->n_kv_heads, p->head_dim);
-    part[1] = kv_cache_bytes(run->cache_v, p->n_layers, run->n_ctx, p->n_kv_heads, p->head_dim);
+    const int tables = rope_key_tables(&run->rope), ring = ring_slots(p, run), sliding = sliding_layers(p);
+    part[0] = kv_cache_bytes_ring(run->cache_k, p->n_layers, run->n_ctx, sliding, ring, p->n_kv_heads, p->head_dim);
+    part[1] = kv_cache_bytes_ring(run->cache_v, p->n_layers, run->n_ctx, sliding, ring, p->n_kv_heads, p->head_dim);
     part[2] = mul_checked(mul_checked(rope_key_floats(&run->rope, run->n_ctx), sizeof(float), overflow), tables,
                           overflow);
     if (!part[0] || !part[1] || (tables && !part[2])) *overflow = 1;
@@ -105,8 +121,9 @@ static size_t state_layout(RunState *s, unsigned char *base, const Config *p, co
     return total;
 }
 
-size_t transformer_kv_bytes(const Config *c, const RunConfig *run) {
+size_t transformer_kv_bytes(const Config *c, const RunConfig *run, int *ring) {
     int overflow = 0;
+    if (ring) *ring = ring_slots(c, run);
     size_t kv[3];
     kv_parts(c, run, kv, &overflow);
     if (overflow || kv[1] > SIZE_MAX - kv[0] || kv[2] > SIZE_MAX - kv[0] - kv[1]) return 0;
@@ -196,6 +213,7 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
                       .rope = s->rope_layers,
                       .layer_kind = p->layer_kind,
                       .slide = p->sliding_window,
+                      .ring = ring_slots(p, &t->run),
                       .scale = p->f_attention_scale,
                       .softcap = p->f_attn_logit_softcapping};
     s->work.max_n = t->run.max_batch;
@@ -614,7 +632,8 @@ int transformer_shift(Transformer *t, int len, int keep, int drop, char *err, si
         const int which = r == &t->rope_swa, turned = r && !rope_keys_unrotated(&r->p);
         cos[l] = turned ? cos_d[which] : NULL, sin[l] = turned ? sin_d[which] : NULL;
     }
-    kv_shift(&s->kv, keep + drop, keep, len - keep - drop, cos, sin);
+    const int failed = kv_shift(&s->kv, keep + drop, keep, len - keep - drop, cos, sin);
     free(cos);
-    return 0;
+    if (failed) snprintf(err, errlen, "shift: out of memory");
+    return failed ? -1 : 0;
 }

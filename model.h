@@ -250,6 +250,7 @@ typedef struct {
     DType cache_k, cache_v; // types of the cached keys and values: DTYPE_F32, DTYPE_F16 or DTYPE_Q8_0
     RopeParams rope;
     int attn_logn; // 1: a query at position m >= L scaled by ln(m + 1) / ln(L) (--attn-logn; model.c)
+    int swa_full;  // 1: sliding layers keep every position (--swa-full), not a ring of about W (model.c)
 } RunConfig;
 
 // Where a forward's numbers first were not finite (transformer_trace_nonfinite): the first place,
@@ -333,8 +334,9 @@ void transformer_free(Transformer *t);
 int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen);
 
 // Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that
-// dynamic NTK keeps beside them. 0 if that does not fit in size_t.
-size_t transformer_kv_bytes(const Config *c, const RunConfig *run);
+// dynamic NTK keeps beside them. 0 if that does not fit in size_t. *ring (when not NULL): the slots
+// each sliding layer keeps (0: every position).
+size_t transformer_kv_bytes(const Config *c, const RunConfig *run, int *ring);
 
 // Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of text_len tokens
 // through the network, writing their keys and values into the cache, and point *logits at the

@@ -865,7 +865,10 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
             c->qk_norm == QK_NORM_HEAD ? ", q/k RMSNorm per head" : "");
     banner_layers(c);
     int overflow;
-    const size_t kv = transformer_kv_bytes(c, run), all = transformer_state_bytes(c, run, max_threads(), &overflow);
+    int ring;
+    const size_t kv = transformer_kv_bytes(c, run, &ring), all = transformer_state_bytes(c, run, max_threads(), &overflow);
+    char rings[80] = ""; // sliding layers that keep a ring of positions, not the whole context
+    if (ring) snprintf(rings, sizeof rings, ", sliding layers a ring of %d positions", ring);
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->n_ctx_max != n_ctx_train(c))
         snprintf(supports, sizeof supports, " (n_ctx_max %d with its scaling)", c->n_ctx_max);
@@ -877,9 +880,9 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
                  dtype_name(c->dtype), dtype_name(DTYPES[c->dtype].runs_as));
     fprintf(stderr,
             "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped%s) | KV cache %.2f MiB (keys %s%s, "
-            "values %s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
+            "values %s%s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
             n_ctx_train(c), supports, run->n_ctx, t->weight_bytes / 1048576.0, copied, kv / 1048576.0,
-            dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v),
+            dtype_name(run->cache_k), rope_keys_unrotated(&run->rope) ? " un-rotated" : "", dtype_name(run->cache_v), rings,
             (all - kv) / 1048576.0, available_memory() / 1073741824.0, kernels_isa(), max_threads(),
             wait_policy(waiting, sizeof waiting));
 }
@@ -1010,7 +1013,10 @@ static int configure(const Transformer *t, const Options *o, RunConfig *run) {
     const Config *c = &t->config;
     char err[300];
     // Default context: the one the model was trained at, L (not the largest its scaling supports).
-    *run = (RunConfig){.n_ctx = o->ctx ? o->ctx : n_ctx_train(c), .max_batch = o->batch, .attn_logn = o->attn_logn};
+    *run = (RunConfig){.n_ctx = o->ctx ? o->ctx : n_ctx_train(c),
+                       .max_batch = o->batch,
+                       .attn_logn = o->attn_logn,
+                       .swa_full = o->swa_full};
     const char *types[2] = {o->cache_k ? o->cache_k : "f32", o->cache_v ? o->cache_v : "f32"};
     DType *set[2] = {&run->cache_k, &run->cache_v};
     for (int i = 0; i < 2; i++) {

@@ -13,6 +13,7 @@ hparam set back to Llama's value, a layer kind bit cleared, a norm's weights set
 be farther than CONTROL from the reference; so a pass shows the feature is run, not that the weights
 alone match.
 """
+import re
 import struct
 import subprocess
 
@@ -188,8 +189,9 @@ def test_weight_types(case, dtype, bound, exported, tmp_path):
 @pytest.mark.parametrize("case", ["gemma3-two-bases", "olmo3-swa-yarn", "exaone4-global-nope"])
 def test_context_shift_turns_each_layer_with_its_own_rope(case, exported):
     """A context shift turns each layer's cached keys back with its own RoPE (the local one, the global
-    one, none): tests/test_model.c --layers checks every moved key against the key before the shift
-    turned in double, with the other RoPE as the control."""
+    one, none): tests/test_model.c --layers shifts 20 times and checks every moved key against the key
+    before the shift turned in double (control: the other RoPE), and layer 0's keys after the 20 shifts
+    against a fresh run of the tokens then held."""
     proc = subprocess.run([str(REPO / "tests" / "test_model"), "--layers", str(exported[case])], capture_output=True,
                           text=True)
     print(proc.stdout)
@@ -302,3 +304,40 @@ def test_one_tensor_order(case, exported, tmp_path):
         proc = subprocess.run([str(REPO / "run"), str(damaged), "--check-tensors", "-n", "0"], capture_output=True,
                               text=True)
         assert proc.returncode == 1 and f"tensor {name} holds NaN at " in proc.stderr, (name, proc.stderr)
+
+
+@pytest.mark.parametrize("case", ["gemma3-two-bases", "gemma2-softcap", "exaone4-global-nope"])
+def test_ring_cache_gives_the_full_cache_bits(case, exported, tmp_path):
+    """Sliding layers keep a ring of the last W + a block (+ a block of keys) positions instead of the
+    whole context (kernels.h, KVCache.ring); the logits are those of the full cache (--swa-full) bit for
+    bit: one pass in blocks of 7, one token at a time, and a prompt then tokens through context shifts
+    with f16 keys and q8_0 values (each ring small enough here to wrap many times)."""
+    d, ids, _, _ = fixture(case)
+    n = len(ids)
+    for extra in (["--batch", "7"], ["--growing", "--batch", "1"],
+                  ["--ctx", "200", "--shift", "10", "--growing", "--prefill", "100", "--batch", "16",
+                   "--cache-type-k", "f16", "--cache-type-v", "q8_0"]):
+        ring = ours(exported[case], d / "ids.bin", n, tmp_path, *extra)
+        full = ours(exported[case], d / "ids.bin", n, tmp_path, *extra, "--swa-full")
+        assert np.array_equal(ring, full), (case, extra, float(np.abs(ring - full).max()))
+
+
+def test_ring_cache_in_run(exported, tmp_path):
+    """./run: the banner says how many positions the rings hold and the cache is smaller; generation past
+    the window and --ppl print the same with and without --swa-full."""
+    model = exported["gemma3-two-bases"]
+    common = ["-z", str(FAMILIES / "gemma3-two-bases" / "tokenizer.model")]
+    outs = []
+    for full in ([], ["--swa-full"]):
+        gen = subprocess.run([str(REPO / "run"), str(model), *common, "-i", "Once upon a time", "-n", "120", "-t", "0",
+                              "--ctx", "1024", "-b", "16", *full], capture_output=True, text=True,
+                             errors="replace")
+        ppl = subprocess.run([str(REPO / "run"), str(model), *common, "--ppl",
+                              str(DATA / "text" / "tinystories_heldout_tail.txt"), "--ctx", "256", "-b", "32",
+                              "--ppl-windows", "2", *full], capture_output=True, text=True)
+        assert gen.returncode == 0 and ppl.returncode == 0, gen.stderr + ppl.stderr
+        outs.append((gen.stdout, ppl.stdout, gen.stderr))
+    assert outs[0][:2] == outs[1][:2]
+    kv = [float(re.search(r"KV cache ([\d.]+) MiB", err)[1]) for _, _, err in outs]
+    assert "sliding layers a ring of 96 positions" in outs[0][2] and "a ring of" not in outs[1][2], outs[0][2]
+    assert kv[0] < kv[1] / 3, kv

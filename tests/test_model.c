@@ -122,62 +122,95 @@ static double shift_error(const char *path, int mode, DType kt, int turn) {
     return worst;
 }
 
-// Context shift with a RoPE per layer (`test_model --layers MODEL.bin`, tests/test_families2.py): after
-// a 64-token prompt in a 64-token cache, keep 4 and drop 30; every moved key of every layer must be
-// the key cached before the shift turned back by 30 positions, in double, with the frequencies of its
-// own layer's RoPE (the local one of LAYER_ROPE_SWA layers, the model's, or none for NoPE layers), within
-// 2e-6 of the key's size. Negative control: the same with the frequencies of the other RoPE (for a
-// NoPE layer, the model's) must be off by more than 1e-2 in some layer.
+// Context shift with a RoPE per layer (`test_model --layers MODEL.bin`, tests/test_families2.py): a
+// 64-token prompt in a 64-token cache, then 20 times: keep 4, drop 3, and 3 new tokens to fill the
+// cache again, so that a key is turned up to 20 times. At every shift, every moved key of every layer
+// must be the key cached before the shift turned back by 3 positions, in double, with the frequencies of its own layer's RoPE (the local one
+// of LAYER_ROPE_SWA layers, the model's, or none for NoPE layers), within 2e-6 of the key's size;
+// negative control: with the other RoPE (for a NoPE layer, the model's) some layer is off by more than
+// 1e-2. After the 20 shifts, layer 0's keys (which depend on the token alone) must equal those of a
+// fresh run of the 64 tokens the cache then holds, within 2e-5 of the key's size: the turns have not
+// drifted (each a rounding in float32, up to 20 of them on a key).
+enum { SHIFT_CTX = 64, SHIFT_KEEP = 4, SHIFT_DROP = 3, SHIFTS = 20 };
+
 static int shift_layers(const char *path) {
-    enum { CTX = 64, KEEP = 4, DROP = 30, LEFT = CTX - DROP };
-    int ids[CTX];
-    for (int i = 0; i < CTX; i++)
+    int ids[SHIFT_CTX + SHIFTS * SHIFT_DROP], held[SHIFT_CTX];
+    for (int i = 0; i < SHIFT_CTX + SHIFTS * SHIFT_DROP; i++)
         ids[i] = (i * 37 + 11) % 512;
-    Transformer t;
+    Transformer t, fresh;
     char err[300];
-    if (start(&t, path, -1, DTYPE_F32, ids, CTX, CTX)) return 1; // the checkpoint's own RoPE
+    if (start(&t, path, -1, DTYPE_F32, ids, SHIFT_CTX, SHIFT_CTX)) return 1; // the checkpoint's own RoPE
     const Config *c = &t.config;
     const int hd = c->head_dim, kvd = c->n_kv_heads * hd;
-    float *before = malloc(sizeof(float) * c->n_layers * CTX * kvd);
-    for (int l = 0; l < c->n_layers; l++)
-        for (int j = 0; j < CTX; j++)
-            for (int i = 0; i < kvd; i++)
-                before[((size_t)l * CTX + j) * kvd + i] = kv_key(&t.state.kv, l, j, i);
-    if (transformer_shift(&t, CTX, KEEP, DROP, err, sizeof err)) {
-        fprintf(stderr, "test_model: %s\n", err);
-        return 1;
-    }
-    double inv[2][512], zero[512] = {0}, mscale, base, worst = 0, control = 0;
-    rope_inv_freq(&t.rope.p, CTX, inv[0], &mscale, &base);
-    rope_inv_freq(t.rope_swa.cos ? &t.rope_swa.p : &t.rope.p, CTX, inv[1], &mscale, &base);
-    for (int l = 0; l < c->n_layers; l++) {
-        const int kind = c->layer_kind ? c->layer_kind[l] : 0;
-        const double *own = kind & LAYER_NO_ROPE ? zero : kind & LAYER_ROPE_SWA ? inv[1] : inv[0];
-        const double *other = kind & LAYER_ROPE_SWA || kind & LAYER_NO_ROPE ? inv[0] : inv[1];
-        double layer_control = 0;
-        for (int j = KEEP; j < LEFT; j++)
-            for (int h = 0; h < c->n_kv_heads; h++) {
-                const float *x = before + ((size_t)l * CTX + j + DROP) * kvd + h * hd;
-                double want[1024], wrong[1024], norm = 1e-30;
-                rotate(want, x, own, hd, -DROP);
-                rotate(wrong, x, other, hd, -DROP);
-                for (int d = 0; d < hd; d++)
-                    norm += (double)x[d] * x[d];
-                for (int d = 0; d < hd; d++) {
-                    const double got = kv_key(&t.state.kv, l, j, h * hd + d);
-                    worst = fmax(worst, fabs(got - want[d]) / sqrt(norm));
-                    layer_control = fmax(layer_control, fabs(got - wrong[d]) / sqrt(norm));
+    float *before = malloc(sizeof(float) * c->n_layers * SHIFT_CTX * kvd);
+    double inv[2][512], zero[512] = {0}, mscale, base, worst = 0, control = 1e300;
+    rope_inv_freq(&t.rope.p, SHIFT_CTX, inv[0], &mscale, &base);
+    rope_inv_freq(t.rope_swa.cos ? &t.rope_swa.p : &t.rope.p, SHIFT_CTX, inv[1], &mscale, &base);
+    for (int i = 0; i < SHIFT_CTX; i++)
+        held[i] = ids[i];
+    for (int shift = 0, next = SHIFT_CTX; shift < SHIFTS; shift++) {
+        for (int l = 0; l < c->n_layers; l++)
+            for (int j = 0; j < SHIFT_CTX; j++)
+                for (int i = 0; i < kvd; i++)
+                    before[((size_t)l * SHIFT_CTX + j) * kvd + i] = kv_key(&t.state.kv, l, j, i);
+        float *logits;
+        if (transformer_shift(&t, SHIFT_CTX, SHIFT_KEEP, SHIFT_DROP, err, sizeof err) ||
+            transformer_forward(&t, ids + next, SHIFT_DROP, SHIFT_CTX - SHIFT_DROP, SHIFT_CTX, 0, &logits, err,
+                                sizeof err)) {
+            fprintf(stderr, "test_model: %s\n", err);
+            return 1;
+        }
+        double shift_control = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const int kind = c->layer_kind ? c->layer_kind[l] : 0;
+            const double *own = kind & LAYER_NO_ROPE ? zero : kind & LAYER_ROPE_SWA ? inv[1] : inv[0];
+            const double *other = kind & LAYER_ROPE_SWA || kind & LAYER_NO_ROPE ? inv[0] : inv[1];
+            for (int j = SHIFT_KEEP; j < SHIFT_CTX - SHIFT_DROP; j++)
+                for (int h = 0; h < c->n_kv_heads; h++) {
+                    const float *x = before + ((size_t)l * SHIFT_CTX + j + SHIFT_DROP) * kvd + h * hd;
+                    double want[1024], wrong[1024], norm = 1e-30;
+                    rotate(want, x, own, hd, -SHIFT_DROP);
+                    rotate(wrong, x, other, hd, -SHIFT_DROP);
+                    for (int d = 0; d < hd; d++)
+                        norm += (double)x[d] * x[d];
+                    for (int d = 0; d < hd; d++) {
+                        const double got = kv_key(&t.state.kv, l, j, h * hd + d);
+                        worst = fmax(worst, fabs(got - want[d]) / sqrt(norm));
+                        shift_control = fmax(shift_control, fabs(got - wrong[d]) / sqrt(norm));
+                    }
                 }
-            }
-        control = fmax(control, layer_control);
+        }
+        control = fmin(control, shift_control); // every shift's control must fail
+        for (int j = SHIFT_KEEP; j < SHIFT_CTX - SHIFT_DROP; j++) // the tokens the cache holds now
+            held[j] = held[j + SHIFT_DROP];
+        for (int j = SHIFT_CTX - SHIFT_DROP; j < SHIFT_CTX; j++)
+            held[j] = ids[next + j - (SHIFT_CTX - SHIFT_DROP)];
+        next += SHIFT_DROP;
     }
-    const int ok = worst <= 2e-6 && control > 1e-2;
-    printf("%-4s context shift, a RoPE per layer, keep 4 drop 30 of 64: every layer's moved keys vs its keys before "
-           "turned back in double by its own RoPE: max diff %.3e (tol 2e-6); by the other RoPE (must differ): %.3e "
-           "(> 1e-2)\n",
-           ok ? "ok" : "FAIL", worst, control);
+    if (start(&fresh, path, -1, DTYPE_F32, held, SHIFT_CTX, SHIFT_CTX)) return 1;
+    float *x = malloc(sizeof(float) * SHIFT_CTX * kvd), *y = malloc(sizeof(float) * SHIFT_CTX * kvd);
+    layer0_keys(&t, SHIFT_CTX, x);
+    layer0_keys(&fresh, SHIFT_CTX, y);
+    double drift = 0;
+    for (int j = 0; j < SHIFT_CTX; j++)
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            double norm = 1e-30, diff = 0;
+            for (int d = 0; d < hd; d++) {
+                norm += (double)y[(size_t)j * kvd + h * hd + d] * y[(size_t)j * kvd + h * hd + d];
+                diff = fmax(diff, fabs((double)x[(size_t)j * kvd + h * hd + d] - y[(size_t)j * kvd + h * hd + d]));
+            }
+            drift = fmax(drift, diff / sqrt(norm));
+        }
+    const int ok = worst <= 2e-6 && control > 1e-2 && drift <= 2e-5;
+    printf("%-4s context shift, a RoPE per layer, 20 shifts (keep 4 drop 3 of 64): every layer's moved keys vs its keys "
+           "before turned back in double by its own RoPE: max diff %.3e (tol 2e-6); by the other RoPE (must differ, "
+           "each shift): %.3e (> 1e-2); layer 0 after 20 shifts vs a fresh run: %.3e (tol 2e-5)\n",
+           ok ? "ok" : "FAIL", worst, control, drift);
     free(before);
+    free(x);
+    free(y);
     transformer_free(&t);
+    transformer_free(&fresh);
     return !ok;
 }
 

@@ -4,7 +4,7 @@
 //   dump_logits MODEL IDS OUT [--ctx N] [--rope-scaling M] [--rope-factor S] [--rope-base B]
 //               [--rope-alpha A] [--rope-window W] [--grp-attn-n G] [--dca-chunk S] [--batch B] [--threads T]
 //               [--growing [--prefill P]] [--shift KEEP] [--cache-type-k T] [--cache-type-v T]
-//               [--attn-logn] [--f16-as-bf16]
+//               [--attn-logn] [--f16-as-bf16] [--swa-full]
 //
 // IDS is int32 token ids; OUT gets float32 logits (n, vocab). The ids run from position 0. By
 // default they are one sequence of length n (RoPE length n for every position, as one Hugging
@@ -33,12 +33,16 @@ static int fail(const char *msg) {
 int main(int argc, char **argv) {
     if (argc < 4) return fail("usage: dump_logits MODEL IDS OUT [options]"), 2;
     RopeOverrides ov = {.mode = -1};
-    int ctx = 0, batch = 64, growing = 0, logn = 0, f16b = 0, keep = -1, prompt = 0;
+    int ctx = 0, batch = 64, growing = 0, logn = 0, f16b = 0, keep = -1, prompt = 0, swa_full = 0;
     DType cache[2] = {DTYPE_F32, DTYPE_F32}; // keys, values
     for (int i = 4; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--f16-as-bf16")) { // run's --f16-as-bf16 (model.h)
             f16b = 1;
+            continue;
+        }
+        if (!strcmp(a, "--swa-full")) { // run's --swa-full: no ring in the sliding layers
+            swa_full = 1;
             continue;
         }
         if (!strcmp(a, "--growing") || !strcmp(a, "--attn-logn")) {
@@ -99,6 +103,7 @@ int main(int argc, char **argv) {
     RunConfig run = {.n_ctx = ctx ? ctx : n,
                      .max_batch = growing && !prompt ? 1 : batch,
                      .attn_logn = logn,
+                     .swa_full = swa_full,
                      .cache_k = cache[0],
                      .cache_v = cache[1]};
     if (rope_params_resolve(&run.rope, &t.config.rope, run.n_ctx, &ov, err, sizeof err)) return fail(err);
