@@ -1,13 +1,15 @@
 """reference.py - an independent PyTorch reference of Hugging Face's Llama-family forward pass.
 
 What this is: the forward-pass semantics of transformers' LlamaForCausalLM (modeling_llama.py) and of
-five relatives that differ from it in a few named places (Mistral, Qwen2, Qwen3, SmolLM3, Phi-3; see
+thirteen relatives that differ from it in named places (Mistral, Qwen2, Qwen3, SmolLM3, Phi-3, and the
+per-layer families Gemma 2, Gemma 3, OLMo 2, OLMo 3, EXAONE 4, GLM-4, Granite, Ministral 3; see
 "Families" below), written out plainly for one sequence, reading a Hugging Face directory (config.json
 + weights via lrun/hf_checkpoint.py), with every RoPE scaling mode of our C program taken from
 lrun/rope_ref.py. It runs in float64 by default, so a difference against the float32 C program is the
 C program's error alone. Tests use it for logits parity, golden greedy text and perplexity;
 tests/test_families_reference.py checks it against logits that transformers 5.17 itself computed
-(data/families/).
+(data/families/), tests/test_families2_reference.py against another independent reading of the
+modeling files (data/families2/).
 What this is not: transformers (not installed here, and none of its code is used), fast, or batched.
 
 Three ways to run a sequence, identical for every mode except dynamic NTK past L (whose base
@@ -29,18 +31,29 @@ m * inv_freq in float64 (HF: float32 inv_freq and a float32 matmul), RMSNorm and
 float64 when the model does (HF: always float32). With dtype=torch.float32 the arithmetic is HF's
 except for the angles.
 
-The forward pass, for tokens x_0 .. x_{n-1} at positions 0 .. n-1 (modeling_llama.py names):
-    h = embed_tokens[x]
-    per layer l:  a = RMSNorm(h) (input_layernorm)
+The forward pass, for tokens x_0 .. x_{n-1} at positions 0 .. n-1 (modeling_llama.py names; the
+per-layer families' differences in brackets):
+    h = embed_tokens[x]                      [x sqrt(hidden_size): Gemma; x embedding_multiplier: Granite]
+    per layer l:  a = RMSNorm(h) (input_layernorm)                     [none: OLMo 2/3, EXAONE 4]
                   q, k, v = a Wq^T + bq, a Wk^T + bk, a Wv^T + bv     (biases: Qwen2, attention_bias)
-                  q, k = RMSNorm_hd(q), RMSNorm_hd(k) per head         (Qwen3's q_norm, k_norm)
+                  q, k = RMSNorm_hd(q), RMSNorm_hd(k) per head         (Qwen3's q_norm, k_norm;
+                          Gemma 3, EXAONE 4; OLMo 2/3: over the whole projection before the head split)
                   q, k rotated (rotate_half layout) over their first rotary_dim dims,
-                          unless layer l is a NoPE layer                (SmolLM3)
+                          unless layer l is a NoPE layer                (SmolLM3; EXAONE 4's global layers)
+                          [GLM-4: interleaved pairs (2i, 2i+1); Gemma 3, OLMo 3: the sliding layers
+                          with their own RoPE ("local"), the others with the checkpoint's ("main")]
+                          [Ministral 3: then q x (1 + beta ln(1 + floor(pos / L)))]
                   k, v repeated n_heads / n_kv_heads times (repeat_kv)
                   h = h + o_proj(softmax(q k^T / sqrt(head_dim) + mask_l) v)
                           mask_l: causal, and for a sliding layer also key > query - W
+                          [Gemma: x query_pre_attn_scalar^-0.5, Granite: x attention_multiplier;
+                          Gemma 2: tanh(s / c) c before the mask; OLMo, EXAONE, Gemma, GLM-4: o_proj's
+                          output RMSNormed before the add; Granite: x residual_multiplier]
                   h = h + down_proj(silu(gate_proj(RMSNorm(h))) * up_proj(RMSNorm(h)))
+                          [Gemma: gelu tanh (GeGLU); norms placed as for attention (NORMS)]
     logits = RMSNorm(h) (model.norm) lm_head^T   (lm_head = embed_tokens when tied)
+                          [/ logits_scaling: Granite; tanh(l / c) c: Gemma 2]
+    Gemma's every RMSNorm multiplies by (1 + w), not w.
 
 Families: how config.json is read (transformers 5.17, `configuration_<family>.py` and
 `modeling_<family>.py`; `read_family` does it, the keys below are config.json's). The family is
@@ -79,8 +92,39 @@ Families: how config.json is read (transformers 5.17, `configuration_<family>.py
                       top-level original_max_position_embeddings (class default 4096) overrides the
                       one in rope_parameters (modeling_rope_utils.py `standardize_rope_params`);
                       sliding_window (default none) on every layer.
+  Gemma2ForCausalLM   four norms a layer (NORMS "sandwich"), (1 + w); GeGLU (hidden_activation);
+                      embeddings x sqrt(hidden_size); scores x query_pre_attn_scalar^-0.5;
+                      attn_logit_softcapping before the mask and final_logit_softcapping on the
+                      logits (defaults 50, 30); even layers slide (layer_types, else i % 2 == 0);
+                      tied by default.
+  Gemma3ForCausalLM   Gemma 2's layer without the caps (defaults None) and with per-head q/k norm;
+                      (i + 1) % sliding_window_pattern != 0 slides (default 6) when there are no
+                      layer_types; sliding layers: default RoPE, base rope_local_base_freq (10000);
+                      global layers: rope_theta (1e6) with rope_scaling. transformers 5's
+                      rope_parameters keyed by layer type is read too (local_rope_of).
+  Olmo2ForCausalLM    no pre-norms: h + RMSNorm(attn(h)), h + RMSNorm(mlp(h)) (post_attention_ and
+                      post_feedforward_layernorm); q_norm over H * head_dim, k_norm over KV * head_dim.
+  Olmo3ForCausalLM    OLMo 2's layer; (i + 1) % 4 != 0 slides; rope_scaling on the full layers only
+                      (transformers 4.57, the OLMo 3 paper), the sliding ones plain rope_theta.
+  Exaone4ForCausalLM  OLMo 2's norms, per-head q/k norm; with a sliding_window, the sliding layers
+                      rotate and the global ones are NoPE; layer_types, else sliding_window_pattern
+                      (an integer as Gemma 3's, or a string such as "LLLG", L = local).
+  Glm4ForCausalLM     four norms (input_layernorm, post_self_attn_layernorm, post_attention_layernorm,
+                      post_mlp_layernorm); q/k/v biases (attention_bias, default true), no o bias; fused
+                      gate_up_proj; partial_rotary_factor (default 0.5) of each head turned in adjacent
+                      pairs (interleaved), the rest passed.
+  GraniteForCausalLM  Llama with embedding_multiplier, attention_multiplier (in place of
+                      1 / sqrt(head_dim)), residual_multiplier (each sublayer's output) and logits
+                      / logits_scaling; biases as Llama's.
+  Ministral3ForCausalLM  Mistral's window (none by default); YaRN with every key (mscale /
+                      mscale_all_dim: attention factor get_mscale(s, mscale) / get_mscale(s,
+                      mscale_all_dim); truncate); queries x (1 + llama_4_scaling_beta ln(1 + floor(pos
+                      / original_max_position_embeddings))) after RoPE.
 The window (masking_utils.py `sliding_window_overlay`): query i sees key j when j <= i and
-j > i - W, i.e. itself and the W - 1 keys before it.
+j > i - W, i.e. itself and the W - 1 keys before it. A run's RoPE overrides (resolve_rope) change
+the main RoPE only: Gemma 3's and OLMo 3's sliding layers keep theirs, as their own rule scales the
+global layers only; rerope, selfextend and dca are refused with a local RoPE, interleaved pairs or a
+query temperature.
 
 Feature switches (keyword options of load() / Reference(), for controls and for parity tests of a C
 program that implements these families; None = as config.json says):
@@ -92,6 +136,17 @@ program that implements these families; None = as config.json says):
                                 layer: every layer)
   partial_rotary_factor=f       rotate the first int(head_dim * f) dims in any family (1.0: all)
   longrope_factors="short" | "long"   LongRoPE's factors whatever the length ("auto" = by length)
+  qk_norm="head"                OLMo's whole-projection q/k norm weights applied one head at a time
+  local_rope="main"             the main RoPE on the sliding layers too (Gemma 3, OLMo 3; for OLMo 3
+                                that is transformers 5's reading, YaRN on every layer)
+  norm_placement="pre"          each sublayer's norm moved before it (post-norm weights as pre-norms)
+  norm_plus_one=False | True    RMSNorm weight w in place of 1 + w (or the reverse)
+  hidden_act="silu" | "gelu_pytorch_tanh" | "gelu"   the gated MLP's activation
+  embed_scale=e, attn_scale=c, residual_scale=r, logits_scale=d   the family's multipliers replaced
+                                (attn_scale: scores x c in place of the family's scale)
+  attn_softcap=0, final_softcap=0   no soft cap (or another c > 0)
+  interleaved=False | True      rotate_half pairs in place of adjacent ones (or the reverse)
+  query_temperature=False       no Ministral 3 query scale
 """
 import argparse
 import json
@@ -426,7 +481,8 @@ def read_family(cfg, biases=None, qk_norm=None, rope_layers=None, sliding_window
     temp = None
     beta = rope_dict(cfg).get("llama_4_scaling_beta") if fam == "ministral3" else None
     if beta:
-        temp = (float(beta), int(rope_dict(cfg).get("original_max_position_embeddings") or cfg["max_position_embeddings"]))
+        L = rope_dict(cfg).get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+        temp = (float(beta), int(L))
     if query_temperature is False:
         temp = None
 
