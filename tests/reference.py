@@ -296,9 +296,11 @@ def pattern_layer_types(cfg, fam, n_layers, W):
       olmo3    (i + 1) % 4 != 0 slides (configuration_olmo3.py __init__: 3 sliding : 1 full);
       exaone4  an integer sliding_window_pattern as gemma3; a string such as "LLLG" (as the released
                EXAONE 4.0 configs write it beside layer_types) read letter by letter, cyclically, L =
-               sliding, G = global (transformers' configuration_exaone4.py computes (i + 1) % pattern,
-               which a string cannot be: its released configs always carry layer_types); no
-               sliding_window: every layer full (configuration_exaone4.py: pattern 0).
+               sliding, G = global, the last layer always global (transformers' configuration_exaone4.py
+               computes (i + 1) % pattern, which a string cannot be: its released configs always carry
+               layer_types; the ports that read the string, e.g. TensorRT-LLM's check_is_sliding, make
+               the last layer global); no sliding_window: every layer full (configuration_exaone4.py:
+               pattern 0).
     None for the other families."""
     pattern = {"gemma2": 2, "olmo3": 4}.get(fam)
     if fam in ("gemma3", "exaone4"):
@@ -310,7 +312,8 @@ def pattern_layer_types(cfg, fam, n_layers, W):
     if isinstance(pattern, str):
         if not pattern or set(pattern) - {"L", "G"}:
             raise ValueError(f"sliding_window_pattern {pattern!r}: want letters L (local) and G (global)")
-        return ["sliding_attention" if pattern[l % len(pattern)] == "L" else "full_attention" for l in range(n_layers)]
+        return ["sliding_attention" if pattern[l % len(pattern)] == "L" and l < n_layers - 1 else "full_attention"
+                for l in range(n_layers)]
     return ["sliding_attention" if (l + 1) % int(pattern) else "full_attention" for l in range(n_layers)]
 
 

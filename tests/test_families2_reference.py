@@ -252,7 +252,8 @@ def test_config_forms_control(tmp_path):
 def test_exaone_pattern_without_layer_types(pattern, tmp_path):
     """EXAONE 4 with sliding_window_pattern (the released configs' "LLLG", or an integer) and no
     layer_types reads as with them: layers 0-2 local with RoPE, layer 3 global NoPE; bit-identical logits.
-    Control: pattern "LLLL" (every layer local, every layer rotated) misses."""
+    Control: pattern "LGLL" (layer 1 global and NoPE, layers 0 and 2 local; the last one global all the
+    same) misses."""
     d, ids, _, _ = fixture("exaone4-global-nope")
     ids = ids[:300]
     cfg = json.loads((d / "config.json").read_text())
@@ -261,7 +262,8 @@ def test_exaone_pattern_without_layer_types(pattern, tmp_path):
     m = reference.load(write_case(d, tmp_path / "p", dict(cfg, sliding_window_pattern=pattern)))
     assert m.family["rope_layers"] == [True, True, True, False] and m.family["windows"] == [64, 64, 64, None]
     assert np.array_equal(m.logits(ids), want)
-    miss = ratio(reference.load(write_case(d, tmp_path / "c", dict(cfg, sliding_window_pattern="LLLL"))).logits(ids),
-                 want)
-    print(f"exaone4, pattern {pattern!r}: identical; pattern LLLL {miss:.2e}")
+    c = reference.load(write_case(d, tmp_path / "c", dict(cfg, sliding_window_pattern="LGLL")))
+    assert c.family["rope_layers"] == [True, False, True, False] and c.family["windows"] == [64, None, 64, None]
+    miss = ratio(c.logits(ids), want)
+    print(f"exaone4, pattern {pattern!r}: identical; pattern LGLL {miss:.2e}")
     assert miss > CONTROL
