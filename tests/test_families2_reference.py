@@ -24,7 +24,8 @@ readings of the same files meeting:
   rope_local_base_freq against 5.x rope_parameters, Gemma 3's keyed by layer type; EXAONE's layer_types
   against its "LLLG" pattern) gives bit-identical logits, with a control that the keyed form is read.
 
-Runtime: about 20 s on two shared cores (the 1024-token cases take 0.3-0.9 s a forward pass; controls run in float32).
+Runtime: about 10 s of CPU, 25-30 s wall on two shared cores (a 1024-token case takes 0.3-0.9 s a forward
+pass; the controls run in float32).
 """
 import json
 import math
