@@ -1,4 +1,4 @@
-// model.c - the run state and the forward pass of a Llama model.
+// model.c - the run state and the forward pass.
 //
 // The forward pass is Hugging Face's LlamaForCausalLM in float32, written out:
 //   x = embed(tokens)
@@ -6,10 +6,15 @@
 //                    x = x + w2(silu(w1(rmsnorm(x))) * w3(rmsnorm(x)))
 //   logits = wcls(rmsnorm(x))
 // for a block of consecutive positions at once (a prompt, a perplexity window, or one token).
-// The other families change a step each (README, "RoPE in today's models"): Qwen2 adds biases to
-// wq, wk, wv; Qwen3 RMS-normalizes each q and k head before rope; SmolLM3's NoPE layers skip rope;
-// Mistral's sliding layers attend to the last W positions only (kernels_attention.c); Phi-3 turns part of each
-// head, with LongRoPE's frequencies (rope.c).
+// The other families change steps of it, each read from data, never from the family's name (model.h,
+// Config; README, "RoPE in today's models"): biases on wq, wk, wv (Qwen2, GLM-4); q and k
+// RMS-normalized before rope, per head (Qwen3, Gemma 3, EXAONE 4) or over the whole projection (OLMo);
+// a layer without rope (SmolLM3, EXAONE 4's global layers) or with a second, local one (Gemma 3, OLMo
+// 3); sliding layers that attend to the last W positions (kernels_attention.c); part of each head
+// turned (Phi-3, GLM-4); norms after a sublayer as well as or instead of before it (Gemma, OLMo,
+// EXAONE, GLM-4); GeGLU for SwiGLU (Gemma); scales on the embeddings, the scores, the sublayers'
+// outputs and the logits (Gemma, Granite); softcaps on the scores and the logits (Gemma 2); the queries
+// grown with their position (Ministral 3, and --attn-logn).
 // What this is not: the file reader (loader.c), the products and attention (kernels*.c, behind
 // the Matrix and KVCache fences), the frequencies of RoPE (rope.c).
 #include "model.h"

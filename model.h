@@ -1,4 +1,4 @@
-// model.h - the model file format, the structs of a Llama model, and the forward pass.
+// model.h - the model file format, the structs of a model, and the forward pass.
 //
 // What this is: the checkpoint (loader.c reads our format and llama2.c's legacy one; the weights
 // are pointers into a read-only mmap), the activations and KV cache, and the forward pass
