@@ -141,8 +141,9 @@ def warn(msg):
 
 # --- Reading config.json --------------------------------------------------------------------------
 
-def config_value(cfg, key, where, kind, default=None, positive=True):
-    """cfg[key] checked to be a `kind` (int or float); `default` if missing or null (None: required)."""
+def config_value(cfg, key, where, kind, default=None, positive=True, hint=None):
+    """cfg[key] checked to be a `kind` (int or float); `default` if missing or null (None: required);
+    hint: what to say when it is not."""
     v = cfg.get(key)
     if v is None:
         if default is None:
@@ -151,7 +152,7 @@ def config_value(cfg, key, where, kind, default=None, positive=True):
     ok = (type(v) is int) if kind is int else (type(v) in (int, float) and math.isfinite(v))
     if not ok or (positive and v <= 0) or (not positive and v < 0) or (kind is int and v >= 2**31):
         raise CheckpointError(f"{where}: {key}", f"{v!r} is not a {'positive' if positive else 'non-negative'} "
-                              f"{'integer' if kind is int else 'number'} that fits the header")
+                              f"{'integer' if kind is int else 'number'} that fits the header", hint)
     return kind(v)
 
 
@@ -193,7 +194,8 @@ def rope_by_layer_type(cfg, where, model_type):
             raise CheckpointError(f"{key}.sliding_attention.partial_rotary_factor", "differs from the full layers' "
                                   "one, and a model's layers turn one part of each head here")
         if sliding.get("rope_theta") is not None:
-            local = config_value(sliding, "rope_theta", f"{key}.sliding_attention", float)
+            local = config_value(sliding, "rope_theta", f"{key}.sliding_attention", float,
+                                 hint="the sliding layers' base, Gemma 3's 10000")
     elif sliding is not None and full is not None and sliding != full:
         raise CheckpointError(key, f"gives sliding_attention {sliding!r} and full_attention {full!r}, and model_type "
                               f"{model_type!r} turns every layer with one RoPE", "give one rope_parameters object")
@@ -473,7 +475,8 @@ def read_layers(cfg, where, model_type, c):
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != n:
-            raise CheckpointError(f"{where}: layer_types", f"must list one type for each of the {n} layers")
+            raise CheckpointError(f"{where}: layer_types", f"must list one type for each of the {n} layers",
+                                  "one of full_attention, sliding_attention per layer, num_hidden_layers in all")
         for t in types:
             if t not in LAYER_TYPES:
                 raise CheckpointError(f"{where}: layer_types", f"{t!r} is not supported"
@@ -550,7 +553,7 @@ def pattern_slides(cfg, where, model_type, n):
         period, slides = pattern, [(l + 1) % pattern != 0 for l in range(n)]
     else:
         raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is not a positive integer "
-                              "or a string of L and G")
+                              "or a string of L and G", "Gemma 3's is 6 (5 local : 1 global), EXAONE 4's \"LLLG\"")
     if period > n:
         raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is a pattern of {period} layers, "
                               f"and num_hidden_layers is {n}: it does not fit the layer count",
@@ -575,16 +578,20 @@ def read_hparams(cfg, where, model_type, c, local_theta=None):
         h["f_embedding_scale"] = float(np.float32(c["dim"] ** 0.5))
         keys["f_embedding_scale"] = "hidden_size"
         # Gemma2Attention: scaling = query_pre_attn_scalar ** -0.5, in place of head_dim ** -0.5
-        h["f_attention_scale"] = config_value(cfg, "query_pre_attn_scalar", where, float) ** -0.5
+        h["f_attention_scale"] = config_value(cfg, "query_pre_attn_scalar", where, float,
+                                              hint="scores are scaled by its -1/2 power: Gemma's use 256 or "
+                                              "head_dim") ** -0.5
         keys["f_attention_scale"] = "query_pre_attn_scalar"
         # Gemma2Attention and Gemma2ForCausalLM: null is no softcap; a number c caps at c tanh(x / c),
         # which for c <= 0 is no cap at all (or a sign flip): refused
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-            h[f"f_{key}"] = config_value(cfg, key, where, float, default=0.0)
+            h[f"f_{key}"] = config_value(cfg, key, where, float, default=0.0,
+                                         hint="null for no softcap; Gemma 2 caps scores at 50 and logits at 30")
             keys[f"f_{key}"] = key
     if model_type == "gemma3_text":  # the sliding layers' base: rope_by_layer_type's, else 4.x's key
         if local_theta is None:
-            h["rope_freq_base_train_swa"] = config_value(cfg, "rope_local_base_freq", where, float)
+            h["rope_freq_base_train_swa"] = config_value(cfg, "rope_local_base_freq", where, float,
+                                                         hint="Gemma 3's local layers turn at base 10000")
             keys["rope_freq_base_train_swa"] = "rope_local_base_freq"
         else:
             h["rope_freq_base_train_swa"] = local_theta
@@ -596,7 +603,8 @@ def read_hparams(cfg, where, model_type, c, local_theta=None):
     if model_type == "granite":  # modeling_granite.py: the four multipliers of its muP training
         for name, key in (("f_embedding_scale", "embedding_multiplier"), ("f_attention_scale", "attention_multiplier"),
                           ("f_residual_scale", "residual_multiplier"), ("f_logit_scale", "logits_scaling")):
-            h[name], keys[name] = config_value(cfg, key, where, float), key
+            h[name], keys[name] = config_value(cfg, key, where, float, hint="muP's multipliers are > 0; 1 "
+                                               "is none (Llama's)"), key
     # Ministral 3's llama_4_scaling_beta: in rope_parameters (transformers 5), or in rope_scaling where a
     # config has the 4.x form (standardize_rope_params moves rope_scaling's keys into rope_parameters)
     for form in ("rope_parameters", "rope_scaling"):
@@ -606,9 +614,10 @@ def read_hparams(cfg, where, model_type, c, local_theta=None):
         # modeling_ministral3.py, get_llama_4_attn_scale: queries times 1 + beta ln(1 + floor(pos / L)),
         # L = original_max_position_embeddings
         if model_type != "ministral3":
-            raise CheckpointError(f"{where}: {form}.llama_4_scaling_beta", f"is not read for model_type {model_type!r}")
+            raise CheckpointError(f"{where}: {form}.llama_4_scaling_beta", f"is not read for model_type {model_type!r}",
+                                  "only Ministral 3 scales its queries by position")
         h["f_attn_temp_scale"] = config_value(params, "llama_4_scaling_beta", f"{where}: {form}", float,
-                                              positive=False)
+                                              positive=False, hint="Ministral 3's is 0.1; 0 is no temperature")
         h["n_attn_temp_floor_scale"] = config_value(params, "original_max_position_embeddings", f"{where}: {form}",
                                                     int)
         keys.update(f_attn_temp_scale=f"{form}.llama_4_scaling_beta",
@@ -627,6 +636,14 @@ HPARAM_RANGES = {"norms": (1, 15), "act": (0, 1), "f_embedding_scale": (1e-6, 1e
                  "n_attn_temp_floor_scale": (1, 2**24)}
 
 
+RANGE_HINTS = {"rope_freq_base_train_swa": "a RoPE base must be above 1 (at 1 nothing turns): Gemma 3's local "
+                                           "layers use 10000",
+               "f_attn_logit_softcapping": "a softcap this small flattens every score; null for none",
+               "f_final_logit_softcapping": "a softcap this small flattens the logits; null for none",
+               "f_attention_scale": "scores are scaled by query_pre_attn_scalar^-1/2: Gemma's use 256 or head_dim",
+               "f_attn_temp_scale": "Ministral 3's llama_4_scaling_beta is 0.1"}
+
+
 def check_hparams(h, keys, where):
     """Each hparam that will be written (one that differs from Llama's default) within HPARAM_RANGES,
     else refused naming the config.json key it comes from."""
@@ -635,8 +652,7 @@ def check_hparams(h, keys, where):
         if v != HPARAMS[name] and not lo <= v <= hi:
             raise CheckpointError(f"{where}: {keys.get(name, name)}", f"gives {name} = {v:g}, outside [{lo:g}, {hi:g}], "
                                   "the range ./run reads",
-                                  "a local RoPE base must be above 1 (1 would not turn)" if name ==
-                                  "rope_freq_base_train_swa" else "is the value right?")
+                                  RANGE_HINTS.get(name, "check it against the model card"))
 
 
 # What ./run reads (model.c check_shape, rope.c rope_params_check). A file outside these limits
