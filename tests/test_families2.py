@@ -448,3 +448,21 @@ def test_local_base_in_both_forms(case, edit, local, tmp_path):
     other = to_v5(cfg)
     other["rope_parameters"]["sliding_attention"]["rope_theta"] = 12345.0
     assert read_header(export_config(tmp_path, case, other, "own"))["hparams"]["rope_freq_base_train_swa"] == 12345.0
+
+
+def test_fuzz_seeds_carry_every_hparam():
+    """fuzz/corpus/model's version 4 seeds (fuzz/make_corpus.py, version4_seeds; test_hostile.py runs
+    them) hold every hparam the loader reads with a value of its own, the whole-projection q/k norm and
+    the local RoPE's layer kind: a fuzzer mutating them reaches each one's checks."""
+    seen, qk_all, local = set(), False, False
+    seeds = sorted((REPO / "fuzz" / "corpus" / "model").glob("ok-v4-*.bin"))
+    for seed in seeds:
+        buf = seed.read_bytes()
+        h = read_header(buf)
+        assert h["version"] == 4, seed
+        seen |= {k for k, v in h["hparams"].items() if v != HPARAMS[k]}
+        qk_all |= h["qk_norm"] == 2
+        (off, n), = {name: pieces for name, _, _, pieces in layout(h)}["layer_kind"]
+        local |= any(k & LAYER_ROPE_SWA for k in struct.unpack_from(f"<{n // 4}i", buf, off))
+    print(f"{len(seeds)} seeds: {sorted(seen)}")
+    assert seen == set(HPARAMS) and qk_all and local, sorted(set(HPARAMS) - seen)
