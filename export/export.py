@@ -17,8 +17,8 @@ the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
 and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
 rope.c rotates (see "The two RoPE layouts" below).
 What this is not: a general converter. Anything this program cannot reproduce exactly is refused
-with a message rather than approximated: other architectures (Gemma, Llama 4, DeepSeek, MoE
-models: see NOT_SUPPORTED), biases other than Qwen2's q/k/v ones, activations other than SiLU,
+with a message rather than approximated: other architectures (Gemma 1, Gemma 3n and 4, Llama 4,
+DeepSeek's MLA, the DeltaNet hybrids, MoE models: see NOT_SUPPORTED and NOT_SUPPORTED_KEYS), biases other than Qwen2's q/k/v ones, activations other than SiLU,
 layer types other than full and sliding attention, already-quantized checkpoints. The tokenizer is not
 converted: run.c reads SentencePiece's tokenizer.model itself, so it is copied beside OUT.
 
@@ -498,8 +498,9 @@ def read_layers(cfg, where, model_type, c):
                               "not set", "give sliding_window, or make every layer full_attention")
     if types is not None and window and model_type in PATTERN_FAMILIES and cfg.get("sliding_window_pattern") is not None:
         # both given (Gemma 3's and EXAONE 4's released configs carry both): transformers reads
-        # layer_types alone, so a pattern that says otherwise is a config that contradicts itself
-        slides = pattern_slides(cfg, where, model_type, n)
+        # layer_types alone, so a pattern that says otherwise is a config that contradicts itself (one
+        # longer than the model says nothing layer_types could contradict: it is left as transformers leaves it)
+        slides = pattern_slides(cfg, where, model_type, n, fit=False) or []
         for l, (t, slide) in enumerate(zip(types, slides)):
             if (t == "sliding_attention") != slide:
                 raise CheckpointError(f"{where}: sliding_window_pattern", f"{cfg['sliding_window_pattern']!r} makes "
@@ -540,12 +541,13 @@ def read_layers(cfg, where, model_type, c):
 PATTERN_FAMILIES = ("gemma2", "gemma3_text", "olmo3", "exaone4")  # a pattern of local and global layers
 
 
-def pattern_slides(cfg, where, model_type, n):
+def pattern_slides(cfg, where, model_type, n, fit=True):
     """Which of the n layers slide by the family's pattern, when config.json has no layer_types: every
     `pattern`-th layer (l + 1 divisible by it) is global (configuration_gemma3.py, sliding_window_pattern;
     Gemma 2 alternates from a sliding layer 0; OLMo 3 has 3 sliding : 1 full); EXAONE 4 may spell the
     pattern as letters, "LLLG": layer l is local where letter l mod 4 is L. A pattern longer than the
-    model (Gemma 3's default 6 on 4 layers) leaves it without a global layer: refused, not guessed."""
+    model (Gemma 3's default 6 on 4 layers) leaves it without a global layer: refused, not guessed
+    (with fit False: None)."""
     pattern = cfg.get("sliding_window_pattern", {"gemma2": 2, "olmo3": 4, "exaone4": 4}.get(model_type, 6))
     if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
         period, slides = len(pattern), [pattern[l % len(pattern)] == "L" for l in range(n)]
@@ -554,6 +556,8 @@ def pattern_slides(cfg, where, model_type, n):
     else:
         raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is not a positive integer "
                               "or a string of L and G", "Gemma 3's is 6 (5 local : 1 global), EXAONE 4's \"LLLG\"")
+    if period > n and not fit:
+        return None
     if period > n:
         raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is a pattern of {period} layers, "
                               f"and num_hidden_layers is {n}: it does not fit the layer count",

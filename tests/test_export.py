@@ -789,6 +789,8 @@ FAMILY_REFUSALS = {
                             ["sliding_window_pattern", "'LLXG'"]),
     "pattern-contradicts-layer-types": ("gemma3-linear-global", {"sliding_window_pattern": 3},
                                         ["sliding_window_pattern", "layer 2 full", "layer_types says 'sliding_attention'"]),
+    "pattern-contradicts-layer-types-letters": ("exaone4-global-nope", {"sliding_window_pattern": "LLGG"},
+                                                ["sliding_window_pattern", "'LLGG' makes layer 2 full"]),
     "layer-types-count-family": ("gemma3-linear-global", {"layer_types": ["sliding_attention"] * 5 + ["full_attention"] * 2},
                                  ["layer_types", "each of the 6 layers"]),
     "layer-types-unknown-family": ("olmo3-swa-yarn", {"layer_types": ["sliding_attention"] * 3 + ["mamba"]},
@@ -819,6 +821,17 @@ def test_family_refusal(tmp_path, capsys, case):
     for w in words:
         assert w in err, f"{w!r} not in {err!r}"
     assert os.listdir(out_dir) == [], "output or temp file left behind"
+
+
+def test_family_pattern_longer_than_model_beside_layer_types_runs(tmp_path, capsys):
+    """A pattern longer than the model beside layer_types (a 4-layer Gemma 3 that kept the class's 6) is
+    what transformers ignores too: layer_types decides, and the export is that of layer_types alone."""
+    for name, edits in (("with", {"sliding_window_pattern": 7}), ("without", {"sliding_window_pattern": None})):
+        family_checkpoint(tmp_path / name, "gemma3-linear-global", edits)
+        (tmp_path / f"out-{name}").mkdir()
+        code, err = export_inprocess(capsys, tmp_path / name, tmp_path / f"out-{name}" / "m.bin")
+        assert code == 0, err
+    assert (tmp_path / "out-with" / "m.bin").read_bytes() == (tmp_path / "out-without" / "m.bin").read_bytes()
 
 
 def test_family_null_softcaps_run(tmp_path, capsys):
