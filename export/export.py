@@ -17,8 +17,8 @@ the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
 and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
 rope.c rotates (see "The two RoPE layouts" below).
 What this is not: a general converter. Anything this program cannot reproduce exactly is refused
-with a message rather than approximated: other architectures (Gemma, Llama 4, DeepSeek, MoE
-models: see NOT_SUPPORTED), biases other than Qwen2's q/k/v ones, activations other than SiLU,
+with a message rather than approximated: other architectures (Gemma 1, Gemma 3n and 4, Llama 4,
+DeepSeek's MLA, the DeltaNet hybrids, MoE models: see NOT_SUPPORTED and NOT_SUPPORTED_KEYS), biases other than Qwen2's q/k/v ones, activations other than SiLU,
 layer types other than full and sliding attention, already-quantized checkpoints. The tokenizer is not
 converted: run.c reads SentencePiece's tokenizer.model itself, so it is copied beside OUT.
 
@@ -53,7 +53,7 @@ except ImportError as e:  # a python3 without numpy (pyenv's): say which one has
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
 from lrun.modelfile import (ACT_GELU_TANH, ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE,  # noqa: E402
                             LAYER_ROPE_SWA, LAYER_SLIDING, MAGIC, NORM_ATTN, NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST,
-                            QK_NORM_ALL, QK_NORM_HEAD, pack_hparams,
+                            QK_NORM_ALL, QK_NORM_HEAD, HPARAMS, pack_hparams,
                             MAX_END_IDS, Q8_BLOCK, VERSION, br16_from_rows, file_version, pack_header,
                             r16_from_rows, tensors)
 
@@ -77,7 +77,7 @@ CLASS_DEFAULTS = {"mistral": {"sliding_window": 4096}, "qwen2": {"sliding_window
                              "hidden_activation": "gelu_pytorch_tanh"},
                   "gemma3_text": {"sliding_window": 4096, "query_pre_attn_scalar": 256, "head_dim": 256,
                                   "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-                                  "sliding_window_pattern": 6, "tie_word_embeddings": True,
+                                  "tie_word_embeddings": True,  # sliding_window_pattern 6: pattern_slides
                                   "hidden_activation": "gelu_pytorch_tanh"},
                   "olmo3": {"sliding_window": 4096}, "exaone4": {"sliding_window": 4096},
                   "glm4": {"partial_rotary_factor": 0.5, "attention_bias": True},
@@ -107,7 +107,32 @@ NOT_SUPPORTED = {
     "deepseek_v3": "DeepSeek's multi-head latent attention (MLA) and mixture of experts",
     "qwen2_moe": "mixture of experts", "qwen3_moe": "mixture of experts", "mixtral": "mixture of experts",
     "phimoe": "mixture of experts", "phi": "Phi-1/2's parallel attention and GELU MLP",
+    "olmoe": "mixture of experts", "granitemoe": "mixture of experts", "gpt_oss": "mixture of experts",
+    # configuration_gemma3n.py: per-layer embeddings (hidden_size_per_layer_input) added in every
+    # layer, AltUp's altup_num_inputs predicted copies of the residual stream, LAuReL blocks
+    "gemma3n": "Gemma 3n's per-layer embeddings and AltUp (alternating updates)",
+    "gemma3n_text": "Gemma 3n's per-layer embeddings and AltUp (alternating updates)",
+    # Gemma 4 (configuration_gemma4.py): its global layers turn a part of each head by "proportional"
+    # RoPE, with a head_dim of their own (global_head_dim)
+    "gemma4": "Gemma 4's proportional partial rotary with a second head_dim on its global layers",
+    "gemma4_text": "Gemma 4's proportional partial rotary with a second head_dim on its global layers",
+    # Qwen3-Next and Qwen3.5: layer_types "linear_attention" (Gated DeltaNet) beside gated full attention
+    "qwen3_next": "a DeltaNet hybrid (Gated DeltaNet linear-attention layers) and mixture of experts",
+    "qwen3_5": "a DeltaNet hybrid (Gated DeltaNet linear-attention layers)",
+    "qwen3_5_text": "a DeltaNet hybrid (Gated DeltaNet linear-attention layers)",
+    "qwen3_5_moe": "a DeltaNet hybrid (Gated DeltaNet linear-attention layers) and mixture of experts",
+    "qwen3_5_moe_text": "a DeltaNet hybrid (Gated DeltaNet linear-attention layers) and mixture of experts",
 }
+# Keys that say what a config's model_type may not: experts (Mixtral's num_local_experts, Qwen's
+# num_experts, DeepSeek's n_routed_experts), DeepSeek's multi-head latent attention (kv_lora_rank), Gemma
+# 4's second head_dim. A model of a family that runs, with one of these, is still not run.
+NOT_SUPPORTED_KEYS = {"num_local_experts": "mixture of experts", "num_experts": "mixture of experts",
+                      "n_routed_experts": "mixture of experts",
+                      "kv_lora_rank": "multi-head latent attention (MLA, DeepSeek's)",
+                      "global_head_dim": "a second head_dim on some layers (Gemma 4's)"}
+# Layer types (transformers' layer_types) that are not attention this program runs, by name.
+LAYER_TYPES_REFUSED = {"linear_attention": "a DeltaNet hybrid's linear-attention layers (Qwen3-Next, Qwen3.5)",
+                       "chunked_attention": "Llama 4's chunked attention"}
 
 
 def warn(msg):
@@ -116,8 +141,9 @@ def warn(msg):
 
 # --- Reading config.json --------------------------------------------------------------------------
 
-def config_value(cfg, key, where, kind, default=None, positive=True):
-    """cfg[key] checked to be a `kind` (int or float); `default` if missing or null (None: required)."""
+def config_value(cfg, key, where, kind, default=None, positive=True, hint=None):
+    """cfg[key] checked to be a `kind` (int or float); `default` if missing or null (None: required);
+    hint: what to say when it is not."""
     v = cfg.get(key)
     if v is None:
         if default is None:
@@ -126,8 +152,54 @@ def config_value(cfg, key, where, kind, default=None, positive=True):
     ok = (type(v) is int) if kind is int else (type(v) in (int, float) and math.isfinite(v))
     if not ok or (positive and v <= 0) or (not positive and v < 0) or (kind is int and v >= 2**31):
         raise CheckpointError(f"{where}: {key}", f"{v!r} is not a {'positive' if positive else 'non-negative'} "
-                              f"{'integer' if kind is int else 'number'} that fits the header")
+                              f"{'integer' if kind is int else 'number'} that fits the header", hint)
     return kind(v)
+
+
+# The families whose sliding layers turn with a RoPE of their own (LAYER_ROPE_SWA): Gemma 3's at
+# rope_local_base_freq, OLMo 3's at rope_theta without the full layers' YaRN.
+LOCAL_ROPE = ("gemma3_text", "olmo3")
+
+
+def rope_by_layer_type(cfg, where, model_type):
+    """transformers 5's rope_parameters keyed by layer type -> the one form read_rope reads.
+
+    Where a model's layer types turn differently, transformers 5 keeps a RoPE per type and saves it so:
+    {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}, "full_attention": {"rope_type":
+    "linear", "factor": 8.0, "rope_theta": 1000000.0}} (configuration_gemma3.py and modular_olmo3.py,
+    convert_rope_params_to_dict: 4.x's rope_scaling goes into the full layers' entry only, rope_theta
+    becomes its base, Gemma 3's rope_local_base_freq the sliding layers' one). Returns (cfg with
+    rope_parameters the full layers' entry, the sliding layers' base or None when it does not give one).
+    The sliding layers' entry must be unscaled (a local layer never sees a key farther than its window)
+    and is read only for LOCAL_ROPE's families; any other family turns all its layers with one RoPE, so
+    its entries must be the same."""
+    params = cfg.get("rope_parameters")
+    if not isinstance(params, dict) or not params or not all(v is None or isinstance(v, dict) for v in params.values()):
+        return cfg, None  # the one-dict form (or none): read_rope reads it
+    key = f"{where}: rope_parameters"
+    for t in params:
+        if t not in LAYER_TYPES:
+            raise CheckpointError(f"{key}.{t}", f"layer type {t!r} is not supported"
+                                  + (f": this program does not run {LAYER_TYPES_REFUSED[t]}" if t in LAYER_TYPES_REFUSED
+                                     else ""), "supported: full_attention, sliding_attention")
+    full, sliding = params.get("full_attention"), params.get("sliding_attention")
+    local = None
+    if sliding is not None and model_type in LOCAL_ROPE:
+        rope_type = sliding.get("rope_type", sliding.get("type", "default"))
+        if rope_type != "default":
+            raise CheckpointError(f"{key}.sliding_attention.rope_type", f"{rope_type!r}: the sliding layers turn "
+                                  f"unscaled in model_type {model_type!r} (a key is never farther than the window)",
+                                  "scale the full_attention entry only, as transformers does with rope_scaling")
+        if sliding.get("partial_rotary_factor") != (full or {}).get("partial_rotary_factor"):
+            raise CheckpointError(f"{key}.sliding_attention.partial_rotary_factor", "differs from the full layers' "
+                                  "one, and a model's layers turn one part of each head here")
+        if sliding.get("rope_theta") is not None:
+            local = config_value(sliding, "rope_theta", f"{key}.sliding_attention", float,
+                                 hint="the sliding layers' base, Gemma 3's 10000")
+    elif sliding is not None and full is not None and sliding != full:
+        raise CheckpointError(key, f"gives sliding_attention {sliding!r} and full_attention {full!r}, and model_type "
+                              f"{model_type!r} turns every layer with one RoPE", "give one rope_parameters object")
+    return dict(cfg, rope_parameters=dict(full or sliding or {"rope_type": "default"})), local
 
 
 def read_rope(cfg, where, head_dim, model_type):
@@ -142,7 +214,7 @@ def read_rope(cfg, where, head_dim, model_type):
         key = "rope_parameters"
         if not isinstance(params, dict) or ("rope_type" not in params and "type" not in params):
             raise CheckpointError(f"{where}: rope_parameters", f"{params!r} has no rope_type",
-                                  "per-layer-type RoPE parameters are not supported")
+                                  "give rope_type, or one object per layer type (full_attention, sliding_attention)")
         scaling, theta_cfg = params, params if "rope_theta" in params else cfg
     else:
         key, scaling, theta_cfg = "rope_scaling", cfg.get("rope_scaling"), cfg
@@ -303,9 +375,18 @@ def read_config(hf_dir):
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise CheckpointError(f"{where}: model_type", f"{model_type!r} is not supported",
                               f"supported: {', '.join(sorted(MODEL_TYPES))}")
+    for key, what in NOT_SUPPORTED_KEYS.items():
+        v = cfg.get(key)
+        if v is not None and v is not False and v != 0:
+            raise CheckpointError(f"{where}: {key}", f"is {v!r}: this program does not run {what}",
+                                  "README, \"RoPE in today's models\", lists what runs")
+    if cfg.get("use_bidirectional_attention"):  # EmbeddingGemma (configuration_gemma3.py): not causal
+        raise CheckpointError(f"{where}: use_bidirectional_attention", "is true: an encoder's attention (every "
+                              "token sees the later ones too) is not run", "export a causal language model")
     # The keys a config.json may leave out, as each family's config class fills them in
     # (configuration_<family>.py): only the ones that change what runs.
     cfg = {**CLASS_DEFAULTS.get(model_type, {}), **cfg}
+    cfg, local_theta = rope_by_layer_type(cfg, where, model_type)
     qc = cfg.get("quantization_config")
     if qc is not None:
         method = qc.get("quant_method", "?") if isinstance(qc, dict) else qc
@@ -366,7 +447,7 @@ def read_config(hf_dir):
         if key == "eos_token_id":
             c["end_ids"] = ids[1:]  # more than one: a version 2 file (model.h)
     c.update(read_rope(cfg, where, c["head_dim"], model_type))
-    read_hparams(cfg, where, model_type, c)
+    read_hparams(cfg, where, model_type, c, local_theta)
     check_limits(c, where)
     c["tie_word_embeddings"] = cfg.get("tie_word_embeddings")  # resolved against the tensors later
     if c["tie_word_embeddings"] is not None and type(c["tie_word_embeddings"]) is not bool:
@@ -394,10 +475,13 @@ def read_layers(cfg, where, model_type, c):
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != n:
-            raise CheckpointError(f"{where}: layer_types", f"must list one type for each of the {n} layers")
+            raise CheckpointError(f"{where}: layer_types", f"must list one type for each of the {n} layers",
+                                  "one of full_attention, sliding_attention per layer, num_hidden_layers in all")
         for t in types:
             if t not in LAYER_TYPES:
-                raise CheckpointError(f"{where}: layer_types", f"{t!r} is not supported",
+                raise CheckpointError(f"{where}: layer_types", f"{t!r} is not supported"
+                                      + (f": this program does not run {LAYER_TYPES_REFUSED[t]}"
+                                         if isinstance(t, str) and t in LAYER_TYPES_REFUSED else ""),
                                       "supported: full_attention, sliding_attention")
         kinds = [LAYER_TYPES[t] for t in types]
     elif model_type in ("qwen2", "qwen3", "smollm3"):
@@ -405,25 +489,26 @@ def read_layers(cfg, where, model_type, c):
         if type(start) is not int:
             raise CheckpointError(f"{where}: max_window_layers", f"{start!r} is not an integer")
         kinds = [LAYER_SLIDING if window and l >= start else 0 for l in range(n)]
-    elif model_type in ("gemma2", "gemma3_text", "olmo3", "exaone4"):
-        # Local and global layers without layer_types: every `pattern`-th layer (l + 1 divisible by
-        # it) is global (configuration_gemma3.py, sliding_window_pattern; Gemma 2 alternates from a
-        # sliding layer 0; OLMo 3 has 3 sliding : 1 full); EXAONE 4 may spell the pattern as letters,
-        # "LLLG": layer l is local where letter l mod 4 is L.
-        pattern = cfg.get("sliding_window_pattern", {"gemma2": 2, "olmo3": 4, "exaone4": 4}.get(model_type, 6))
-        if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
-            slides = [pattern[l % len(pattern)] == "L" for l in range(n)]
-        elif type(pattern) is int and pattern >= 1:
-            slides = [(l + 1) % pattern != 0 for l in range(n)]
-        else:
-            raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is not a positive integer "
-                                  "or a string of L and G")
-        kinds = [LAYER_SLIDING if window and slide else 0 for slide in slides]
+    elif model_type in PATTERN_FAMILIES:  # local and global layers without layer_types: pattern_slides
+        kinds = [LAYER_SLIDING if window and slide else 0 for slide in pattern_slides(cfg, where, model_type, n)]
     else:
         kinds = [LAYER_SLIDING if window else 0 for _ in range(n)]
     if any(kinds) and not window:
         raise CheckpointError(f"{where}: layer_types", "names sliding_attention layers, and sliding_window is "
                               "not set", "give sliding_window, or make every layer full_attention")
+    if types is not None and window and model_type in PATTERN_FAMILIES and cfg.get("sliding_window_pattern") is not None:
+        # both given (Gemma 3's and EXAONE 4's released configs carry both): transformers reads
+        # layer_types alone, so a pattern that says otherwise is a config that contradicts itself (one
+        # longer than the model says nothing layer_types could contradict: it is left as transformers leaves it)
+        slides = pattern_slides(cfg, where, model_type, n, fit=False) or []
+        for l, (t, slide) in enumerate(zip(types, slides)):
+            if (t == "sliding_attention") != slide:
+                raise CheckpointError(f"{where}: sliding_window_pattern", f"{cfg['sliding_window_pattern']!r} makes "
+                                      f"layer {l} {'sliding' if slide else 'full'}, and layer_types says {t!r}",
+                                      "make the two agree, or leave sliding_window_pattern out")
+    if any(kinds) and window > 2**24:  # loader.c reads sliding_window in [0, 2^24]
+        raise CheckpointError(f"{where}: sliding_window", f"{window} is above 2^24, the range ./run reads",
+                              "a window past the context is no window: set it to null")
     c["sliding_window"] = window if any(kinds) else 0
     if model_type == "smollm3":
         rope_layers = cfg.get("no_rope_layers")
@@ -453,7 +538,34 @@ def read_layers(cfg, where, model_type, c):
     c["layer_kind"] = kinds
 
 
-def read_hparams(cfg, where, model_type, c):
+PATTERN_FAMILIES = ("gemma2", "gemma3_text", "olmo3", "exaone4")  # a pattern of local and global layers
+
+
+def pattern_slides(cfg, where, model_type, n, fit=True):
+    """Which of the n layers slide by the family's pattern, when config.json has no layer_types: every
+    `pattern`-th layer (l + 1 divisible by it) is global (configuration_gemma3.py, sliding_window_pattern;
+    Gemma 2 alternates from a sliding layer 0; OLMo 3 has 3 sliding : 1 full); EXAONE 4 may spell the
+    pattern as letters, "LLLG": layer l is local where letter l mod 4 is L. A pattern longer than the
+    model (Gemma 3's default 6 on 4 layers) leaves it without a global layer: refused, not guessed
+    (with fit False: None)."""
+    pattern = cfg.get("sliding_window_pattern", {"gemma2": 2, "olmo3": 4, "exaone4": 4}.get(model_type, 6))
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        period, slides = len(pattern), [pattern[l % len(pattern)] == "L" for l in range(n)]
+    elif type(pattern) is int and pattern >= 1:
+        period, slides = pattern, [(l + 1) % pattern != 0 for l in range(n)]
+    else:
+        raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is not a positive integer "
+                              "or a string of L and G", "Gemma 3's is 6 (5 local : 1 global), EXAONE 4's \"LLLG\"")
+    if period > n and not fit:
+        return None
+    if period > n:
+        raise CheckpointError(f"{where}: sliding_window_pattern", f"{pattern!r} is a pattern of {period} layers, "
+                              f"and num_hidden_layers is {n}: it does not fit the layer count",
+                              "give layer_types, one entry per layer")
+    return slides
+
+
+def read_hparams(cfg, where, model_type, c, local_theta=None):
     """What the family's layers do besides Llama's -> c["hparams"] (lrun/modelfile.py HPARAMS, named as
     llama.cpp names them), c["layer_norms"] (our norm -> its HF name in a layer) and c["norm_plus_one"]
     (Gemma's norms multiply by 1 + w: modeling_gemma2.py, Gemma2RMSNorm; the file stores 1 + w)."""
@@ -463,32 +575,88 @@ def read_hparams(cfg, where, model_type, c):
     c["layer_norms"] = norms
     h["norms"] = sum(NORM_BITS[k] for k in norms)
     c["norm_plus_one"] = model_type in ("gemma2", "gemma3_text")
+    keys = {}  # hparam -> the config.json key it comes from, for check_hparams
     if model_type in ("gemma2", "gemma3_text"):
         h["act"] = ACT_GELU_TANH
         # Gemma2Model: embeddings times sqrt(hidden_size), in the model's float type (float32 here)
         h["f_embedding_scale"] = float(np.float32(c["dim"] ** 0.5))
+        keys["f_embedding_scale"] = "hidden_size"
         # Gemma2Attention: scaling = query_pre_attn_scalar ** -0.5, in place of head_dim ** -0.5
-        h["f_attention_scale"] = config_value(cfg, "query_pre_attn_scalar", where, float) ** -0.5
+        h["f_attention_scale"] = config_value(cfg, "query_pre_attn_scalar", where, float,
+                                              hint="scores are scaled by its -1/2 power: Gemma's use 256 or "
+                                              "head_dim") ** -0.5
+        keys["f_attention_scale"] = "query_pre_attn_scalar"
+        # Gemma2Attention and Gemma2ForCausalLM: null is no softcap; a number c caps at c tanh(x / c),
+        # which for c <= 0 is no cap at all (or a sign flip): refused
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-            h[f"f_{key}"] = config_value(cfg, key, where, float, default=0.0, positive=False)
-    if model_type == "gemma3_text":
-        h["rope_freq_base_train_swa"] = config_value(cfg, "rope_local_base_freq", where, float)
-    if model_type == "olmo3":
-        h["rope_freq_base_train_swa"] = c["rope_theta"]
+            h[f"f_{key}"] = config_value(cfg, key, where, float, default=0.0,
+                                         hint="null for no softcap; Gemma 2 caps scores at 50 and logits at 30")
+            keys[f"f_{key}"] = key
+    if model_type == "gemma3_text":  # the sliding layers' base: rope_by_layer_type's, else 4.x's key
+        if local_theta is None:
+            h["rope_freq_base_train_swa"] = config_value(cfg, "rope_local_base_freq", where, float,
+                                                         hint="Gemma 3's local layers turn at base 10000")
+            keys["rope_freq_base_train_swa"] = "rope_local_base_freq"
+        else:
+            h["rope_freq_base_train_swa"] = local_theta
+            keys["rope_freq_base_train_swa"] = "rope_parameters.sliding_attention.rope_theta"
+    if model_type == "olmo3":  # the full layers' base unless transformers 5's sliding entry gives one
+        h["rope_freq_base_train_swa"] = c["rope_theta"] if local_theta is None else local_theta
+        keys["rope_freq_base_train_swa"] = ("rope_theta" if local_theta is None
+                                            else "rope_parameters.sliding_attention.rope_theta")
     if model_type == "granite":  # modeling_granite.py: the four multipliers of its muP training
-        h["f_embedding_scale"] = config_value(cfg, "embedding_multiplier", where, float)
-        h["f_attention_scale"] = config_value(cfg, "attention_multiplier", where, float)
-        h["f_residual_scale"] = config_value(cfg, "residual_multiplier", where, float)
-        h["f_logit_scale"] = config_value(cfg, "logits_scaling", where, float)
-    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    beta = params.get("llama_4_scaling_beta")
-    if beta is not None:  # Ministral 3: queries times 1 + beta ln(1 + floor(pos / original context))
+        for name, key in (("f_embedding_scale", "embedding_multiplier"), ("f_attention_scale", "attention_multiplier"),
+                          ("f_residual_scale", "residual_multiplier"), ("f_logit_scale", "logits_scaling")):
+            h[name], keys[name] = config_value(cfg, key, where, float, hint="muP's multipliers are > 0; 1 "
+                                               "is none (Llama's)"), key
+    # Ministral 3's llama_4_scaling_beta: in rope_parameters (transformers 5), or in rope_scaling where a
+    # config has the 4.x form (standardize_rope_params moves rope_scaling's keys into rope_parameters)
+    for form in ("rope_parameters", "rope_scaling"):
+        params = cfg.get(form) if isinstance(cfg.get(form), dict) else {}
+        if params.get("llama_4_scaling_beta") is None:
+            continue
+        # modeling_ministral3.py, get_llama_4_attn_scale: queries times 1 + beta ln(1 + floor(pos / L)),
+        # L = original_max_position_embeddings
         if model_type != "ministral3":
-            raise CheckpointError(f"{where}: rope_parameters.llama_4_scaling_beta",
-                                  f"is not read for model_type {model_type!r}")
-        h["f_attn_temp_scale"] = config_value(params, "llama_4_scaling_beta", where, float, positive=False)
-        h["n_attn_temp_floor_scale"] = config_value(params, "original_max_position_embeddings", where, int)
+            raise CheckpointError(f"{where}: {form}.llama_4_scaling_beta", f"is not read for model_type {model_type!r}",
+                                  "only Ministral 3 scales its queries by position")
+        h["f_attn_temp_scale"] = config_value(params, "llama_4_scaling_beta", f"{where}: {form}", float,
+                                              positive=False, hint="Ministral 3's is 0.1; 0 is no temperature")
+        h["n_attn_temp_floor_scale"] = config_value(params, "original_max_position_embeddings", f"{where}: {form}",
+                                                    int)
+        keys.update(f_attn_temp_scale=f"{form}.llama_4_scaling_beta",
+                    n_attn_temp_floor_scale=f"{form}.original_max_position_embeddings")
+        break
+    check_hparams(h, keys, where)
     c["hparams"] = h
+
+
+# The range of each hparam that ./run reads (loader.c, HPARAMS: test_export.py holds the two tables
+# equal). A value written out of range would only be refused by the loader: refuse it here instead.
+HPARAM_RANGES = {"norms": (1, 15), "act": (0, 1), "f_embedding_scale": (1e-6, 1e6), "f_attention_scale": (1e-6, 1e6),
+                 "f_attn_logit_softcapping": (1e-3, 1e6), "f_residual_scale": (1e-6, 1e6),
+                 "f_logit_scale": (1e-6, 1e6), "f_final_logit_softcapping": (1e-3, 1e6),
+                 "rope_freq_base_train_swa": (1.0001, 1e12), "f_attn_temp_scale": (1e-6, 100),
+                 "n_attn_temp_floor_scale": (1, 2**24)}
+
+
+RANGE_HINTS = {"rope_freq_base_train_swa": "a RoPE base must be above 1 (at 1 nothing turns): Gemma 3's local "
+                                           "layers use 10000",
+               "f_attn_logit_softcapping": "a softcap this small flattens every score; null for none",
+               "f_final_logit_softcapping": "a softcap this small flattens the logits; null for none",
+               "f_attention_scale": "scores are scaled by query_pre_attn_scalar^-1/2: Gemma's use 256 or head_dim",
+               "f_attn_temp_scale": "Ministral 3's llama_4_scaling_beta is 0.1"}
+
+
+def check_hparams(h, keys, where):
+    """Each hparam that will be written (one that differs from Llama's default) within HPARAM_RANGES,
+    else refused naming the config.json key it comes from."""
+    for name, v in h.items():
+        lo, hi = HPARAM_RANGES[name]
+        if v != HPARAMS[name] and not lo <= v <= hi:
+            raise CheckpointError(f"{where}: {keys.get(name, name)}", f"gives {name} = {v:g}, outside [{lo:g}, {hi:g}], "
+                                  "the range ./run reads",
+                                  RANGE_HINTS.get(name, "check it against the model card"))
 
 
 # What ./run reads (model.c check_shape, rope.c rope_params_check). A file outside these limits

@@ -7,8 +7,9 @@ few small valid inputs and a few hand-made edge cases:
   model/      tiny models (vocab 32, dim 8, two layers, grouped-query attention; a few KB each) in
               every dtype and RoPE mode, made from a random Hugging Face checkpoint
               (lrun/hf_random.py) by export/export.py (q8_0 and bf16 in their 16-row groups, and
-              once more in the first layouts: ok-q8_0-rows, ok-bf16-rows); three version 4 files from
-              data/families2 in q4_0 (ok-v4-*); two tiny llama2.c legacy files (shared and
+              once more in the first layouts: ok-q8_0-rows, ok-bf16-rows); five version 4 files from
+              data/families2 in q4_0 (ok-v4-*: every hparam in one of them; version4_seeds(DIR)
+              rewrites only these); two tiny llama2.c legacy files (shared and
               separate classifier); and broken files: a header alone, a bare magic, "ak42".
   tokenizer/  the first byte picks the tokenizer (bit 0) and BOS (bit 1); the rest is text (ASCII,
               UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range); with
@@ -216,8 +217,11 @@ def write(directory, name, data):
 
 
 # version 4 (model.h: the hparams table, post-norms, whole-projection q/k norms, the local RoPE), from
-# three of data/families2 (vocab 512, dim 64: q4_0 keeps each near 40 KB)
-VERSION4 = ("gemma2-softcap", "gemma3-two-bases", "olmo2-postnorm")
+# five of data/families2 (vocab 512, dim 64: 120 .. 170 KB each in q4_0), so that every hparam is in one:
+# Gemma 2 the softcaps, act, the embedding and attention scales; Gemma 3 the local base; OLMo 2 the norms
+# after each sublayer; Granite the residual and logit scales; Ministral 3 the query temperature (and
+# YaRN's attention factor 1 from mscale). test_families2.py checks that they cover the table.
+VERSION4 = ("gemma2-softcap", "gemma3-two-bases", "olmo2-postnorm", "granite-mup", "ministral3-yarn-beta")
 
 
 def version4_seeds(model_dir):

@@ -696,6 +696,171 @@ REFUSALS.update({
                                 ["model.layers.0.self_attn.k_proj.weight", "[48, 48]", "[24, 48]"]),
 })
 
+# What this program does not run, by name (issue 49, item 8): refused whatever the rest of the config says.
+PER_TYPE = {"full_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e6}}
+REFUSALS.update({
+    "gemma3n": ({"model_type": "gemma3n_text", "architectures": ["Gemma3nForCausalLM"]}, None,
+                ["gemma3n_text", "per-layer embeddings", "AltUp"]),
+    "gemma3n-multimodal": ({"model_type": "gemma3n"}, None, ["gemma3n", "per-layer embeddings"]),
+    "gemma4": ({"model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"]}, None,
+               ["gemma4_text", "proportional partial rotary", "second head_dim"]),
+    "gemma4-head-dim-key": ({"global_head_dim": 512}, None, ["global_head_dim", "second head_dim"]),
+    "moe-mixtral": ({"model_type": "mixtral"}, None, ["mixtral", "mixture of experts"]),
+    "moe-olmoe": ({"model_type": "olmoe"}, None, ["olmoe", "mixture of experts"]),
+    "moe-key": ({"num_local_experts": 8}, None, ["num_local_experts", "mixture of experts"]),
+    "moe-routed-key": ({"n_routed_experts": 64}, None, ["n_routed_experts", "mixture of experts"]),
+    "mla-deepseek": ({"model_type": "deepseek_v3"}, None, ["deepseek_v3", "multi-head latent attention (MLA)"]),
+    "mla-key": ({"kv_lora_rank": 512}, None, ["kv_lora_rank", "latent attention"]),
+    "deltanet-qwen3-next": ({"model_type": "qwen3_next"}, None, ["qwen3_next", "DeltaNet"]),
+    "deltanet-qwen3.5": ({"model_type": "qwen3_5_text"}, None, ["qwen3_5_text", "DeltaNet"]),
+    "deltanet-layer-type": ({"layer_types": ["full_attention", "linear_attention"]}, None,
+                            ["layer_types", "'linear_attention'", "DeltaNet"]),
+    "chunked-layer-type": ({"layer_types": ["chunked_attention", "full_attention"]}, None,
+                           ["layer_types", "Llama 4's chunked attention"]),
+    "bidirectional": ({"use_bidirectional_attention": True}, None, ["use_bidirectional_attention"]),
+    # transformers 5's rope_parameters keyed by layer type
+    "rope-per-type-unknown-type": ({"rope_parameters": {**PER_TYPE, "linear_attention": {"rope_type": "default"}}}, None,
+                                   ["rope_parameters.linear_attention", "DeltaNet"]),
+    "rope-per-type-on-one-rope-family": ({"rope_parameters": PER_TYPE}, None,
+                                         ["rope_parameters", "'llama' turns every layer with one RoPE"]),
+    "rope-per-type-no-type": ({"rope_parameters": {"full_attention": {"rope_theta": 1e4, "factor": 2.0}}}, None,
+                              ["rope_parameters", "no rope_type"]),
+})
+
+
+def family_checkpoint(d, case, edits):
+    """data/families2/case copied to d with edits merged into its config.json (a value of None deletes
+    the key): a checkpoint of one of the per-layer families with one thing wrong."""
+    shutil.copytree(REPO / "data" / "families2" / case, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(edits)
+    (d / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
+
+
+GEMMA3_V5 = {"rope_theta": None, "rope_local_base_freq": None, "rope_scaling": None,
+             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+FAMILY_REFUSALS = {
+    # softcaps: null is none; a number c caps scores at c tanh(s / c) and must be > 0 (and >= 1e-3, the
+    # loader's range)
+    "attn-softcap-0": ("gemma2-softcap", {"attn_logit_softcapping": 0}, ["attn_logit_softcapping", "positive"]),
+    "final-softcap-negative": ("gemma2-softcap", {"final_logit_softcapping": -30.0},
+                               ["final_logit_softcapping", "-30.0", "positive"]),
+    "attn-softcap-tiny": ("gemma2-softcap", {"attn_logit_softcapping": 1e-4},
+                          ["attn_logit_softcapping", "f_attn_logit_softcapping = 0.0001", "outside [0.001, 1e+06]"]),
+    "gemma3-softcap-0": ("gemma3-two-bases", {"final_logit_softcapping": 0.0}, ["final_logit_softcapping"]),
+    "query-pre-attn-scalar-0": ("gemma2-softcap", {"query_pre_attn_scalar": 0}, ["query_pre_attn_scalar", "positive"]),
+    "query-pre-attn-scalar-negative": ("gemma3-two-bases", {"query_pre_attn_scalar": -32},
+                                       ["query_pre_attn_scalar", "-32"]),
+    "query-pre-attn-scalar-huge": ("gemma2-softcap", {"query_pre_attn_scalar": 1e14},
+                                   ["query_pre_attn_scalar", "f_attention_scale", "outside"]),
+    # Granite's muP multipliers
+    "granite-embedding-0": ("granite-mup", {"embedding_multiplier": 0}, ["embedding_multiplier", "positive"]),
+    "granite-attention-negative": ("granite-mup", {"attention_multiplier": -0.05}, ["attention_multiplier"]),
+    "granite-residual-0": ("granite-mup", {"residual_multiplier": 0.0}, ["residual_multiplier"]),
+    "granite-logits-0": ("granite-mup", {"logits_scaling": 0}, ["logits_scaling"]),
+    "granite-embedding-huge": ("granite-mup", {"embedding_multiplier": 1e7},
+                               ["embedding_multiplier", "f_embedding_scale", "outside [1e-06, 1e+06]"]),
+    # the local RoPE's base: above 1 (the loader reads [1.0001, 1e12])
+    "local-base-1": ("gemma3-two-bases", {"rope_local_base_freq": 1.0},
+                     ["rope_local_base_freq", "rope_freq_base_train_swa = 1", "above 1"]),
+    "local-base-half": ("gemma3-linear-global", {"rope_local_base_freq": 0.5}, ["rope_local_base_freq"]),
+    "local-base-0": ("gemma3-linear-global", {"rope_local_base_freq": 0}, ["rope_local_base_freq", "positive"]),
+    "local-base-v5": ("gemma3-two-bases", {**GEMMA3_V5, "rope_parameters": {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1.0}}},
+        ["rope_parameters.sliding_attention.rope_theta", "rope_freq_base_train_swa"]),
+    "olmo3-local-base-v5": ("olmo3-swa-yarn", {"rope_scaling": None, "rope_parameters": {
+        "full_attention": {"rope_type": "default", "rope_theta": 5e5},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 0.9}}},
+        ["rope_parameters.sliding_attention.rope_theta"]),
+    "local-rope-scaled-v5": ("gemma3-two-bases", {**GEMMA3_V5, "rope_parameters": {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4}}},
+        ["rope_parameters.sliding_attention.rope_type", "'linear'", "unscaled"]),
+    # layer patterns that do not fit the layer count or contradict layer_types
+    "pattern-longer-than-model": ("gemma3-two-bases", {"sliding_window_pattern": 7},
+                                  ["sliding_window_pattern", "7", "num_hidden_layers is 6", "does not fit"]),
+    "pattern-0": ("gemma3-two-bases", {"sliding_window_pattern": 0}, ["sliding_window_pattern", "positive integer"]),
+    "pattern-letters-too-long": ("exaone4-global-nope", {"layer_types": None, "sliding_window_pattern": "LLLLG"},
+                                 ["sliding_window_pattern", "'LLLLG'", "does not fit"]),
+    "pattern-bad-letters": ("exaone4-global-nope", {"layer_types": None, "sliding_window_pattern": "LLXG"},
+                            ["sliding_window_pattern", "'LLXG'"]),
+    "pattern-contradicts-layer-types": ("gemma3-linear-global", {"sliding_window_pattern": 3},
+                                        ["sliding_window_pattern", "layer 2 full", "layer_types says 'sliding_attention'"]),
+    "pattern-contradicts-layer-types-letters": ("exaone4-global-nope", {"sliding_window_pattern": "LLGG"},
+                                                ["sliding_window_pattern", "'LLGG' makes layer 2 full"]),
+    "layer-types-count-family": ("gemma3-linear-global", {"layer_types": ["sliding_attention"] * 5 + ["full_attention"] * 2},
+                                 ["layer_types", "each of the 6 layers"]),
+    "layer-types-unknown-family": ("olmo3-swa-yarn", {"layer_types": ["sliding_attention"] * 3 + ["mamba"]},
+                                   ["layer_types", "'mamba'"]),
+    "sliding-window-beyond-loader": ("gemma2-softcap", {"sliding_window": 2**25}, ["sliding_window", "2^24"]),
+    # Ministral 3's query temperature
+    "beta-negative": ("ministral3-yarn-beta", {"rope_parameters": {**json.loads(
+        (REPO / "data/families2/ministral3-yarn-beta/config.json").read_text())["rope_parameters"],
+        "llama_4_scaling_beta": -0.1}}, ["rope_parameters: llama_4_scaling_beta", "-0.1"]),
+    "beta-huge": ("ministral3-yarn-beta", {"rope_parameters": {**json.loads(
+        (REPO / "data/families2/ministral3-yarn-beta/config.json").read_text())["rope_parameters"],
+        "llama_4_scaling_beta": 1000.0}}, ["rope_parameters.llama_4_scaling_beta", "f_attn_temp_scale", "outside"]),
+    "beta-other-family": ("granite-mup", {"rope_scaling": {"rope_type": "default", "llama_4_scaling_beta": 0.1}},
+                          ["rope_scaling.llama_4_scaling_beta", "'granite'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(FAMILY_REFUSALS))
+def test_family_refusal(tmp_path, capsys, case):
+    """Bad values of the per-layer families' keys, each refused by name before a byte is written: the
+    loader would refuse the file (loader.c HPARAMS), or the model would not be the one transformers runs."""
+    src, edits, words = FAMILY_REFUSALS[case]
+    hf, out_dir = tmp_path / "hf", tmp_path / "out"
+    family_checkpoint(hf, src, edits)
+    out_dir.mkdir()
+    code, err = export_inprocess(capsys, hf, out_dir / "m.bin")
+    assert code == 1 and err.startswith("error: ") and str(hf / "config.json") in err and "(hint: " in err, err
+    for w in words:
+        assert w in err, f"{w!r} not in {err!r}"
+    assert os.listdir(out_dir) == [], "output or temp file left behind"
+
+
+def test_family_pattern_longer_than_model_beside_layer_types_runs(tmp_path, capsys):
+    """A pattern longer than the model beside layer_types (a 4-layer Gemma 3 that kept the class's 6) is
+    what transformers ignores too: layer_types decides, and the export is that of layer_types alone."""
+    for name, edits in (("with", {"sliding_window_pattern": 7}), ("without", {"sliding_window_pattern": None})):
+        family_checkpoint(tmp_path / name, "gemma3-linear-global", edits)
+        (tmp_path / f"out-{name}").mkdir()
+        code, err = export_inprocess(capsys, tmp_path / name, tmp_path / f"out-{name}" / "m.bin")
+        assert code == 0, err
+    assert (tmp_path / "out-with" / "m.bin").read_bytes() == (tmp_path / "out-without" / "m.bin").read_bytes()
+
+
+def test_family_null_softcaps_run(tmp_path, capsys):
+    """null softcaps are no softcap (Gemma2Config: None): exported, with no softcap in the hparams table."""
+    family_checkpoint(tmp_path / "hf", "gemma2-softcap", {})
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    cfg.update(attn_logit_softcapping=None, final_logit_softcapping=None)  # the keys there, as null
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "out").mkdir()
+    code, err = export_inprocess(capsys, tmp_path / "hf", tmp_path / "out" / "m.bin")
+    assert code == 0, err
+    h = modelfile.read_header((tmp_path / "out" / "m.bin").read_bytes())
+    assert "f_attn_logit_softcapping" not in h["hparams"] and "f_final_logit_softcapping" not in h["hparams"]
+    assert h["hparams"]["f_attention_scale"] == 24 ** -0.5
+
+
+def test_hparam_ranges_are_the_loaders():
+    """export.py's HPARAM_RANGES (what it refuses before writing) is loader.c's HPARAMS table (what ./run
+    refuses when reading), name by name: a range changed on one side only fails here."""
+    src = (REPO / "loader.c").read_text()
+    table = src[src.index("} HPARAMS[] = {"):]
+    table = table[:table.index("};")]
+    consts = {"ACT_COUNT - 1": 1, "1 << 24": 2**24}
+    loader = {}
+    for name, lo, hi in re.findall(r'\{"(\w+)", offsetof\(Config, \w+\), \'\w\', ([^,]+), ([^}]+)\}', table):
+        loader[name] = tuple(consts[v.strip()] if v.strip() in consts else float(v) for v in (lo, hi))
+    assert loader == {k: tuple(float(x) for x in v) for k, v in exporter.HPARAM_RANGES.items()}
+    assert set(loader) == set(modelfile.HPARAMS)
+
 
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_refusal(tmp_path, capsys, case):

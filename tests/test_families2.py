@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from conftest import DATA, REPO, TOOLS, run_export
-from lrun.modelfile import HPARAM, HEADER_SIZE, LAYER_NO_ROPE, LAYER_ROPE_SWA, LAYER_SLIDING, layout, read_header, \
-    set_field
+from lrun.modelfile import HPARAM, HPARAMS, HEADER_SIZE, LAYER_NO_ROPE, LAYER_ROPE_SWA, LAYER_SLIDING, NORM_ATTN, \
+    NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST, layout, pack_header, pack_hparams, read_header, set_field
 
 FAMILIES = DATA / "families2"
 TOL = 1e-4      # of the largest logit (measured: 3e-7 .. 1e-5; the reference forms RoPE angles in float32)
@@ -125,6 +125,45 @@ def zero(buf, parts, suffixes):
 
 NORMS = ("rms_att", "post_att", "rms_ffn", "post_ffn", "q_norm", "k_norm", "rms_final")
 
+
+def rotate_half_rows(buf, h, parts):
+    """wq, wk, bq and bk (f32) with the rows of each head's turned part permuted as export.py permutes a
+    rotate_half checkpoint's (interleave_rows: row 2i + c <- row c rd/2 + i): GLM-4's rows read as if they
+    were Llama's layout, so the pairs turned are the wrong coordinates."""
+    hd, rd = h["head_dim"], h["rot_dims"] or h["head_dim"]
+    for name, pieces in parts.items():
+        if not name.endswith(("wq", "wk", "bq", "bk")):
+            continue
+        (off, n), = pieces
+        cols = 1 if name.endswith(("bq", "bk")) else h["dim"]  # f32 (rows, cols): (heads, head_dim, cols)
+        w = np.frombuffer(bytes(buf[off:off + n]), "<f4").reshape(-1, hd, cols).copy()
+        turned = w[:, :rd].reshape(w.shape[0], 2, rd // 2, -1)
+        w[:, :rd] = turned.transpose(0, 2, 1, 3).reshape(w.shape[0], rd, -1)
+        buf[off:off + n] = w.astype("<f4").tobytes()
+
+
+def pre_norm_file(src, dst):
+    """The exported file src rewritten at dst with the same weights, the norms after each sublayer
+    (post_att, post_ffn) now the norms before it (rms_att, rms_ffn) and hparam norms = 5 (Llama's: a norm
+    before attention and one before the MLP), laid out by lrun/modelfile.py: OLMo 2 read as a pre-norm model."""
+    data = src.read_bytes()
+    h = read_header(data)
+    assert h["hparams"]["norms"] == NORM_ATTN_POST | NORM_FFN_POST
+    h2 = dict(h, hparams=dict(h["hparams"], norms=NORM_ATTN | NORM_FFN))
+    old = {name: pieces for name, _, _, pieces in layout(h)}
+    out = bytearray(pack_header(h2))
+    for name, _, kind, pieces in layout(h2):
+        if kind == "hparams":
+            new = [pack_hparams(h2)]
+        else:
+            moved = name.replace("rms_att", "post_att").replace("rms_ffn", "post_ffn")
+            new = [data[off:off + n] for off, n in old[moved]]
+        for (start, n), part in zip(pieces, new):
+            assert len(part) == n, name
+            out += bytes(start - len(out)) + part
+    dst.write_bytes(bytes(out))
+    return dst
+
 # (case, what the control takes out, the edit of the exported file)
 CONTROLS = [
     ("gemma2-softcap", "the attention softcap", lambda b, h, p: set_hparam(b, "f_attn_logit_softcapping", 1e6)),
@@ -144,6 +183,7 @@ CONTROLS = [
                                                                                np.ones_like)),
     ("olmo2-postnorm", "the post-norm weights (set to 1)", lambda b, h, p: fill(b, p, ("post_att", "post_ffn"),
                                                                                 np.ones_like)),
+    ("olmo2-postnorm", "post-norms (the same weights as norms before each sublayer)", "pre-norm"),
     ("olmo3-swa-yarn", "the unscaled RoPE of the sliding layers (YaRN everywhere: transformers 5's reading)",
      lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_ROPE_SWA)),
     ("olmo3-swa-yarn", "the sliding window", lambda b, h, p: set_kinds(b, p, lambda k: k & ~LAYER_SLIDING)),
@@ -151,6 +191,7 @@ CONTROLS = [
     ("glm4-partial-interleaved", "partial rotary (the whole head turns)",
      lambda b, h, p: struct.pack_into("<i", b, 168, 32)),
     ("glm4-partial-interleaved", "the q/k/v biases", lambda b, h, p: zero(b, p, ("bq", "bk", "bv"))),
+    ("glm4-partial-interleaved", "interleaved pairs (rotate_half's rows instead)", rotate_half_rows),
     ("granite-mup", "embedding_multiplier", lambda b, h, p: set_hparam(b, "f_embedding_scale", 1)),
     ("granite-mup", "attention_multiplier", lambda b, h, p: set_hparam(b, "f_attention_scale", 32 ** -0.5)),
     ("granite-mup", "residual_multiplier", lambda b, h, p: set_hparam(b, "f_residual_scale", 1)),
@@ -164,7 +205,10 @@ CONTROLS = [
 @pytest.mark.parametrize("case,what,edit", CONTROLS, ids=[f"{c}: {w}" for c, w, _ in CONTROLS])
 def test_control_without_the_feature_fails(case, what, edit, exported, tmp_path):
     d, ids, rows, theirs = fixture(case)
-    model = edited(exported[case], tmp_path / "control.bin", edit)
+    if edit == "pre-norm":  # a file of another layout, not an edit in place
+        model = pre_norm_file(exported[case], tmp_path / "control.bin")
+    else:
+        model = edited(exported[case], tmp_path / "control.bin", edit)
     diff = rel(ours(model, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
     print(f"{case} control (without {what}): max diff / max logit = {diff:.2e}")
     assert diff > CONTROL
@@ -341,3 +385,122 @@ def test_ring_cache_in_run(exported, tmp_path):
     kv = [float(re.search(r"KV cache ([\d.]+) MiB", err)[1]) for _, _, err in outs]
     assert "sliding layers a ring of 96 positions" in outs[0][2] and "a ring of" not in outs[1][2], outs[0][2]
     assert kv[0] < kv[1] / 3, kv
+
+# --- Both config forms: transformers 4.x's and 5.x's ------------------------------------------------
+# The checkpoints' config.json files are in the form the family's released checkpoints carry (4.x's
+# rope_theta, rope_scaling, rope_local_base_freq, sliding_window_pattern; Ministral 3 already 5.x's). Each
+# is rewritten in the other form, as transformers' own conversion does it, and must export to the same bytes.
+
+def to_v5(cfg):
+    """A 4.x config.json as transformers 5's save_pretrained writes it: rope_theta and rope_scaling (and
+    partial_rotary_factor) folded into rope_parameters (modeling_rope_utils.py, standardize_rope_params);
+    for Gemma 3 and OLMo 3 one entry per layer type, rope_scaling going into full_attention's only and the
+    sliding layers' base from rope_local_base_freq (Gemma 3) or rope_theta (OLMo 3)
+    (configuration_gemma3.py and modular_olmo3.py, convert_rope_params_to_dict); layer_types written out
+    (derived from sliding_window_pattern where the 4.x config has none; Gemma 2 alternates)."""
+    cfg = dict(cfg)
+    mt, n = cfg["model_type"], cfg["num_hidden_layers"]
+    one = {"rope_type": "default", **(cfg.pop("rope_scaling", None) or {}), "rope_theta": cfg.pop("rope_theta")}
+    if "partial_rotary_factor" in cfg:
+        one["partial_rotary_factor"] = cfg.pop("partial_rotary_factor")
+    if mt == "gemma3_text":
+        local = {"rope_type": "default", "rope_theta": cfg.pop("rope_local_base_freq")}
+        pattern = cfg.pop("sliding_window_pattern", 6)
+        cfg.setdefault("layer_types", ["sliding_attention" if (l + 1) % pattern else "full_attention" for l in range(n)])
+        cfg["rope_parameters"] = {"sliding_attention": local, "full_attention": one}
+    elif mt == "olmo3":
+        cfg["rope_parameters"] = {"sliding_attention": {"rope_type": "default", "rope_theta": one["rope_theta"]},
+                                  "full_attention": one}
+    else:
+        cfg["rope_parameters"] = one
+    if mt == "gemma2":
+        cfg.setdefault("layer_types", ["sliding_attention" if (l + 1) % 2 else "full_attention" for l in range(n)])
+    if "torch_dtype" in cfg:
+        cfg["dtype"] = cfg.pop("torch_dtype")
+    cfg["transformers_version"] = "5.0.0"
+    return cfg
+
+
+def to_v4(cfg):
+    """A 5.x config.json (one rope_parameters object) in 4.x's form: rope_theta at the top, the rest as
+    rope_scaling (what standardize_rope_params reads back into rope_parameters, llama_4_scaling_beta too)."""
+    cfg = dict(cfg)
+    params = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = params.pop("rope_theta")
+    cfg["rope_scaling"] = params if params.get("rope_type", "default") != "default" else None
+    cfg["transformers_version"] = "4.57.0"
+    return cfg
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_both_config_forms_export_the_same_bytes(case, exported, tmp_path):
+    import json
+    import shutil
+    src = FAMILIES / case
+    cfg = json.loads((src / "config.json").read_text())
+    v5 = "rope_parameters" in cfg
+    other = to_v4(cfg) if v5 else to_v5(cfg)
+    # the rewrite is in the other form: no 4.x RoPE key left in a 5.x config, none of 5.x's in a 4.x one
+    old_keys = {"rope_scaling", "rope_theta", "rope_local_base_freq", "sliding_window_pattern", "partial_rotary_factor"}
+    kept = {"sliding_window_pattern"} if case.startswith("exaone4") else set()  # Exaone4Config keeps it in 5.x
+    assert ("rope_parameters" not in other) if v5 else not ((old_keys - kept) & set(other))
+    if case.startswith(("gemma3", "olmo3")):
+        assert set(other["rope_parameters"]) == {"sliding_attention", "full_attention"}
+    d = tmp_path / "hf"
+    shutil.copytree(src, d)
+    (d / "config.json").write_text(json.dumps(other, indent=2))
+    (tmp_path / "out").mkdir()
+    proc = run_export(d, tmp_path / "out" / "model.bin")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "model.bin").read_bytes() == exported[case].read_bytes(), \
+        f"{case}: the {'4.x' if v5 else '5.x'} form exports to other bytes"
+
+
+def export_config(tmp_path, case, cfg, name):
+    """data/families2/case with config.json cfg, exported (f32) into a folder of its own: the file's bytes."""
+    import json
+    import shutil
+    d = tmp_path / f"hf-{name}"
+    shutil.copytree(FAMILIES / case, d)
+    (d / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp_path / name).mkdir()
+    proc = run_export(d, tmp_path / name / "model.bin")
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / name / "model.bin").read_bytes()
+
+
+@pytest.mark.parametrize("case,edit,local", [
+    ("gemma3-two-bases", {"rope_local_base_freq": 25000.0, "rope_theta": 500000.0}, 25000.0),
+    ("olmo3-swa-yarn", {"rope_theta": 250000.0}, 250000.0),
+])
+def test_local_base_in_both_forms(case, edit, local, tmp_path):
+    """The local layers' base (not the fixtures' 10000, which is also Gemma 3's class default) from 4.x's
+    key and from 5.x's rope_parameters.sliding_attention gives the same file, whose
+    rope_freq_base_train_swa is that base; a 5.x sliding entry of its own (OLMo 3 with a base other than
+    the full layers') is read from there."""
+    import json
+    cfg = {**json.loads((FAMILIES / case / "config.json").read_text()), **edit}
+    v4, v5 = export_config(tmp_path, case, cfg, "v4"), export_config(tmp_path, case, to_v5(cfg), "v5")
+    assert v4 == v5
+    assert read_header(v4)["hparams"]["rope_freq_base_train_swa"] == local
+    other = to_v5(cfg)
+    other["rope_parameters"]["sliding_attention"]["rope_theta"] = 12345.0
+    assert read_header(export_config(tmp_path, case, other, "own"))["hparams"]["rope_freq_base_train_swa"] == 12345.0
+
+
+def test_fuzz_seeds_carry_every_hparam():
+    """fuzz/corpus/model's version 4 seeds (fuzz/make_corpus.py, version4_seeds; test_hostile.py runs
+    them) hold every hparam the loader reads with a value of its own, the whole-projection q/k norm and
+    the local RoPE's layer kind: a fuzzer mutating them reaches each one's checks."""
+    seen, qk_all, local = set(), False, False
+    seeds = sorted((REPO / "fuzz" / "corpus" / "model").glob("ok-v4-*.bin"))
+    for seed in seeds:
+        buf = seed.read_bytes()
+        h = read_header(buf)
+        assert h["version"] == 4, seed
+        seen |= {k for k, v in h["hparams"].items() if v != HPARAMS[k]}
+        qk_all |= h["qk_norm"] == 2
+        (off, n), = {name: pieces for name, _, _, pieces in layout(h)}["layer_kind"]
+        local |= any(k & LAYER_ROPE_SWA for k in struct.unpack_from(f"<{n // 4}i", buf, off))
+    print(f"{len(seeds)} seeds: {sorted(seen)}")
+    assert seen == set(HPARAMS) and qk_all and local, sorted(set(HPARAMS) - seen)
