@@ -386,6 +386,7 @@ def test_ring_cache_in_run(exported, tmp_path):
     assert "sliding layers a ring of 96 positions" in outs[0][2] and "a ring of" not in outs[1][2], outs[0][2]
     assert kv[0] < kv[1] / 3, kv
 
+
 # --- Both config forms: transformers 4.x's and 5.x's ------------------------------------------------
 # The checkpoints' config.json files are in the form the family's released checkpoints carry (4.x's
 # rope_theta, rope_scaling, rope_local_base_freq, sliding_window_pattern; Ministral 3 already 5.x's). Each
