@@ -1,26 +1,31 @@
-"""export.py - convert a Hugging Face Llama-family checkpoint into our model file.
+"""export.py - convert a Hugging Face checkpoint into our model file.
 
 The families: Llama, Mistral (sliding window), Qwen2/2.5 (q/k/v biases), Qwen3 (q/k norms),
 SmolLM2 (a Llama), SmolLM3 (NoPE layers), Phi-3/3.5/4-mini (fused projections, partial rotary,
-LongRoPE). What each needs is read from config.json as transformers 4.x and 5.x write it.
+LongRoPE); and those whose layers differ by more than a flag, written as version 4 with an hparams
+table: Gemma 2 and 3 (norms before and after each sublayer, softcaps, a local RoPE), OLMo 2 and 3
+(post-norms, whole-projection q/k norms, YaRN on the full layers), EXAONE 4 (NoPE global layers),
+GLM-4 (interleaved partial rotary), Granite 3 (muP multipliers), Ministral 3 (query temperature). What
+each needs is read from config.json as transformers 4.x and 5.x write it (read_config, read_layers,
+read_hparams).
 
 Usage: /usr/bin/python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|bf16|q8_0|q4_0]
 
 What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
-safetensors, or pytorch_model*.bin), a checker that every tensor is there with the shape the config
-implies, and a writer of the format documented at the top of model.h (version 1): a 256-byte
-header, then the tensors in a fixed order, each 64-byte aligned (the layout is lrun/modelfile.py;
---dtype q8_0 writes q8_0 in groups of 16 rows, file dtype 5, q8_0_r16, and --dtype bf16 bf16 in
-groups of 16 rows, file dtype 6, bf16_r16;
-version 3 when the checkpoint is not a plain Llama,
-the Hugging Face reader lrun/hf_checkpoint.py). Along the way the rows of q_proj
-and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout that
-rope.c rotates (see "The two RoPE layouts" below).
+safetensors, or pytorch_model*.bin; the Hugging Face reader is lrun/hf_checkpoint.py), a checker that
+every tensor is there with the shape the config implies, and a writer of the format documented at the
+top of model.h: a 256-byte header, then the tensors in a fixed order, each 64-byte aligned (the layout
+is lrun/modelfile.py; --dtype q8_0 writes q8_0 in groups of 16 rows, file dtype 5, q8_0_r16, and
+--dtype bf16 bf16 in groups of 16 rows, file dtype 6, bf16_r16), in the lowest version that holds the
+checkpoint (1; 2 with several end tokens; 3 past a plain Llama; 4 with hparams). Along the way the rows
+of q_proj and k_proj are permuted from Hugging Face's rotate_half layout back to the interleaved layout
+that rope.c rotates (see "The two RoPE layouts" below; GLM-4's are interleaved already).
 What this is not: a general converter. Anything this program cannot reproduce exactly is refused
 with a message rather than approximated: other architectures (Gemma 1, Gemma 3n and 4, Llama 4,
-DeepSeek's MLA, the DeltaNet hybrids, MoE models: see NOT_SUPPORTED and NOT_SUPPORTED_KEYS), biases other than Qwen2's q/k/v ones, activations other than SiLU,
-layer types other than full and sliding attention, already-quantized checkpoints. The tokenizer is not
-converted: run.c reads SentencePiece's tokenizer.model itself, so it is copied beside OUT.
+DeepSeek's MLA, the DeltaNet hybrids, MoE models: see NOT_SUPPORTED and NOT_SUPPORTED_KEYS), biases
+other than Qwen2's and GLM-4's q/k/v ones, activations other than the family's, layer types other than
+full and sliding attention, already-quantized checkpoints. The tokenizer is not converted: run.c reads
+tokenizer.model or tokenizer.json itself, so they are copied beside OUT.
 
 Errors go to stderr as `error: <what>: <why> (hint: <fix>)` with exit status 1, and no output file
 is left behind: everything is written to OUT.tmp-XXXX and renamed over OUT only at the very end.
