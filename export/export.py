@@ -1108,8 +1108,8 @@ def export(hf_dir, out, dtype):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Convert a Hugging Face Llama checkpoint to our model "
-                                 "file (format in model.h).")
+    ap = argparse.ArgumentParser(description="Convert a Hugging Face checkpoint to our model file "
+                                 "(format in model.h).")
     ap.add_argument("hf_dir", metavar="HF_DIR", help="directory with config.json and the weights")
     ap.add_argument("out", metavar="OUT.bin", help="the model file to write")
     ap.add_argument("--dtype", choices=sorted(EXPORT_DTYPES), default="f32",
