@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from conftest import DATA, REPO, TOOLS, run_export
-from lrun.modelfile import LAYER_NO_ROPE, LAYER_SLIDING, layout, read_header, set_field
+from families import case_data, edited, ours, rel, set_kinds
+from lrun.modelfile import LAYER_NO_ROPE, LAYER_SLIDING, set_field
 
 FAMILIES = DATA / "families"
 TOL = 1e-4      # of the largest logit: transformers' float32 angles against our double ones
@@ -34,23 +35,13 @@ CASES = ["qwen2-tied", "qwen3-yarn", "smollm3-nope", "phi3-longrope-long", "phi3
 
 
 def fixture(case):
-    d = FAMILIES / case
-    ids = np.fromfile(d / "ids.bin", np.int32)
-    rows = np.fromfile(d / "rows.bin", np.int32)
-    theirs = np.fromfile(d / "logits.bin", np.float32).reshape(len(rows), -1)
-    return d, ids, rows, theirs
+    return case_data(FAMILIES, case)
 
 
-def ours(model, ids_path, n, tmp_path, *extra):
-    out = tmp_path / "logits.bin"
-    proc = subprocess.run([str(TOOLS / "dump_logits"), str(model), str(ids_path), str(out), "--ctx", str(n), *extra],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return np.fromfile(out, np.float32).reshape(n, -1)
 
 
-def rel(a, b):
-    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +66,6 @@ def test_logits_equal_transformers(case, exported, tmp_path):
     assert diff < TOL
 
 
-def edited(src, dst, edit):
-    """A copy of the model file src at dst with edit(bytearray, header, layout) applied."""
-    buf = bytearray(src.read_bytes())
-    h = read_header(buf)
-    edit(buf, h, {name: pieces for name, _, _, pieces in layout(h)})
-    dst.write_bytes(bytes(buf))
-    return dst
 
 
 def zero(buf, pieces):
@@ -89,10 +73,6 @@ def zero(buf, pieces):
         buf[off:off + n] = bytes(n)
 
 
-def set_kinds(buf, parts, f):
-    (off, n), = parts["layer_kind"]
-    kinds = list(struct.unpack_from(f"<{n // 4}i", buf, off))
-    struct.pack_into(f"<{n // 4}i", buf, off, *[f(k) for k in kinds])
 
 
 # case: (what the control takes out, the edit of the exported file)

@@ -20,7 +20,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import DATA, REPO, TOOLS, run_export
+from conftest import DATA, REPO, run_export
+from families import case_data, edited, ours, rel, set_kinds
 from lrun.modelfile import HPARAM, HPARAMS, HEADER_SIZE, LAYER_NO_ROPE, LAYER_ROPE_SWA, LAYER_SLIDING, NORM_ATTN, \
     NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST, layout, pack_header, pack_hparams, read_header, set_field
 
@@ -31,23 +32,13 @@ CASES = sorted(d.name for d in FAMILIES.iterdir() if d.is_dir())
 
 
 def fixture(case):
-    d = FAMILIES / case
-    ids = np.fromfile(d / "ids.bin", np.int32)
-    rows = np.fromfile(d / "rows.bin", np.int32)
-    theirs = np.fromfile(d / "logits.bin", np.float32).reshape(len(rows), -1)
-    return d, ids, rows, theirs
+    return case_data(FAMILIES, case)
 
 
-def ours(model, ids_path, n, tmp_path, *extra, tool="dump_logits"):
-    out = tmp_path / "logits.bin"
-    proc = subprocess.run([str(TOOLS / tool), str(model), str(ids_path), str(out), "--ctx", str(n), *extra],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return np.fromfile(out, np.float32).reshape(n, -1)
 
 
-def rel(a, b):
-    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +75,6 @@ def test_plain_references_and_token_by_token(case, exported, tmp_path):
     assert rel(plain, theirs) < TOL and rel(growing, theirs) < TOL
 
 
-def edited(src, dst, edit):
-    """A copy of the model file src at dst with edit(bytearray, header, layout) applied."""
-    buf = bytearray(src.read_bytes())
-    h = read_header(buf)
-    edit(buf, h, {name: pieces for name, _, _, pieces in layout(h)})
-    dst.write_bytes(bytes(buf))
-    return dst
 
 
 def set_hparam(buf, name, value):
@@ -104,10 +88,6 @@ def set_hparam(buf, name, value):
     raise KeyError(name)
 
 
-def set_kinds(buf, parts, f):
-    (off, n), = parts["layer_kind"]
-    kinds = list(struct.unpack_from(f"<{n // 4}i", buf, off))
-    struct.pack_into(f"<{n // 4}i", buf, off, *[f(k) for k in kinds])
 
 
 def fill(buf, parts, suffixes, f):
