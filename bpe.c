@@ -1,4 +1,6 @@
-// bpe.c - byte-level BPE read from a Hugging Face tokenizer.json, as Llama 3 and GPT-2 use it.
+// bpe.c - BPE read from a Hugging Face tokenizer.json: byte-level, as Llama 3 and GPT-2 use it, and
+// the SentencePiece kind (byte fallback and the metaspace U+2581), as Gemma 3, Llama 2 and Mistral
+// ship it beside (or instead of) their tokenizer.model.
 //
 // Encoding a text takes four steps, each a section below:
 //   1. invalid UTF-8 is replaced by U+FFFD, one per maximal ill-formed subpart (Unicode 15, sec.
@@ -20,19 +22,33 @@
 //      adjacent pair with the best (lowest) rank in the merges list, the leftmost of equal ones,
 //      until no pair is in the list. With ignore_merges (Llama 3) a piece that is already a word
 //      of the vocabulary is taken whole.
+// The SentencePiece kind (model.byte_fallback true) changes steps 3 and 4 and decoding, as Hugging
+// Face's LlamaConverter / GemmaConverter write such files (transformers convert_slow_tokenizer.py):
+//   3'. the normalizer replaces every space by U+2581 '▁' (Replace), and with Prepend also puts one
+//      '▁' in front of each non-empty text between added tokens (Llama 2, Mistral; Gemma 3 has no
+//      Prepend). There is no pre-tokenizer: Gemma 3's Split on " " finds no space left after the
+//      normalizer, so the text between two added tokens is one piece;
+//   4'. BPE starts from one symbol per character: the character's vocab id, or, for a character the
+//      vocabulary does not have, one <0xXX> token per UTF-8 byte (byte fallback; Hugging Face's
+//      BPE::merge_word in tokenizers/src/models/bpe/model.rs); then the same merges by rank.
+// Decoding (Replace '▁' -> ' ', ByteFallback, Fuse): a token's '▁' become spaces and <0xXX> its
+// byte; with a Strip decoder (Llama 2: Strip(" ", 1, 0)) the space that Prepend put first is
+// dropped from the start of a text (tokenizer.cpp, which knows what came before).
 // Decoding is per token: a token's string mapped back to bytes. A character can be split across
 // tokens (an emoji is 4 bytes, often 2 tokens), so a streamed piece may be part of a character;
 // the caller writes bytes, and the bytes of consecutive pieces join up.
 //
 // The format is Hugging Face tokenizers' serialization (tokenizer.json, "version": "1.0").
 // Anything in it that this file does not implement is refused with a message that names it:
-// normalizers other than NFC, other models (WordPiece, Unigram), other pre-tokenizers and
-// decoders, Split behaviors other than Isolated and Removed, BPE dropout, byte fallback, subword
+// normalizers other than NFC (and, with byte fallback, the Replace / Prepend above), other models
+// (WordPiece, Unigram), other pre-tokenizers and decoders (Metaspace among them), Split behaviors
+// other than Isolated and Removed, BPE dropout, byte fallback without every <0xXX> token, subword
 // prefixes/suffixes, and added tokens with single_word (or normalized, beside a normalizer).
 // Regexes are compiled by PCRE2 (Unicode properties, look-ahead, as Llama 3's pattern needs); JSON
 // is parsed by cJSON; NFC (Qwen's normalizer) is utf8proc's. All three come from Debian.
 #include "bpe.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +66,10 @@
 // contractions, letters, digits, other symbols, each optionally after one space; whitespace runs
 // keep their last space for the word that follows.
 static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+#define METASPACE "\xE2\x96\x81" // U+2581 '▁', SentencePiece's mark for a space
+// What a tokenizer.json of the SentencePiece kind that this file does not read is told to do instead.
+#define SP_KIND_HINT "(a SentencePiece-style BPE; hint: use the model's tokenizer.model)"
 
 typedef struct {
     int id;
@@ -80,8 +100,11 @@ struct Bpe {
     uint64_t *merge_key; // (a << 32 | b) + 1; 0 = empty slot
     int *merge_rank, *merge_id;
     size_t merge_mask;
-    int byte_id[256]; // the id of each byte's one-character word
+    int byte_id[256]; // the id of each byte's one-character word; with byte fallback its <0xXX> token
     int ignore_merges;
+    int metaspace;    // the SentencePiece kind: byte fallback, spaces written '▁' (see the top)
+    int prepend;      // its normalizer puts '▁' in front of each text (Llama 2, Mistral)
+    int strip_start;  // its decoder drops the space at the start of a text (Strip " " 1 0)
     Added *added;
     int n_added;
     unsigned char added_first[256]; // 1: some added token starts with this byte
@@ -325,7 +348,17 @@ static int load_vocab(Bpe *b, const cJSON *vocab, int max_added_id, const char *
             h = (h + 1) & b->word_mask;
         b->word_slot[h] = id;
     }
-    for (unsigned x = 0; x < 256; x++) { // every byte must be a word: BPE starts from them
+    for (unsigned x = 0; b->metaspace && x < 256; x++) { // byte fallback needs a token for every byte
+        char c[8];
+        snprintf(c, sizeof c, "<0x%02X>", x); // Rust's format!("<{:#04X}>"), as merge_word spells it
+        b->byte_id[x] = word_find(b, c, strlen(c));
+        if (b->byte_id[x] < 0) {
+            snprintf(msg, sizeof msg, "model.vocab has no token %s, which byte_fallback needs for every byte " SP_KIND_HINT,
+                     c);
+            return fail(err, errlen, name, msg);
+        }
+    }
+    for (unsigned x = 0; !b->metaspace && x < 256; x++) { // every byte must be a word: BPE starts from them
         char c[4];
         b->byte_id[x] = word_find(b, c, utf8_put(c, byte_to_cp(x)));
         if (b->byte_id[x] < 0) {
@@ -518,6 +551,28 @@ static int load_added(Bpe *b, const cJSON *list, int *max_id, const char *name, 
     return 0;
 }
 
+// A token's string decoded the SentencePiece way into out (at most len bytes; returns how many):
+// "<0xXX>" is the byte XX (the ByteFallback decoder: u8::from_str_radix of its two hex digits), and
+// otherwise every '▁' is a space (the Replace decoder).
+static size_t metaspace_bytes(const char *s, size_t len, char *out) {
+    if (len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && isxdigit((unsigned char)s[3]) &&
+        isxdigit((unsigned char)s[4])) {
+        char hex[3] = {s[3], s[4], 0};
+        out[0] = (char)strtol(hex, NULL, 16);
+        return 1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i + 3 <= len && !memcmp(s + i, "\xE2\x96\x81", 3)) {
+            out[o++] = ' ';
+            i += 2;
+        } else {
+            out[o++] = s[i];
+        }
+    }
+    return o;
+}
+
 // The bytes each token decodes to (the ByteLevel decoder): a word's characters through the map
 // back to bytes, or, if one of them is not in the map, the word's own UTF-8 (as Hugging Face's
 // decoder does); an added token's content.
@@ -554,13 +609,22 @@ static int build_bytes(Bpe *b, const char *name, char *err, size_t errlen) {
     for (int id = 0; id < b->n_ids; id++) {
         b->bytes_off[id] = off;
         if (added[id]) {
-            memcpy(b->bytes + off, b->added_text + added[id]->off, added[id]->len);
-            off += added[id]->len;
+            const char *content = b->added_text + added[id]->off;
+            if (b->metaspace) { // Hugging Face decodes added tokens through the decoder too ("▁▁": 2 spaces)
+                off += metaspace_bytes(content, added[id]->len, b->bytes + off);
+            } else {
+                memcpy(b->bytes + off, content, added[id]->len);
+                off += added[id]->len;
+            }
             b->special[id] = (unsigned char)added[id]->special;
             continue;
         }
         const unsigned char *w = (const unsigned char *)b->words + b->word_off[id];
         size_t wl = b->word_off[id + 1] - b->word_off[id], start = off;
+        if (b->metaspace) {
+            off += metaspace_bytes((const char *)w, wl, b->bytes + off);
+            continue;
+        }
         for (size_t i = 0; i < wl;) {
             size_t bad = 0, cl = utf8_char(w + i, wl - i, &bad);
             int byte = cl ? cp_to_byte(utf8_decode(w + i, cl)) : -1;
@@ -624,6 +688,84 @@ static int load_post_processor(Bpe *b, const cJSON *p, const char *name, char *e
     return fail(err, errlen, name, msg);
 }
 
+// The SentencePiece kind (byte fallback): what its normalizer, pre-tokenizer and decoder may be.
+
+static int is_string(const cJSON *x, const char *want) { return cJSON_IsString(x) && !strcmp(x->valuestring, want); }
+
+static int is_type(const cJSON *o, const char *want) {
+    const char *t = type_of(o);
+    return t && !strcmp(t, want);
+}
+
+// Replace {"String": from} by to (a normalizer or a decoder).
+static int is_replace(const cJSON *o, const char *from, const char *to) {
+    return is_type(o, "Replace") && is_string(get(get(o, "pattern"), "String"), from) &&
+           !get(get(o, "pattern"), "Regex") && is_string(get(o, "content"), to);
+}
+
+// The normalizer: Replace(" ", "▁") alone (Gemma 3), or in a Sequence with Prepend("▁") (Llama 2 and
+// Mistral write Prepend first; either order gives the same text, the '▁' put first being no space).
+static int load_metaspace_normalizer(Bpe *b, const cJSON *n, const char *name, char *err, size_t errlen) {
+    int replace = 0, prepend = 0, other = 0;
+    if (is_type(n, "Sequence") && cJSON_IsArray(get(n, "normalizers"))) {
+        for (const cJSON *step = get(n, "normalizers")->child; step; step = step->next) {
+            if (is_replace(step, " ", METASPACE))
+                replace++;
+            else if (is_type(step, "Prepend") && is_string(get(step, "prepend"), METASPACE))
+                prepend++;
+            else
+                other++;
+        }
+    } else if (is_replace(n, " ", METASPACE)) {
+        replace = 1;
+    }
+    if (replace != 1 || prepend > 1 || other) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "normalizer %.40s is not implemented beside byte_fallback (this program reads Replace(\" \", "
+                 "\"" METASPACE "\"), alone or with Prepend(\"" METASPACE "\")) " SP_KIND_HINT,
+                 n && !cJSON_IsNull(n) && type_of(n) ? type_of(n) : "none");
+        return fail(err, errlen, name, msg);
+    }
+    b->prepend = prepend;
+    return 0;
+}
+
+// The pre-tokenizer: none, or Gemma 3's Split on the String " " (not inverted), which never matches:
+// it runs on the normalized text, whose spaces are all '▁' by then.
+static int load_metaspace_pretokenizer(const cJSON *p, const char *name, char *err, size_t errlen) {
+    if (!p || cJSON_IsNull(p)) return 0;
+    if (is_type(p, "Split") && is_string(get(get(p, "pattern"), "String"), " ") && !flag(p, "invert")) return 0;
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "pre_tokenizer %.40s is not implemented beside byte_fallback (this program reads none, or a Split "
+             "on \" \" that the normalizer leaves nothing to match) " SP_KIND_HINT,
+             type_of(p) ? type_of(p) : "without a type");
+    return fail(err, errlen, name, msg);
+}
+
+// The decoder: Sequence [Replace("▁", " "), ByteFallback, Fuse], then Strip(" ", 1, 0) where the
+// normalizer prepends (Llama 2, Mistral).
+static int load_metaspace_decoder(Bpe *b, const cJSON *d, const char *name, char *err, size_t errlen) {
+    const cJSON *step = is_type(d, "Sequence") && cJSON_IsArray(get(d, "decoders")) ? get(d, "decoders")->child : NULL;
+    int ok = step && is_replace(step, METASPACE, " ");
+    ok = ok && (step = step->next) && is_type(step, "ByteFallback");
+    ok = ok && (step = step->next) && is_type(step, "Fuse");
+    if (ok && (step = step->next)) {
+        const cJSON *start = get(step, "start"), *stop = get(step, "stop");
+        ok = is_type(step, "Strip") && is_string(get(step, "content"), " ") && cJSON_IsNumber(start) &&
+             start->valuedouble == 1 && cJSON_IsNumber(stop) && stop->valuedouble == 0 && !step->next;
+        b->strip_start = 1;
+    }
+    if (ok) return 0;
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "decoder %.40s is not implemented beside byte_fallback (this program reads the Sequence Replace(\""
+             METASPACE "\", \" \"), ByteFallback, Fuse, and Strip(\" \", 1, 0) after them) " SP_KIND_HINT,
+             type_of(d) ? type_of(d) : "(missing)");
+    return fail(err, errlen, name, msg);
+}
+
 static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, size_t errlen) {
     char msg[300];
     const cJSON *model = get(root, "model"), *normalizer = get(root, "normalizer");
@@ -638,7 +780,10 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
         snprintf(msg, sizeof msg, "model type %.40s is not implemented (this program reads BPE)", mtype);
         return fail(err, errlen, name, msg);
     }
-    if (normalizer && !cJSON_IsNull(normalizer)) {
+    b->metaspace = flag(model, "byte_fallback");
+    if (b->metaspace) {
+        if (load_metaspace_normalizer(b, normalizer, name, err, errlen)) return -1;
+    } else if (normalizer && !cJSON_IsNull(normalizer)) {
         if (!type_of(normalizer) || strcmp(type_of(normalizer), "NFC")) {
             snprintf(msg, sizeof msg,
                      "normalizer %.40s is not implemented (this program reads none, or NFC as Qwen's files have)",
@@ -651,13 +796,9 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
     const cJSON *prefix = get(model, "continuing_subword_prefix"), *suffix = get(model, "end_of_word_suffix");
     if (cJSON_IsNumber(dropout) && dropout->valuedouble != 0)
         return fail(err, errlen, name, "model.dropout is not implemented (BPE dropout is for training)");
-    if (flag(model, "byte_fallback"))
-        return fail(err, errlen, name,
-                    "model.byte_fallback is not implemented (a SentencePiece-style BPE; hint: "
-                    "use the model's tokenizer.model)");
     if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0]))
         return fail(err, errlen, name, "model.continuing_subword_prefix / end_of_word_suffix are not implemented");
-    (void)unk; // never used: every byte is a word of a byte-level vocabulary (checked below)
+    (void)unk; // never used: every byte is a word of a byte-level vocabulary, or has a <0xXX> token (below)
     b->ignore_merges = flag(model, "ignore_merges");
     if (!cJSON_IsObject(get(model, "vocab")) || !cJSON_IsArray(get(model, "merges")))
         return fail(err, errlen, name, "model needs a \"vocab\" object and a \"merges\" array");
@@ -666,16 +807,23 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
         if (!cJSON_IsArray(added)) return fail(err, errlen, name, "added_tokens is not an array");
         if (load_added(b, added, &max_id, name, err, errlen)) return -1;
     }
-    for (int k = 0; b->nfc && k < b->n_added; k++)
+    for (int k = 0; (b->nfc || b->metaspace) && k < b->n_added; k++)
         if (b->added[k].normalized) { // Hugging Face would look for it in the normalized text
             snprintf(msg, sizeof msg,
                      "added_tokens: \"%.*s\" has normalized true beside a normalizer, which is not "
-                     "implemented (Qwen's files have normalized false)",
+                     "implemented (Qwen's and Gemma's files have normalized false)",
                      (int)(b->added[k].len < 40 ? b->added[k].len : 40), b->added_text + b->added[k].off);
             return fail(err, errlen, name, msg);
         }
     if (load_vocab(b, get(model, "vocab"), max_id, name, err, errlen)) return -1;
     if (load_merges(b, get(model, "merges"), name, err, errlen)) return -1;
+    if (b->metaspace) {
+        if (load_metaspace_pretokenizer(pre, name, err, errlen) || load_metaspace_decoder(b, decoder, name, err, errlen))
+            return -1;
+        if (build_bytes(b, name, err, errlen)) return -1;
+        b->bos_id = b->eos_id = -1;
+        return load_post_processor(b, get(root, "post_processor"), name, err, errlen);
+    }
     int byte_level = 0;
     if (pre && !cJSON_IsNull(pre) && load_pretokenizer(b, pre, &byte_level, name, err, errlen)) return -1;
     if (!byte_level)
@@ -768,6 +916,8 @@ int bpe_drops_text(const Bpe *b) {
     return 0;
 }
 
+int bpe_strips_start(const Bpe *b) { return b->strip_start; }
+
 const char *bpe_token_bytes(const Bpe *b, int id, size_t *len, int *special) {
     *len = b->bytes_off[id + 1] - b->bytes_off[id];
     *special = b->special[id];
@@ -833,7 +983,10 @@ static void consider(const Bpe *b, Heap *h, const Symbol *s, int pos) {
 
 static int encode_piece(const Bpe *b, const char *piece, size_t len, IntVec *out) {
     if (len == 0) return 0;
-    if (b->ignore_merges) { // the whole piece, as a byte-level string, may be a word already
+    if (b->ignore_merges && b->metaspace) { // the whole piece may be a word already
+        int id = word_find(b, piece, len);
+        if (id >= 0) return push(out, id);
+    } else if (b->ignore_merges) { // the whole piece, as a byte-level string, may be a word already
         char *mapped = malloc(len * 2);
         if (!mapped) return -1;
         size_t m = 0;
@@ -849,9 +1002,22 @@ static int encode_piece(const Bpe *b, const char *piece, size_t len, IntVec *out
         free(s), free(h.c);
         return -1;
     }
-    for (size_t i = 0; i < len; i++)
-        s[i] = (Symbol){b->byte_id[(unsigned char)piece[i]], (int)i - 1, i + 1 < len ? (int)i + 1 : -1};
-    for (size_t i = 0; i + 1 < len; i++)
+    // The first symbols: one per byte; with byte fallback one per character, its id or, for one the
+    // vocabulary lacks, its bytes' <0xXX> tokens (piece is well-formed UTF-8, see utf8_repair).
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t bad = 0, cl = b->metaspace ? utf8_char((const unsigned char *)piece + i, len - i, &bad) : 1;
+        int id = b->metaspace ? word_find(b, piece + i, cl) : -1;
+        if (id >= 0)
+            s[n++].id = id;
+        else
+            for (size_t k = 0; k < cl; k++)
+                s[n++].id = b->byte_id[(unsigned char)piece[i + k]];
+        i += cl;
+    }
+    for (size_t i = 0; i < n; i++)
+        s[i].prev = (int)i - 1, s[i].next = i + 1 < n ? (int)i + 1 : -1;
+    for (size_t i = 0; i + 1 < n; i++)
         consider(b, &h, s, (int)i);
     while (h.n) {
         Candidate c = heap_pop(&h);
@@ -910,6 +1076,20 @@ static int is_white(unsigned cp) {
 // The text between two added tokens: put in NFC if the file says so, then pre-tokenized and
 // merged. text is well-formed UTF-8 (utf8_repair).
 static int encode_text(const Bpe *b, const char *text, size_t len, pcre2_match_data *md, IntVec *out) {
+    if (b->metaspace && len > 0) { // Prepend("▁") if asked, Replace(" ", "▁"); one piece (see the top)
+        char *norm = malloc(3 * len + 3);
+        if (!norm) return -1;
+        size_t m = 0;
+        if (b->prepend) memcpy(norm, METASPACE, 3), m = 3;
+        for (size_t i = 0; i < len; i++)
+            if (text[i] == ' ')
+                memcpy(norm + m, METASPACE, 3), m += 3;
+            else
+                norm[m++] = text[i];
+        const int status = encode_piece(b, norm, m, out);
+        free(norm);
+        return status;
+    }
     if (!b->nfc || len == 0) return pre_tokenize(b, 0, text, len, md, out);
     utf8proc_uint8_t *nfc = NULL;
     const utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &nfc,

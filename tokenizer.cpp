@@ -438,13 +438,21 @@ extern "C" int *tokenizer_encode(const Tokenizer *t, const char *text, size_t le
     return out;
 }
 
-// Byte-level BPE: a token's bytes, whatever came before it (a character may straddle two tokens;
+// A tokenizer.json: a token's bytes, whatever came before it (a character may straddle two tokens;
 // the bytes join up in the output). Special tokens (<|begin_of_text|>, <|eot_id|>) are not text.
+// Where the decoder strips the space its normalizer put first (Llama 2's), that space is dropped
+// at the start of a text: after nothing or after a special token (BOS), as SentencePiece does below.
 static const char *decode_bpe(Tokenizer *t, int prev, int id, size_t *len) {
     const int n = bpe_vocab_size(t->bpe);
     if (id < 0 || id >= n || prev >= n) return nullptr;
-    int special;
+    int special, prev_special = 0;
     const char *bytes = bpe_token_bytes(t->bpe, id, len, &special);
+    if (prev >= 0) {
+        size_t prev_len;
+        bpe_token_bytes(t->bpe, prev, &prev_len, &prev_special);
+    }
+    if (!special && *len && bytes[0] == ' ' && bpe_strips_start(t->bpe) && (prev < 0 || prev_special))
+        bytes++, (*len)--;
     t->piece.assign(special ? "" : bytes, special ? 0 : *len);
     *len = t->piece.size();
     return t->piece.c_str();

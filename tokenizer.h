@@ -6,7 +6,8 @@
 //                    Hugging Face does (lstrip / rstrip included), the parts between them encoded
 //                    alone;
 //   tokenizer.json   Hugging Face byte-level BPE (Llama 3, SmolLM, GPT-2, Qwen2/2.5/3, Phi-4-mini),
-//                    by bpe.c.
+//                    and the SentencePiece kind with byte fallback and the metaspace '▁' (Gemma 3,
+//                    Llama 2, Mistral), by bpe.c.
 // The handle is opaque: tokenizer.cpp is the only file that sees C++. Decoding is piece by piece so
 // generated text can be streamed as each token arrives.
 #ifndef TOKENIZER_H

