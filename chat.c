@@ -30,9 +30,9 @@
 //            Calling Leaderboard's EXAONE 4 handler)
 //   glm4     [gMASK]<sop><|system|>\nSYSTEM<|user|>\nUSER<|assistant|>\nREPLY<|user|>\nUSER<|assistant|>
 //            (GLM-4-9b-chat; the model writes the newline after <|assistant|> and ends its reply with
-//            <|user|>, an end id of its config, which so opens the next turn; a reply cut by -n gets
-//            <|user|> fed. TODO: a reply ended by <|endoftext|> leaves the next turn without
-//            <|user|>. The template as llama.cpp's tests/test-chat-template.cpp and the Berkeley
+//            <|user|>, an end id of its config, which so opens the next turn; a reply cut by -n, or
+//            ended by another end id (<|endoftext|>), gets <|user|> fed (chat_close_opens_turn).
+//            The template as llama.cpp's tests/test-chat-template.cpp and the Berkeley
 //            Function Calling Leaderboard's GLM handler quote it; GLM-Edge's is not recognised)
 //   granite  <|start_of_role|>system<|end_of_role|>SYSTEM<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>
 //            USER<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>REPLY<|end_of_text|>\n
@@ -326,6 +326,8 @@ const char *chat_close(ChatTemplate k) {
     }
     return "";
 }
+
+int chat_close_opens_turn(ChatTemplate k) { return k == CHAT_GLM4; }
 
 int chat_template_from_name(const char *name) {
     for (int k = 0; k < CHAT_COUNT; k++)

@@ -43,6 +43,9 @@ char *chat_render(ChatTemplate k, int first, const char *system, const char *use
 
 // What closes the assistant's turn, fed when a reply ends without it (-n reached).
 const char *chat_close(ChatTemplate k);
+// Whether that marker also opens the next turn (GLM-4's <|user|>): then a reply ended by any other end
+// token is closed with it too, or the next turn would start without it.
+int chat_close_opens_turn(ChatTemplate k);
 
 // Append the ids of text to *ids (capacity *cap, count *n, grown with realloc); with markers,
 // "<s>" and "</s>" become bos_id and eos_id. Returns 0, -1 if the tokenizer failed or memory ran out.

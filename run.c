@@ -535,14 +535,17 @@ static int chat(Transformer *t, Tokenizer *tok, const Options *o) {
         reply_tokens += generated, reply_secs += now() - t1;
         out_write("\n", 1);
         if (output_failed) break;
-        if (!status && !ended && !interrupted) { // cut by -n or -r: close the turn as the template would
+        // Cut by -n or -r: close the turn as the template would. GLM-4's marker after a reply is also
+        // the next turn's opening (chat.c), so a reply ended by another end token gets it too.
+        if (!status && !interrupted && (!ended || chat_close_opens_turn((ChatTemplate)k))) {
             n = 0;
-            const int bad = chat_encode(tok, c->bos_id, c->eos_id, chat_sentencepiece((ChatTemplate)k),
-                                        chat_close((ChatTemplate)k), &ids, &n, &cap);
-            const int room = bad ? 0 : make_room(t, keep, &pos, n, &shifts, err, sizeof err);
+            int bad = chat_encode(tok, c->bos_id, c->eos_id, chat_sentencepiece((ChatTemplate)k),
+                                  chat_close((ChatTemplate)k), &ids, &n, &cap);
+            if (!bad && ended && n == 1 && ids[0] == prev) n = 0; // the reply ended with the marker itself
+            const int room = bad || !n ? 0 : make_room(t, keep, &pos, n, &shifts, err, sizeof err);
             if (bad) snprintf(err, sizeof err, "could not encode the end of the turn");
             if (room > 0) snprintf(err, sizeof err, "%s", KEEP_FILLS);
-            const int fed = bad || room ? 0 : prefill(t, ids, n, pos, &logits, err, sizeof err);
+            const int fed = bad || room || !n ? 0 : prefill(t, ids, n, pos, &logits, err, sizeof err);
             status = bad || room != 0 || fed < 0;
             pos += fed > 0 ? fed : 0;
         }
