@@ -1,13 +1,13 @@
 """ab.py - two builds of ./run on the same model files, interleaved: is a change's speed the same?
 
     /usr/bin/python3 bench/ab.py OLD_RUN NEW_RUN [--shape 110m tinyllama] [--dtype q8_0 q4_0 bf16]
-                                 [--threads 1 2] [--runs 5] [--out FILE]
+                                 [--threads 1 2] [--runs 5] [--prompt 512] [--gen 64] [--out FILE]
 
 A refactoring that must not change the kernels' speed (issue 48: "the kernels' speed unchanged within
 noise in a same-run A/B") is measured here: for each round, each model x weight type x thread count, the
 old build and the new one run the same 512-token prompt and 64 generated tokens (greedy), one right after
 the other, in alternating order from round to round; pp and tg are the tokens/s ./run's timing line
-prints. The table gives each side's median over the rounds, their ratio (new / old), and the spread of
+prints (--prompt and --gen set the two lengths). The table gives each side's median over the rounds, their ratio (new / old), and the spread of
 the per-round ratios, beside the read bandwidth probed before each round (bench/bwprobe). Both builds
 must read the model files (bench/common.py makes them, in --cache as bench.py does). A benchmark, not a
 test: nothing fails on speed.
@@ -20,12 +20,9 @@ from pathlib import Path
 
 from common import (REPO, RUN_ENV, SHAPES, TIMING, checkpoint, fresh_pages, loadavg, log, machine, prompt_text)
 
-PROMPT, GEN = 512, 64
-
-
-def one(run, model, tokenizer, prompt, threads):
+def one(run, model, tokenizer, prompt, gen, threads):
     """(pp tok/s, tg tok/s) of one ./run."""
-    cmd = [str(run), str(model), "-z", str(tokenizer), "-i", prompt, "-n", str(GEN), "-t", "0", "--ctx", "1024",
+    cmd = [str(run), str(model), "-z", str(tokenizer), "-i", prompt, "-n", str(gen), "-t", "0", "--ctx", "1024",
            "--threads", str(threads)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=RUN_ENV, errors="replace")
     m = TIMING.search(proc.stderr)
@@ -49,13 +46,15 @@ def main():
     ap.add_argument("--dtype", nargs="+", default=["q8_0", "q4_0", "bf16"])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens, BOS included (default 512)")
+    ap.add_argument("--gen", type=int, default=64, help="generated tokens (default 64)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lrun-bench")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     cells = [(s, d, t) for s in args.shape for d in args.dtype for t in args.threads]
     models = {(s, d): checkpoint(args.cache, s, d) for s in args.shape for d in args.dtype}
-    prompts = {s: prompt_text(SHAPES[s]["tokenizer"], PROMPT) for s in args.shape}
+    prompts = {s: prompt_text(SHAPES[s]["tokenizer"], args.prompt) for s in args.shape}
     got = {(c, side): [] for c in cells for side in ("old", "new")}
     probes, before = [], loadavg()
     for r in range(args.runs):
@@ -65,14 +64,16 @@ def main():
             order = ("old", "new") if r % 2 == 0 else ("new", "old")
             for side in order:
                 got[((s, d, t), side)].append(one(getattr(args, side), models[(s, d)], SHAPES[s]["tokenizer"],
-                                                  prompts[s], t))
+                                                  prompts[s], args.gen, t))
         log(f"ab: round {r + 1} of {args.runs} done")
     lines = [f"# ./run A/B: {args.old} (old) against {args.new} (new)", "",
              f"{machine()}, {datetime.date.today()}, load average {before} before and {loadavg()} after; read "
-             f"bandwidth per round (bwprobe): {', '.join(probes)}. {PROMPT}-token prompt, {GEN} generated tokens, "
+             f"bandwidth per round (bwprobe, 1 / 2 threads): {'; '.join(probes)}. {args.prompt}-token prompt, "
+             f"{args.gen} generated tokens, "
              f"medians of {args.runs} rounds, the two builds alternating in order.", "",
              f"Command: `/usr/bin/python3 bench/ab.py {args.old} {args.new} --shape {' '.join(args.shape)} --dtype "
-             f"{' '.join(args.dtype)} --threads {' '.join(map(str, args.threads))} --runs {args.runs}`", "",
+             f"{' '.join(args.dtype)} --threads {' '.join(map(str, args.threads))} --runs {args.runs} --prompt "
+             f"{args.prompt} --gen {args.gen}`", "",
              "| shape | type | threads | pp old | pp new | pp new/old (rounds' min-max) | tg old | tg new | "
              "tg new/old (rounds' min-max) |", "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
