@@ -5,9 +5,9 @@ logit of every position, agrees within a stated bound per weight type: f32 and f
 relative (float sums in another order; measured 1e-7 on one window); q8_0 and q4_0 within 2e-3 over
 two windows (measured 7.8e-4 and 9.7e-4; q4_0's first window alone is 1.7e-3 off), since the fast
 path quantizes each activation block to 8 bits before its integer dot products (as llama.cpp does)
-and the reference does not. Also in the modes whose attention turns cached keys (dynamic) or scores by two
-paths (leaky-rerope), at 2x the trained context (one window of 1024). The control: the same
-comparison between two different modes must fail the f32 bound by far.
+and the reference does not. Also in the modes whose attention turns cached keys (dynamic) or
+scores by two paths (leaky-rerope), at 2x the trained context (one window of 1024). The control:
+the same comparison between two different modes must fail the f32 bound by far.
 
 Each distinct run is made once (`ppl` keeps its results): ./run-ref, one thread in double, is the
 slow part, and the control's reference side is test_past_the_context[yarn]'s own run.
