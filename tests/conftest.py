@@ -14,7 +14,7 @@ import pytest
 # torch (tests/reference.py, in this process) runs its products on OpenMP threads, and libgomp's
 # threads spin 300,000 times before they sleep: with another job on one of two cores, they spin
 # against each other at the end of every region (test_parity's stories260K tests at 2048 tokens:
-# 146-235 s so, 26 s with 1000 spins, measured 2026-11-29 under load). run.c sets GOMP_SPINCOUNT to
+# 146-235 s so, 26 s with 1000 spins, measured 2026-11-28 under load). run.c sets GOMP_SPINCOUNT to
 # its DEFAULT_SPINCOUNT, 1000, for the same reason; here it is set for libgomp, which reads it once
 # as torch loads it, then taken out again: the programs the tests start see the caller's environment.
 if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
