@@ -1,13 +1,30 @@
 """Shared pytest fixtures: paths, and building the C test tools once per session.
 
-It also puts the repository root on sys.path, so every test imports the shared Python from lrun/.
+It also puts the repository root on sys.path, so every test imports the shared Python from lrun/, and
+loads torch with a short spin for its OpenMP threads (below).
 What this is not: a place for test helpers of one suite; they live in that suite's file.
 """
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# torch (tests/reference.py, in this process) runs its products on OpenMP threads, and libgomp's
+# threads spin 300,000 times before they sleep: with another job on one of two cores, they spin
+# against each other at the end of every region (test_parity's stories260K tests at 2048 tokens:
+# 146-235 s so, 26 s with 1000 spins, measured 2026-11-28 under load). run.c sets GOMP_SPINCOUNT to
+# its DEFAULT_SPINCOUNT, 1000, for the same reason; here it is set for libgomp, which reads it once
+# as torch loads it, then taken out again: the programs the tests start see the caller's environment.
+if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "1000"
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass  # the suites that need torch say so themselves
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 REPO = Path(__file__).resolve().parent.parent

@@ -129,19 +129,36 @@ def random_texts(name, n, seed):
     return texts
 
 
-def compare(name, tokenizer, texts):
-    """Encode with both; return (mismatches, our results, the oracle's ids)."""
-    strings = [t.decode("utf-8", "replace") for t in texts]  # what a JS or Python caller would pass
-    mine = ours(tokenizer, texts)
-    theirs, _ = oracle(tokenizer, strings)
-    bad = [(s, m[0], o) for s, m, o in zip(strings, mine, theirs) if m[0] != o]
-    return bad, mine, theirs
+_RUNS = {}  # name: that tokenizer's shared run (shared_run)
+
+
+def shared_run(name):
+    """The random strings (N_RANDOM, seed 13), the TinyStories text and its lines, and the 500
+    round-trip texts (seed 14) of one tokenizer, encoded by one tok_dump process and the first two
+    by one oracle process, which also decodes our ids of the third: the three tests below read
+    their parts of it. Each process loads the tokenizer.json once (Llama 3's, Qwen3's and o200k's
+    vocabularies take a second or two each), and what each text is compared with is as before."""
+    if name not in _RUNS:
+        rand, rt = random_texts(name, N_RANDOM, seed=13), random_texts(name, 500, seed=14)
+        text = TEXT.read_bytes()
+        stories = [text] + text.split(b"\n")
+        mine = ours(TOKENIZERS[name], rand + stories + rt)
+        strings = [t.decode("utf-8", "replace") for t in rand + stories]  # what a JS or Python caller would pass
+        encoded, decoded = oracle(TOKENIZERS[name], strings, decode=[m[0] for m in mine[len(rand) + len(stories):]])
+        _RUNS[name] = {"random": (rand, mine[:len(rand)], encoded[:len(rand)]),
+                       "stories": (stories, mine[len(rand):len(rand) + len(stories)], encoded[len(rand):]),
+                       "round trip": (rt, mine[len(rand) + len(stories):], decoded)}
+    return _RUNS[name]
+
+
+def mismatches(texts, mine, theirs):
+    return [(t.decode("utf-8", "replace"), m[0], o) for t, m, o in zip(texts, mine, theirs) if m[0] != o]
 
 
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_random_strings_match_oracle(name, c_tools, oracle_ready):
-    texts = random_texts(name, N_RANDOM, seed=13)
-    bad, mine, _ = compare(name, TOKENIZERS[name], texts)
+    texts, mine, theirs = shared_run(name)["random"]
+    bad = mismatches(texts, mine, theirs)
     assert not bad, f"{name}: {len(bad)} of {len(texts)} differ, first: {bad[0]!r}"
     n_ids = sum(len(m[0]) for m in mine)
     print(f"{name}: {len(texts)} random strings, {n_ids} ids, 0 mismatches with @lenml/tokenizers")
@@ -149,17 +166,15 @@ def test_random_strings_match_oracle(name, c_tools, oracle_ready):
 
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_tinystories_matches_oracle(name, c_tools, oracle_ready):
-    text = TEXT.read_bytes()
-    lines = text.split(b"\n")
-    bad, mine, _ = compare(name, TOKENIZERS[name], [text] + lines)
-    assert not bad, f"{name}: {len(bad)} of {1 + len(lines)} differ"
-    print(f"{name}: the whole TinyStories text ({len(mine[0][0])} ids) and its {len(lines)} lines match")
+    texts, mine, theirs = shared_run(name)["stories"]
+    bad = mismatches(texts, mine, theirs)
+    assert not bad, f"{name}: {len(bad)} of {len(texts)} differ"
+    print(f"{name}: the whole TinyStories text ({len(mine[0][0])} ids) and its {len(texts) - 1} lines match")
 
 
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_decode_round_trips(name, c_tools, oracle_ready):
-    texts = random_texts(name, 500, seed=14)
-    mine = ours(TOKENIZERS[name], texts)
+    texts, mine, decoded = shared_run(name)["round trip"]
     straddling = 0
     for text, (ids, streamed) in zip(texts, mine):
         # Streamed pieces joined give the text back, invalid bytes as U+FFFD (and in NFC for a
@@ -170,7 +185,6 @@ def test_decode_round_trips(name, c_tools, oracle_ready):
             expected = expected.replace(s, "")
         assert b"".join(streamed).decode("utf-8") == expected, (text, ids)
         straddling += sum(1 for piece in streamed if not _is_utf8(piece))
-    _, decoded = oracle(TOKENIZERS[name], decode=[m[0] for m in mine])
     for text, d in zip(texts, decoded):
         assert d == normal(name, text.decode("utf-8", "replace"))
     assert straddling > 0  # some tokens carried part of a character, or this proves less

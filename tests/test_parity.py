@@ -8,7 +8,13 @@ under test too. Passing means  max |logit difference| < 1e-4 * max |logit|  over
 Each comparison also runs a negative control: the same C logits against the reference with a
 different RoPE (or none), which must miss by far more than the tolerance. A test whose
 tolerance would also accept the wrong model proves nothing.
+
+The reference is deterministic, and many tests hold model.c against the same reference run
+(stories260K with no scaling at 2048 tokens is the control of six tests; ntk, dynamic and yarn there
+are both a test's expected logits and another's control), so the module's models keep their
+reference logits (Memo), and the random GQA checkpoint of the 4x tests is made once (`gqa`).
 """
+import json
 import subprocess
 
 import numpy as np
@@ -68,9 +74,36 @@ def random_model(request, tmp_path_factory):
     return request.param, hf, export(hf, hf), reference.load(hf)
 
 
+class Memo:
+    """A reference.py model whose logits() computes each (ids, rope, ctx, logn) once and returns
+    the same array after; everything else is the model's own."""
+
+    def __init__(self, ref):
+        self.ref, self.memo = ref, {}
+
+    def logits(self, ids, rope=None, ctx=None, logn=False):
+        key = (tuple(int(i) for i in ids), json.dumps(rope, sort_keys=True, default=repr), ctx, logn)
+        if key not in self.memo:
+            self.memo[key] = self.ref.logits(ids, rope=rope, ctx=ctx, logn=logn)
+            self.memo[key].setflags(write=False)  # shared: no test may change it
+        return self.memo[key]
+
+    def __getattr__(self, name):
+        return getattr(self.ref, name)
+
+
 @pytest.fixture(scope="module")
 def stories(tmp_path_factory):
-    return export(STORIES_HF, tmp_path_factory.mktemp("stories")), reference.load(STORIES_HF)
+    return export(STORIES_HF, tmp_path_factory.mktemp("stories")), Memo(reference.load(STORIES_HF))
+
+
+@pytest.fixture(scope="module")
+def gqa(tmp_path_factory):
+    """The random GQA checkpoint (untied-gqa, seed 11: 8 query heads, 2 kv heads, L = 64) that every
+    test at 4x the context of a random model reads: its folder, its export, its reference."""
+    hf = tmp_path_factory.mktemp("gqa")
+    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
+    return hf, export(hf, hf), Memo(reference.load(hf))
 
 
 def random_ids(n, vocab, seed=1):
@@ -182,10 +215,8 @@ STATIC_MODES = ["pi", "ntk", "yarn", "llama3"]
 
 
 @pytest.mark.parametrize("mode", STATIC_MODES)
-def test_random_at_4x_context(c_tools, mode, tmp_path_factory, tmp_path):
-    hf = tmp_path_factory.mktemp(f"ext-{mode}")
-    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
-    model, ref = export(hf, hf), reference.load(hf)
+def test_random_at_4x_context(c_tools, mode, gqa, tmp_path):
+    _, model, ref = gqa
     ctx = 4 * 64
     ids = random_ids(ctx, ref.vocab_size, seed=5)
     ours = c_logits(model, ids, tmp_path, "--ctx", ctx, "--rope-scaling", mode)
@@ -280,12 +311,10 @@ def rerope_check(label, model, ref, ids, tmp_path, ctx, rope, flags, logn=False,
 
 @pytest.mark.parametrize("mode", ["rerope", "leaky-rerope"])
 @pytest.mark.parametrize("batch", [64, 1], ids=["blocks", "token-by-token"])
-def test_rerope_random_gqa_at_4x(c_tools, mode, batch, tmp_path_factory, tmp_path):
+def test_rerope_random_gqa_at_4x(c_tools, mode, batch, gqa, tmp_path):
     # GQA (8 query heads, 2 kv heads), L = 64, W = 16 (the default L / 4), 256 positions: prefill in
     # blocks of 64 (a block's queries straddle the window) and one token at a time (decode).
-    hf = tmp_path_factory.mktemp(f"rerope-{mode}")
-    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
-    model, ref = export(hf, hf), reference.load(hf)
+    _, model, ref = gqa
     ids = random_ids(4 * 64, ref.vocab_size, seed=5)
     rerope_check(f"random GQA, {mode}, ctx 256 = 4 x 64, batch {batch}", model, ref, ids, tmp_path, 256,
                  {"mode": mode}, ["--rope-scaling", mode, "--batch", batch])
@@ -335,13 +364,11 @@ def selfextend_check(label, model, ref, ids, tmp_path, ctx, rope, flags, logn=Fa
 
 
 @pytest.mark.parametrize("batch", [64, 1], ids=["blocks", "token-by-token"])
-def test_selfextend_random_gqa_at_4x(c_tools, batch, tmp_path_factory, tmp_path):
+def test_selfextend_random_gqa_at_4x(c_tools, batch, gqa, tmp_path):
     # GQA 8/2, L = 64, the default W = 16 and G = 6 (the smallest whose farthest grouped distance at 256
     # positions stays below 64: 255 // 6 + 16 - 16 // 6 = 56, while G = 5 gives 64), prefill in blocks
     # of 64 and decode one token at a time.
-    hf = tmp_path_factory.mktemp("selfextend")
-    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
-    model, ref = export(hf, hf), reference.load(hf)
+    _, model, ref = gqa
     ids = random_ids(4 * 64, ref.vocab_size, seed=5)
     selfextend_check(f"random GQA, selfextend, ctx 256 = 4 x 64, batch {batch}", model, ref, ids, tmp_path, 256,
                      {"mode": "selfextend"}, ["--rope-scaling", "selfextend", "--batch", batch])
@@ -402,12 +429,10 @@ def dca_check(label, model, ref, ids, tmp_path, ctx, rope, flags, logn=False):
 
 
 @pytest.mark.parametrize("batch", [64, 7, 1], ids=["blocks", "odd-blocks", "token-by-token"])
-def test_dca_random_gqa_at_4x(c_tools, batch, tmp_path_factory, tmp_path):
+def test_dca_random_gqa_at_4x(c_tools, batch, gqa, tmp_path):
     # L = 64: chunks S = 48 with a local window w = 4, so c = 44 positions (blocks of 7 queries straddle
     # chunk boundaries: a task's queries then take their scores in runs)
-    hf = tmp_path_factory.mktemp("dca")
-    make_checkpoint(hf, std=0.15, seed=11, **RANDOM["untied-gqa"])
-    model, ref = export(hf, hf), reference.load(hf)
+    _, model, ref = gqa
     ids = random_ids(4 * 64, ref.vocab_size, seed=5)
     dca_check(f"random GQA, dca, ctx 256 = 4 x 64, batch {batch}", model, ref, ids, tmp_path, 256, {"mode": "dca"},
               ["--rope-scaling", "dca", "--batch", batch])

@@ -16,7 +16,8 @@ text. What is allowed:
         block's largest magnitude, about 7% of a typical weight. stories260K's rows are 64 and 172
         wide, so every block is a third to half of a row and one large weight coarsens the rest:
         within 15% of f32 (measured 12.3%). tiny64x512 (rows of 256 and 688): within 3% (measured
-        2.0%). And q4_0 must be further from f32 than q8_0 is: the control that 4 bits are real.
+        1.9% on 32 windows of its held-out text, 1.6% on the 8 the test reads). And q4_0 must be
+        further from f32 than q8_0 is: the control that 4 bits are real.
 The numbers are printed (pytest -s) so a change in accuracy is visible before it fails.
 """
 import re
@@ -66,13 +67,14 @@ def test_q4_0_coarser_than_q8_0(perplexities):
 
 
 def test_tiny64_q4_0_and_q8_0(c_tools, tmp_path):
-    """tiny64x512 (head_dim 64, rows 256 and 688 wide) on its held-out text."""
+    """tiny64x512 (head_dim 64, rows 256 and 688 wide) on 8 windows of 512 of its held-out text (4088
+    predictions; on all 32: q8_0 0.014%, q4_0 1.86%, bf16 0.0006% from f32, on 8: 0.013%, 1.60%, 0.009%)."""
     ppl = {}
     for dtype in ("f32", "q8_0", "q4_0", "bf16"):
         model = tmp_path / f"tiny64-{dtype}.bin"
         assert run_export(TINY64_HF, model, "--dtype", dtype).returncode == 0
         proc = subprocess.run([str(REPO / "run"), str(model), "--ppl", str(HELDOUT), "--ctx", "512", "--ppl-windows",
-                               "32"], capture_output=True, text=True, timeout=300)
+                               "8"], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         ppl[dtype] = float(re.search(r"^perplexity: ([\d.]+)$", proc.stdout, re.M).group(1))
     rel = {d: abs(ppl[d] - ppl["f32"]) / ppl["f32"] for d in ("q8_0", "q4_0")}
