@@ -168,7 +168,7 @@ HF_ROPE_TYPES = {"default": "none", "linear": "pi", "dynamic": "dynamic", "yarn"
                  "longrope": "longrope"}
 ROPE_KEYS = ("mode", "factor", "base", "alpha", "orig_ctx", "attn_factor", "beta_fast", "beta_slow",
              "low_freq_factor", "high_freq_factor", "window", "short_factor", "long_factor", "longrope_factors",
-             "group", "chunk")
+             "group", "chunk", "truncate")
 FAR_MODES = ("rerope", "leaky-rerope", "selfextend", "dca")  # a window, and keys scored another way past it
 
 
@@ -608,8 +608,8 @@ def resolve_rope(trained, rope=None, ctx=None):
     ctx is the run's context (the C program's --ctx); None means L, the trained context.
     Also accepted (tests only; the C command line has no flag for them): orig_ctx, attn_factor,
     beta_fast, beta_slow, low_freq_factor, high_freq_factor, and longrope's short_factor,
-    long_factor and longrope_factors ("auto": by length; "short", "long": forced). A fully
-    resolved dict passed back in resolves to itself. Defaults are filled in as rope_params_defaults
+    long_factor and longrope_factors ("auto": by length; "short", "long": forced), and yarn's
+    truncate. A fully resolved dict passed back in resolves to itself. Defaults are filled in as rope_params_defaults
     does: yarn beta 32/1, llama3 low/high 1/4."""
     rope = dict(rope or {})
     unknown = set(rope) - set(ROPE_KEYS)
