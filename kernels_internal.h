@@ -261,8 +261,29 @@ typedef struct {
     const uint16_t *h; // bf16 weights: x rounded to bf16
 } QuantizedRow;
 
-// One block of len <= Q8_BLOCK values of x (the rest of the block is zero padding).
-void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len);
+// One block of len <= Q8_BLOCK values of x (the rest of the block is zero padding), q8_0 as kernels.c
+// describes it; here so that kernels.c (the KV cache, the plain row) and kernels_x86.c (a row's last
+// partial block) share it without calling each other.
+static inline void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len) {
+    float amax = 0;
+    for (int i = 0; i < len; i++) {
+        float a = x[i] < 0 ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    // A block below the smallest normal float counts as zero (127 / amax would be inf there).
+    const float scale = amax / 127, inv = amax >= 0x1p-126f ? 127 / amax : 0;
+    int32_t s = 0;
+    for (int i = 0; i < Q8_BLOCK; i++) {
+        float v = i < len ? x[i] * inv : 0;
+        // NaN (from a damaged model) becomes -127: converting it to int would be undefined.
+        v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f;
+        int qi = (int)(v < 0 ? v - 0.5f : v + 0.5f); // round half away from zero, like roundf
+        q[i] = (int8_t)qi;
+        s += qi;
+    }
+    *d = scale;
+    *sum = s;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The workspace, laid out in one place (kernels.c, ws_layout): workspace_bytes sizes it with the
