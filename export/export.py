@@ -112,6 +112,8 @@ NOT_SUPPORTED = {
     "deepseek_v3": "DeepSeek's multi-head latent attention (MLA) and mixture of experts",
     "qwen2_moe": "mixture of experts", "qwen3_moe": "mixture of experts", "mixtral": "mixture of experts",
     "phimoe": "mixture of experts", "phi": "Phi-1/2's parallel attention and GELU MLP",
+    "glm": "GLM-Edge's GlmForCausalLM (GLM-4's layer without its post-norms) yet: no reference "
+           "checkpoint of it here",
     "olmoe": "mixture of experts", "granitemoe": "mixture of experts", "gpt_oss": "mixture of experts",
     # configuration_gemma3n.py: per-layer embeddings (hidden_size_per_layer_input) added in every
     # layer, AltUp's altup_num_inputs predicted copies of the residual stream, LAuReL blocks
