@@ -61,17 +61,18 @@ static int ring_slots(const Config *p, const RunConfig *run) {
     return p->sliding_window && !run->swa_full ? kv_ring_slots(p->sliding_window, batch, run->n_ctx) : 0;
 }
 
-static int sliding_layers(const Config *p) {
+// How many layers have the kind bit `bit` (LAYER_SLIDING, LAYER_ROPE_SWA, ...).
+static int layers_with(const Config *p, int bit) {
     int n = 0;
     for (int l = 0; p->layer_kind && l < p->n_layers; l++)
-        n += !!(p->layer_kind[l] & LAYER_SLIDING);
+        n += !!(p->layer_kind[l] & bit);
     return n;
 }
 
 // Bytes of the KV cache's parts for this run: part[0] keys and part[1] values in their types,
 // part[2] RoPE's key tables (0 when keys are cached rotated). Sets *overflow when one does not fit.
 static void kv_parts(const Config *p, const RunConfig *run, size_t part[3], int *overflow) {
-    const int tables = rope_key_tables(&run->rope), ring = ring_slots(p, run), sliding = sliding_layers(p);
+    const int tables = rope_key_tables(&run->rope), ring = ring_slots(p, run), sliding = layers_with(p, LAYER_SLIDING);
     part[0] = kv_cache_bytes_ring(run->cache_k, p->n_layers, run->n_ctx, sliding, ring, p->n_kv_heads, p->head_dim);
     part[1] = kv_cache_bytes_ring(run->cache_v, p->n_layers, run->n_ctx, sliding, ring, p->n_kv_heads, p->head_dim);
     part[2] = mul_checked(mul_checked(rope_key_floats(&run->rope, run->n_ctx), sizeof(float), overflow), tables,
@@ -135,15 +136,9 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run, int *ring) {
     return kv[0] + kv[1] + kv[2];
 }
 
-// Whether a layer rotates with the local RoPE (LAYER_ROPE_SWA), and that RoPE's parameters: the
-// checkpoint's, with the local base and no scaling (Gemma 3's sliding layers: rope_local_base_freq;
-// modeling_gemma3.py gives them a rotary embedding of their own with rope_type default).
-static int has_swa(const Config *c) {
-    for (int l = 0; c->layer_kind && l < c->n_layers; l++)
-        if (c->layer_kind[l] & LAYER_ROPE_SWA) return 1;
-    return 0;
-}
-
+// The parameters of the local RoPE (the LAYER_ROPE_SWA layers'): the checkpoint's, with the local
+// base and no scaling (Gemma 3's sliding layers: rope_local_base_freq; modeling_gemma3.py gives them a
+// rotary embedding of their own with rope_type default).
 static RopeParams swa_params(const Config *c) {
     RopeParams p = c->rope;
     p.mode = ROPE_SCALING_NONE;
@@ -159,7 +154,7 @@ size_t transformer_state_bytes(const Config *c, const RunConfig *run, int n_thre
     size_t bytes = state_layout(&s, NULL, c, run, n_threads, overflow);
     // + the cos and sin tables (rope.c), of the local RoPE too
     RopeParams swa = swa_params(c);
-    size_t rows = rope_table_rows(&run->rope, run->n_ctx) + (has_swa(c) ? rope_table_rows(&swa, run->n_ctx) : 0);
+    size_t rows = rope_table_rows(&run->rope, run->n_ctx) + (layers_with(c, LAYER_ROPE_SWA) ? rope_table_rows(&swa, run->n_ctx) : 0);
     size_t rope = mul_checked(mul_checked(rows, (size_t)c->head_dim, overflow), sizeof(float), overflow);
     if (*overflow || bytes > SIZE_MAX - rope) {
         *overflow = 1;
@@ -227,16 +222,11 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     s->work.bytes = workspace_bytes(s->work.max_n, s->work.max_cols, s->n_threads);
     t->state_bytes = transformer_state_bytes(p, &t->run, s->n_threads, &overflow);
     char rope_err[300];
-    if (rope_init(&t->rope, &run->rope, run->n_ctx, rope_err, sizeof rope_err)) {
-        snprintf(err, errlen, "%s", rope_err);
-        munmap(base, s->bytes);
-        memset(s, 0, sizeof(*s));
-        return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
-    }
     const RopeParams swa = swa_params(p);
-    if (has_swa(p) && rope_init(&t->rope_swa, &swa, run->n_ctx, rope_err, sizeof rope_err)) {
+    if (rope_init(&t->rope, &run->rope, run->n_ctx, rope_err, sizeof rope_err) ||
+        (layers_with(p, LAYER_ROPE_SWA) && rope_init(&t->rope_swa, &swa, run->n_ctx, rope_err, sizeof rope_err))) {
         snprintf(err, errlen, "%s", rope_err);
-        rope_free(&t->rope);
+        rope_free(&t->rope); // (rope_free of a Rope rope_init did not fill, or emptied, frees nothing)
         munmap(base, s->bytes);
         memset(s, 0, sizeof(*s));
         return strstr(rope_err, "out of memory") ? PREPARE_NO_MEMORY : PREPARE_BAD_ROPE;
