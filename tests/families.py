@@ -1,12 +1,13 @@
-"""families.py - what test_families.py and test_families2.py share: a case's stored ids, rows and logits,
-our logits for them (tools/dump_logits), the distance between two sets of logits, and edits of an
-exported model file (a copy with its bytes changed, the layer kinds rewritten) for the controls."""
+"""families.py - what the tests of data/families and data/families2 share (test_families*.py and
+test_families*_reference.py): a case's stored ids, rows and logits, every case exported once, our logits
+for them (tools/dump_logits), the distance between two sets of logits, and edits of an exported model
+file (a copy with its bytes changed, the layer kinds rewritten) for the controls."""
 import struct
 import subprocess
 
 import numpy as np
 
-from conftest import TOOLS
+from conftest import TOOLS, run_export
 from lrun.modelfile import layout, read_header
 
 
@@ -17,6 +18,23 @@ def case_data(folder, case):
     rows = np.fromfile(d / "rows.bin", np.int32)
     theirs = np.fromfile(d / "logits.bin", np.float32).reshape(len(rows), -1)
     return d, ids, rows, theirs
+
+
+def reference_case(folder, case):
+    """case_data as tests/reference.py takes it: the ids as a list, their logits in float64."""
+    d, ids, rows, theirs = case_data(folder, case)
+    return d, ids.tolist(), rows, theirs.astype(np.float64)
+
+
+def export_all(root, folder, cases):
+    """{case: root/case/model.bin}, each case of folder exported (f32) into a folder of its own."""
+    files = {}
+    for case in cases:
+        (root / case).mkdir()
+        proc = run_export(folder / case, root / case / "model.bin")
+        assert proc.returncode == 0, proc.stderr
+        files[case] = root / case / "model.bin"
+    return files
 
 
 def ours(model, ids_path, n, tmp_path, *extra, tool="dump_logits"):

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA, REPO, TOOLS, run_export
-from families import case_data, edited, ours, rel, set_kinds
+from families import case_data, edited, export_all, ours, rel, set_kinds
 from lrun.modelfile import LAYER_NO_ROPE, LAYER_SLIDING, set_field
 
 FAMILIES = DATA / "families"
@@ -38,22 +38,10 @@ def fixture(case):
     return case_data(FAMILIES, case)
 
 
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, c_tools):
     """{case: path of its f32 export}, each in a folder of its own."""
-    root = tmp_path_factory.mktemp("families")
-    files = {}
-    for case in CASES:
-        (root / case).mkdir()
-        proc = run_export(FAMILIES / case, root / case / "model.bin")
-        assert proc.returncode == 0, proc.stderr
-        files[case] = root / case / "model.bin"
+    files = export_all(tmp_path_factory.mktemp("families"), FAMILIES, CASES)
     return files
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA, REPO, run_export
-from families import case_data, edited, ours, rel, set_kinds
+from families import case_data, edited, export_all, ours, rel, set_kinds
 from lrun.modelfile import HPARAM, HPARAMS, HEADER_SIZE, LAYER_NO_ROPE, LAYER_ROPE_SWA, LAYER_SLIDING, NORM_ATTN, \
     NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST, layout, pack_header, pack_hparams, read_header, set_field
 
@@ -35,23 +35,12 @@ def fixture(case):
     return case_data(FAMILIES, case)
 
 
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, c_tools):
     """{case: path of its f32 export}, each in a folder of its own."""
-    root = tmp_path_factory.mktemp("families2")
-    files = {}
-    for case in CASES:
-        (root / case).mkdir()
-        proc = run_export(FAMILIES / case, root / case / "model.bin")
-        assert proc.returncode == 0, proc.stderr
-        assert read_header((root / case / "model.bin").read_bytes())["version"] == 4
-        files[case] = root / case / "model.bin"
+    files = export_all(tmp_path_factory.mktemp("families2"), FAMILIES, CASES)
+    for model in files.values():
+        assert read_header(model.read_bytes())["version"] == 4
     return files
 
 

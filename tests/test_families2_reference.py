@@ -36,6 +36,7 @@ import torch
 
 import reference
 from conftest import DATA
+from families import reference_case, rel
 
 FAMILIES2 = DATA / "families2"
 TOL = 1e-4       # max |diff| / max |logit| against the stored logits
@@ -91,15 +92,7 @@ CASES = list(CONTROLS)
 
 def fixture(name):
     """(directory, token ids, rows, the stored logits (len(rows), vocab) float64)."""
-    d = FAMILIES2 / name
-    ids = np.fromfile(d / "ids.bin", dtype="<i4").tolist()
-    rows = np.fromfile(d / "rows.bin", dtype="<i4")
-    want = np.fromfile(d / "logits.bin", dtype="<f4").reshape(len(rows), -1).astype(np.float64)
-    return d, ids, rows, want
-
-
-def ratio(got, want):
-    return float(np.abs(got - want).max() / np.abs(want).max())
+    return reference_case(FAMILIES2, name)
 
 
 def test_every_case_is_tested():
@@ -111,7 +104,7 @@ def test_every_case_is_tested():
 def test_logits_match_the_stored_reference(name, dtype):
     d, ids, rows, want = fixture(name)
     m = reference.load(d, dtype)
-    diff = ratio(m.logits(ids)[rows], want)
+    diff = rel(m.logits(ids)[rows], want)
     print(f"{name} ({m.family['family']}, {str(dtype)[6:]}): n {len(ids)}, {len(rows)} rows, "
           f"max |diff| / max |logit| {diff:.2e} (max |logit| {np.abs(want).max():.3f})")
     assert diff < TOL
@@ -121,7 +114,7 @@ def test_logits_match_the_stored_reference(name, dtype):
 def test_controls_miss(name):
     d, ids, rows, want = fixture(name)
     for what, switches, rope in CONTROLS[name]:
-        miss = ratio(reference.load(d, torch.float32, **switches).logits(ids, rope=rope)[rows], want)
+        miss = rel(reference.load(d, torch.float32, **switches).logits(ids, rope=rope)[rows], want)
         print(f"{name}, {what}: max |diff| / max |logit| {miss:.2e}")
         assert miss > CONTROL, f"{name}: the control '{what}' is within {miss:.2e}: the test has no power"
 
@@ -186,7 +179,7 @@ def test_cached_decoding_matches_one_pass(name):
     for keys in ("raw", "rotated"):
         dec = reference.Decoder(m, m.resolve_rope(), len(ids), keys)
         cached = np.concatenate([dec.feed(ids[:260])] + [dec.feed([t]) for t in ids[260:]])
-        diff = ratio(cached, one_pass)
+        diff = rel(cached, one_pass)
         print(f"{name}: cached ({keys} keys) against one pass, {diff:.1e}")
         assert diff < 1e-12
 
@@ -244,7 +237,7 @@ def test_config_forms_control(tmp_path):
     ids = ids[:300]
     v5 = other_form(json.loads((d / "config.json").read_text()))
     v5["rope_parameters"]["sliding_attention"]["rope_theta"] = v5["rope_parameters"]["full_attention"]["rope_theta"]
-    miss = ratio(reference.load(write_case(d, tmp_path / "v5", v5)).logits(ids), reference.load(d).logits(ids))
+    miss = rel(reference.load(write_case(d, tmp_path / "v5", v5)).logits(ids), reference.load(d).logits(ids))
     print(f"gemma3 keyed rope_parameters, sliding_attention at base 1e6: {miss:.2e}")
     assert miss > CONTROL
 
@@ -265,6 +258,6 @@ def test_exaone_pattern_without_layer_types(pattern, tmp_path):
     assert np.array_equal(m.logits(ids), want)
     c = reference.load(write_case(d, tmp_path / "c", dict(cfg, sliding_window_pattern="LGLL")))
     assert c.family["rope_layers"] == [True, False, True, False] and c.family["windows"] == [64, None, 64, None]
-    miss = ratio(c.logits(ids), want)
+    miss = rel(c.logits(ids), want)
     print(f"exaone4, pattern {pattern!r}: identical; pattern LGLL {miss:.2e}")
     assert miss > CONTROL

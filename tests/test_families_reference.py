@@ -26,6 +26,7 @@ import torch
 
 import reference
 from conftest import DATA
+from families import reference_case, rel
 from lrun.hf_random import make_checkpoint
 
 FAMILIES_DIR = DATA / "families"
@@ -62,15 +63,7 @@ FIXTURES = list(CONTROLS)
 
 def fixture(name):
     """(directory, token ids, rows, transformers' logits (len(rows), vocab) float64)."""
-    d = FAMILIES_DIR / name
-    ids = np.fromfile(d / "ids.bin", dtype="<i4").tolist()
-    rows = np.fromfile(d / "rows.bin", dtype="<i4")
-    want = np.fromfile(d / "logits.bin", dtype="<f4").reshape(len(rows), -1).astype(np.float64)
-    return d, ids, rows, want
-
-
-def ratio(got, want):
-    return float(np.abs(got - want).max() / np.abs(want).max())
+    return reference_case(FAMILIES_DIR, name)
 
 
 def test_every_fixture_is_tested():
@@ -82,7 +75,7 @@ def test_every_fixture_is_tested():
 def test_logits_match_transformers(name, dtype):
     d, ids, rows, want = fixture(name)
     m = reference.load(d, dtype)
-    diff = ratio(m.logits(ids)[rows], want)
+    diff = rel(m.logits(ids)[rows], want)
     print(f"{name} ({m.family['family']}, {str(dtype)[6:]}): n {len(ids)}, {len(rows)} rows, "
           f"max |diff| / max |logit| {diff:.2e} (max |logit| {np.abs(want).max():.3f})")
     assert diff < TOL
@@ -92,7 +85,7 @@ def test_logits_match_transformers(name, dtype):
 def test_controls_miss(name):
     d, ids, rows, want = fixture(name)
     for what, switches, rope in CONTROLS[name]:
-        miss = ratio(reference.load(d, **switches).logits(ids, rope=rope)[rows], want)
+        miss = rel(reference.load(d, **switches).logits(ids, rope=rope)[rows], want)
         print(f"{name}, {what}: max |diff| / max |logit| {miss:.2e}")
         assert miss > CONTROL, f"{name}: the control '{what}' is within {miss:.2e}: the test has no power"
 
@@ -137,7 +130,7 @@ def test_cached_decoding_matches_one_pass(name):
     ids = ids[:100]
     one_pass = m.logits(ids)
     for keys in ("raw", "rotated"):
-        diff = ratio(m.logits_cached(ids, keys=keys), one_pass)
+        diff = rel(m.logits_cached(ids, keys=keys), one_pass)
         print(f"{name}: cached ({keys} keys) against one pass, {diff:.1e}")
         assert diff < 1e-12
 
@@ -202,6 +195,6 @@ def test_config_forms_control(tmp_path):
                         extra_config={key: None})
         a = reference.load(tmp_path / form).logits(ids)
         b = reference.load(tmp_path / (form + "-plain")).logits(ids)
-        miss = ratio(a, b)
+        miss = rel(a, b)
         print(f"{form} without {key}: {miss:.2e}")
         assert miss > CONTROL
