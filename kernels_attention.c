@@ -151,6 +151,13 @@ size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_d
     return att_layout(&a, rows, (size_t)head_dim, kv_stride(ctx), extra);
 }
 
+// Positions [a, to) of a layer with a ring of `ring` slots (0: none) lie in its slots without a wrap up
+// to the returned end: `to`, or the next multiple of ring.
+static int piece_end(int a, int to, int ring) {
+    const int wrap = ring ? (a / ring + 1) * ring : to;
+    return wrap < to ? wrap : to;
+}
+
 // One task of attention: kv head kvh's query rows for queries t * per .. (at most per of them).
 static void attention_task(float *out, const float *q, const float *q_far, const KVCache *c, int layer, int n, int pos,
                            float *scratch, int kvh, int t) {
@@ -189,8 +196,8 @@ static void attention_task(float *out, const float *q, const float *q_far, const
         const float *table = ra.keys[seg[s].key];
         float *dst = s == 0 ? att : spare;
         for (int a = from, b; a < to; a = b) { // in a ring, the pieces between its wraps
-            b = ring && to > (a / ring + 1) * ring ? (a / ring + 1) * ring : to;
-            attention_scores(dst + a, stride, qt, rows, (const char *)keys + (size_t)(ring ? a % ring : a) * krow,
+            b = piece_end(a, to, ring);
+            attention_scores(dst + a, stride, qt, rows, (const char *)keys + (size_t)layer_slot(c, layer, a) * krow,
                              c->key_type, table ? table + (size_t)a * hd : NULL, turned, hd, b - a);
         }
         for (int qi = 0; s > 0 && qi < nq; qi++) // each query's own keys of this segment, into its rows
@@ -214,8 +221,8 @@ static void attention_task(float *out, const float *q, const float *q_far, const
     const size_t vrow = kv_row_bytes(c->value_type, hd);
     memset(o, 0, (size_t)rows * hd * sizeof(float));
     for (int a = first, b; a < len; a = b) {
-        b = ring && len > (a / ring + 1) * ring ? (a / ring + 1) * ring : len;
-        attention_mix(o, att + a, stride, rows, values + (size_t)(ring ? a % ring : a) * vrow, c->value_type, turned,
+        b = piece_end(a, len, ring);
+        attention_mix(o, att + a, stride, rows, values + (size_t)layer_slot(c, layer, a) * vrow, c->value_type, turned,
                       b - a, hd);
     }
     for (int r = 0; r < rows; r++)
