@@ -248,19 +248,19 @@ static int push(IntVec *a, int x) {
 // ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 (controls, space, DEL, NBSP,
 // soft hyphen) become U+0100, U+0101, ... in byte order. So ' ' is 'Ġ' (U+0120), '\n' is 'Ċ'.
 
+static int printable(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
+
+// The unprintable bytes are three runs, 0x00-0x20 (33 bytes), 0x7F-0xA0 (34) and 0xAD, numbered on
+// from U+0100 in that order.
 static unsigned byte_to_cp(unsigned b) {
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-    unsigned n = 0; // how many unprintable bytes come before b
-    for (unsigned x = 0; x < b; x++)
-        n += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
-    return 256 + n;
+    if (printable(b)) return b;
+    return b <= 0x20 ? 256 + b : b <= 0xA0 ? 256 + 33 + (b - 0x7F) : 256 + 33 + 34;
 }
 
 // The byte a character of the map stands for, or -1 if it is not one of the 256.
 static int cp_to_byte(unsigned cp) {
-    for (unsigned b = 0; b < 256; b++)
-        if (byte_to_cp(b) == cp) return (int)b;
-    return -1;
+    if (cp < 256) return printable(cp) ? (int)cp : -1;
+    return cp < 256 + 33 ? (int)cp - 256 : cp < 256 + 67 ? 0x7F + (int)cp - 289 : cp == 323 ? 0xAD : -1;
 }
 
 // ---------------------------------------------------------------------------------------------
