@@ -107,16 +107,19 @@ void matrix_row(float *out, const Matrix *m, int r) {
 // products do, in decode and prefill.
 void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
     const int round_x = x_bf16(m->dtype);
-    for (int t = 0; t < n; t++) {
-        for (int r = 0; r < m->rows; r++) {
+    float *row = malloc((size_t)m->cols * sizeof *row); // a row read once for all n tokens (else per token)
+    for (int r = 0; r < m->rows; r++) {
+        if (row) matrix_row(row, m, r);
+        for (int t = 0; t < n; t++) {
             double sum = 0;
             for (int c = 0; c < m->cols; c++) {
                 const float xc = x[(size_t)t * m->cols + c];
-                sum += (double)weight_at(m, r, c) * (round_x ? widen_bf16(round_bf16(xc)) : xc);
+                sum += (double)(row ? row[c] : weight_at(m, r, c)) * (round_x ? widen_bf16(round_bf16(xc)) : xc);
             }
             out[(size_t)t * m->rows + r] = (float)sum;
         }
     }
+    free(row);
 }
 
 // ---------------------------------------------------------------------------------------------
