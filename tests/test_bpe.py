@@ -15,6 +15,7 @@ Checked: the same ids for thousands of random strings of the kinds that break to
 the whole TinyStories text; decoding (streamed piece by piece, and by the oracle) gives the text
 back; a tokenizer.json whose merges are in the wrong order (the control) must not match.
 """
+import copy
 import json
 import random
 import subprocess
@@ -44,6 +45,10 @@ SPECIAL = {"llama3": ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", 
 ADDED_TEXT = {"qwen3": ["<think>", "</think>", "<tool_call>", "<|fim_prefix|>"],
               "gemma3": ["<unused0>", "[multimodal]", "<mask>", "\n\n\n", "\t\t", "\u2581\u2581\u2581"]}
 N_RANDOM = 1500  # random strings per tokenizer
+# Texts single tests ask the oracle about, sent with the shared run (shared_run) so that no test
+# starts a node process of its own to load the same tokenizer.json again.
+EXTRA = {"gemma3": ["Hello, world!", "a\x00b\U0010fffd"]}
+N_CONTROL = 300  # of the shared random strings, what a control compares (every one of them matches the real file)
 
 
 @pytest.fixture(scope="module")
@@ -137,17 +142,22 @@ def shared_run(name):
     round-trip texts (seed 14) of one tokenizer, encoded by one tok_dump process and the first two
     by one oracle process, which also decodes our ids of the third: the three tests below read
     their parts of it. Each process loads the tokenizer.json once (Llama 3's, Qwen3's and o200k's
-    vocabularies take a second or two each), and what each text is compared with is as before."""
+    vocabularies take a second or two each), and what each text is compared with is as before.
+    The oracle also encodes the tokenizer's EXTRA texts ("extra": {text: ids})."""
     if name not in _RUNS:
         rand, rt = random_texts(name, N_RANDOM, seed=13), random_texts(name, 500, seed=14)
         text = TEXT.read_bytes()
         stories = [text] + text.split(b"\n")
+        extra = EXTRA.get(name, [])
         mine = ours(TOKENIZERS[name], rand + stories + rt)
         strings = [t.decode("utf-8", "replace") for t in rand + stories]  # what a JS or Python caller would pass
-        encoded, decoded = oracle(TOKENIZERS[name], strings, decode=[m[0] for m in mine[len(rand) + len(stories):]])
+        encoded, decoded = oracle(TOKENIZERS[name], strings + extra,
+                                  decode=[m[0] for m in mine[len(rand) + len(stories):]])
         _RUNS[name] = {"random": (rand, mine[:len(rand)], encoded[:len(rand)]),
-                       "stories": (stories, mine[len(rand):len(rand) + len(stories)], encoded[len(rand):]),
-                       "round trip": (rt, mine[len(rand) + len(stories):], decoded)}
+                       "stories": (stories, mine[len(rand):len(rand) + len(stories)],
+                                   encoded[len(rand):len(rand) + len(stories)]),
+                       "round trip": (rt, mine[len(rand) + len(stories):], decoded),
+                       "extra": dict(zip(extra, encoded[len(rand) + len(stories):]))}
     return _RUNS[name]
 
 
@@ -215,13 +225,19 @@ def test_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path):
     spec["model"]["merges"].reverse()
     broken = tmp_path / "tokenizer.json"
     broken.write_text(json.dumps(spec))
-    texts = random_texts("gpt2", 300, seed=15)
-    strings = [t.decode("utf-8", "replace") for t in texts]
-    theirs, _ = oracle(TOKENIZERS["gpt2"], strings)
-    mine = ours(broken, texts)
-    bad = sum(m[0] != o for m, o in zip(mine, theirs))
+    texts, _, theirs = control_strings("gpt2")
+    bad = sum(m[0] != o for m, o in zip(ours(broken, texts), theirs))
     assert bad > 30, f"only {bad} of {len(texts)} differ: the comparison cannot see merge order"
     print(f"control: reversed merge ranks give {bad} of {len(texts)} mismatches")
+
+
+def control_strings(name):
+    """The first N_CONTROL random strings of the shared run, and the oracle's ids for them on the
+    real file, which ours equal (test_random_strings_match_oracle): what a control breaks the file
+    against."""
+    texts, mine, theirs = shared_run(name)["random"]
+    assert not mismatches(texts[:N_CONTROL], mine, theirs[:N_CONTROL])
+    return texts[:N_CONTROL], mine[:N_CONTROL], theirs[:N_CONTROL]
 
 
 CONTROLS = {
@@ -242,8 +258,7 @@ def test_control_without_what_the_file_asks(name, c_tools, oracle_ready, tmp_pat
     CONTROLS[name](spec)
     broken = tmp_path / "tokenizer.json"
     broken.write_text(json.dumps(spec))
-    texts = random_texts(name, 300, seed=17)
-    theirs, _ = oracle(TOKENIZERS[name], [t.decode("utf-8", "replace") for t in texts])
+    texts, _, theirs = control_strings(name)
     bad = sum(m[0] != o for m, o in zip(ours(broken, texts), theirs))
     assert bad > 15, f"only {bad} of {len(texts)} differ: the comparison cannot see the change"
     print(f"control {name}: {bad} of {len(texts)} mismatches")
@@ -266,29 +281,29 @@ def llama2_style(spec):
 
 
 @pytest.fixture(scope="module")
-def gemma_text():
-    return TOKENIZERS["gemma3"].read_text()
+def gemma_spec():
+    """Gemma 3's tokenizer.json, parsed once (33 MB); a test changes a copy of the parts it changes."""
+    return json.loads(TOKENIZERS["gemma3"].read_text())
 
 
-def test_llama2_arrangement_matches_oracle(c_tools, oracle_ready, tmp_path, gemma_text):
+def test_llama2_arrangement_matches_oracle(c_tools, oracle_ready, tmp_path, gemma_spec):
     """The Llama 2 / Mistral arrangement on Gemma's vocabulary, against the oracle reading the same
     file: the '▁' put in front of each text between added tokens, and the decoder's Strip (a text's
     streamed pieces give the oracle's decoding back, the first space dropped). The control: the
     real Gemma 3 file (no Prepend) must not match these ids."""
-    spec = json.loads(gemma_text)
+    spec = dict(gemma_spec, decoder=copy.deepcopy(gemma_spec["decoder"]))
     llama2_style(spec)
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
     texts = random_texts("gemma3", 500, seed=19)
     strings = [t.decode("utf-8", "replace") for t in texts]
     mine = ours(path, texts)
-    theirs, _ = oracle(path, strings)
-    bad = [(t, m[0], o) for t, m, o in zip(strings, mine, theirs) if m[0] != o]
-    assert not bad, f"{len(bad)} of {len(texts)} differ, first {bad[0]!r}"
     # Decoding, on texts without special tokens (the oracle writes those out; a stream does not)
     plain = [t for t in strings if not any(sp in t for sp in SPECIAL["gemma3"])]
     plain_mine = ours(path, [t.encode() for t in plain])
-    _, decoded = oracle(path, decode=[m[0] for m in plain_mine])
+    theirs, decoded = oracle(path, strings, decode=[m[0] for m in plain_mine])
+    bad = [(t, m[0], o) for t, m, o in zip(strings, mine, theirs) if m[0] != o]
+    assert not bad, f"{len(bad)} of {len(texts)} differ, first {bad[0]!r}"
     assert len(plain) > 200
     for text, (ids, streamed), d in zip(plain, plain_mine, decoded):
         assert b"".join(streamed).decode("utf-8") == d, (text, ids)
@@ -298,38 +313,50 @@ def test_llama2_arrangement_matches_oracle(c_tools, oracle_ready, tmp_path, gemm
           f"control (Gemma's own normalizer): {control} differ")
 
 
-def test_gemma_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path, gemma_text):
+def test_gemma_wrong_merge_order_is_caught(c_tools, oracle_ready, tmp_path, gemma_spec):
     """The control of the SentencePiece kind's BPE: Gemma 3's merges in reverse order must give
     other ids than the oracle reading the real file."""
-    spec = json.loads(gemma_text)
-    spec["model"]["merges"].reverse()
+    spec = dict(gemma_spec, model=dict(gemma_spec["model"], merges=gemma_spec["model"]["merges"][::-1]))
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
-    texts = random_texts("gemma3", 300, seed=15)
-    theirs, _ = oracle(TOKENIZERS["gemma3"], [t.decode("utf-8", "replace") for t in texts])
+    texts, _, theirs = control_strings("gemma3")
     bad = sum(m[0] != o for m, o in zip(ours(path, texts), theirs))
     assert bad > 100, f"only {bad} of {len(texts)} differ: the comparison cannot see merge order"
     print(f"control gemma3: reversed merge ranks give {bad} of {len(texts)} mismatches")
 
 
-def test_gemma_byte_fallback_is_used(c_tools, oracle_ready, gemma_text):
+def test_gemma_byte_fallback_is_used(c_tools, oracle_ready, gemma_spec):
     """Characters Gemma's vocabulary lacks become one <0xXX> token per UTF-8 byte, as the oracle
     does, and stream back as those bytes."""
-    vocab = json.loads(gemma_text)["model"]["vocab"]
-    rare = "a\x00b\U0010fffd"  # NUL and a private-use character of plane 16: no words of the vocabulary
+    vocab = gemma_spec["model"]["vocab"]
+    rare = EXTRA["gemma3"][1]  # NUL and a private-use character of plane 16: no words of the vocabulary
     ((ids, streamed),) = ours(TOKENIZERS["gemma3"], [rare.encode()])
-    (theirs,), _ = oracle(TOKENIZERS["gemma3"], [rare])
-    assert ids == theirs
+    assert ids == shared_run("gemma3")["extra"][rare]
     for byte in b"\x00" + "\U0010fffd".encode():
         assert vocab["<0x%02X>" % byte] in ids
     assert b"".join(streamed) == rare.encode()
 
 
+@pytest.fixture(scope="module")
+def small_gemma(gemma_spec):
+    """Gemma 3's tokenizer.json cut to its first 1000 ids (the 256 byte tokens are 238-493) and the
+    merges among them: the same arrangement, loaded in a moment, for the refusals below, which are
+    about the arrangement, not the vocabulary."""
+    keep = 1000
+    model = gemma_spec["model"]
+    vocab = {w: i for w, i in model["vocab"].items() if i < keep}
+    merges = [m for m in model["merges"] if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
+    return dict(gemma_spec, model=dict(model, vocab=vocab, merges=merges),
+                added_tokens=[a for a in gemma_spec["added_tokens"] if a["id"] < keep])
+
+
 def _gemma_mutations():
-    """(name, how to break Gemma 3's tokenizer.json, what the message must say)."""
+    """(name, how to break Gemma 3's tokenizer.json, what the message must say); None: the file as it
+    is, which must load (the control)."""
     def put(key, value):
         return lambda s: s.__setitem__(key, value)
     return [
+        ("as it is", lambda s: None, None),
         ("metaspace", put("pre_tokenizer", {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
                                             "split": False}), "pre_tokenizer Metaspace is not implemented"),
         ("nfkc", put("normalizer", {"type": "NFKC"}), "normalizer NFKC is not implemented beside byte_fallback"),
@@ -347,12 +374,15 @@ def _gemma_mutations():
 
 
 @pytest.mark.parametrize("name,mutate,message", _gemma_mutations(), ids=[m[0] for m in _gemma_mutations()])
-def test_bad_sentencepiece_kind_is_refused(name, mutate, message, c_tools, oracle_ready, tmp_path, gemma_text):
-    spec = json.loads(gemma_text)
+def test_bad_sentencepiece_kind_is_refused(name, mutate, message, c_tools, tmp_path, small_gemma):
+    spec = copy.deepcopy(small_gemma)
     mutate(spec)
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
     proc = subprocess.run([str(TOOLS / "tok_dump"), str(path), "vocab"], capture_output=True, text=True)
+    if message is None:
+        assert proc.returncode == 0 and proc.stdout.split() == ["1000", "2", "-1"], proc.stderr
+        return
     assert proc.returncode == 1 and message in proc.stderr, proc.stderr
     assert "hint: use the model's tokenizer.model" in proc.stderr or name == "normalized added", proc.stderr
 
@@ -362,7 +392,7 @@ def test_gemma_bos(c_tools, oracle_ready):
     TemplateProcessing both say so."""
     out = subprocess.run([str(TOOLS / "tok_dump"), str(TOKENIZERS["gemma3"]), "vocab"], capture_output=True, text=True)
     assert out.stdout.split() == ["262145", "2", "-1"]
-    (plain,), _ = oracle(TOKENIZERS["gemma3"], ["Hello, world!"])
+    plain = shared_run("gemma3")["extra"]["Hello, world!"]
     assert encode(TOKENIZERS["gemma3"], "Hello, world!") == [2] + plain
 
 
