@@ -9,10 +9,12 @@ What this is not: a trained model. The numbers are N(0, std^2) (norm weights 1 +
 biases N(0, 0.2^2)), so a forward pass stays finite but produces no meaningful text.
 
 Families (architecture=): LlamaForCausalLM (the default), MistralForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM. The tensors are the ones transformers' modules
-hold for the config written (modeling_<family>.py names): Qwen2's q/k/v biases (always), Llama's,
-Qwen3's and SmolLM3's attention_bias / mlp_bias ones when extra_config turns them on, Qwen3's
-self_attn.q_norm / k_norm (head_dim each), Phi-3's fused self_attn.qkv_proj (rows q, k, v) and
+Qwen3ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM, Gemma3ForCausalLM. The tensors are the ones
+transformers' modules hold for the config written (modeling_<family>.py names): Qwen2's q/k/v biases
+(always), Llama's, Qwen3's and SmolLM3's attention_bias / mlp_bias ones when extra_config turns them
+on, Qwen3's and Gemma 3's self_attn.q_norm / k_norm (head_dim each), Gemma 3's norms before and
+after the MLP (pre_feedforward_layernorm, post_feedforward_layernorm; its norm weights w scale by
+1 + w, so theirs are N(0, 0.1^2)), Phi-3's fused self_attn.qkv_proj (rows q, k, v) and
 mlp.gate_up_proj (rows gate, then up). config.json is written in either of the forms transformers
 writes: config_format="v4" (top-level rope_theta, rope_scaling, partial_rotary_factor) or "v5" (one
 rope_parameters dict holding rope_type, rope_theta and the rest, plus the layer_types that
@@ -48,16 +50,22 @@ DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 TORCH_DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 FORMATS = ("safetensors", "sharded", "bin", "bin-sharded")
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-               "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "Phi3ForCausalLM": "phi3"}
+               "Qwen3ForCausalLM": "qwen3", "SmolLM3ForCausalLM": "smollm3", "Phi3ForCausalLM": "phi3",
+               "Gemma3ForCausalLM": "gemma3_text"}
 CONFIG_FORMATS = ("v4", "v5")
 BIAS_STD = 0.2  # as data/families/: biases large enough to matter
 
-# Benchmark shapes: Karpathy's stories110M (Llama 2 tokenizer) and TinyLlama-1.1B (GQA 32/4).
+# Benchmark shapes: Karpathy's stories110M (Llama 2 tokenizer) and TinyLlama-1.1B (GQA 32/4), and
+# Gemma 3 1B (google/gemma-3-1b-pt's config.json: 26 layers, 5 sliding of 512 : 1 global, 4 heads and
+# one kv head of 256, a 262144-word vocabulary shared with the classifier).
 PRESETS = {
     "110m": dict(dim=768, hidden_dim=2048, n_layers=12, n_heads=12, n_kv_heads=12,
                  vocab_size=32000, max_pos=1024, tied=True),
     "tinyllama": dict(dim=2048, hidden_dim=5632, n_layers=22, n_heads=32, n_kv_heads=4,
                       vocab_size=32000, max_pos=2048, tied=False),
+    "gemma3-1b": dict(dim=1152, hidden_dim=6912, n_layers=26, n_heads=4, n_kv_heads=1, head_dim=256,
+                      vocab_size=262144, max_pos=32768, tied=True, architecture="Gemma3ForCausalLM",
+                      rope_theta=1000000.0),
 }
 
 
@@ -92,17 +100,21 @@ def hf_tensors(dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_
                   + linear(p + "self_attn.k_proj", (n_kv_heads * hd, dim), "k", qkv_bias)
                   + linear(p + "self_attn.v_proj", (n_kv_heads * hd, dim), "weight", qkv_bias))
         t += linear(p + "self_attn.o_proj", (dim, n_heads * hd), "weight", o_bias)
-        if family == "qwen3":
-            t += [(p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm")]
+        norm = "gemma_norm" if family == "gemma3_text" else "norm"
+        if family in ("qwen3", "gemma3_text"):
+            t += [(p + "self_attn.q_norm.weight", (hd,), norm), (p + "self_attn.k_norm.weight", (hd,), norm)]
         if family == "phi3":
             t += linear(p + "mlp.gate_up_proj", (2 * hidden_dim, dim), "weight", False)
         else:
             t += (linear(p + "mlp.gate_proj", (hidden_dim, dim), "weight", mlp_bias)
                   + linear(p + "mlp.up_proj", (hidden_dim, dim), "weight", mlp_bias))
         t += linear(p + "mlp.down_proj", (dim, hidden_dim), "weight", mlp_bias)
-        t += [(p + "input_layernorm.weight", (dim,), "norm"),
-              (p + "post_attention_layernorm.weight", (dim,), "norm")]
-    t.append(("model.norm.weight", (dim,), "norm"))
+        t += [(p + "input_layernorm.weight", (dim,), norm),
+              (p + "post_attention_layernorm.weight", (dim,), norm)]
+        if family == "gemma3_text":
+            t += [(p + "pre_feedforward_layernorm.weight", (dim,), norm),
+                  (p + "post_feedforward_layernorm.weight", (dim,), norm)]
+    t.append(("model.norm.weight", (dim,), "gemma_norm" if family == "gemma3_text" else "norm"))
     if not tied:
         t.append(("lm_head.weight", (vocab_size, dim), "weight"))
     return t
@@ -115,6 +127,8 @@ def random_tensor(shape, kind, index, seed, std, exact, qk_scale=1.0, qk_rows=0)
     x = torch.randn(shape, generator=g, dtype=torch.float32)
     if kind == "norm":
         x = x.mul_(0.1).add_(1.0)
+    elif kind == "gemma_norm":  # the norm scales by 1 + w
+        x = x.mul_(0.1)
     elif kind == "bias":
         x = x.mul_(BIAS_STD)
     else:
@@ -192,6 +206,9 @@ def derived_layer_types(config):
     if family == "smollm3":
         return ["sliding_attention" if window is not None and not config["no_rope_layers"][i]
                 else "full_attention" for i in range(n)]
+    if family == "gemma3_text":
+        return ["full_attention" if (i + 1) % config.get("sliding_window_pattern", 6) == 0 else "sliding_attention"
+                for i in range(n)]
     return None
 
 
@@ -241,6 +258,11 @@ def make_checkpoint(out_dir, *, dim, hidden_dim, n_layers, n_heads, n_kv_heads, 
                       use_sliding_window=False, sliding_window=None)
     elif family == "phi3":
         config.update(sliding_window=None)
+    elif family == "gemma3_text":  # configuration_gemma3.py's keys, as google/gemma-3-1b-pt writes them
+        del config["hidden_act"]
+        config.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=hd, sliding_window=512,
+                      sliding_window_pattern=6, rope_local_base_freq=10000.0, attn_logit_softcapping=None,
+                      final_logit_softcapping=None, rms_norm_eps=1e-6)
     config.update(rope_config(family, config_format, rope_theta, rope_scaling, partial_rotary_factor, max_pos))
     for k, v in (extra_config or {}).items():
         if v is None:
@@ -249,6 +271,10 @@ def make_checkpoint(out_dir, *, dim, hidden_dim, n_layers, n_heads, n_kv_heads, 
             config[k] = v
     if config_format == "v5" and "layer_types" not in (extra_config or {}) and derived_layer_types(config):
         config["layer_types"] = derived_layer_types(config)
+    if config_format == "v5" and family == "gemma3_text":  # a RoPE per layer type (configuration_gemma3.py)
+        config.pop("sliding_window_pattern", None)
+        config["rope_parameters"] = {"full_attention": config["rope_parameters"], "sliding_attention": {
+            "rope_type": "default", "rope_theta": config.pop("rope_local_base_freq")}}
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
 
@@ -301,9 +327,9 @@ def main():
                          "default: the preset's, else tied")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="F32")
     ap.add_argument("--fmt", choices=FORMATS, default="safetensors")
-    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--rope-theta", type=float, help="default: the preset's, else 10000")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--arch", choices=sorted(MODEL_TYPES), default="LlamaForCausalLM", help="the family")
+    ap.add_argument("--arch", choices=sorted(MODEL_TYPES), help="the family; default: the preset's, else Llama")
     ap.add_argument("--config-format", choices=CONFIG_FORMATS, default="v4",
                     help="config.json as transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters) writes it")
     ap.add_argument("--qk-scale", type=float, default=1.0, help="multiply the q and k projections")
@@ -316,15 +342,19 @@ def main():
     shape.setdefault("n_kv_heads", shape.get("n_heads"))
     shape.setdefault("max_pos", 2048)
     shape.setdefault("tied", True)
+    arch = args.arch or shape.pop("architecture", "LlamaForCausalLM")
+    shape.pop("architecture", None)
+    theta = args.rope_theta or shape.pop("rope_theta", 10000.0)
+    shape.pop("rope_theta", None)
     missing = [k for k in ("dim", "hidden_dim", "n_layers", "n_heads", "vocab_size") if shape.get(k) is None]
     if missing:
         ap.error(f"give --preset or all of --dim --hidden-dim --layers --heads --vocab (missing {missing})")
     t0 = time.monotonic()
-    make_checkpoint(args.out_dir, **shape, dtype=args.dtype, fmt=args.fmt, rope_theta=args.rope_theta,
-                    seed=args.seed, architecture=args.arch, config_format=args.config_format, qk_scale=args.qk_scale)
+    make_checkpoint(args.out_dir, **shape, dtype=args.dtype, fmt=args.fmt, rope_theta=theta,
+                    seed=args.seed, architecture=arch, config_format=args.config_format, qk_scale=args.qk_scale)
     n = sum(math.prod(s) for _, s, _ in hf_tensors(shape["dim"], shape["hidden_dim"], shape["n_layers"],
             shape["n_heads"], shape["n_kv_heads"], shape["vocab_size"], shape.get("head_dim"),
-            shape["tied"], MODEL_TYPES[args.arch], MODEL_TYPES[args.arch] == "qwen2"))
+            shape["tied"], MODEL_TYPES[arch], MODEL_TYPES[arch] == "qwen2"))
     print(f"wrote {args.out_dir}: {n:,} params, {args.dtype}, {args.fmt}, "
           f"{time.monotonic() - t0:.1f} s", file=sys.stderr)
 

@@ -176,9 +176,12 @@ RANDOM = {
                                "long_factor": [1.0 + 1.5 * i for i in range(3)]}),
     "mistral": dict(architecture="MistralForCausalLM", extra_config={
         "sliding_window": 24, "layer_types": ["sliding_attention", "full_attention"] * 2}),
+    "gemma3": dict(architecture="Gemma3ForCausalLM", head_dim=16, extra_config={
+        "sliding_window": 24, "sliding_window_pattern": 2}),  # bench's gemma3-1b preset, small
 }
 # the extension mode each also runs with, at 4L (Mistral: not rerope, which is refused with a window)
-MODES = {"qwen2": "dynamic", "qwen3": "ntk", "smollm3": "leaky-rerope", "phi3": "yarn", "mistral": "pi"}
+MODES = {"qwen2": "dynamic", "qwen3": "ntk", "smollm3": "leaky-rerope", "phi3": "yarn", "mistral": "pi",
+         "gemma3": "yarn"}
 
 
 def make_random(root, family, config_format):
