@@ -48,8 +48,8 @@ from pathlib import Path
 
 import versus  # --peer: ./run against llama.cpp, ik_llama.cpp, ... in one interleaved run
 # What bench.py and versus.py both use; tests/test_bench.py and rerope_cost.py reach it as bench.TIMING, ...
-from common import (DTYPES, REPO, RUN_ENV, RUN_FLAGS, SHAPES, TEXT, TIMING, checkpoint, commit, fresh_pages, loadavg,
-                    log, machine, modelfile, prompt_text, read_header)
+from common import (DEFAULT_SHAPES, DTYPES, REPO, RUN_ENV, RUN_FLAGS, SHAPES, TEXT, TIMING, checkpoint, commit,
+                    fresh_pages, loadavg, log, machine, modelfile, prompt_text, read_header)
 
 TIME = "/usr/bin/time"  # GNU time (Debian package "time"), for the peak RSS
 
@@ -155,7 +155,8 @@ def bandwidth(threads):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=DEFAULT_SHAPES,
+                    help=f"default: {' '.join(DEFAULT_SHAPES)}")
     ap.add_argument("--dtype", nargs="+", choices=DTYPES + tuple(versus.VARIANTS),
                     help=f"weight types (default: all; with --peer: {' '.join(versus.DTYPES)}, where f16-as-bf16 "
                     "is the f16 files with ./run --f16-as-bf16)")
@@ -213,7 +214,7 @@ def main():
         full = (set(args.shape) >= {"110m", "tinyllama"} and args.dtype == list(versus.DTYPES)
                 and args.threads == [1, 2] and args.runs >= 3 and not args.no_long and not args.env)
     else:
-        full = (args.shape == list(SHAPES) and args.dtype == list(DTYPES) and args.threads == [1, 2]
+        full = (args.shape == DEFAULT_SHAPES and args.dtype == list(DTYPES) and args.threads == [1, 2]
                 and args.runs == 5 and not args.no_long and not args.no_window and not args.env
                 and args.kv_types == ["f32"])
     if args.out is None:

@@ -25,7 +25,11 @@ SHAPES = {  # name -> how to make it, its tokenizer
     "stories260k": dict(hf=DATA / "stories260K-hf", tokenizer=DATA / "stories260K" / "tokenizer.model"),
     "110m": dict(preset="110m", tokenizer=LLAMA_TOKENIZER),
     "tinyllama": dict(preset="tinyllama", tokenizer=LLAMA_TOKENIZER),
+    # Run only when named (--shape gemma3-1b): Gemma 3 1B's layers (5 sliding of 512 : 1 global) and its
+    # 262144-word classifier; the Llama 2 tokenizer writes its prompts (ids below 32000 of the 262144).
+    "gemma3-1b": dict(preset="gemma3-1b", tokenizer=LLAMA_TOKENIZER, named_only=True),
 }
+DEFAULT_SHAPES = [name for name, spec in SHAPES.items() if not spec.get("named_only")]
 DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 
 RUN_ENV = dict(os.environ)  # what ./run sees: this environment plus bench.py's --env
