@@ -1,7 +1,12 @@
-"""ab.py - two builds of ./run on the same model files, interleaved: is a change's speed the same?
+"""ab.py - two builds of ./run (or one with two sets of flags) on the same model files, interleaved: is
+a change's speed the same?
 
     /usr/bin/python3 bench/ab.py OLD_RUN NEW_RUN [--shape 110m tinyllama] [--dtype q8_0 q4_0 bf16]
                                  [--threads 1 2] [--runs 5] [--prompt 512] [--gen 64] [--out FILE]
+                                 [--old-flags FLAGS] [--new-flags FLAGS] [--ctx N]
+    /usr/bin/python3 bench/ab.py ./run ./run --old-flags="-ctk f16 -ctv f16" \
+        --new-flags="-ctk f16 -ctv f16 --swa-full" --shape gemma3-1b --dtype q8_0 --prompt 8192 --gen 33
+                                 the sliding layers' ring against a full cache, decoding at depth 8192
 
 A refactoring that must not change the kernels' speed (issue 48: "the kernels' speed unchanged within
 noise in a same-run A/B") is measured here: for each round, each model x weight type x thread count, the
@@ -10,20 +15,23 @@ the other, in alternating order from round to round; pp and tg are the tokens/s 
 prints (--prompt and --gen set the two lengths). The table gives each side's median over the rounds, their ratio (new / old), and the spread of
 the per-round ratios, beside the read bandwidth probed before each round (bench/bwprobe). Both builds
 must read the model files (bench/common.py makes them, in --cache as bench.py does). A benchmark, not a
-test: nothing fails on speed.
+test: nothing fails on speed. --old-flags and --new-flags add flags to each side's ./run (split as a
+shell would); --ctx is the context of every run (default: room for the prompt and the generated tokens,
+at least 1024).
 """
 import argparse
 import datetime
+import shlex
 import statistics
 import subprocess
 from pathlib import Path
 
 from common import (REPO, RUN_ENV, SHAPES, TIMING, checkpoint, fresh_pages, loadavg, log, machine, prompt_text)
 
-def one(run, model, tokenizer, prompt, gen, threads):
+def one(run, model, tokenizer, prompt, gen, threads, ctx, flags):
     """(pp tok/s, tg tok/s) of one ./run."""
-    cmd = [str(run), str(model), "-z", str(tokenizer), "-i", prompt, "-n", str(gen), "-t", "0", "--ctx", "1024",
-           "--threads", str(threads)]
+    cmd = [str(run), str(model), "-z", str(tokenizer), "-i", prompt, "-n", str(gen), "-t", "0", "--ctx", str(ctx),
+           "--threads", str(threads), *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=RUN_ENV, errors="replace")
     m = TIMING.search(proc.stderr)
     if proc.returncode or not m:
@@ -50,7 +58,12 @@ def main():
     ap.add_argument("--gen", type=int, default=64, help="generated tokens (default 64)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lrun-bench")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--old-flags", default="", help="flags for the old side's ./run")
+    ap.add_argument("--new-flags", default="", help="flags for the new side's ./run")
+    ap.add_argument("--ctx", type=int, help="--ctx of every run (default: max(1024, prompt + gen))")
     args = ap.parse_args()
+    ctx = args.ctx or max(1024, args.prompt + args.gen)
+    flags = {"old": shlex.split(args.old_flags), "new": shlex.split(args.new_flags)}
     args.cache.mkdir(parents=True, exist_ok=True)
     cells = [(s, d, t) for s in args.shape for d in args.dtype for t in args.threads]
     models = {(s, d): checkpoint(args.cache, s, d) for s in args.shape for d in args.dtype}
@@ -64,16 +77,18 @@ def main():
             order = ("old", "new") if r % 2 == 0 else ("new", "old")
             for side in order:
                 got[((s, d, t), side)].append(one(getattr(args, side), models[(s, d)], SHAPES[s]["tokenizer"],
-                                                  prompts[s], args.gen, t))
+                                                  prompts[s], args.gen, t, ctx, flags[side]))
         log(f"ab: round {r + 1} of {args.runs} done")
     lines = [f"# ./run A/B: {args.old} (old) against {args.new} (new)", "",
              f"{machine()}, {datetime.date.today()}, load average {before} before and {loadavg()} after; read "
              f"bandwidth per round (bwprobe, 1 / 2 threads): {'; '.join(probes)}. {args.prompt}-token prompt, "
-             f"{args.gen} generated tokens, "
-             f"medians of {args.runs} rounds, the two builds alternating in order.", "",
+             f"{args.gen} generated tokens, --ctx {ctx}, "
+             f"medians of {args.runs} rounds, the two sides alternating in order.", "",
              f"Command: `/usr/bin/python3 bench/ab.py {args.old} {args.new} --shape {' '.join(args.shape)} --dtype "
              f"{' '.join(args.dtype)} --threads {' '.join(map(str, args.threads))} --runs {args.runs} --prompt "
-             f"{args.prompt} --gen {args.gen}`", "",
+             f"{args.prompt} --gen {args.gen} --ctx {ctx}"
+             + "".join(f" --{side}-flags={shlex.quote(getattr(args, side + '_flags'))}" for side in ("old", "new")
+                       if getattr(args, side + "_flags")) + "`", "",
              "| shape | type | threads | pp old | pp new | pp new/old (rounds' min-max) | tg old | tg new | "
              "tg new/old (rounds' min-max) |", "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
