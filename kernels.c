@@ -522,24 +522,6 @@ void rmsnorm(float *out, const float *x, const float *w, int n, int size, float 
     }
 }
 
-// e^x for the x <= 0 of a softmax, written without branches so that loops over it vectorize
-// (libm's expf does not). e^x = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2)/2, ln 2 split
-// in two parts (Cody-Waite) so r is exact, e^r by its Taylor polynomial to r^6: relative error
-// ~1e-7. Below x = -40 it returns 0: such terms weigh less than 4e-18 beside the largest one (1),
-// so even 2^24 of them change a float sum by less than its rounding, and dropping them keeps
-// subnormal numbers, which are slow, out of the attention weights. NaN also gives 0.
-static inline float softmax_exp(float x) {
-    const float xc = x > -40.0f ? x : -40.0f;
-    const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round(x * log2(e)), 1.5 * 2^23 trick
-    const float r = (xc - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
-    const float p =
-        1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    const int32_t bits = ((int32_t)k + 127) << 23; // 2^k as a float's bits
-    float two_k;
-    memcpy(&two_k, &bits, sizeof two_k); // (a union would keep the loop from vectorizing)
-    return x > -40.0f ? p * two_k : 0.0f;
-}
-
 void softmax(float *x, int n) {
     float max = x[0];
 #pragma omp simd reduction(max : max)
@@ -548,7 +530,7 @@ void softmax(float *x, int n) {
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < n; i++) {
-        x[i] = softmax_exp(x[i] - max);
+        x[i] = exp_nonpositive(x[i] - max);
         sum += x[i];
     }
     const float inv = 1.0f / sum;

@@ -13,6 +13,8 @@
 #define KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h> // memcpy, in exp_nonpositive
 
 #include "dtype.h" // the weight types: DType, the table of what each is, and the sizes of a matrix
 #include "rope.h"  // what attention reads of RoPE: RopeAttention, rope_segments
@@ -163,7 +165,25 @@ void attention(float *out, const float *q, const float *q_far, const KVCache *c,
                float *scratch, int n_threads);
 size_t attention_scratch_floats(int ctx, int n_heads, int n_kv_heads, int head_dim, int extra_turns); // 0: overflow
 
-// softmax(x) over n scores in place, with the exp attention uses (relative error ~1e-7; e^x is 0 for
+// e^x for x <= 0 (a softmax's terms, a sigmoid's), written without branches so that loops over it
+// vectorize (libm's expf does not). e^x = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2)/2, ln 2
+// split in two parts (Cody-Waite) so r is exact, e^r by its Taylor polynomial to r^6: relative error
+// ~1e-7. Below x = -40 it returns 0: such terms weigh less than 4e-18 beside the largest one (1),
+// so even 2^24 of them change a float sum by less than its rounding, and dropping them keeps
+// subnormal numbers, which are slow, out of the attention weights. NaN also gives 0.
+static inline float exp_nonpositive(float x) {
+    const float xc = x > -40.0f ? x : -40.0f;
+    const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round(x * log2(e)), 1.5 * 2^23 trick
+    const float r = (xc - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
+    const float p =
+        1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    const int32_t bits = ((int32_t)k + 127) << 23; // 2^k as a float's bits
+    float two_k;
+    memcpy(&two_k, &bits, sizeof two_k); // (a union would keep the loop from vectorizing)
+    return x > -40.0f ? p * two_k : 0.0f;
+}
+
+// softmax(x) over n scores in place, with exp_nonpositive (relative error ~1e-7; e^x is 0 for
 // x < -40, where a term weighs less than 4e-18 beside the largest one).
 void softmax(float *x, int n);
 

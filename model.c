@@ -441,9 +441,16 @@ static void scale_queries(Transformer *t, int n, int pos) {
 // A prompt's block is shared out over the threads (libm's expf is a few ns a value: a 512-token
 // prompt block is many values a layer); one token's is not worth a parallel region
 // (kernels.c: a region of one thread still costs a system call).
-static float act_times(Activation act, float g, float u) {
-    if (act == ACT_GELU_TANH) return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
-    return g / (1.0f + expf(-g)) * u;
+static float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// GELU's tanh as the sigmoid it is, 0.5 (1 + tanh z) = 1 / (1 + e^-2z), with e^-2|z| from
+// exp_nonpositive (kernels.h), so that a loop over it vectorizes: libm's tanhf does not, and took a
+// sixth of a Gemma 3 prompt's time. Where torch's 1 + tanh z cancels (z far below 0) this form keeps
+// the small value's digits; a NaN gate stays NaN.
+static inline float gelu_tanh_times(float g, float u) {
+    const float z2 = 1.5957691216057308f * (g + 0.044715f * g * g * g); // 2 sqrt(2/pi) (g + 0.044715 g^3)
+    const float t = exp_nonpositive(-fabsf(z2));
+    return g * (z2 >= 0 ? 1.0f : t) / (1.0f + t) * u;
 }
 
 // Below this many values the GLU runs on the calling thread (one decoded token of the largest
@@ -451,14 +458,22 @@ static float act_times(Activation act, float g, float u) {
 #define GLU_PARALLEL_MIN 65536
 
 static void glu(Activation act, float *hb, const float *hb2, size_t n) {
-    if (n < GLU_PARALLEL_MIN) {
+    if (act == ACT_GELU_TANH && n < GLU_PARALLEL_MIN) {
+#pragma omp simd
         for (size_t i = 0; i < n; i++)
-            hb[i] = act_times(act, hb[i], hb2[i]);
-        return;
-    }
+            hb[i] = gelu_tanh_times(hb[i], hb2[i]);
+    } else if (act == ACT_GELU_TANH) {
+#pragma omp parallel for simd
+        for (size_t i = 0; i < n; i++)
+            hb[i] = gelu_tanh_times(hb[i], hb2[i]);
+    } else if (n < GLU_PARALLEL_MIN) {
+        for (size_t i = 0; i < n; i++)
+            hb[i] = silu_times(hb[i], hb2[i]);
+    } else {
 #pragma omp parallel for
-    for (size_t i = 0; i < n; i++)
-        hb[i] = act_times(act, hb[i], hb2[i]);
+        for (size_t i = 0; i < n; i++)
+            hb[i] = silu_times(hb[i], hb2[i]);
+    }
 }
 
 // A sublayer's output y (n rows of D) joins the residual stream: x += r * y (r: Granite's
