@@ -48,8 +48,8 @@ def bandwidth():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("old", type=Path)
-    ap.add_argument("new", type=Path)
+    ap.add_argument("old", type=lambda p: Path(p).resolve())
+    ap.add_argument("new", type=lambda p: Path(p).resolve())
     ap.add_argument("--shape", nargs="+", default=["110m", "tinyllama"], choices=[s for s in SHAPES if s != "stories260k"])
     ap.add_argument("--dtype", nargs="+", default=["q8_0", "q4_0", "bf16"])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
