@@ -12,11 +12,11 @@ SUDO=""
 # tokenizer.json reader (bpe.c: its regexes, its JSON); libutf8proc-dev: its NFC normalizer (Qwen's
 # tokenizer.json asks for NFC; Unicode's composition tables are data a library keeps up to date).
 # nodejs and npm: the independent tokenizer the BPE tests compare with (tests/oracle).
-# python3-jinja2 renders chat templates in the tests.
+# python3-jinja2 renders chat templates in the tests; python3-pytest-xdist runs them two at a time.
 # npm comes with some builds of nodejs (NodeSource's, which conflict with Debian's npm package),
 # so it is asked for only when missing.
 PACKAGES="build-essential make libsentencepiece-dev libpcre2-dev libcjson-dev libutf8proc-dev python3 python3-torch
-python3-numpy python3-pytest python3-sentencepiece python3-matplotlib python3-jinja2 libopenblas0-pthread valgrind
+python3-numpy python3-pytest python3-pytest-xdist python3-sentencepiece python3-matplotlib python3-jinja2 libopenblas0-pthread valgrind
 nodejs"
 command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES npm"
 $SUDO apt-get update
