@@ -104,17 +104,14 @@ TEST_MALLOC = MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184
 # them, so a file's shared runs are made once). Much of a test is one thread (torch's reference, the
 # node oracle, Python): two at a time keep both cores of the 2-vCPU VMs busy, and beside another job
 # that holds a core they get more of the machine than one would. Without xdist: one process.
-# The longest files are handed out first, so that no process is left with one of them at the end
-# while the other has nothing to do.
 TEST_JOBS ?= 2
 XDIST = $(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
-TEST_FIRST = tests/test_ppl.py tests/test_parity.py tests/test_bpe.py tests/test_chat.py tests/test_passkey.py
 
 test: tools
 	./tests/test_rope
 	./tests/test_model data/stories260K/stories260K.bin
 	for t in $(KERNEL_TESTS); do ./$$t || exit 1; done
-	$(TEST_MALLOC) $(PYTHON) -m pytest -q $(XDIST) $(TEST_FIRST) $(filter-out $(TEST_FIRST),$(wildcard tests/test_*.py))
+	$(TEST_MALLOC) $(PYTHON) -m pytest -q $(XDIST) tests
 
 # `make bench`: tokens/s of ./run on the 110M and TinyLlama-1.1B shapes and stories260K, each weight
 # type, 1 and 2 threads (bench/bench.py; checkpoints cached in ~/.cache/lrun-bench), into
