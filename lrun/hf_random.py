@@ -91,6 +91,7 @@ def hf_tensors(dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_
     def linear(name, shape, kind, bias):
         return [(name + ".weight", shape, kind)] + ([(name + ".bias", shape[:1], "bias")] if bias else [])
 
+    norm = "gemma_norm" if family == "gemma3_text" else "norm"  # Gemma's norms scale by 1 + w
     for l in range(n_layers):
         p = f"model.layers.{l}."
         if family == "phi3":
@@ -100,7 +101,6 @@ def hf_tensors(dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_
                   + linear(p + "self_attn.k_proj", (n_kv_heads * hd, dim), "k", qkv_bias)
                   + linear(p + "self_attn.v_proj", (n_kv_heads * hd, dim), "weight", qkv_bias))
         t += linear(p + "self_attn.o_proj", (dim, n_heads * hd), "weight", o_bias)
-        norm = "gemma_norm" if family == "gemma3_text" else "norm"
         if family in ("qwen3", "gemma3_text"):
             t += [(p + "self_attn.q_norm.weight", (hd,), norm), (p + "self_attn.k_norm.weight", (hd,), norm)]
         if family == "phi3":
@@ -114,7 +114,7 @@ def hf_tensors(dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_
         if family == "gemma3_text":
             t += [(p + "pre_feedforward_layernorm.weight", (dim,), norm),
                   (p + "post_feedforward_layernorm.weight", (dim,), norm)]
-    t.append(("model.norm.weight", (dim,), "gemma_norm" if family == "gemma3_text" else "norm"))
+    t.append(("model.norm.weight", (dim,), norm))
     if not tied:
         t.append(("lm_head.weight", (vocab_size, dim), "weight"))
     return t
@@ -342,10 +342,8 @@ def main():
     shape.setdefault("n_kv_heads", shape.get("n_heads"))
     shape.setdefault("max_pos", 2048)
     shape.setdefault("tied", True)
-    arch = args.arch or shape.pop("architecture", "LlamaForCausalLM")
-    shape.pop("architecture", None)
-    theta = args.rope_theta or shape.pop("rope_theta", 10000.0)
-    shape.pop("rope_theta", None)
+    preset_arch, preset_theta = shape.pop("architecture", "LlamaForCausalLM"), shape.pop("rope_theta", 10000.0)
+    arch, theta = args.arch or preset_arch, args.rope_theta or preset_theta
     missing = [k for k in ("dim", "hidden_dim", "n_layers", "n_heads", "vocab_size") if shape.get(k) is None]
     if missing:
         ap.error(f"give --preset or all of --dim --hidden-dim --layers --heads --vocab (missing {missing})")
