@@ -88,7 +88,7 @@ struct Bpe {
     int bos_id, eos_id;     // the special tokens its template puts before and after the text; -1: none
     char *bytes;            // the decoded bytes of every token, back to back
     size_t *bytes_off;      // [n_ids + 1]: token id is bytes[bytes_off[id] .. bytes_off[id+1])
-    unsigned char *special; // [n_ids]
+    unsigned char *special; // [n_ids]: 1 an added token marked special, 2 one not so marked, 0 a word
     // The vocabulary as byte-level strings (ids of the BPE model only), in an open-addressing hash
     // table: word_slot[h] is an id or -1.
     char *words;
@@ -616,7 +616,7 @@ static int build_bytes(Bpe *b, const char *name, char *err, size_t errlen) {
                 memcpy(b->bytes + off, content, added[id]->len);
                 off += added[id]->len;
             }
-            b->special[id] = (unsigned char)added[id]->special;
+            b->special[id] = added[id]->special ? 1 : 2;
             continue;
         }
         const unsigned char *w = (const unsigned char *)b->words + b->word_off[id];
@@ -820,6 +820,12 @@ static int load_root(Bpe *b, const cJSON *root, const char *name, char *err, siz
     if (b->metaspace) {
         if (load_metaspace_pretokenizer(pre, name, err, errlen) || load_metaspace_decoder(b, decoder, name, err, errlen))
             return -1;
+        if (b->prepend != b->strip_start) // the one undoes the other: alone, a text would not come back
+            return fail(err, errlen, name,
+                        b->prepend ? "the normalizer's Prepend(\"" METASPACE "\") without the decoder's Strip(\" \", 1, 0) "
+                                     "is not implemented (Llama 2 and Mistral have both) " SP_KIND_HINT
+                                   : "the decoder's Strip(\" \", 1, 0) without the normalizer's Prepend(\"" METASPACE "\") "
+                                     "is not implemented (Llama 2 and Mistral have both) " SP_KIND_HINT);
         if (build_bytes(b, name, err, errlen)) return -1;
         b->bos_id = b->eos_id = -1;
         return load_post_processor(b, get(root, "post_processor"), name, err, errlen);
@@ -918,9 +924,11 @@ int bpe_drops_text(const Bpe *b) {
 
 int bpe_strips_start(const Bpe *b) { return b->strip_start; }
 
+int bpe_is_added(const Bpe *b, int id) { return b->special[id] != 0; }
+
 const char *bpe_token_bytes(const Bpe *b, int id, size_t *len, int *special) {
     *len = b->bytes_off[id + 1] - b->bytes_off[id];
-    *special = b->special[id];
+    *special = b->special[id] == 1;
     return b->bytes + b->bytes_off[id];
 }
 

@@ -28,6 +28,9 @@ int bpe_template(const Bpe *b, int *bos, int *eos);
 int bpe_drops_text(const Bpe *b);
 // 1 if the decoder drops one space from the start of a text (Llama 2's Strip, after its Prepend).
 int bpe_strips_start(const Bpe *b);
+// 1 if token id (0 <= id < vocab size) is an added token, special or not: a text starts after it
+// as at the start (the Prepend normalizer puts its '▁' there too).
+int bpe_is_added(const Bpe *b, int id);
 
 // Encode len bytes of text (invalid UTF-8 is first replaced by U+FFFD, see bpe.c) into ids.
 // Returns a malloc'ed array of *n ids (free it), NULL when out of memory.

@@ -7,7 +7,8 @@
 //   - decoding is stable: the bytes of the ids (special tokens as their content) are a text T
 //     that encodes to the same ids again, and T decodes to T. (T is the input with invalid UTF-8
 //     replaced, in NFC if the file normalizes, less the white space lstrip/rstrip tokens take: the
-//     round trip of tests/test_bpe.py without an oracle; a Strip decoder's dropped space dropped too.)
+//     round trip of tests/test_bpe.py without an oracle, less the space a Prepend normalizer puts
+//     in front of each text between added tokens.)
 //     Not checked when a Split step drops text
 //     (behavior Removed): the pieces left, joined, can be cut otherwise.
 // Seeds (fuzz/corpus/bpe, by fuzz/make_corpus.py): small byte-level vocabularies with each
@@ -28,14 +29,17 @@ static char *join(const Bpe *b, const int *ids, int n, size_t *len) {
         total += piece;
     }
     char *out = malloc(total + 1), *p = out;
-    for (int i = 0, after_special = 1; out && i < n; i++) {
+    for (int i = 0, after_added = 1; out && i < n; i++) {
         const char *bytes = bpe_token_bytes(b, ids[i], &piece, &special);
-        // A Strip decoder (Llama 2's tokenizer.json) drops the space its Prepend normalizer put at the
-        // start of the text and after each special token, as tokenizer.cpp's decode does
-        if (!special && piece && bytes[0] == ' ' && after_special && bpe_strips_start(b)) bytes++, piece--;
+        const int added = bpe_is_added(b, ids[i]);
+        // The Prepend normalizer (Llama 2's tokenizer.json, with a Strip decoder) puts a space in
+        // front of each text between added tokens: dropped here so that the text gives it again.
+        // tokenizer.cpp's decode drops it after nothing and after a special token only, as Hugging
+        // Face's decode does (after a token not marked special, the space shows).
+        if (!added && piece && bytes[0] == ' ' && after_added && bpe_strips_start(b)) bytes++, piece--;
         memcpy(p, bytes, piece);
         p += piece;
-        after_special = special;
+        after_added = added;
     }
     *len = out ? (size_t)(p - out) : 0;
     return out;

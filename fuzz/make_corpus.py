@@ -169,8 +169,10 @@ def metaspace_tokenizer(llama2=False):
         pre = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False}
     added = [{"id": k, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": True} for c, k in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
+    # In Llama 2's arrangement one not marked special: the text after it starts with a '▁' too, and
+    # decoding keeps that space (Hugging Face's Strip takes only the first)
     added.append({"id": len(vocab), "content": "<start_of_turn>", "single_word": False, "lstrip": False,
-                  "rstrip": False, "normalized": False, "special": True})
+                  "rstrip": False, "normalized": False, "special": not llama2})
     model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
              "vocab": vocab, "merges": merges}
@@ -215,7 +217,7 @@ def bpe_seeds():
              b"\xff\xfe abc \xc3 \xed\xa0\x80 1\t2", b"<|endoftext|>   <|bos|>the",
              "cafe\u0301 \u1100\u1161\u11a8 <|im_end|>\n<think>\u0301 \u212b".encode(), b"ab  12345 c!d",
              "x <|end|> \n y \u3000<|l|>z<|lr|>\t\n".encode(),
-             "  the thing\u00e9t <start_of_turn>\x00\U0010fffd hello\u2581 ".encode(), b"<s>hello  </s> \xff the"]
+             "  the thing\u00e9t <start_of_turn>\x00\U0010fffd hello\u2581 ".encode(), b"<s>hello  </s> \xff the<start_of_turn>well"]
     seeds = {}
     for k, (name, data) in enumerate(files.items()):
         seeds[name] = data + b"\0" + texts[k % len(texts)]

@@ -385,6 +385,11 @@ def _gemma_mutations():
          "decoder Metaspace is not implemented beside byte_fallback"),
         ("no fuse", lambda s: s["decoder"]["decoders"].pop(), "decoder Sequence is not implemented"),
         ("byte token missing", lambda s: s["model"]["vocab"].pop("<0x41>"), "has no token <0x41>, which byte_fallback"),
+        ("prepend without strip", lambda s: s.update(normalizer=LLAMA2_NORMALIZER, pre_tokenizer=None),
+         "Prepend(\"\u2581\") without the decoder's Strip"),
+        ("strip without prepend", lambda s: s["decoder"]["decoders"].append({"type": "Strip", "content": " ",
+                                                                             "start": 1, "stop": 0}),
+         "Strip(\" \", 1, 0) without the normalizer's Prepend"),
         ("normalized added", lambda s: s["added_tokens"][4].__setitem__("normalized", True),
          "\"<mask>\" has normalized true beside a normalizer"),
     ]
