@@ -106,16 +106,12 @@ TEST_MALLOC = MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184
 # that holds a core they get more of the machine than one would. Without xdist: one process.
 TEST_JOBS ?= 2
 XDIST = $(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
-# With two or more at a time, each ./run and the torch reference take one thread unless a test asks
-# for more (--threads): two processes of two threads on two cores wait for each other at every
-# barrier of a forward, and with another job on the machine for a whole time slice.
-TEST_THREADS = $(if $(XDIST),$(if $(filter-out 1,$(TEST_JOBS)),OMP_NUM_THREADS=1))
 
 test: tools
 	./tests/test_rope
 	./tests/test_model data/stories260K/stories260K.bin
 	for t in $(KERNEL_TESTS); do ./$$t || exit 1; done
-	$(TEST_MALLOC) $(TEST_THREADS) $(PYTHON) -m pytest -q $(XDIST) tests
+	$(TEST_MALLOC) $(PYTHON) -m pytest -q $(XDIST) tests
 
 # `make bench`: tokens/s of ./run on the 110M and TinyLlama-1.1B shapes and stories260K, each weight
 # type, 1 and 2 threads (bench/bench.py; checkpoints cached in ~/.cache/lrun-bench), into
