@@ -18,7 +18,7 @@ LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
 # the weight types (kernels_internal.h says what each file holds; kernels_x86.c compiles to nothing
 # without AVX2).
 KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o dtype.o
-CORE = model.o loader.o rope.o $(KERNELS)
+CORE = model.o loader.o gguf.o rope.o $(KERNELS)
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
 APP = run.o cli.o chat.o sampler.o
 TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/dump_logits_ref \
@@ -43,7 +43,7 @@ run: $(APP) $(CORE) tokenizer.o bpe.o
 %.o: %.c *.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
+tokenizer.o: tokenizer.cpp tokenizer.h bpe.h gguf.h
 	$(CXX) $(CXXFLAGS) -c -o $@ $<
 
 tests/test_rope: tests/test_rope.c rope.o
@@ -58,10 +58,10 @@ tests/tools/rope_dump: tests/tools/rope_dump.c rope.o
 tests/tools/dump_logits: tests/tools/dump_logits.c $(CORE)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
-tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o bpe.o
+tests/tools/tok_dump: tests/tools/tok_dump.c tokenizer.o bpe.o gguf.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
 
-tests/tools/chat_ids: tests/tools/chat_ids.c chat.o tokenizer.o bpe.o
+tests/tools/chat_ids: tests/tools/chat_ids.c chat.o tokenizer.o bpe.o gguf.o
 	$(CC) $(CFLAGS) -I. -o $@ $^ $(LDLIBS)
 
 tests/tools/sample_dump: tests/tools/sample_dump.c sampler.o
@@ -87,11 +87,11 @@ build/ref/model.o: model.c *.h
 	@mkdir -p build/ref
 	$(CC) $(CFLAGS) -DLRUN_REFERENCE -c -o $@ $<
 
-run-ref: $(APP) build/ref/model.o loader.o rope.o $(KERNELS) tokenizer.o bpe.o
+run-ref: $(APP) build/ref/model.o loader.o gguf.o rope.o $(KERNELS) tokenizer.o bpe.o
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # dump_logits on the same plain references (tests/test_bit_identical.py pins both paths' bits).
-tests/tools/dump_logits_ref: tests/tools/dump_logits.c build/ref/model.o loader.o rope.o $(KERNELS)
+tests/tools/dump_logits_ref: tests/tools/dump_logits.c build/ref/model.o loader.o gguf.o rope.o $(KERNELS)
 	$(CC) $(CFLAGS) -I. -o $@ $^ -lm -fopenmp
 
 # glibc gives each allocation of 32 MiB and more its own mmap and returns it on free, so every large
@@ -184,7 +184,7 @@ build/valgrind/%.o: %.c *.h
 	@mkdir -p build/valgrind
 	$(CC) $(VALGRIND_CFLAGS) -c -o $@ $<
 
-build/valgrind/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
+build/valgrind/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h gguf.h
 	@mkdir -p build/valgrind
 	$(CXX) -O2 -g -std=c++17 -Wall -Wextra -c -o $@ $<
 
@@ -199,19 +199,19 @@ build/valgrind/run: $(APP:%=build/valgrind/%) $(CORE:%=build/valgrind/%) build/v
 # headers do not accept. The fuzzers therefore run the plain C kernels; `make sanitize` runs the
 # vector ones under AddressSanitizer.
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS = model tokenizer cli bpe
+FUZZ_TARGETS = model tokenizer cli bpe gguf
 FUZZ_CC = clang
 FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
 FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
-FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o rope.o $(KERNELS) tokenizer.o bpe.o cli.o chat.o sampler.o)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o gguf.o rope.o $(KERNELS) tokenizer.o bpe.o cli.o chat.o sampler.o)
 
 build/fuzz/%.o: %.c *.h
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_DEFAULT_SOURCE -c -o $@ $<
 
-build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h
+build/fuzz/tokenizer.o: tokenizer.cpp tokenizer.h bpe.h gguf.h
 	@mkdir -p build/fuzz
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -std=c++17 -c -o $@ $<
 

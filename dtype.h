@@ -22,8 +22,11 @@ typedef enum {
     DTYPE_BF16 = 4,
     DTYPE_Q8_0_R16 = 5,
     DTYPE_BF16_R16 = 6,
+    DTYPE_GGUF_Q8_0 = 7, // not in our files: a GGUF file's Q8_0 and Q4_0 (loader.c)
+    DTYPE_GGUF_Q4_0 = 8,
 } DType;
-#define DTYPE_COUNT (DTYPE_BF16_R16 + 1) // how many there are: not a type, so no switch needs a case for it
+#define DTYPE_COUNT (DTYPE_GGUF_Q4_0 + 1) // how many there are: not a type, so no switch needs a case for it
+#define DTYPE_IN_OUR_FILES (DTYPE_BF16_R16 + 1) // the header's dtype is below this
 
 #define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
 // q4_0: values per scale, two to a byte. A q4_0 block is dotted with one q8_0 block of the
@@ -58,7 +61,11 @@ typedef struct {
 //   bf16_r16   dot_br16           kernel_br16 (gemm_bf16)
 // q8_0 and bf16 have none: they are the first layouts of q8_0_r16 and bf16_r16 (the same numbers,
 // each row as it is), which the exporter no longer writes; the loader copies them into their
-// grouped layouts (kernels.h, matrix_to_r16) and matmul refuses them.
+// grouped layouts (kernels.h, matrix_to_r16) and matmul refuses them. So does it gguf_q8_0, GGUF's
+// Q8_0 (ggml's block_q8_0: per block of 32 an f16 scale d, then the 32 int8 q; value = q * d), each
+// scale made float32 on the way (exactly: every f16 is a float32); and gguf_q4_0, GGUF's Q4_0 (ggml's
+// block_q4_0: an f16 d, then 16 bytes of the same nibbles as q4_0), whose scales the loader moves
+// apart into q4_0 (kernels.h, matrix_q4_0_from_gguf).
 // clang-format off
 static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     //                  name        block     block bytes   scale bytes  group  x        runs as
@@ -69,6 +76,8 @@ static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     [DTYPE_BF16]     = {"bf16",     1,        2,            0,           1,     X_BF16,  DTYPE_BF16_R16},
     [DTYPE_Q8_0_R16] = {"q8_0_r16", Q8_BLOCK, Q8_BLOCK + 4, 0,           R16,   X_Q8,    DTYPE_Q8_0_R16},
     [DTYPE_BF16_R16] = {"bf16_r16", Q8_BLOCK, Q8_BLOCK * 2, 0,           R16,   X_BF16,  DTYPE_BF16_R16},
+    [DTYPE_GGUF_Q8_0] = {"gguf_q8_0", Q8_BLOCK, Q8_BLOCK + 2, 0,          1,     X_Q8,    DTYPE_Q8_0_R16},
+    [DTYPE_GGUF_Q4_0] = {"gguf_q4_0", Q4_BLOCK, Q4_BLOCK / 2 + 2, 0,      1,     X_Q8,    DTYPE_Q4_0},
 };
 // clang-format on
 

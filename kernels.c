@@ -94,6 +94,18 @@ static float weight_at(const Matrix *m, int r, int c) {
         return q4_at((const uint8_t *)m->data + b * Q4_BLOCK_BYTES, c % Q4_BLOCK) *
                (float)((const _Float16 *)m->scale)[b];
     }
+    case DTYPE_GGUF_Q4_0: { // block b of the row: the f16 d, then 16 bytes of nibbles as q4_0's
+        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / Q4_BLOCK * DTYPES[m->dtype].block_bytes;
+        _Float16 d;
+        memcpy(&d, block, sizeof d);
+        return q4_at(block + 2, c % Q4_BLOCK) * (float)d;
+    }
+    case DTYPE_GGUF_Q8_0: { // block b of the row: the f16 d, then the 32 q
+        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / Q8_BLOCK * DTYPES[m->dtype].block_bytes;
+        _Float16 d;
+        memcpy(&d, block, sizeof d);
+        return ((const int8_t *)block)[2 + c % Q8_BLOCK] * (float)d;
+    }
     }
     return 0; // not reached: the switch lists every type
 }
@@ -129,17 +141,26 @@ void matmul_ref(float *out, const float *x, const Matrix *m, int n) {
 // One group of q8_0 weights (each row's q, then all the scales) as q8_0_r16 (kernels_internal.h): per
 // block of 32 columns the 16 rows' scales, then their q + 128, 4 columns of the 16 rows at a time.
 // The scales' bits are copied as they are; a padding row is q = 0 (stored 128) and d = 0.
+// GGUF's Q8_0 (gguf_q8_0) the same way, each block's f16 scale made float32.
 static void group_to_q8_0_r16(uint8_t *group, const Matrix *m, int g) {
-    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, m->cols), nb = cp / Q8_BLOCK;
+    const size_t cp = (size_t)cols_stored(m->dtype, m->cols), nb = cp / Q8_BLOCK;
+    const int gguf = m->dtype == DTYPE_GGUF_Q8_0;
     for (size_t b = 0; b < nb; b++) {
         uint8_t *block = group + b * R16_BLOCK_BYTES, *q = block + R16 * sizeof(float);
         for (int i = 0; i < R16; i++) {
             const size_t r = (size_t)g * R16 + i;
-            const int8_t *from = r < (size_t)m->rows ? (const int8_t *)m->data + r * cp + b * Q8_BLOCK : NULL;
-            if (from)
-                memcpy(block + i * sizeof(float), (const float *)m->scale + r * nb + b, sizeof(float));
-            else
-                memset(block + i * sizeof(float), 0, sizeof(float));
+            const int8_t *from = NULL;
+            float d = 0;
+            if (r < (size_t)m->rows && gguf) { // (r * nb + b)-th block of 34 bytes: d, then the 32 q
+                const uint8_t *at = (const uint8_t *)m->data + (r * nb + b) * DTYPES[DTYPE_GGUF_Q8_0].block_bytes;
+                _Float16 h;
+                memcpy(&h, at, sizeof h);
+                d = (float)h, from = (const int8_t *)at + sizeof h;
+            } else if (r < (size_t)m->rows) {
+                memcpy(&d, (const float *)m->scale + r * nb + b, sizeof d);
+                from = (const int8_t *)m->data + r * cp + b * Q8_BLOCK;
+            }
+            memcpy(block + i * sizeof(float), &d, sizeof d);
             for (int j = 0; j < Q8_BLOCK; j++)
                 q[r16_at(i, j)] = (uint8_t)((from ? from[j] : 0) + 128);
         }
@@ -168,7 +189,7 @@ static void group_to_bf16_r16(uint32_t *words, uint16_t *rows, const Matrix *m, 
 
 int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads) {
     const int bf16 = to == DTYPE_BF16_R16 && (m->dtype == DTYPE_F16 || m->dtype == DTYPE_BF16);
-    if (!bf16 && !(to == DTYPE_Q8_0_R16 && m->dtype == DTYPE_Q8_0)) return -1;
+    if (!bf16 && !(to == DTYPE_Q8_0_R16 && (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_GGUF_Q8_0))) return -1;
     const size_t gb = group_bytes(to, m->cols);
     const int groups = r16_groups(m->rows);
     int failed = 0;
@@ -192,6 +213,22 @@ int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads)
     }
     if (failed) return -1;
     *out = (Matrix){at, NULL, m->rows, m->cols, to};
+    return 0;
+}
+
+// GGUF's Q4_0 (gguf_q4_0: per block an f16 d, then 16 bytes) as q4_0 (model.h): the 16 bytes of every
+// block one after the other, then at the next multiple of 64 bytes the d of every block. The nibbles
+// are the same in both (value j in the low half of byte j, value j + 16 in the high half).
+int matrix_q4_0_from_gguf(Matrix *out, const Matrix *m, void *at) {
+    if (m->dtype != DTYPE_GGUF_Q4_0) return -1;
+    const size_t blocks = (size_t)m->rows * (size_t)(cols_stored(m->dtype, m->cols) / Q4_BLOCK);
+    uint8_t *q = at, *d = q + (blocks * Q4_BLOCK_BYTES + 63) / 64 * 64;
+    for (size_t b = 0; b < blocks; b++) {
+        const uint8_t *block = (const uint8_t *)m->data + b * DTYPES[DTYPE_GGUF_Q4_0].block_bytes;
+        memcpy(d + 2 * b, block, 2);
+        memcpy(q + b * Q4_BLOCK_BYTES, block + 2, Q4_BLOCK_BYTES);
+    }
+    *out = (Matrix){at, d, m->rows, m->cols, DTYPE_Q4_0};
     return 0;
 }
 
@@ -267,6 +304,8 @@ static float key_get(const void *keys, DType t, int hd, int j, int d) {
     case DTYPE_BF16:
     case DTYPE_Q8_0_R16:
     case DTYPE_BF16_R16:
+    case DTYPE_GGUF_Q8_0:
+    case DTYPE_GGUF_Q4_0:
         break;
     }
     return 0;
@@ -303,6 +342,8 @@ static float value_get(const void *values, DType t, int hd, int j, int d) {
     case DTYPE_BF16:
     case DTYPE_Q8_0_R16:
     case DTYPE_BF16_R16:
+    case DTYPE_GGUF_Q8_0:
+    case DTYPE_GGUF_Q4_0:
         break;
     }
     return 0;

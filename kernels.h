@@ -37,12 +37,18 @@ void matrix_row(float *out, const Matrix *m, int r);
 // bytes, 64-byte aligned), filled here on `threads` threads group by group, as export.py writes it,
 // the padding zero:
 //   q8_0 (the first layout, DTYPE_Q8_0) to q8_0_r16: the same q and scales, moved (model.c, at load);
+//   gguf_q8_0 (a GGUF file's Q8_0) to q8_0_r16: the same q, each f16 scale made float32 (exact);
 //   bf16 (the first layout, DTYPE_BF16) to bf16_r16: the same bits, moved (model.c, at load);
 //   f16 to bf16_r16: each weight rounded to nearest even from f16 to bf16 (bf16_round of the f16
 //     widened, which is exact and never below 2^-126; ./run --f16-as-bf16), which moves it by at most
 //     2^-8 / (1 + 2^-8) of itself (bf16 keeps 8 significant bits, f16 11).
 // Returns 0, or -1 for any other pair of types or when scratch could not be allocated.
 int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads);
+
+// *out reads m, a GGUF file's Q4_0 (gguf_q4_0), as q4_0 from `at` (matrix_data_bytes rounded up to 64,
+// then matrix_scale_bytes of q4_0): the same nibbles and scales, moved apart. Returns 0, or -1 for a
+// matrix of another type.
+int matrix_q4_0_from_gguf(Matrix *out, const Matrix *m, void *at);
 
 // bf16 (bfloat16): the top 16 bits of a float32. A bf16 product rounds each activation to bf16
 // first, to nearest, ties to even, as x86's vcvtneps2bf16 does: a NaN stays a (quiet) NaN, and a

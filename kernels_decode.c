@@ -122,6 +122,8 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
             case DTYPE_BF16_R16:
             case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
             case DTYPE_BF16:
+            case DTYPE_GGUF_Q8_0:
+            case DTYPE_GGUF_Q4_0:
                 break;
             }
         }

@@ -192,6 +192,8 @@ static inline size_t kv_row_bytes(DType t, int hd) {
     case DTYPE_BF16:
     case DTYPE_Q8_0_R16:
     case DTYPE_BF16_R16:
+    case DTYPE_GGUF_Q8_0:
+    case DTYPE_GGUF_Q4_0:
         break;
     }
     return 0;

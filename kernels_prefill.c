@@ -179,6 +179,8 @@ static void pack_w_int(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, 
     case DTYPE_BF16_R16:
     case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
     case DTYPE_BF16:
+    case DTYPE_GGUF_Q8_0:
+    case DTYPE_GGUF_Q4_0:
         break;
     }
 }

@@ -533,6 +533,8 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
         break;
     case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
     case DTYPE_BF16:
+    case DTYPE_GGUF_Q8_0:
+    case DTYPE_GGUF_Q4_0:
         break;
     }
 }
@@ -725,6 +727,8 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
         break;
     case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
     case DTYPE_BF16:
+    case DTYPE_GGUF_Q8_0:
+    case DTYPE_GGUF_Q4_0:
         break;
     }
 }

@@ -5,6 +5,7 @@
 // walkers that hand out each tensor in file order, checking that the file is exactly as long as
 // its header says. What this is not: the run state or the forward pass (model.c).
 #include "model.h"
+#include "gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,25 +74,26 @@ enum { SIZE_D, SIZE_Q, SIZE_KV, SIZE_QNORM, SIZE_KNORM, SIZE_H };
 enum { ALWAYS, IF_BIAS, IF_QK_NORM, IF_NORM_ATTN, IF_NORM_ATTN_POST, IF_NORM_FFN, IF_NORM_FFN_POST };
 static const struct {
     const char *name; // as lrun/modelfile.py names it: layers.L.NAME
+    const char *gguf; // as llama.cpp names it in a GGUF file: blk.L.NAME (llama-arch.cpp, LLM_TENSOR_NAMES)
     size_t at;        // where the LayerWeights field is: a Matrix, or a const float *
     int matrix, rows, cols, when;
 } LAYER_TENSORS[] = {
-    {"rms_att", offsetof(LayerWeights, rms_att), 0, SIZE_D, 0, IF_NORM_ATTN},
-    {"wq", offsetof(LayerWeights, wq), 1, SIZE_Q, SIZE_D, ALWAYS},
-    {"bq", offsetof(LayerWeights, bq), 0, SIZE_Q, 0, IF_BIAS},
-    {"wk", offsetof(LayerWeights, wk), 1, SIZE_KV, SIZE_D, ALWAYS},
-    {"bk", offsetof(LayerWeights, bk), 0, SIZE_KV, 0, IF_BIAS},
-    {"wv", offsetof(LayerWeights, wv), 1, SIZE_KV, SIZE_D, ALWAYS},
-    {"bv", offsetof(LayerWeights, bv), 0, SIZE_KV, 0, IF_BIAS},
-    {"q_norm", offsetof(LayerWeights, q_norm), 0, SIZE_QNORM, 0, IF_QK_NORM},
-    {"k_norm", offsetof(LayerWeights, k_norm), 0, SIZE_KNORM, 0, IF_QK_NORM},
-    {"wo", offsetof(LayerWeights, wo), 1, SIZE_D, SIZE_Q, ALWAYS},
-    {"post_att", offsetof(LayerWeights, post_att), 0, SIZE_D, 0, IF_NORM_ATTN_POST},
-    {"rms_ffn", offsetof(LayerWeights, rms_ffn), 0, SIZE_D, 0, IF_NORM_FFN},
-    {"w1", offsetof(LayerWeights, w1), 1, SIZE_H, SIZE_D, ALWAYS},
-    {"w2", offsetof(LayerWeights, w2), 1, SIZE_D, SIZE_H, ALWAYS},
-    {"w3", offsetof(LayerWeights, w3), 1, SIZE_H, SIZE_D, ALWAYS},
-    {"post_ffn", offsetof(LayerWeights, post_ffn), 0, SIZE_D, 0, IF_NORM_FFN_POST},
+    {"rms_att", "attn_norm.weight", offsetof(LayerWeights, rms_att), 0, SIZE_D, 0, IF_NORM_ATTN},
+    {"wq", "attn_q.weight", offsetof(LayerWeights, wq), 1, SIZE_Q, SIZE_D, ALWAYS},
+    {"bq", "attn_q.bias", offsetof(LayerWeights, bq), 0, SIZE_Q, 0, IF_BIAS},
+    {"wk", "attn_k.weight", offsetof(LayerWeights, wk), 1, SIZE_KV, SIZE_D, ALWAYS},
+    {"bk", "attn_k.bias", offsetof(LayerWeights, bk), 0, SIZE_KV, 0, IF_BIAS},
+    {"wv", "attn_v.weight", offsetof(LayerWeights, wv), 1, SIZE_KV, SIZE_D, ALWAYS},
+    {"bv", "attn_v.bias", offsetof(LayerWeights, bv), 0, SIZE_KV, 0, IF_BIAS},
+    {"q_norm", "attn_q_norm.weight", offsetof(LayerWeights, q_norm), 0, SIZE_QNORM, 0, IF_QK_NORM},
+    {"k_norm", "attn_k_norm.weight", offsetof(LayerWeights, k_norm), 0, SIZE_KNORM, 0, IF_QK_NORM},
+    {"wo", "attn_output.weight", offsetof(LayerWeights, wo), 1, SIZE_D, SIZE_Q, ALWAYS},
+    {"post_att", "post_attention_norm.weight", offsetof(LayerWeights, post_att), 0, SIZE_D, 0, IF_NORM_ATTN_POST},
+    {"rms_ffn", "ffn_norm.weight", offsetof(LayerWeights, rms_ffn), 0, SIZE_D, 0, IF_NORM_FFN},
+    {"w1", "ffn_gate.weight", offsetof(LayerWeights, w1), 1, SIZE_H, SIZE_D, ALWAYS},
+    {"w2", "ffn_down.weight", offsetof(LayerWeights, w2), 1, SIZE_D, SIZE_H, ALWAYS},
+    {"w3", "ffn_up.weight", offsetof(LayerWeights, w3), 1, SIZE_H, SIZE_D, ALWAYS},
+    {"post_ffn", "post_ffw_norm.weight", offsetof(LayerWeights, post_ffn), 0, SIZE_D, 0, IF_NORM_FFN_POST},
 };
 #define N_LAYER_TENSORS (int)(sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0])
 
@@ -341,7 +343,7 @@ static int read_header_ours(Transformer *t, const uint8_t *h, size_t size, char 
     };
     const char *bad = check_shape(p);
     if (!bad && (shared != 0 && shared != 1)) bad = "shared_classifier must be 0 or 1";
-    if (!bad && (dtype < 0 || dtype >= DTYPE_COUNT)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16, 5 q8_0_r16, 6 bf16_r16)";
+    if (!bad && (dtype < 0 || dtype >= DTYPE_IN_OUR_FILES)) bad = "unknown weight dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 bf16, 5 q8_0_r16, 6 bf16_r16)";
     // rerope and leaky-rerope are chosen at run time (--rope-scaling); no checkpoint carries them.
     if (!bad && !rope_mode_in_file(mode))
         bad = "unknown rope_scaling mode";
@@ -448,6 +450,297 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// GGUF: llama.cpp's files (gguf.c reads the directory). The keys are mapped onto the same Config an
+// export gives, the tensors onto the same weights, each by its llama.cpp name; whatever the file
+// holds that this program would not run as written is refused by name, never run half-right.
+// Read so far: the llama architecture (Llama 1-3 without llama3's rope_freqs, Mistral, TinyLlama) and
+// qwen2 (Qwen2, Qwen2.5: q/k/v biases), their matrices F32, F16, BF16, Q8_0 and Q4_0, their vectors F32.
+// llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
+// this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
+// has them, the two halves of each pair apart (llama.cpp rotates them "NEOX" style): their rows are
+// permuted once at load into interleaved pairs (gguf_interleave), as export/export.py does, so that one
+// rotation serves every file; the rest of the model is read in place.
+static const struct {
+    const char *arch; // general.architecture
+    Family family;
+    int halves;       // q and k rows in rotate_half order (NEOX), permuted at load
+    int qkv_bias;
+} GGUF_ARCHS[] = {
+    {"llama", FAMILY_LLAMA, 0, 0},
+    {"qwen2", FAMILY_QWEN2, 1, 1},
+};
+
+// The integer at key `{arch}.name`, in [lo, hi]: 1, 0 when absent (*v untouched), -1 with why.
+static int arch_int(const Gguf *g, const char *arch, const char *name, int lo, int hi, int *v, char *why, size_t n) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    int64_t x;
+    const int got = gguf_get_int(g, key, &x);
+    if (got == 0) return 0;
+    if (got < 0 || x < lo || x > hi) {
+        snprintf(why, n, "bad GGUF: %s must be a whole number in [%d, %d] (hint: the file is damaged)", key, lo, hi);
+        return -1;
+    }
+    *v = (int)x;
+    return 1;
+}
+
+static int arch_real(const Gguf *g, const char *arch, const char *name, double *v, char *why, size_t n) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    const int got = gguf_get_real(g, key, v);
+    if (got < 0 || (got && !isfinite(*v))) {
+        snprintf(why, n, "bad GGUF: %s must be a finite number (hint: the file is damaged)", key);
+        return -1;
+    }
+    return got;
+}
+
+#define GGUF_HINT "hint: convert the Hugging Face checkpoint with export/export.py instead"
+
+// The tensor `name` as a matrix (rows, cols) or, matrix 0, an F32 vector of rows values; its mark in
+// used set. NULL data (and why) when it is missing, misshapen or of a type this program does not run.
+static Matrix gguf_matrix(const Gguf *g, const char *name, int matrix, int rows, int cols, unsigned char *used,
+                          char *why, size_t n) {
+    Matrix m = {NULL, NULL, rows, cols, DTYPE_F32};
+    const GgufTensor *t = gguf_tensor(g, name);
+    if (!t) {
+        snprintf(why, n, "bad GGUF: no tensor %s, which a model of this shape needs (hint: the file is damaged)", name);
+        return m;
+    }
+    used[t - g->tensors] = 1;
+    const int dims = matrix ? 2 : 1;
+    if (t->n_dims != dims || t->ne[0] != (uint64_t)(matrix ? cols : rows) || (matrix && t->ne[1] != (uint64_t)rows)) {
+        snprintf(why, n, "bad GGUF: tensor %s is %llu x %llu (%d dims), where the metadata make it %d x %d (hint: the file "
+                 "is damaged)", name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], t->n_dims,
+                 matrix ? cols : rows, matrix ? rows : 1);
+        return m;
+    }
+    const DType types[] = {[GGML_F32] = DTYPE_F32, [GGML_F16] = DTYPE_F16, [GGML_Q8_0] = DTYPE_GGUF_Q8_0,
+                           [GGML_Q4_0] = DTYPE_GGUF_Q4_0, [GGML_BF16] = DTYPE_BF16};
+    const int runs = t->type == GGML_F32 || (matrix && (t->type == GGML_F16 || t->type == GGML_Q8_0 ||
+                                                        t->type == GGML_Q4_0 || t->type == GGML_BF16));
+    if (!runs) {
+        snprintf(why, n, "tensor %s is %s, which this program does not run from GGUF (it reads F32, F16, BF16, Q8_0 "
+                 "and Q4_0 matrices and F32 vectors; " GGUF_HINT ", or convert with llama.cpp's --outtype q8_0)",
+                 name, ggml_type_name(t->type));
+        return m;
+    }
+    if ((uintptr_t)t->data % 32) { // the mapping starts on a page: the file offset's alignment
+        snprintf(why, n, "GGUF tensor %s is not at a multiple of 32 bytes (general.alignment %zu), where this program "
+                 "reads tensors (" GGUF_HINT ")", name, g->alignment);
+        return m;
+    }
+    m.dtype = types[t->type];
+    m.data = t->data;
+    return m;
+}
+
+// Rows of n_heads heads of hd rows each (row_bytes bytes apiece) from rotate_half order into interleaved
+// pairs, from `from` into `to` (export/export.py, interleave_rows): out row h hd + 2i + c = row h hd +
+// c rd/2 + i for pair i < rd/2, c in {0, 1}; the rows past rd as they are. A vector is rows of 4 bytes.
+static void interleave(uint8_t *to, const uint8_t *from, int n_heads, int hd, int rd, size_t row_bytes) {
+    for (int h = 0; h < n_heads; h++)
+        for (int r = 0; r < hd; r++) {
+            const int src = r >= rd ? r : r % 2 * rd / 2 + r / 2;
+            memcpy(to + ((size_t)h * hd + r) * row_bytes, from + ((size_t)h * hd + src) * row_bytes, row_bytes);
+        }
+}
+
+// q and k of a file in halves: wq, wk and their biases copied, interleaved, into one anonymous mapping
+// (t->rows; as much memory as they take). Returns 0, or -1 with why.
+static int gguf_interleave(Transformer *t, char *why, size_t n) {
+    const Config *p = &t->config;
+    const int rd = p->rope.rot_dims, hd = p->head_dim;
+    size_t bytes = 0;
+    for (int l = 0; l < p->n_layers; l++) {
+        const LayerWeights *lw = &t->weights.layers[l];
+        bytes += matrix_data_bytes(lw->wq.dtype, lw->wq.rows, lw->wq.cols) + matrix_data_bytes(lw->wk.dtype, lw->wk.rows, lw->wk.cols);
+        bytes += p->qkv_bias ? (size_t)(lw->wq.rows + lw->wk.rows) * sizeof(float) : 0;
+    }
+    uint8_t *at = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (at == MAP_FAILED) {
+        snprintf(why, n, "no memory for q and k in interleaved order (%.1f MiB)", bytes / 1048576.0);
+        return -1;
+    }
+    t->rows = at, t->rows_bytes = bytes;
+    for (int l = 0; l < p->n_layers; l++) {
+        LayerWeights *lw = &t->weights.layers[l];
+        Matrix *m[2] = {&lw->wq, &lw->wk};
+        const float **bias[2] = {&lw->bq, &lw->bk};
+        for (int k = 0; k < 2; k++) {
+            const int heads = k ? p->n_kv_heads : p->n_heads;
+            interleave(at, m[k]->data, heads, hd, rd, matrix_data_bytes(m[k]->dtype, 1, m[k]->cols));
+            m[k]->data = at, at += matrix_data_bytes(m[k]->dtype, m[k]->rows, m[k]->cols);
+            if (!p->qkv_bias) continue;
+            interleave(at, (const uint8_t *)*bias[k], heads, hd, rd, sizeof(float));
+            *bias[k] = (const float *)at, at += (size_t)heads * hd * sizeof(float);
+        }
+    }
+    return 0;
+}
+
+static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why, size_t n) {
+    Config *p = &t->config;
+    Gguf g;
+    unsigned char *used = NULL;
+    if (gguf_parse(&g, map, size, why, n)) return -1;
+    int status = -1;
+    const char *arch = NULL;
+    size_t arch_len = 0;
+    char name[160], a[32] = "";
+    if (!g.n_tensors) {
+        snprintf(why, n, "a GGUF file without tensors: a vocabulary only, not a model (hint: it can be the tokenizer "
+                 "of a model with the same vocabulary: -z FILE)");
+        goto done;
+    }
+    if (gguf_get_string(&g, "general.architecture", &arch, &arch_len) != 1 || arch_len >= sizeof a) {
+        snprintf(why, n, "bad GGUF: no general.architecture string (hint: the file is damaged)");
+        goto done;
+    }
+    memcpy(a, arch, arch_len);
+    size_t kind = 0, kinds = sizeof GGUF_ARCHS / sizeof GGUF_ARCHS[0];
+    while (kind < kinds && (strlen(a) != arch_len || strcmp(a, GGUF_ARCHS[kind].arch)))
+        kind++;
+    if (kind == kinds) {
+        snprintf(why, n, "GGUF architecture \"%.*s\" is not one this program reads from GGUF yet (it reads llama and "
+                 "qwen2; " GGUF_HINT ")", (int)(arch_len < 40 ? arch_len : 40), arch);
+        goto done;
+    }
+    int experts = 0;
+    if (arch_int(&g, a, "expert_count", 0, 1 << 20, &experts, why, n) < 0) goto done;
+    if (experts > 0) {
+        snprintf(why, n, "GGUF model with %d experts (mixture of experts), which this program does not run", experts);
+        goto done;
+    }
+    p->version = 3; // what an export of the same checkpoint reads as (model.h)
+    p->gguf = (int)g.version;
+    p->family = GGUF_ARCHS[kind].family;
+    p->qkv_bias = GGUF_ARCHS[kind].qkv_bias;
+    p->n_kv_heads = 0, p->head_dim = 0, p->n_ctx_max = 0;
+    if (arch_int(&g, a, "embedding_length", 1, 65536, &p->dim, why, n) != 1 ||
+        arch_int(&g, a, "feed_forward_length", 1, 1 << 20, &p->hidden_dim, why, n) != 1 ||
+        arch_int(&g, a, "block_count", 1, 1024, &p->n_layers, why, n) != 1 ||
+        arch_int(&g, a, "attention.head_count", 1, 1024, &p->n_heads, why, n) != 1 ||
+        arch_int(&g, a, "context_length", 1, 1 << 24, &p->n_ctx_max, why, n) != 1) {
+        if (!*why)
+            snprintf(why, n, "bad GGUF: a %s model needs %s.embedding_length, feed_forward_length, block_count, "
+                     "attention.head_count and context_length (hint: the file is damaged)", a, a);
+        goto done;
+    }
+    p->n_kv_heads = p->n_heads;
+    p->head_dim = p->dim / p->n_heads;
+    int value_length = 0, rot = 0;
+    double eps = 0, base = 10000;
+    if (arch_int(&g, a, "attention.head_count_kv", 1, 1024, &p->n_kv_heads, why, n) < 0 ||
+        arch_int(&g, a, "attention.key_length", 2, ROPE_MAX_HEAD_DIM, &p->head_dim, why, n) < 0 ||
+        arch_int(&g, a, "attention.value_length", 2, ROPE_MAX_HEAD_DIM, &value_length, why, n) < 0 ||
+        arch_int(&g, a, "rope.dimension_count", 0, ROPE_MAX_HEAD_DIM, &rot, why, n) < 0 ||
+        arch_real(&g, a, "rope.freq_base", &base, why, n) < 0 ||
+        arch_real(&g, a, "attention.layer_norm_rms_epsilon", &eps, why, n) < 0)
+        goto done;
+    if (value_length && value_length != p->head_dim) {
+        snprintf(why, n, "GGUF attention.value_length %d differs from key_length %d, which this program does not run",
+                 value_length, p->head_dim);
+        goto done;
+    }
+    const char *scaling = "none";
+    size_t scaling_len = 4;
+    snprintf(name, sizeof name, "%s.rope.scaling.type", a);
+    if (gguf_get_string(&g, name, &scaling, &scaling_len) < 0 ||
+        (!(scaling_len == 4 && !memcmp(scaling, "none", 4)) && !(scaling_len == 6 && !memcmp(scaling, "linear", 6)))) {
+        snprintf(why, n, "GGUF %s \"%.*s\" is not read from GGUF yet (none and linear are; " GGUF_HINT ")", name,
+                 (int)(scaling_len < 20 ? scaling_len : 20), scaling);
+        goto done;
+    }
+    double factor = 1;
+    int orig = p->n_ctx_max;
+    if (scaling_len == 6 && (arch_real(&g, a, "rope.scaling.factor", &factor, why, n) != 1 || factor < 1)) {
+        if (!*why) snprintf(why, n, "bad GGUF: linear RoPE scaling needs %s.rope.scaling.factor >= 1", a);
+        goto done;
+    }
+    if (arch_int(&g, a, "rope.scaling.original_context_length", 1, 1 << 24, &orig, why, n) < 0) goto done;
+    if (gguf_tensor(&g, "rope_freqs.weight")) {
+        snprintf(why, n, "GGUF tensor rope_freqs.weight (Llama 3.1's llama3 RoPE scaling as per-pair factors) is not "
+                 "read from GGUF yet (" GGUF_HINT ")");
+        goto done;
+    }
+    p->norm_eps = (float)(eps ? eps : 1e-5);
+    p->rope = (RopeParams){
+        .mode = scaling_len == 6 ? ROPE_SCALING_PI : ROPE_SCALING_NONE,
+        .head_dim = p->head_dim,
+        .rot_dims = rot ? rot : p->head_dim,
+        .orig_ctx = scaling_len == 6 ? orig : p->n_ctx_max,
+        .base = base,
+        .factor = factor,
+    };
+    const GgufTensor *emb = gguf_tensor(&g, "token_embd.weight");
+    if (!emb) {
+        snprintf(why, n, "bad GGUF: no tensor token_embd.weight (hint: the file is damaged)");
+        goto done;
+    }
+    p->vocab_size = emb && emb->n_dims == 2 && emb->ne[1] <= (1 << 22) ? (int)emb->ne[1] : 0;
+    int vocab = p->vocab_size;
+    if (arch_int(&g, a, "vocab_size", 1, 1 << 22, &vocab, why, n) < 0) goto done;
+    if (vocab != p->vocab_size) {
+        snprintf(why, n, "bad GGUF: %s.vocab_size %d, and token_embd.weight has %d rows (hint: the file is damaged)", a,
+                 vocab, p->vocab_size);
+        goto done;
+    }
+    int64_t id;
+    p->bos_id = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", &id) == 1 && id >= 0 && id < vocab ? (int)id : -1;
+    p->eos_id = gguf_get_int(&g, "tokenizer.ggml.eos_token_id", &id) == 1 && id >= 0 && id < vocab ? (int)id : -1;
+    const char *ends[] = {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}; // more ends of a text
+    for (int i = 0; i < 2; i++)
+        if (gguf_get_int(&g, ends[i], &id) == 1 && id >= 0 && id < vocab && id != p->eos_id)
+            p->end_ids[p->n_end_ids++] = (int)id;
+    const char *bad = check_shape(p);
+    if (bad || rot % 2 || rot > p->head_dim) {
+        snprintf(why, n, "bad GGUF: %s (hint: the file is damaged)", bad ? bad : "rope.dimension_count must be even, up to the head size");
+        goto done;
+    }
+    p->shared_classifier = gguf_tensor(&g, "output.weight") == NULL;
+    used = calloc(g.n_tensors ? g.n_tensors : 1, 1);
+    t->weights.layers = calloc((size_t)p->n_layers, sizeof(LayerWeights));
+    if (!used || !t->weights.layers) {
+        snprintf(why, n, "out of memory");
+        goto done;
+    }
+    *why = 0;
+    TransformerWeights *w = &t->weights;
+    w->token_embedding = gguf_matrix(&g, "token_embd.weight", 1, p->vocab_size, p->dim, used, why, n);
+    for (int l = 0; l < p->n_layers && !*why; l++)
+        for (int i = 0; i < N_LAYER_TENSORS && !*why; i++) {
+            if (!has_tensor(p, LAYER_TENSORS[i].when)) continue;
+            char *field = (char *)&w->layers[l] + LAYER_TENSORS[i].at;
+            snprintf(name, sizeof name, "blk.%d.%s", l, LAYER_TENSORS[i].gguf);
+            const Matrix m = gguf_matrix(&g, name, LAYER_TENSORS[i].matrix, tensor_size(p, LAYER_TENSORS[i].rows),
+                                         tensor_size(p, LAYER_TENSORS[i].cols), used, why, n);
+            if (LAYER_TENSORS[i].matrix)
+                *(Matrix *)field = m;
+            else
+                *(const float **)field = m.data;
+        }
+    if (!*why) w->rms_final = gguf_matrix(&g, "output_norm.weight", 0, p->dim, 0, used, why, n).data;
+    if (!*why) w->wcls = p->shared_classifier ? w->token_embedding
+                                              : gguf_matrix(&g, "output.weight", 1, p->vocab_size, p->dim, used, why, n);
+    for (size_t i = 0; i < g.n_tensors && !*why; i++)
+        if (!used[i])
+            snprintf(why, n, "GGUF tensor %.*s is not one this program reads for a %s model: it would run without it "
+                     "(" GGUF_HINT ")", (int)(g.tensors[i].name_len < 64 ? g.tensors[i].name_len : 64), g.tensors[i].name, a);
+    if (*why || (GGUF_ARCHS[kind].halves && gguf_interleave(t, why, n))) goto done;
+    p->dtype = w->layers[0].wq.dtype; // what the banner names; each matrix has its own (a Q8_0 file's F16 rows)
+    t->weight_bytes = 0;
+    for (size_t i = 0; i < g.n_tensors; i++)
+        t->weight_bytes += g.tensors[i].bytes;
+    status = 0;
+done:
+    free(used);
+    gguf_free(&g);
+    return status;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Loading
 
 int transformer_load(Transformer *t, const char *path, char *err, size_t errlen) {
@@ -492,6 +785,13 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     t->map_size = size;
     const uint8_t *h = map;
 
+    if (gguf_is_gguf(h, size)) { // llama.cpp's format (above); the rest of this function is ours and llama2.c's
+        config_defaults(&t->config);
+        if (read_gguf(t, h, size, why, sizeof why) || check_tables(&t->config, why, sizeof why) ||
+            transformer_copy_weights(t, 0, why, sizeof why))
+            goto fail;
+        return 0;
+    }
     int ours = memcmp(h, MODEL_MAGIC, 4) == 0;
     if (!ours && memcmp(h, "ak42", 4) == 0) {
         snprintf(why, sizeof why,
@@ -538,7 +838,7 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     t->weight_bytes = size - (ours ? MODEL_HEADER_SIZE : 7 * sizeof(int32_t));
     // q8_0 and bf16 in their first layouts (dtype 2, 4): copied into q8_0_r16 and bf16_r16, the
     // layouts the kernels read (dtype.h)
-    if (transformer_copy_weights(t, DTYPES[t->config.dtype].runs_as, why, sizeof why)) goto fail;
+    if (transformer_copy_weights(t, 0, why, sizeof why)) goto fail;
     return 0;
 
 fail:

@@ -239,29 +239,44 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
     return PREPARE_OK;
 }
 
-int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen) {
+// The type matrix m is copied into: what the kernels read of its type, or (f16_as_bf16) bf16_r16
+// for an f16 one; m's own type when it is not copied.
+static DType copy_type(const Matrix *m, int f16_as_bf16) {
+    return f16_as_bf16 && m->dtype == DTYPE_F16 ? DTYPE_BF16_R16 : DTYPES[m->dtype].runs_as;
+}
+
+// Bytes of a matrix's copy in type `to`: its values, and its scales where they follow them (q4_0),
+// each at a multiple of 64 bytes.
+static size_t copy_bytes(DType to, const Matrix *m) {
+    return (matrix_data_bytes(to, m->rows, m->cols) + 63) / 64 * 64 + (matrix_scale_bytes(to, m->rows, m->cols) + 63) / 64 * 64;
+}
+
+int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t errlen) {
     TransformerWeights *w = &t->weights;
-    const DType from = t->config.dtype;
-    const int f16_as_bf16 = from == DTYPE_F16 && to == DTYPE_BF16_R16;
-    if (t->copy || (!f16_as_bf16 && (from == to || DTYPES[from].runs_as != to))) return 0; // nothing (more) to copy
+    if (t->copy) return 0; // made already
     const int shared = w->wcls.data == w->token_embedding.data, layers = t->config.n_layers;
     Matrix *m[2 + 7 * layers]; // the embedding, the classifier unless it is the embedding, 7 per layer
     int count = 0;
-    m[count++] = &w->token_embedding;
-    if (!shared) m[count++] = &w->wcls;
+    if (copy_type(&w->token_embedding, f16_as_bf16) != w->token_embedding.dtype) m[count++] = &w->token_embedding;
+    if (!shared && copy_type(&w->wcls, f16_as_bf16) != w->wcls.dtype) m[count++] = &w->wcls;
     for (int l = 0; l < layers; l++) {
         LayerWeights *lw = &w->layers[l];
         Matrix *seven[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
         for (int i = 0; i < 7; i++)
-            if (seven[i]->dtype == from) m[count++] = seven[i]; // all of them in the files export.py writes
+            if (copy_type(seven[i], f16_as_bf16) != seven[i]->dtype) m[count++] = seven[i];
     }
+    if (!count) return 0; // every matrix is read as stored
     size_t bytes = 0; // each matrix at a multiple of 64 bytes, as in the file
     for (int i = 0; i < count; i++)
-        bytes += (matrix_data_bytes(to, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
+        bytes += copy_bytes(copy_type(m[i], f16_as_bf16), m[i]);
+    const DType from = m[0]->dtype, to = copy_type(m[0], f16_as_bf16); // for the messages
     void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) {
         char hint[120] = "drop --f16-as-bf16";
-        if (!f16_as_bf16)
+        if (!f16_as_bf16 && (from == DTYPE_GGUF_Q8_0 || from == DTYPE_GGUF_Q4_0))
+            snprintf(hint, sizeof hint, "free some memory, or convert the model with export/export.py --dtype %s, "
+                     "whose file is read as stored", from == DTYPE_GGUF_Q8_0 ? "q8_0" : "q4_0");
+        else if (!f16_as_bf16)
             snprintf(hint, sizeof hint, "export the model again: --dtype %s writes %s", dtype_name(from),
                      dtype_name(to));
         snprintf(err, errlen, "no memory for a %s copy of the weights (%.1f MiB) (hint: %s)", dtype_name(to),
@@ -273,12 +288,15 @@ int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen)
     // by the look of it; docs/speed.md).
     unsigned char *at = copy;
     for (int i = 0; i < count; i++) {
-        if (matrix_to_r16(m[i], m[i], to, at, max_threads())) {
+        const DType into = copy_type(m[i], f16_as_bf16);
+        const int failed = into == DTYPE_Q4_0 ? matrix_q4_0_from_gguf(m[i], m[i], at)
+                                              : matrix_to_r16(m[i], m[i], into, at, max_threads());
+        if (failed) {
             munmap(copy, bytes); // the matrices converted so far point into it: the load fails as a whole
-            snprintf(err, errlen, "no memory for the %s copy's scratch", dtype_name(to));
+            snprintf(err, errlen, "no memory for the %s copy's scratch", dtype_name(into));
             return -1;
         }
-        at += (matrix_data_bytes(to, m[i]->rows, m[i]->cols) + 63) / 64 * 64;
+        at += copy_bytes(into, m[i]);
     }
     if (shared) w->wcls = w->token_embedding;
     t->copy = copy, t->copy_bytes = bytes;
@@ -292,6 +310,7 @@ void transformer_free(Transformer *t) {
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
     if (t->copy) munmap(t->copy, t->copy_bytes);
+    if (t->rows) munmap(t->rows, t->rows_bytes);
     memset(t, 0, sizeof(*t));
 }
 

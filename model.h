@@ -192,7 +192,8 @@ typedef struct {
     DType dtype;
     float norm_eps;
     RopeParams rope; // the checkpoint's own RoPE: base, rotated dimensions, its rope_scaling
-    int version;     // of the file; 0: a llama2.c legacy file
+    int version;     // of the file; 0: a llama2.c legacy file; a GGUF file: 3, what its export would be
+    int gguf;        // a GGUF file: its GGUF version; 0 for ours and llama2.c's
     Family family;
     int qkv_bias;          // 1: bq, bk, bv
     int qk_norm;           // QK_NORM_NONE, QK_NORM_HEAD (q_norm, k_norm of head_dim) or QK_NORM_ALL
@@ -299,6 +300,8 @@ typedef struct {
     size_t map_size;
     void *copy; // the matrices copied into another layout (transformer_copy_weights); else NULL
     size_t copy_bytes;
+    void *rows; // q and k of a GGUF file in rotate_half order, interleaved at load (loader.c); else NULL
+    size_t rows_bytes;
     size_t weight_bytes; // bytes of tensors in the file
     size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
 } Transformer;
@@ -325,13 +328,15 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
 
 void transformer_free(Transformer *t);
 
-// Every weight matrix copied, once, into one anonymous mapping as large as the matrices in the
-// grouped layout `to` (kernels.h, matrix_to_r16), the classifier and the embedding too: a file in a
-// first layout (q8_0 or bf16: dtype.h, runs_as; transformer_load does it), the same numbers moved, or
-// an f16 model to bf16_r16 (./run --f16-as-bf16: each weight rounded to nearest even). The model then
-// runs as an export in `to` would, bit for bit. The file stays mapped for the vectors (norms). A model
-// of any other type is left as it is. Returns 0, or -1 with a message in err (no memory for the copy).
-int transformer_copy_weights(Transformer *t, DType to, char *err, size_t errlen);
+// The weight matrices the kernels do not read as stored copied, once, into one anonymous mapping
+// in the grouped layouts (kernels.h, matrix_to_r16), the classifier and the embedding too: those
+// of a file in a first layout (q8_0 or bf16: dtype.h, runs_as; GGUF's Q8_0; transformer_load does
+// it), the same numbers moved; with f16_as_bf16 also every f16 one, to bf16_r16 (./run
+// --f16-as-bf16: each weight rounded to nearest even). The model then runs as an export in those
+// layouts would, bit for bit. The file stays mapped for the vectors (norms) and the matrices read as
+// stored. A second call, or one with nothing to copy, does nothing. Returns 0, or -1 with a message
+// in err (no memory for the copy).
+int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t errlen);
 
 // Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that
 // dynamic NTK keeps beside them. 0 if that does not fit in size_t. *ring (when not NULL): the slots

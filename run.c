@@ -859,7 +859,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     const Config *c = &t->config;
     char waiting[96];
     char version[32] = "llama2.c legacy";
-    if (c->version) snprintf(version, sizeof version, "lrun v%d", c->version);
+    if (c->version) snprintf(version, sizeof version, c->gguf ? "GGUF v%d" : "lrun v%d", c->gguf ? c->gguf : c->version);
     fprintf(stderr,
             "model: %s (%s, %s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d%s%s\n",
@@ -878,6 +878,9 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     char copied[120] = ""; // the weights copied into another layout at load (transformer_copy_weights)
     if (t->copy && c->dtype == DTYPE_F16)
         snprintf(copied, sizeof copied, ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16");
+    else if (t->copy && c->gguf)
+        snprintf(copied, sizeof copied, ", its %s matrices run from a %s copy", dtype_name(c->dtype),
+                 dtype_name(DTYPES[c->dtype].runs_as));
     else if (t->copy)
         snprintf(copied, sizeof copied, ", the first %s layout: run from a %s copy (export again to skip it)",
                  dtype_name(c->dtype), dtype_name(DTYPES[c->dtype].runs_as));
@@ -1118,7 +1121,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const Config *c = &t.config;
-    char *tok_default = o.tokenizer ? NULL : default_tokenizer(o.model);
+    // A GGUF file holds its own tokenizer (-z still chooses another); else the file beside the model
+    char *tok_default = o.tokenizer ? NULL : c->gguf ? strdup(o.model) : default_tokenizer(o.model);
     const char *tok_path = o.tokenizer ? o.tokenizer : tok_default;
     Tokenizer *tok = tok_path ? tokenizer_load(tok_path, err, sizeof err) : NULL;
     if (!tok) {
@@ -1146,7 +1150,7 @@ int main(int argc, char **argv) {
 
     RunConfig run;
     int status = configure(&t, &o, &run);
-    if (status == 0 && o.f16_as_bf16 && transformer_copy_weights(&t, DTYPE_BF16_R16, err, sizeof err)) {
+    if (status == 0 && o.f16_as_bf16 && transformer_copy_weights(&t, 1, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         status = 1;
     }

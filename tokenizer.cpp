@@ -4,10 +4,14 @@
 #include "tokenizer.h"
 
 #include "bpe.h"
+#include "gguf.h"
 
 #include <cjson/cJSON.h>
 #include <sentencepiece_processor.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -48,6 +52,7 @@ struct Tokenizer {
     int checkpoint_bos = -1, checkpoint_eos = -1;
     std::string config_path, config; // tokenizer_config.json beside the file, and its text
     int config_errno = 0;            // why it could not be read; 0 when it was
+    int gguf = 0;                    // read from a GGUF file's metadata (its keys decide BOS and EOS)
 };
 
 // The id of a token by its text (a special token's content, a SentencePiece piece); -1: none.
@@ -230,7 +235,10 @@ static void decide(const Tokenizer *t, Special *s, int is_bos) {
     else
         id = t->bpe ? checkpoint : own; // a SentencePiece model knows its own (or has none)
     int add;
-    if (s->add >= 0) {
+    if (s->add >= 0 && t->gguf) {
+        add = s->add;
+        s->reason = is_bos ? "GGUF tokenizer.ggml.add_bos_token" : "GGUF tokenizer.ggml.add_eos_token";
+    } else if (s->add >= 0) {
         add = s->add;
         s->reason = is_bos ? "tokenizer_config.json add_bos_token" : "tokenizer_config.json add_eos_token";
     } else if (tmpl) {
@@ -243,6 +251,7 @@ static void decide(const Tokenizer *t, Special *s, int is_bos) {
         add = is_bos;
         s->reason = !is_bos      ? "the default"
                     : t->bpe     ? (s->named ? "tokenizer_config.json bos_token" : "the checkpoint's bos_token_id")
+                    : t->gguf    ? "llama.cpp's default: no tokenizer.ggml.add_bos_token"
                                  : "SentencePiece's default";
     }
     s->id = add ? id : -1;
@@ -264,6 +273,15 @@ static int is_json(const char *path) {
     }
     fclose(f);
     return c == '{';
+}
+
+// A GGUF file (llama.cpp's) starts with the 4 bytes "GGUF".
+static int is_gguf(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    const int is = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    if (f) fclose(f);
+    return is;
 }
 
 #define PASS_TOKENIZER "pass the model's tokenizer.model or tokenizer.json with -z"
@@ -300,6 +318,155 @@ static int check_path(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// A GGUF file's own tokenizer (llama.cpp's tokenizer.ggml.* keys, gguf.h). tokenizer.ggml.model
+// "llama" is a SentencePiece vocabulary: its tokens, scores and token types (the numbers are
+// SentencePiece's piece types: 1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte).
+// They are written here into the protocol buffer a tokenizer.model holds (sentencepiece_model.proto:
+// ModelProto, its pieces, a BPE TrainerSpec with byte fallback, an "identity" NormalizerSpec) and
+// read by the same SentencePiece library as a tokenizer.model, so the encoding is SentencePiece's own.
+// What a GGUF file does not carry is llama.cpp's default: a leading space added
+// (tokenizer.ggml.add_space_prefix, true when absent), runs of spaces kept (SentencePiece's
+// remove_extra_whitespaces off, as llama.cpp's tokenizer does; tok512.model has it on, so a text
+// with two spaces in a row encodes otherwise there).
+
+static void pb_varint(std::string &s, uint64_t v) {
+    for (; v >= 0x80; v >>= 7)
+        s += static_cast<char>(v | 0x80);
+    s += static_cast<char>(v);
+}
+static void pb_int(std::string &s, int field, uint64_t v) { pb_varint(s, static_cast<uint64_t>(field) << 3), pb_varint(s, v); }
+static void pb_bytes(std::string &s, int field, const char *p, size_t n) {
+    pb_varint(s, static_cast<uint64_t>(field) << 3 | 2), pb_varint(s, n), s.append(p, n);
+}
+static void pb_float(std::string &s, int field, float f) {
+    char b[4];
+    memcpy(b, &f, 4);
+    pb_varint(s, static_cast<uint64_t>(field) << 3 | 5), s.append(b, 4);
+}
+
+// Returns "" when the SentencePiece model is in t->sp, else why not.
+static std::string sp_from_gguf(Tokenizer *t, const Gguf *g) {
+    const char *model;
+    size_t len;
+    if (gguf_get_string(g, "tokenizer.ggml.model", &model, &len) != 1) return "no tokenizer.ggml.model string";
+    const std::string kind(model, len);
+    if (kind != "llama")
+        return "tokenizer.ggml.model \"" + kind.substr(0, 20) + "\" is not read from GGUF yet (llama is, SentencePiece's "
+               "kind; hint: pass the model's tokenizer.json or tokenizer.model with -z)";
+    const GgufKV *tokens = gguf_find(g, "tokenizer.ggml.tokens"), *scores = gguf_find(g, "tokenizer.ggml.scores"),
+                 *types = gguf_find(g, "tokenizer.ggml.token_type");
+    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem != GGUF_STRING || tokens->count < 1 || tokens->count > (1 << 22))
+        return "tokenizer.ggml.tokens is not an array of 1 to 2^22 strings";
+    const uint64_t n = tokens->count;
+    auto numbers = [n](const GgufKV *kv) {
+        return !kv || (kv->type == GGUF_ARRAY && kv->count == n && kv->elem != GGUF_STRING && kv->elem != GGUF_ARRAY &&
+                       kv->elem != GGUF_BOOL);
+    };
+    if (!numbers(scores) || !numbers(types))
+        return "tokenizer.ggml.scores and token_type must be arrays of numbers, one per token";
+    int64_t add_space = 1;
+    if (gguf_get_int(g, "tokenizer.ggml.add_space_prefix", &add_space) < 0) return "tokenizer.ggml.add_space_prefix is not a bool";
+    std::string proto, piece;
+    const uint8_t *at = tokens->value;
+    int unknown = 0, bytes = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *s;
+        size_t slen;
+        at = gguf_next_string(at, &s, &slen);
+        const double type = types ? gguf_array_real(types, i) : 1;
+        if (type != 1 && type != 2 && type != 3 && type != 4 && type != 5 && type != 6)
+            return "tokenizer.ggml.token_type " + std::to_string(i) + " is not a piece type (1 to 6)";
+        unknown += type == 2, bytes += type == 6;
+        piece.clear();
+        pb_bytes(piece, 1, s, slen);                                          // SentencePiece.piece
+        pb_float(piece, 2, scores ? static_cast<float>(gguf_array_real(scores, i)) : 0.0f); // .score
+        pb_int(piece, 3, static_cast<uint64_t>(type));                        // .type
+        pb_bytes(proto, 1, piece.data(), piece.size());                       // ModelProto.pieces
+    }
+    if (unknown != 1) return "the vocabulary has " + std::to_string(unknown) + " unknown tokens (token_type 2), SentencePiece needs one";
+    std::string trainer, normalizer;
+    pb_int(trainer, 3, 2);             // TrainerSpec.model_type: BPE
+    pb_int(trainer, 4, n);             // .vocab_size
+    pb_int(trainer, 35, bytes > 0);    // .byte_fallback (SentencePiece then wants a piece for each byte)
+    const char *names[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+    for (int k = 0; k < 2; k++) { // .bos_piece, .eos_piece: the pieces SentencePiece's bos_id() and eos_id() find
+        int64_t id;
+        if (gguf_get_int(g, names[k], &id) == 1 && id >= 0 && static_cast<uint64_t>(id) < n) {
+            const char *s;
+            size_t slen;
+            const uint8_t *p = tokens->value;
+            for (int64_t i = 0; i <= id; i++)
+                p = gguf_next_string(p, &s, &slen);
+            pb_bytes(trainer, 46 + k, s, slen);
+        }
+    }
+    pb_bytes(normalizer, 1, "identity", 8); // NormalizerSpec.name
+    pb_int(normalizer, 3, add_space != 0);  // .add_dummy_prefix
+    pb_int(normalizer, 4, 0);               // .remove_extra_whitespaces
+    pb_bytes(proto, 2, trainer.data(), trainer.size());
+    pb_bytes(proto, 3, normalizer.data(), normalizer.size());
+    try {
+        const auto status = t->sp.LoadFromSerializedProto(proto);
+        if (!status.ok()) return "SentencePiece refuses its vocabulary: " + status.ToString() + " (hint: " PASS_TOKENIZER ")";
+    } catch (const std::exception &e) {
+        return std::string("SentencePiece refuses its vocabulary: ") + e.what() + " (hint: " PASS_TOKENIZER ")";
+    }
+    t->n_ids = static_cast<int>(n);
+    return "";
+}
+
+// BOS and EOS as the file's keys say (tokenizer.ggml.add_bos_token / add_eos_token; absent: BOS yes,
+// EOS no, llama.cpp's default for this kind). Returns "" or why not.
+static std::string specials_from_gguf(Tokenizer *t, const Gguf *g) {
+    const char *keys[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"};
+    Special *s[] = {&t->bos, &t->eos};
+    for (int k = 0; k < 2; k++) {
+        int64_t v;
+        const int got = gguf_get_int(g, keys[k], &v);
+        if (got < 0) return std::string(keys[k]) + " is not a bool";
+        if (got) s[k]->add = v != 0;
+    }
+    return "";
+}
+
+static int load_gguf(Tokenizer *t, const char *path, char *err, size_t errlen) {
+    const int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        snprintf(err, errlen, "%s: cannot open the tokenizer: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    const size_t size = static_cast<size_t>(st.st_size);
+    void *map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(err, errlen, "%s: cannot map the file: %s", path, strerror(errno));
+        return -1;
+    }
+    Gguf g;
+    char why[300];
+    std::string bad;
+    if (gguf_parse(&g, map, size, why, sizeof why)) {
+        bad = why;
+    } else {
+        bad = sp_from_gguf(t, &g);
+        if (bad.empty()) bad = specials_from_gguf(t, &g);
+        gguf_free(&g);
+    }
+    munmap(map, size);
+    if (!bad.empty()) {
+        snprintf(err, errlen, "%s: %s", path, bad.c_str());
+        return -1;
+    }
+    t->gguf = 1;
+    t->config_errno = ENOENT; // no tokenizer_config.json: the file's keys say what it would
+    tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);
+    return 0;
+}
+
 extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     if (check_path(path, err, errlen)) return nullptr;
     Tokenizer *t = new (std::nothrow) Tokenizer;
@@ -308,6 +475,13 @@ extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen)
         return nullptr;
     }
     t->bpe = nullptr;
+    if (is_gguf(path)) {
+        if (load_gguf(t, path, err, errlen)) {
+            delete t;
+            return nullptr;
+        }
+        return t;
+    }
     if (is_json(path)) {
         t->bpe = bpe_load(path, err, errlen);
         if (!t->bpe) {

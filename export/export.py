@@ -44,6 +44,7 @@ import shutil
 import stat
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
@@ -1125,6 +1126,13 @@ def main(argv=None):
     if os.path.exists(args.hf_dir) and not os.path.isdir(args.hf_dir) and not os.path.isfile(args.hf_dir):
         print(f"error: {args.hf_dir}: is a {file_kind(os.stat(args.hf_dir).st_mode)}, not a checkpoint folder (hint: "
               "HF_DIR is a Hugging Face model directory, with config.json and the weights)", file=sys.stderr)
+        return 1
+    with open(args.hf_dir, "rb") if Path(args.hf_dir).is_file() else nullcontext() as f:
+        gguf = f is not None and f.read(4) == b"GGUF"  # llama.cpp's format
+    if gguf:
+        print(f"error: {args.hf_dir} is a GGUF file, and HF_DIR must be a Hugging Face model directory (hint: ./run "
+              f"reads a llama GGUF directly, its tokenizer too: ./run {args.hf_dir}; README, \"GGUF files\")",
+              file=sys.stderr)
         return 1
     if Path(args.hf_dir).is_file():  # a model file already: llama2.c's .bin, or one of ours
         print(f"error: {args.hf_dir} is a file, and HF_DIR must be a Hugging Face model directory (hint: a "

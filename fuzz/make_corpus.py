@@ -15,6 +15,10 @@ few small valid inputs and a few hand-made edge cases:
               UTF-8, invalid UTF-8, NULs) that is also read as int32 ids (in and out of range); with
               bit 2 set, the rest is a tokenizer_config.json (BOS and EOS settings) instead.
   cli/        command lines, arguments separated by NUL bytes.
+  gguf/       a tiny llama GGUF file (llama.cpp's format, written here) in F32, F16, BF16, Q8_0, Q4_0,
+              a Qwen2 (biases, q and k rows in halves),
+              one with metadata of every value type (arrays of arrays, a 64-byte alignment, linear
+              RoPE scaling), one with the vocabulary only; and broken files.
   bpe/        a tiny byte-level tokenizer.json (256 bytes and a few merges) in each arrangement
               bpe.c reads (GPT-2's ByteLevel regex; Llama 3's Split + ByteLevel, ignore_merges,
               merges as pairs, special tokens, a BOS template; Digits; a String split; Qwen's NFC
@@ -181,6 +185,130 @@ def metaspace_tokenizer(llama2=False):
     return json.dumps(spec, ensure_ascii=False).encode()
 
 
+# --- gguf/: GGUF files (llama.cpp's format: gguf.h), written here from the format's definition
+
+GGUF_SCALARS = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h"), "u32": (4, "<I"),
+                "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"), "u64": (10, "<Q"), "i64": (11, "<q"),
+                "f64": (12, "<d")}
+
+
+def gguf_string(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(kind, v):
+    """(type number, bytes) of a metadata value: kind a scalar name, "str", or ("arr", element kind)."""
+    if kind == "str":
+        return 8, gguf_string(v)
+    if isinstance(kind, tuple):
+        elem, items = kind[1], [gguf_value(kind[1], x) for x in v]
+        number = items[0][0] if items else GGUF_SCALARS.get(elem, (8,))[0]
+        return 9, struct.pack("<IQ", number, len(v)) + b"".join(b for _, b in items)
+    number, fmt = GGUF_SCALARS[kind]
+    return number, struct.pack(fmt, v)
+
+
+def gguf_file(meta, tensors, align=32):
+    """A GGUF v3 file: meta [(key, kind, value)], tensors [(name, ne, ggml type, data bytes)]."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta))
+    for key, kind, v in meta:
+        number, raw = gguf_value(kind, v)
+        out += gguf_string(key) + struct.pack("<I", number) + raw
+    offset, blobs = 0, b""
+    for name, ne, kind, data in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", kind, offset)
+        pad = (-len(data)) % align
+        blobs += data + bytes(pad)
+        offset += len(data) + pad
+    out += bytes((-len(out)) % align)
+    return out + blobs
+
+
+def gguf_q8_0(x):
+    """ggml's block_q8_0 for each 32 values of x (a row's length a multiple of 32): f16 d, 32 int8."""
+    out = b""
+    for block in x.reshape(-1, 32):
+        d = np.abs(block).max() / 127
+        q = np.round(block / d).astype(np.int8) if d else np.zeros(32, np.int8)
+        out += np.float16(d).tobytes() + q.tobytes()
+    return out
+
+
+def gguf_q4_0(x):
+    """ggml's block_q4_0 for each 32 values of x: f16 d, then value j in the low nibble of byte j and
+    value j + 16 in its high nibble, q = x / d + 8 in [0, 15]."""
+    out = b""
+    for block in x.reshape(-1, 32):
+        d = np.abs(block).max() / 7
+        q = (np.clip(np.round(block / d), -8, 7) + 8).astype(np.uint8) if d else np.full(32, 8, np.uint8)
+        out += np.float16(d).tobytes() + (q[:16] | (q[16:] << 4)).astype(np.uint8).tobytes()
+    return out
+
+
+def gguf_seeds():
+    """A tiny llama (dim 32, one layer, 2 heads / 1 kv head of 16, vocab 274) in each tensor type this
+    program reads, one with metadata of every value type, and broken files."""
+    rng = np.random.default_rng(3)
+    words = ["\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab", "H", "e", "l", "o", "\u2581H", "ll", "llo", "\u2581w"]
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + words  # byte fallback: all 256
+    types = [2, 3, 3] + [6] * 256 + [1] * len(words)
+    V = len(pieces)
+    vocab_meta = [("tokenizer.ggml.model", "str", "llama"), ("tokenizer.ggml.tokens", ("arr", "str"), pieces),
+                  ("tokenizer.ggml.scores", ("arr", "f32"), [0.0] * 259 + [-float(i) for i in range(len(words))]),
+                  ("tokenizer.ggml.token_type", ("arr", "i32"), types),
+                  ("tokenizer.ggml.bos_token_id", "u32", 1), ("tokenizer.ggml.eos_token_id", "u32", 2)]
+    meta = [("general.architecture", "str", "llama"), ("llama.embedding_length", "u32", 32),
+            ("llama.feed_forward_length", "u32", 64), ("llama.block_count", "u32", 1),
+            ("llama.attention.head_count", "u32", 2), ("llama.attention.head_count_kv", "u32", 1),
+            ("llama.context_length", "u32", 64), ("llama.rope.freq_base", "f32", 10000.0),
+            ("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5)] + vocab_meta
+    shapes = [("token_embd.weight", (V, 32)), ("output_norm.weight", (32,)), ("blk.0.attn_norm.weight", (32,)),
+              ("blk.0.attn_q.weight", (32, 32)), ("blk.0.attn_k.weight", (16, 32)), ("blk.0.attn_v.weight", (16, 32)),
+              ("blk.0.attn_output.weight", (32, 32)), ("blk.0.ffn_norm.weight", (32,)),
+              ("blk.0.ffn_gate.weight", (64, 32)), ("blk.0.ffn_down.weight", (32, 64)), ("blk.0.ffn_up.weight", (64, 32))]
+
+    def tensors(kind):
+        out = []
+        for name, shape in shapes:
+            x = rng.standard_normal(shape).astype(np.float32) * 0.2
+            ne = list(reversed(shape))
+            if len(shape) == 1:
+                out.append((name, ne, 0, (x + 1).tobytes()))
+            elif kind == "f16":
+                out.append((name, ne, 1, x.astype(np.float16).tobytes()))
+            elif kind == "bf16":
+                out.append((name, ne, 30, (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()))
+            elif kind == "q8_0":
+                out.append((name, ne, 8, gguf_q8_0(x)))
+            elif kind == "q4_0":
+                out.append((name, ne, 2, gguf_q4_0(x)))
+            else:
+                out.append((name, ne, 0, x.tobytes()))
+        return out
+
+    seeds = {f"ok-{kind}.gguf": gguf_file(meta, tensors(kind)) for kind in ("f32", "f16", "bf16", "q8_0", "q4_0")}
+    qwen2 = [(k.replace("llama.", "qwen2."), kind, "qwen2" if k == "general.architecture" else v)
+             for k, kind, v in meta]  # Qwen2: q and k rows in halves (interleaved at load), q/k/v biases
+    biases = [(f"blk.0.attn_{x}.bias", [n], 0, rng.standard_normal(n).astype(np.float32).tobytes())
+              for x, n in (("q", 32), ("k", 16), ("v", 16))]
+    seeds["ok-qwen2-f16.gguf"] = gguf_file(qwen2, tensors("f16") + biases)
+    every = [(f"general.x_{kind}", kind, 1) for kind in GGUF_SCALARS] + [
+        ("general.x_str", "str", "text"), ("general.x_arrays", ("arr", ("arr", "u8")), [[1, 2], [3]]),
+        ("general.x_f64s", ("arr", "f64"), [0.5, 2.0]), ("general.alignment", "u32", 64),
+        ("tokenizer.ggml.add_bos_token", "bool", False), ("tokenizer.ggml.add_space_prefix", "bool", True),
+        ("llama.rope.scaling.type", "str", "linear"), ("llama.rope.scaling.factor", "f32", 2.0),
+        ("llama.rope.dimension_count", "u32", 8)]
+    seeds["ok-every-type.gguf"] = gguf_file(meta + every, tensors("q8_0"), align=64)
+    seeds["ok-vocab-only.gguf"] = gguf_file(vocab_meta, [])
+    whole = seeds["ok-f16.gguf"]
+    seeds["bad-truncated.gguf"] = whole[:len(whole) - 100]
+    seeds["bad-magic-only.gguf"] = b"GGUF"
+    seeds["bad-version-1.gguf"] = b"GGUF" + struct.pack("<III", 1, 0, 0)
+    return seeds
+
+
 def bpe_seeds():
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     no_regex = dict(byte_level, use_regex=False)
@@ -311,6 +439,8 @@ def main():
         write(os.path.join(corpus, "cli"), name, data)
     for name, data in bpe_seeds().items():
         write(os.path.join(corpus, "bpe"), name, data)
+    for name, data in gguf_seeds().items():
+        write(os.path.join(corpus, "gguf"), name, data)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(corpus) for f in fs)
     print(f"wrote {corpus}: {sum(len(fs) for _, _, fs in os.walk(corpus))} files, {total:,} bytes", file=sys.stderr)
 

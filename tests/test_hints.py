@@ -28,7 +28,7 @@ from lrun.hf_random import make_checkpoint
 from lrun.modelfile import set_field
 
 RUN = str(REPO / "run")
-SOURCES = ["run.c", "cli.c", "loader.c", "model.c", "rope.c", "chat.c", "bpe.c", "tokenizer.cpp", "sampler.c"]
+SOURCES = ["run.c", "cli.c", "loader.c", "gguf.c", "model.c", "rope.c", "chat.c", "bpe.c", "tokenizer.cpp", "sampler.c"]
 ALIASES = [("--ctx", "-c", "--ctx-size"), ("--rope-factor", "--rope-scale"), ("--rope-window", "-gaw", "--grp-attn-w"),
            ("--grp-attn-n", "-gan"), ("--cache-type-k", "-ctk"), ("--cache-type-v", "-ctv"), ("--prompt", "-i"),
            ("--file", "-f"), ("--mode", "-m"), ("--system", "-y"), ("--tokenizer", "-z"), ("--temp", "-t"),
@@ -346,6 +346,32 @@ CASES = {
                       manual="a damaged or empty file: export it again"),
     "ak42": Case("which this program does not read (hint: ", [], "",
                  manual="llama2.c's exporter with --version 0, or export/export.py: other programs"),
+    # GGUF files (gguf.c reads them, loader.c maps them; tests/test_gguf.py checks the messages)
+    "gguf-damaged": Case("(hint: the file is damaged", [], "",
+                         manual="a damaged GGUF file (a dozen such messages in gguf.c and loader.c): get it again"),
+    "gguf-damaged-2": Case('(hint: the file "', [], "", manual="as gguf-damaged, the string cut in two"),
+    "gguf-damaged-3": Case('(hint: the file is "', [], "", manual="as gguf-damaged, the string cut in two"),
+    "gguf-truncated-2": Case('(hint: the file is truncated; "', [], "", manual="as gguf-truncated, the string cut in two"),
+    "gguf-truncated": Case("(hint: the file is truncated; download or convert it again)", [], "",
+                           manual="a truncated GGUF file: download or convert it again"),
+    "gguf-newer": Case("(hint: the file is newer than this reader)", [], "",
+                       manual="a GGUF file with a type this reader does not know: another program's"),
+    "gguf-version": Case("(hint: convert the model \"", [], "",
+                         manual="GGUF version 1: llama.cpp's converter writes a current version"),
+    "gguf-not-read": Case('#define GGUF_HINT "hint: convert the Hugging Face checkpoint with export/export.py', [], "",
+                          manual="what ./run does not read from GGUF: export/export.py, not a flag of ./run"),
+    "gguf-vocab-only": Case("(hint: it can be the tokenizer \"", [], "",
+                            manual="-z FILE with another model of the same vocabulary: tests/test_gguf.py, "
+                                   "test_vocabulary_only_file_is_a_tokenizer, runs it"),
+    "gguf-tokenizer-kind": Case("kind; hint: pass the model's tokenizer.json or tokenizer.model with -z", [], "",
+                                manual="-z with the model's own tokenizer file: tests/test_gguf.py, "
+                                       "test_other_tokenizer_kinds_take_z, runs it"),
+    "gguf-sp-refuses": Case('SentencePiece refuses its vocabulary: ") + e.what() + " (hint: " PASS_TOKENIZER', [], "",
+                            manual="as gguf-tokenizer-kind: -z with the model's own tokenizer file"),
+    "gguf-sp-refuses-2": Case('status.ToString() + " (hint: " PASS_TOKENIZER', [], "",
+                              manual="as gguf-tokenizer-kind: -z with the model's own tokenizer file"),
+    "gguf-copy-memory": Case("whose file is read as stored", [], "",
+                             manual="memory for a GGUF Q8_0 file's copy: free memory, or export/export.py"),
     "no-magic": Case("(hint: convert a Hugging Face checkpoint with export/export.py)", [], "",
                      manual="export/export.py, not a flag of ./run"),
     "legacy-too-long": Case("(hint: convert the model with export/export.py, ", [], "",

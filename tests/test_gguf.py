@@ -1,0 +1,357 @@
+"""GGUF files (llama.cpp's format) run directly: `./run x.gguf`, its weights, RoPE and tokenizer from
+the file, against three independent things.
+
+- Our own export of the same Hugging Face checkpoint (export/export.py): the same weights in F32,
+  F16 and BF16 must give the same perplexity, digit for digit.
+- A float64 reference (tests/reference.py) on weights this file reads out of the GGUF itself, in
+  Python, from the format's definition (llama.cpp docs/gguf.md; Q8_0 as ggml's block_q8_0: an f16
+  scale, then 32 int8): no code is shared with gguf.c. llama.cpp's converter turns q and k rows into
+  interleaved pairs (its LlamaModel.permute); they are turned back here. Control: the same weights
+  with q and k left interleaved must miss by far more than the bound.
+- SentencePiece on the tokenizer.model the GGUF vocabulary was converted from: the same ids.
+
+The fixtures are in data/gguf/ (data/README.md says how llama.cpp's converter made them).
+"""
+import json
+import random
+import re
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+import reference
+from conftest import DATA, HELDOUT, LLAMA_TOK, REPO, TEXT, TOOLS, run_export
+from families import case_data, ours, rel
+from lrun.hf_checkpoint import save_file
+from lrun.hf_random import make_checkpoint
+
+GGUF = DATA / "gguf"
+TINY64_F16 = GGUF / "tiny64x512-f16.gguf"       # data/tiny64x512-hf by llama.cpp's converter, --outtype f16
+STORIES_Q8 = GGUF / "stories260K-q8_0.gguf"     # data/stories260K-hf, --outtype q8_0 (w2: 172 columns, F16)
+STORIES_BF16 = GGUF / "stories260K-bf16.gguf"   # data/stories260K-hf, --outtype bf16
+STORIES_Q4 = GGUF / "stories260K-q4_0.gguf"    # the F32 conversion re-quantized by llama.cpp's gguf-py (Q4_0)
+LLAMA2_VOCAB = GGUF / "llama2-vocab.gguf"       # data/llama2/tokenizer.model, --vocab-only
+QWEN2_F32 = GGUF / "qwen2-tied-f32.gguf"        # data/families/qwen2-tied (config in 4.x form), --outtype f32
+
+
+# --- An independent reader: the GGUF format in Python --------------------------------------------
+
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_gguf(path):
+    """(metadata {key: value}, tensors {name: (ggml type, ne, bytes)}) of a GGUF v2/v3 file."""
+    raw = path.read_bytes()
+    at = 0
+
+    def take(fmt):
+        nonlocal at
+        v = struct.unpack_from(fmt, raw, at)[0]
+        at += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal at
+        n = take("<Q")
+        at += n
+        return raw[at - n:at].decode("utf-8", "surrogateescape")
+
+    def value(t):
+        if t == 8:
+            return string()
+        if t == 9:
+            elem, count = take("<I"), take("<Q")
+            return [value(elem) for _ in range(count)]
+        return take(SCALARS[t])
+
+    assert raw[:4] == b"GGUF" and take("<4s") and take("<I") in (2, 3)
+    n_tensors, n_kv = take("<Q"), take("<Q")
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("<I"))
+    infos = []
+    for _ in range(n_tensors):
+        name, dims = string(), take("<I")
+        ne = [take("<Q") for _ in range(dims)]
+        infos.append((name, ne, take("<I"), take("<Q")))
+    align = meta.get("general.alignment", 32)
+    start = (at + align - 1) // align * align
+    return meta, {name: (kind, ne, raw[start + off:]) for name, ne, kind, off in infos}
+
+
+def dequantize(kind, ne, data):
+    """A tensor's values as float64, shape (ne[1], ne[0]) or (ne[0],)."""
+    n = int(np.prod(ne))
+    if kind == 0:    # F32
+        x = np.frombuffer(data, "<f4", n)
+    elif kind == 1:  # F16
+        x = np.frombuffer(data, "<f2", n)
+    elif kind == 30:  # BF16: the top half of a float32
+        x = (np.frombuffer(data, "<u2", n).astype(np.uint32) << 16).view("<f4")
+    elif kind == 8:  # Q8_0: blocks of 32 values, each an f16 d then 32 int8 q; value = q * d
+        blocks = np.frombuffer(data, np.dtype([("d", "<f2"), ("q", "i1", 32)]), n // 32)
+        x = blocks["q"].astype(np.float64) * blocks["d"].astype(np.float64)[:, None]
+    elif kind == 2:  # Q4_0: blocks of 32, an f16 d then 16 bytes: value j in the low nibble of byte j,
+        # value j + 16 in its high nibble, each an unsigned q; value = (q - 8) * d
+        blocks = np.frombuffer(data, np.dtype([("d", "<f2"), ("qs", "u1", 16)]), n // 32)
+        q = np.concatenate([blocks["qs"] & 15, blocks["qs"] >> 4], axis=1).astype(np.float64) - 8
+        x = q * blocks["d"].astype(np.float64)[:, None]
+    else:
+        raise ValueError(f"ggml type {kind} is not read here")
+    return np.asarray(x, np.float64).reshape(list(reversed(ne)))
+
+
+def hf_directory(path, out, interleaved_control=False):
+    """The GGUF's weights as a Hugging Face Llama directory: config.json and model.safetensors
+    (float32), q and k rows back in the rotate_half layout (unless interleaved_control)."""
+    meta, tensors = read_gguf(path)
+    arch = meta["general.architecture"]
+    get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
+    heads, kv_heads = get("attention.head_count"), get("attention.head_count_kv")
+    w = {name: dequantize(*t) for name, t in tensors.items()}
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": get("embedding_length"),
+              "intermediate_size": get("feed_forward_length"), "num_hidden_layers": get("block_count"),
+              "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+              "vocab_size": w["token_embd.weight"].shape[0], "max_position_embeddings": get("context_length"),
+              "rms_norm_eps": get("attention.layer_norm_rms_epsilon"), "rope_theta": get("rope.freq_base", 10000.0),
+              "tie_word_embeddings": "output.weight" not in w, "hidden_act": "silu"}
+
+    def unpermute(x, n):  # the inverse of convert_hf_to_gguf.py's LlamaModel.permute
+        if interleaved_control:
+            return x
+        return x.reshape(n, x.shape[0] // n // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
+
+    names = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_down": "mlp.down_proj",
+             "ffn_up": "mlp.up_proj", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj"}
+    hf = {"model.embed_tokens.weight": w["token_embd.weight"], "model.norm.weight": w["output_norm.weight"]}
+    if "output.weight" in w:
+        hf["lm_head.weight"] = w["output.weight"]
+    for name, x in w.items():
+        if name.startswith("blk."):
+            _, layer, part, _ = name.split(".")
+            if part == "attn_q":
+                x = unpermute(x, heads)
+            if part == "attn_k":
+                x = unpermute(x, kv_heads)
+            hf[f"model.layers.{layer}.{names[part]}.weight"] = x
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(config))
+    save_file(out / "model.safetensors", {k: v.astype(np.float32) for k, v in hf.items()})
+    return out
+
+
+# --- ./run and dump_logits on the GGUF -----------------------------------------------------------
+
+def run_ppl(model, *flags):
+    proc = subprocess.run([str(REPO / "run"), str(model), "--ppl", str(HELDOUT), "--ctx", "512", "--ppl-windows", "4",
+                           *map(str, flags)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("perplexity: ")]
+    return float(lines[-1].split()[1]), proc.stderr
+
+
+def c_logits(model, ids, tmp_path):
+    ids_file, out_file = tmp_path / "ids.bin", tmp_path / "logits.bin"
+    np.asarray(ids, dtype="<i4").tofile(ids_file)
+    proc = subprocess.run([str(TOOLS / "dump_logits"), str(model), str(ids_file), str(out_file)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return np.fromfile(out_file, dtype="<f4").reshape(len(ids), -1).astype(np.float64)
+
+
+@pytest.mark.parametrize("gguf,hf,dtype", [(TINY64_F16, "tiny64x512-hf", "f16"),
+                                           (STORIES_BF16, "stories260K-hf", "bf16")])
+def test_perplexity_equals_our_export(c_tools, tmp_path, gguf, hf, dtype):
+    """`./run x.gguf --ppl`, with the GGUF's own tokenizer, against `--ppl` on our export of the
+    checkpoint it was converted from, in the same type, with its tokenizer.model: the same windows
+    and the same perplexity (bound 1e-5 relative; the same weights, so in practice every digit)."""
+    ours = tmp_path / "export.bin"
+    assert run_export(DATA / hf, ours, "--dtype", dtype).returncode == 0
+    theirs, banner = run_ppl(gguf, "--threads", 1)
+    mine, _ = run_ppl(ours, "-z", DATA / hf / "tokenizer.model", "--threads", 1)
+    assert f"(GGUF v3, Llama, {dtype})" in banner and "tokenizer: " + str(gguf) in banner, banner
+    print(f"{gguf.name}: perplexity {theirs:.6f}, our {dtype} export {mine:.6f}")
+    assert abs(theirs - mine) <= 1e-5 * mine
+
+
+@pytest.mark.parametrize("gguf,tol", [(TINY64_F16, 1e-5), (STORIES_BF16, 2e-2), (STORIES_Q8, 2e-2), (STORIES_Q4, 2e-2)])
+def test_logits_match_a_dequantizing_reference(c_tools, tmp_path, gguf, tol):
+    """Every position's logits against the float64 reference on the GGUF's weights read by this
+    file's own reader, over 300 tokens of the held-out text: max |diff| / max |logit| below tol (f16
+    weights multiply float32 activations; bf16 and Q8_0 products round or quantize the activations,
+    kernels.h). Control: q and k left in llama.cpp's interleaved rows must miss by 5x the bound."""
+    ref = reference.Reference(hf_directory(gguf, tmp_path / "hf"))
+    control = reference.Reference(hf_directory(gguf, tmp_path / "control", interleaved_control=True))
+    ids = [1] + reference.Reference(DATA / "stories260K-hf").encode(HELDOUT.read_text()[:1500], bos=False)[:299]
+    ours, want = c_logits(gguf, ids, tmp_path), ref.logits(ids)
+    scale = np.abs(want).max()
+    diff, miss = np.abs(ours - want).max() / scale, np.abs(ours - control.logits(ids)).max() / scale
+    print(f"{gguf.name}: {len(ids)} positions, max |diff| / max |logit| {diff:.2e} (bound {tol:g}); "
+          f"q/k interleaved control {miss:.2e}")
+    assert diff < tol
+    assert miss > 5 * tol, "the control is too close: this comparison cannot see the row layout"
+
+
+def interleave_in_file(src, dst, names, heads, head_dim):
+    """A copy of the F32 GGUF src with the rows of the named tensors put in interleaved pairs already
+    (export.py's interleave_rows), so that the loader's own permutation comes on top."""
+    raw = bytearray(src.read_bytes())
+    meta, tensors = read_gguf(src)
+    for name, n in zip(names, heads):
+        kind, ne, data = tensors[name]
+        assert kind == 0
+        x = np.frombuffer(data, "<f4", int(np.prod(ne))).reshape(n, 2, head_dim // 2, -1)
+        at = len(raw) - len(data)
+        raw[at:at + x.nbytes] = x.swapaxes(1, 2).tobytes()
+    dst.write_bytes(bytes(raw))
+    return dst
+
+
+def test_qwen2_equals_transformers(c_tools, tmp_path):
+    """Qwen2 as llama.cpp's converter writes it (q/k/v biases; q and k rows in Hugging Face's
+    rotate_half halves, interleaved here at load) against the logits transformers 5.17 itself computed
+    for the checkpoint it came from (data/families/qwen2-tied, 512 random ids): the bound of
+    tests/test_families.py, 1e-4 of the largest logit. Control: layer 0's q and k rows interleaved once
+    more in the file must miss by 100x the bound."""
+    d, ids, rows, theirs = case_data(DATA / "families", "qwen2-tied")
+    diff = rel(ours(QWEN2_F32, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
+    wrong = interleave_in_file(QWEN2_F32, tmp_path / "twice.gguf", ["blk.0.attn_q.weight", "blk.0.attn_k.weight"],
+                               [2, 1], 32)
+    miss = rel(ours(wrong, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
+    print(f"qwen2-tied GGUF: {len(rows)} rows, max |ours - transformers| / max |logit| {diff:.2e}; "
+          f"control (layer 0's q/k interleaved twice) {miss:.2e}")
+    assert diff < 1e-4 and miss > 1e-2
+
+
+def test_vocabulary_only_file_is_a_tokenizer(c_tools, tmp_path):
+    """The hint of a vocabulary-only GGUF given as a model, `-z FILE`, taken: a random model with
+    Llama 2's vocabulary size runs with the GGUF as its tokenizer, and its prompt's ids are those of
+    data/llama2/tokenizer.model."""
+    make_checkpoint(tmp_path / "hf", vocab_size=32000, dim=32, hidden_dim=64, n_layers=1, n_heads=2, n_kv_heads=1,
+                    max_pos=64)
+    assert run_export(tmp_path / "hf", tmp_path / "m.bin").returncode == 0
+    outs = [subprocess.run([str(REPO / "run"), str(tmp_path / "m.bin"), "-z", str(tok), "-i", "Hello world, caf\u00e9",
+                            "-n", "1", "-t", "0", "--verbose-prompt"], capture_output=True, text=True, timeout=60)
+            for tok in (LLAMA2_VOCAB, LLAMA_TOK)]
+    assert all(o.returncode == 0 for o in outs), outs[0].stderr
+    ids = [re.findall(r"^\s*(\d+) ", o.stderr, re.M) for o in outs]
+    assert ids[0] == ids[1] and len(ids[0]) > 3, (ids, outs[0].stderr)
+
+
+def test_other_tokenizer_kinds_take_z(c_tools, tmp_path):
+    """A GGUF whose tokenizer.ggml.model this program does not read is refused by name, with the hint
+    `-z` and the model's own tokenizer file, which then runs."""
+    key = b"tokenizer.ggml.model" + struct.pack("<IQ", 8, 5)
+    other = patched(tmp_path, STORIES_Q8, key + b"llama", key + b"t5xxx")
+    err = run_refused(other)
+    assert '"t5xxx" is not read from GGUF yet' in err and "hint: pass the model's tokenizer.json or tokenizer.model " \
+        "with -z" in err, err
+    fixed = subprocess.run([str(REPO / "run"), str(other), "-z", str(DATA / "stories260K/tokenizer.model"), "-n", "3"],
+                           capture_output=True, text=True, timeout=60)
+    assert fixed.returncode == 0, fixed.stderr
+
+
+def test_export_points_to_run(tmp_path):
+    """export.py given a GGUF file says that ./run reads it, with the command, which works (above)."""
+    proc = subprocess.run(["/usr/bin/python3", str(REPO / "export/export.py"), str(STORIES_Q8), str(tmp_path / "x.bin")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and f"./run reads a llama GGUF directly, its tokenizer too: ./run {STORIES_Q8}" in \
+        proc.stderr, proc.stderr
+    assert not (tmp_path / "x.bin").exists()
+
+
+def test_generation_from_gguf_alone(c_tools):
+    """The quick start's model as GGUF: nothing beside it, and the same greedy text as the legacy
+    file with its tokenizer.model (data/README.md has the text)."""
+    args = ["-i", "Once upon a time", "-t", "0", "-n", "57", "--threads", "1"]
+    gguf = subprocess.run([str(REPO / "run"), str(STORIES_Q8), *args], capture_output=True, text=True, timeout=60)
+    legacy = subprocess.run([str(REPO / "run"), str(DATA / "stories260K/stories260K.bin"), *args], capture_output=True,
+                            text=True, timeout=60)
+    assert gguf.returncode == 0, gguf.stderr
+    print(gguf.stdout)
+    assert "its gguf_q8_0 matrices run from a q8_0_r16 copy" in gguf.stderr, gguf.stderr
+    # Q8_0 weights: the same story for its first sentences at least
+    assert gguf.stdout[:80] == legacy.stdout[:80]
+
+
+# --- The tokenizer from the file -------------------------------------------------------------------
+
+def batch(tokenizer, texts):
+    data = b"".join(b"%d\n" % len(t) + t for t in texts)
+    out = subprocess.run([str(TOOLS / "tok_dump"), str(tokenizer), "batch"], input=data, capture_output=True,
+                         check=True, timeout=120).stdout.decode()
+    return [line.split("\t")[0] for line in out.splitlines()]
+
+
+def test_tokenizer_equals_sentencepiece(c_tools):
+    """Llama 2's vocabulary as llama.cpp's converter writes it (tokenizer.ggml.*) encodes 1000 lines
+    of TinyStories and 2000 random strings (ASCII, accents, CJK, emoji, tabs, newlines, runs of
+    spaces, U+2581) to the ids SentencePiece gives on data/llama2/tokenizer.model. Control: tok512's
+    vocabulary in the tiny64x512 GGUF against tok512.model, whose normalizer collapses runs of spaces
+    (remove_extra_whitespaces) where a GGUF, as llama.cpp, keeps them: the strings with such runs must
+    differ, so the comparison sees a change of normalizer."""
+    rng = random.Random(5)
+    alphabet = [chr(c) for c in [*range(32, 127), 0xE9, 0x4E2D, 0x1F600, 0x0A, 0x09, 0x2581]] + ["  "]
+    texts = TEXT.read_bytes().split(b"\n")[:1000]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))).encode() for _ in range(2000)]
+    theirs, mine = batch(DATA / "llama2/tokenizer.model", texts), batch(LLAMA2_VOCAB, texts)
+    bad = [(t, a, b) for t, a, b in zip(texts, theirs, mine) if a != b]
+    assert len(theirs) == len(texts) and not bad, f"{len(bad)} differ, first {bad[0]!r}"
+    control = sum(a != b for a, b in zip(batch(DATA / "stories260K/tokenizer.model", texts), batch(TINY64_F16, texts)))
+    print(f"{len(texts)} strings, the same ids; control (tok512, another normalizer): {control} differ")
+    assert control > 100
+    vocab = subprocess.run([str(TOOLS / "tok_dump"), str(LLAMA2_VOCAB), "vocab"], capture_output=True, text=True)
+    assert vocab.stdout.split() == ["32000", "1", "-1"]  # BOS <s> first, no EOS: llama.cpp's default
+
+
+# --- What is refused, and how ---------------------------------------------------------------------
+
+def patched(tmp_path, source, old, new, name="patched.gguf"):
+    raw = source.read_bytes()
+    assert raw.count(old) == 1, (old, raw.count(old))
+    out = tmp_path / name
+    out.write_bytes(raw.replace(old, new))
+    return out
+
+
+def tensor_type_offset(path, tensor):
+    """Where the ggml type of a tensor's info sits in the file."""
+    raw = path.read_bytes()
+    name = tensor.encode()
+    at = raw.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    dims = struct.unpack_from("<I", raw, at)[0]
+    return at + 4 + 8 * dims
+
+
+def run_refused(model, *args):
+    proc = subprocess.run([str(REPO / "run"), str(model), "-n", "1", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, (proc.returncode, proc.stderr)
+    return proc.stderr
+
+
+def test_what_is_not_run_is_refused_by_name(c_tools, tmp_path):
+    key = b"general.architecture" + struct.pack("<IQ", 8, 5)  # the key, a string value of 5 bytes
+    arch = patched(tmp_path, STORIES_Q8, key + b"llama", key + b"gemma", "arch.gguf")
+    assert 'architecture "gemma" is not one this program reads from GGUF yet' in run_refused(arch)
+    raw = bytearray(TINY64_F16.read_bytes())
+    at = tensor_type_offset(TINY64_F16, "blk.0.attn_q.weight")
+    struct.pack_into("<I", raw, at, 12)  # Q4_K: 256 x 256 in fewer bytes, still inside the file
+    (tmp_path / "q4k.gguf").write_bytes(raw)
+    assert "tensor blk.0.attn_q.weight is Q4_K, which this program does not run from GGUF" in \
+        run_refused(tmp_path / "q4k.gguf")
+    struct.pack_into("<I", raw, at, 4)  # no ggml type has the number 4 (ggml.h)
+    (tmp_path / "t4.gguf").write_bytes(raw)
+    assert "has ggml type 4, which this program does not know" in run_refused(tmp_path / "t4.gguf")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(TINY64_F16.read_bytes()[:-1000])
+    assert "run past the end of the file (hint: the file is truncated" in run_refused(cut)
+    head = tmp_path / "head.gguf"
+    head.write_bytes(TINY64_F16.read_bytes()[:3000])
+    assert "bad GGUF" in run_refused(head)
+    assert "a GGUF file without tensors: a vocabulary only, not a model (hint: it can be the tokenizer of a model " \
+        "with the same vocabulary: -z FILE)" in run_refused(LLAMA2_VOCAB)
