@@ -353,8 +353,8 @@ static std::string sp_from_gguf(Tokenizer *t, const Gguf *g) {
     if (gguf_get_string(g, "tokenizer.ggml.model", &model, &len) != 1) return "no tokenizer.ggml.model string";
     const std::string kind(model, len);
     if (kind != "llama")
-        return "tokenizer.ggml.model \"" + kind.substr(0, 20) + "\" is not read from GGUF yet (llama is, SentencePiece's "
-               "kind; hint: pass the model's tokenizer.json or tokenizer.model with -z)";
+        return "tokenizer.ggml.model \"" + kind.substr(0, 20) + "\" is not read from GGUF yet (llama and gpt2 are; "
+               "hint: pass the model's tokenizer.json or tokenizer.model with -z)";
     const GgufKV *tokens = gguf_find(g, "tokenizer.ggml.tokens"), *scores = gguf_find(g, "tokenizer.ggml.scores"),
                  *types = gguf_find(g, "tokenizer.ggml.token_type");
     if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem != GGUF_STRING || tokens->count < 1 || tokens->count > (1 << 22))
@@ -417,6 +417,112 @@ static std::string sp_from_gguf(Tokenizer *t, const Gguf *g) {
     return "";
 }
 
+// tokenizer.ggml.model "gpt2" is a byte-level BPE: its tokens (GPT-2's byte-to-character map, as
+// in a tokenizer.json's vocab), its merges ("a b"), and tokenizer.ggml.pre, the name llama.cpp's
+// converter gives the pre-tokenizer it recognized (convert_hf_to_gguf.py, get_vocab_base_pre). They
+// are written back into the tokenizer.json that name stands for and read by bpe.c, so the encoding is
+// the one tests/test_bpe.py holds to the npm tokenizers. A token of type 3 (control) is a special
+// added token, of type 4 (user defined) an added one that is text. The names read, with the
+// pre-tokenizer of the model family's own tokenizer.json (the regular expressions are theirs):
+//   llama-bpe  Llama 3: Split on its regex, then ByteLevel without one; ignore_merges
+//   qwen2      Qwen2, Qwen2.5, Qwen3: NFC, Split on its regex (one digit at a time), ByteLevel
+//   gpt-2      GPT-2: ByteLevel with its own regex
+// Another name is refused, naming it: its expression is not known here.
+static const struct {
+    const char *pre;
+    const char *regex; // NULL: ByteLevel's own (GPT-2's)
+    int nfc, ignore_merges;
+} GGUF_PRE[] = {
+    {"llama-bpe",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     0, 1},
+    {"qwen2",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     1, 0},
+    {"gpt-2", nullptr, 0, 0},
+};
+
+// Returns "" when the BPE is in t->bpe, else why not.
+static std::string bpe_from_gguf(Tokenizer *t, const Gguf *g, const char *path) {
+    const char *pre = "";
+    size_t pre_len = 0;
+    gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pre_len);
+    const std::string name(pre, pre_len);
+    size_t k = 0;
+    while (k < sizeof GGUF_PRE / sizeof GGUF_PRE[0] && name != GGUF_PRE[k].pre)
+        k++;
+    if (k == sizeof GGUF_PRE / sizeof GGUF_PRE[0])
+        return "tokenizer.ggml.pre \"" + name.substr(0, 30) + "\" is not one this program knows (llama-bpe, qwen2 and "
+               "gpt-2 are; hint: pass the model's tokenizer.json with -z)";
+    const GgufKV *tokens = gguf_find(g, "tokenizer.ggml.tokens"), *merges = gguf_find(g, "tokenizer.ggml.merges"),
+                 *types = gguf_find(g, "tokenizer.ggml.token_type");
+    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem != GGUF_STRING || tokens->count < 1 || tokens->count > (1 << 22))
+        return "tokenizer.ggml.tokens is not an array of 1 to 2^22 strings";
+    if (!merges || merges->type != GGUF_ARRAY || merges->elem != GGUF_STRING)
+        return "tokenizer.ggml.merges is not an array of strings";
+    if (types && (types->type != GGUF_ARRAY || types->count != tokens->count || types->elem == GGUF_STRING ||
+                  types->elem == GGUF_ARRAY || types->elem == GGUF_BOOL))
+        return "tokenizer.ggml.token_type must be an array of numbers, one per token";
+    cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *list = cJSON_AddArrayToObject(model, "merges");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddBoolToObject(model, "ignore_merges", GGUF_PRE[k].ignore_merges);
+    const uint8_t *at = tokens->value;
+    std::string text;
+    for (uint64_t i = 0; i < tokens->count; i++) {
+        const char *s;
+        size_t len;
+        at = gguf_next_string(at, &s, &len);
+        text.assign(s, len);
+        const double type = types ? gguf_array_real(types, i) : 1;
+        if (type == 3 || type == 4) { // an added token: matched in the text before the BPE
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", static_cast<double>(i));
+            cJSON_AddStringToObject(a, "content", text.c_str());
+            cJSON_AddBoolToObject(a, "special", type == 3);
+            cJSON_AddBoolToObject(a, "normalized", false);
+            cJSON_AddItemToArray(added, a);
+        } else {
+            cJSON_AddNumberToObject(vocab, text.c_str(), static_cast<double>(i));
+        }
+    }
+    at = merges->value;
+    for (uint64_t i = 0; i < merges->count; i++) {
+        const char *s;
+        size_t len;
+        at = gguf_next_string(at, &s, &len);
+        cJSON_AddItemToArray(list, cJSON_CreateString(std::string(s, len).c_str()));
+    }
+    cJSON *byte_level = cJSON_CreateObject();
+    cJSON_AddStringToObject(byte_level, "type", "ByteLevel");
+    cJSON_AddBoolToObject(byte_level, "add_prefix_space", false);
+    cJSON_AddBoolToObject(byte_level, "use_regex", GGUF_PRE[k].regex == nullptr);
+    if (GGUF_PRE[k].regex) {
+        cJSON *seq = cJSON_AddObjectToObject(root, "pre_tokenizer"), *steps = cJSON_AddArrayToObject(seq, "pretokenizers");
+        cJSON_AddStringToObject(seq, "type", "Sequence");
+        cJSON *split = cJSON_CreateObject(), *pattern = cJSON_AddObjectToObject(split, "pattern");
+        cJSON_AddStringToObject(split, "type", "Split");
+        cJSON_AddStringToObject(pattern, "Regex", GGUF_PRE[k].regex);
+        cJSON_AddStringToObject(split, "behavior", "Isolated");
+        cJSON_AddBoolToObject(split, "invert", false);
+        cJSON_AddItemToArray(steps, split);
+        cJSON_AddItemToArray(steps, byte_level);
+    } else {
+        cJSON_AddItemToObject(root, "pre_tokenizer", byte_level);
+    }
+    if (GGUF_PRE[k].nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!json) return "out of memory";
+    char err[400];
+    t->bpe = bpe_load_json(json, strlen(json), path, err, sizeof err);
+    cJSON_free(json);
+    if (!t->bpe) return std::string(err + (strncmp(err, path, strlen(path)) ? 0 : strlen(path) + 2));
+    return "";
+}
+
 // BOS and EOS as the file's keys say (tokenizer.ggml.add_bos_token / add_eos_token; absent: BOS yes,
 // EOS no, llama.cpp's default for this kind). Returns "" or why not.
 static std::string specials_from_gguf(Tokenizer *t, const Gguf *g) {
@@ -452,8 +558,15 @@ static int load_gguf(Tokenizer *t, const char *path, char *err, size_t errlen) {
     if (gguf_parse(&g, map, size, why, sizeof why)) {
         bad = why;
     } else {
-        bad = sp_from_gguf(t, &g);
+        const char *kind = "";
+        size_t len = 0;
+        gguf_get_string(&g, "tokenizer.ggml.model", &kind, &len);
+        bad = len == 4 && !memcmp(kind, "gpt2", 4) ? bpe_from_gguf(t, &g, path) : sp_from_gguf(t, &g);
         if (bad.empty()) bad = specials_from_gguf(t, &g);
+        int64_t id; // the file's own BOS and EOS: a byte-level BPE takes them from the checkpoint (tokenizer.h)
+        const int64_t n = bad.empty() ? tokenizer_vocab_size(t) : 0;
+        t->checkpoint_bos = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", &id) == 1 && id >= 0 && id < n ? (int)id : -1;
+        t->checkpoint_eos = gguf_get_int(&g, "tokenizer.ggml.eos_token_id", &id) == 1 && id >= 0 && id < n ? (int)id : -1;
         gguf_free(&g);
     }
     munmap(map, size);

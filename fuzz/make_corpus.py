@@ -16,7 +16,8 @@ few small valid inputs and a few hand-made edge cases:
               bit 2 set, the rest is a tokenizer_config.json (BOS and EOS settings) instead.
   cli/        command lines, arguments separated by NUL bytes.
   gguf/       a tiny llama GGUF file (llama.cpp's format, written here) in F32, F16, BF16, Q8_0, Q4_0,
-              a Qwen2 (biases, q and k rows in halves),
+              a Qwen2 (biases, q and k rows in halves), byte-level BPE vocabularies (gpt2) with each
+              pre-tokenizer name read,
               one with metadata of every value type (arrays of arrays, a 64-byte alignment, linear
               RoPE scaling), one with the vocabulary only; and broken files.
   bpe/        a tiny byte-level tokenizer.json (256 bytes and a few merges) in each arrangement
@@ -302,6 +303,17 @@ def gguf_seeds():
         ("llama.rope.dimension_count", "u32", 8)]
     seeds["ok-every-type.gguf"] = gguf_file(meta + every, tensors("q8_0"), align=64)
     seeds["ok-vocab-only.gguf"] = gguf_file(vocab_meta, [])
+    byte_level = json.loads(tiny_tokenizer({"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+                                           added=[("<|eot|>", True, False, False)]))
+    words = sorted(byte_level["model"]["vocab"], key=byte_level["model"]["vocab"].get) + ["<|eot|>"]
+    for pre in ("llama-bpe", "qwen2", "gpt-2"):  # tokenizer.ggml.model gpt2: a byte-level BPE, vocabulary only
+        seeds[f"ok-gpt2-{pre}.gguf"] = gguf_file(
+            [("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", pre),
+             ("tokenizer.ggml.tokens", ("arr", "str"), words),
+             ("tokenizer.ggml.merges", ("arr", "str"), [" ".join(m) if isinstance(m, list) else m
+                                                        for m in byte_level["model"]["merges"]]),
+             ("tokenizer.ggml.token_type", ("arr", "i32"), [1] * (len(words) - 1) + [3]),
+             ("tokenizer.ggml.bos_token_id", "u32", len(words) - 1)], [])
     whole = seeds["ok-f16.gguf"]
     seeds["bad-truncated.gguf"] = whole[:len(whole) - 100]
     seeds["bad-magic-only.gguf"] = b"GGUF"

