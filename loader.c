@@ -453,8 +453,8 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // GGUF: llama.cpp's files (gguf.c reads the directory). The keys are mapped onto the same Config an
 // export gives, the tensors onto the same weights, each by its llama.cpp name; whatever the file
 // holds that this program would not run as written is refused by name, never run half-right.
-// Read so far: the llama architecture (Llama 1-3 without llama3's rope_freqs, Mistral, TinyLlama) and
-// qwen2 (Qwen2, Qwen2.5: q/k/v biases), their matrices F32, F16, BF16, Q8_0 and Q4_0, their vectors F32.
+// Read so far: the llama architecture (Llama 1-3 without llama3's rope_freqs, Mistral, TinyLlama),
+// qwen2 (Qwen2, Qwen2.5: q/k/v biases) and qwen3 (q/k RMSNorm per head), their matrices F32, F16, BF16, Q8_0 and Q4_0, their vectors F32.
 // llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
 // this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
 // has them, the two halves of each pair apart (llama.cpp rotates them "NEOX" style): their rows are
@@ -465,9 +465,11 @@ static const struct {
     Family family;
     int halves;       // q and k rows in rotate_half order (NEOX), permuted at load
     int qkv_bias;
+    int qk_norm;      // QK_NORM_HEAD: attn_q_norm, attn_k_norm of one head each
 } GGUF_ARCHS[] = {
-    {"llama", FAMILY_LLAMA, 0, 0},
-    {"qwen2", FAMILY_QWEN2, 1, 1},
+    {"llama", FAMILY_LLAMA, 0, 0, QK_NORM_NONE},
+    {"qwen2", FAMILY_QWEN2, 1, 1, QK_NORM_NONE},
+    {"qwen3", FAMILY_QWEN3, 1, 0, QK_NORM_HEAD},
 };
 
 // The integer at key `{arch}.name`, in [lo, hi]: 1, 0 when absent (*v untouched), -1 with why.
@@ -547,8 +549,9 @@ static void interleave(uint8_t *to, const uint8_t *from, int n_heads, int hd, in
         }
 }
 
-// q and k of a file in halves: wq, wk and their biases copied, interleaved, into one anonymous mapping
-// (t->rows; as much memory as they take). Returns 0, or -1 with why.
+// q and k of a file in halves: wq, wk, their biases and their per-head norms (one head's worth)
+// copied, interleaved, into one anonymous mapping (t->rows; as much memory as they take). Returns 0,
+// or -1 with why.
 static int gguf_interleave(Transformer *t, char *why, size_t n) {
     const Config *p = &t->config;
     const int rd = p->rope.rot_dims, hd = p->head_dim;
@@ -557,6 +560,7 @@ static int gguf_interleave(Transformer *t, char *why, size_t n) {
         const LayerWeights *lw = &t->weights.layers[l];
         bytes += matrix_data_bytes(lw->wq.dtype, lw->wq.rows, lw->wq.cols) + matrix_data_bytes(lw->wk.dtype, lw->wk.rows, lw->wk.cols);
         bytes += p->qkv_bias ? (size_t)(lw->wq.rows + lw->wk.rows) * sizeof(float) : 0;
+        bytes += p->qk_norm == QK_NORM_HEAD ? 2 * (size_t)hd * sizeof(float) : 0;
     }
     uint8_t *at = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (at == MAP_FAILED) {
@@ -567,11 +571,15 @@ static int gguf_interleave(Transformer *t, char *why, size_t n) {
     for (int l = 0; l < p->n_layers; l++) {
         LayerWeights *lw = &t->weights.layers[l];
         Matrix *m[2] = {&lw->wq, &lw->wk};
-        const float **bias[2] = {&lw->bq, &lw->bk};
+        const float **bias[2] = {&lw->bq, &lw->bk}, **norm[2] = {&lw->q_norm, &lw->k_norm};
         for (int k = 0; k < 2; k++) {
             const int heads = k ? p->n_kv_heads : p->n_heads;
             interleave(at, m[k]->data, heads, hd, rd, matrix_data_bytes(m[k]->dtype, 1, m[k]->cols));
             m[k]->data = at, at += matrix_data_bytes(m[k]->dtype, m[k]->rows, m[k]->cols);
+            if (p->qk_norm == QK_NORM_HEAD) { // each weight stays with its coordinate
+                interleave(at, (const uint8_t *)*norm[k], 1, hd, rd, sizeof(float));
+                *norm[k] = (const float *)at, at += (size_t)hd * sizeof(float);
+            }
             if (!p->qkv_bias) continue;
             interleave(at, (const uint8_t *)*bias[k], heads, hd, rd, sizeof(float));
             *bias[k] = (const float *)at, at += (size_t)heads * hd * sizeof(float);
@@ -603,8 +611,8 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     while (kind < kinds && (strlen(a) != arch_len || strcmp(a, GGUF_ARCHS[kind].arch)))
         kind++;
     if (kind == kinds) {
-        snprintf(why, n, "GGUF architecture \"%.*s\" is not one this program reads from GGUF yet (it reads llama and "
-                 "qwen2; " GGUF_HINT ")", (int)(arch_len < 40 ? arch_len : 40), arch);
+        snprintf(why, n, "GGUF architecture \"%.*s\" is not one this program reads from GGUF yet (it reads llama, "
+                 "qwen2 and qwen3; " GGUF_HINT ")", (int)(arch_len < 40 ? arch_len : 40), arch);
         goto done;
     }
     int experts = 0;
@@ -617,6 +625,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     p->gguf = (int)g.version;
     p->family = GGUF_ARCHS[kind].family;
     p->qkv_bias = GGUF_ARCHS[kind].qkv_bias;
+    p->qk_norm = GGUF_ARCHS[kind].qk_norm;
     p->n_kv_heads = 0, p->head_dim = 0, p->n_ctx_max = 0;
     if (arch_int(&g, a, "embedding_length", 1, 65536, &p->dim, why, n) != 1 ||
         arch_int(&g, a, "feed_forward_length", 1, 1 << 20, &p->hidden_dim, why, n) != 1 ||
@@ -644,22 +653,40 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
                  value_length, p->head_dim);
         goto done;
     }
+    // rope.scaling.type: none; linear (position interpolation by factor); yarn, read as Hugging Face
+    // reads a rope_scaling of that type (factor, original_max_position_embeddings; beta_fast and
+    // beta_slow from llama.cpp's yarn_beta_* keys; attention factor the paper's 0.1 ln s + 1, which
+    // is llama.cpp's too when its rope.scaling.attn_factor is 1 or absent)
     const char *scaling = "none";
     size_t scaling_len = 4;
     snprintf(name, sizeof name, "%s.rope.scaling.type", a);
-    if (gguf_get_string(&g, name, &scaling, &scaling_len) < 0 ||
-        (!(scaling_len == 4 && !memcmp(scaling, "none", 4)) && !(scaling_len == 6 && !memcmp(scaling, "linear", 6)))) {
-        snprintf(why, n, "GGUF %s \"%.*s\" is not read from GGUF yet (none and linear are; " GGUF_HINT ")", name,
+    RopeScaling mode = ROPE_SCALING_NONE;
+    if (gguf_get_string(&g, name, &scaling, &scaling_len) < 0) scaling_len = 0;
+    if (scaling_len == 6 && !memcmp(scaling, "linear", 6))
+        mode = ROPE_SCALING_PI;
+    else if (scaling_len == 4 && !memcmp(scaling, "yarn", 4))
+        mode = ROPE_SCALING_YARN;
+    else if (!(scaling_len == 4 && !memcmp(scaling, "none", 4))) {
+        snprintf(why, n, "GGUF %s \"%.*s\" is not read from GGUF yet (none, linear and yarn are; " GGUF_HINT ")", name,
                  (int)(scaling_len < 20 ? scaling_len : 20), scaling);
         goto done;
     }
-    double factor = 1;
+    double factor = 1, attn = 1, beta_fast = 0, beta_slow = 0;
     int orig = p->n_ctx_max;
-    if (scaling_len == 6 && (arch_real(&g, a, "rope.scaling.factor", &factor, why, n) != 1 || factor < 1)) {
-        if (!*why) snprintf(why, n, "bad GGUF: linear RoPE scaling needs %s.rope.scaling.factor >= 1", a);
+    if (mode != ROPE_SCALING_NONE && (arch_real(&g, a, "rope.scaling.factor", &factor, why, n) != 1 || factor < 1)) {
+        if (!*why) snprintf(why, n, "bad GGUF: RoPE scaling %s needs %s.rope.scaling.factor >= 1", scaling_len == 4 ? "yarn" : "linear", a);
         goto done;
     }
-    if (arch_int(&g, a, "rope.scaling.original_context_length", 1, 1 << 24, &orig, why, n) < 0) goto done;
+    if (arch_int(&g, a, "rope.scaling.original_context_length", 1, 1 << 24, &orig, why, n) < 0 ||
+        arch_real(&g, a, "rope.scaling.attn_factor", &attn, why, n) < 0 ||
+        arch_real(&g, a, "rope.scaling.yarn_beta_fast", &beta_fast, why, n) < 0 ||
+        arch_real(&g, a, "rope.scaling.yarn_beta_slow", &beta_slow, why, n) < 0)
+        goto done;
+    if (attn != 1) {
+        snprintf(why, n, "GGUF %s.rope.scaling.attn_factor %g is not read from GGUF yet (1, the default, is; " GGUF_HINT ")",
+                 a, attn);
+        goto done;
+    }
     if (gguf_tensor(&g, "rope_freqs.weight")) {
         snprintf(why, n, "GGUF tensor rope_freqs.weight (Llama 3.1's llama3 RoPE scaling as per-pair factors) is not "
                  "read from GGUF yet (" GGUF_HINT ")");
@@ -667,12 +694,14 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     }
     p->norm_eps = (float)(eps ? eps : 1e-5);
     p->rope = (RopeParams){
-        .mode = scaling_len == 6 ? ROPE_SCALING_PI : ROPE_SCALING_NONE,
+        .mode = mode,
         .head_dim = p->head_dim,
         .rot_dims = rot ? rot : p->head_dim,
-        .orig_ctx = scaling_len == 6 ? orig : p->n_ctx_max,
+        .orig_ctx = mode != ROPE_SCALING_NONE ? orig : p->n_ctx_max,
         .base = base,
         .factor = factor,
+        .beta_fast = mode == ROPE_SCALING_YARN ? beta_fast : 0,
+        .beta_slow = mode == ROPE_SCALING_YARN ? beta_slow : 0,
     };
     const GgufTensor *emb = gguf_tensor(&g, "token_embd.weight");
     if (!emb) {

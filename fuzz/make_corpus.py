@@ -16,7 +16,7 @@ few small valid inputs and a few hand-made edge cases:
               bit 2 set, the rest is a tokenizer_config.json (BOS and EOS settings) instead.
   cli/        command lines, arguments separated by NUL bytes.
   gguf/       a tiny llama GGUF file (llama.cpp's format, written here) in F32, F16, BF16, Q8_0, Q4_0,
-              a Qwen2 (biases, q and k rows in halves), byte-level BPE vocabularies (gpt2) with each
+              a Qwen2 (biases, q and k rows in halves), a Qwen3 (q/k norms, YaRN), byte-level BPE vocabularies (gpt2) with each
               pre-tokenizer name read,
               one with metadata of every value type (arrays of arrays, a 64-byte alignment, linear
               RoPE scaling), one with the vocabulary only; and broken files.
@@ -295,6 +295,12 @@ def gguf_seeds():
     biases = [(f"blk.0.attn_{x}.bias", [n], 0, rng.standard_normal(n).astype(np.float32).tobytes())
               for x, n in (("q", 32), ("k", 16), ("v", 16))]
     seeds["ok-qwen2-f16.gguf"] = gguf_file(qwen2, tensors("f16") + biases)
+    qwen3 = [(k.replace("qwen2.", "qwen3."), kind, "qwen3" if k == "general.architecture" else v) for k, kind, v in qwen2]
+    qwen3 += [("qwen3.rope.scaling.type", "str", "yarn"), ("qwen3.rope.scaling.factor", "f32", 4.0),
+              ("qwen3.rope.scaling.original_context_length", "u32", 16)]  # Qwen3: q/k norms per head, YaRN
+    norms = [(f"blk.0.attn_{x}_norm.weight", [16], 0, (rng.standard_normal(16) + 1).astype(np.float32).tobytes())
+             for x in ("q", "k")]
+    seeds["ok-qwen3-q8_0.gguf"] = gguf_file(qwen3, tensors("q8_0") + norms)
     every = [(f"general.x_{kind}", kind, 1) for kind in GGUF_SCALARS] + [
         ("general.x_str", "str", "text"), ("general.x_arrays", ("arr", ("arr", "u8")), [[1, 2], [3]]),
         ("general.x_f64s", ("arr", "f64"), [0.5, 2.0]), ("general.alignment", "u32", 64),

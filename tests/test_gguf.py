@@ -34,6 +34,7 @@ STORIES_BF16 = GGUF / "stories260K-bf16.gguf"   # data/stories260K-hf, --outtype
 STORIES_Q4 = GGUF / "stories260K-q4_0.gguf"    # the F32 conversion re-quantized by llama.cpp's gguf-py (Q4_0)
 LLAMA2_VOCAB = GGUF / "llama2-vocab.gguf"       # data/llama2/tokenizer.model, --vocab-only
 QWEN2_F32 = GGUF / "qwen2-tied-f32.gguf"        # data/families/qwen2-tied (config in 4.x form), --outtype f32
+QWEN3_F32 = GGUF / "qwen3-yarn-f32.gguf"        # data/families/qwen3-yarn written by llama.cpp's gguf-py
 
 
 # --- An independent reader: the GGUF format in Python --------------------------------------------
@@ -211,18 +212,19 @@ def interleave_in_file(src, dst, names, heads, head_dim):
     return dst
 
 
-def test_qwen2_equals_transformers(c_tools, tmp_path):
-    """Qwen2 as llama.cpp's converter writes it (q/k/v biases; q and k rows in Hugging Face's
-    rotate_half halves, interleaved here at load) against the logits transformers 5.17 itself computed
-    for the checkpoint it came from (data/families/qwen2-tied, 512 random ids): the bound of
-    tests/test_families.py, 1e-4 of the largest logit. Control: layer 0's q and k rows interleaved once
-    more in the file must miss by 100x the bound."""
-    d, ids, rows, theirs = case_data(DATA / "families", "qwen2-tied")
-    diff = rel(ours(QWEN2_F32, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
-    wrong = interleave_in_file(QWEN2_F32, tmp_path / "twice.gguf", ["blk.0.attn_q.weight", "blk.0.attn_k.weight"],
-                               [2, 1], 32)
+@pytest.mark.parametrize("gguf,case,heads", [(QWEN2_F32, "qwen2-tied", [2, 1]), (QWEN3_F32, "qwen3-yarn", [4, 1])])
+def test_qwen_equals_transformers(c_tools, tmp_path, gguf, case, heads):
+    """Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm per head, YaRN x4 from rope.scaling.*), q and k rows
+    in Hugging Face's rotate_half halves as llama.cpp's converter leaves them (interleaved here at load,
+    the norms' weights with them), against the logits transformers 5.17 itself computed for the
+    checkpoint each came from (data/families: 512 random ids, and 1024 for Qwen3, 4x its trained 256):
+    the bound of tests/test_families.py, 1e-4 of the largest logit. Control: layer 0's q and k rows
+    interleaved once more in the file must miss by 100x the bound."""
+    d, ids, rows, theirs = case_data(DATA / "families", case)
+    diff = rel(ours(gguf, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
+    wrong = interleave_in_file(gguf, tmp_path / "twice.gguf", ["blk.0.attn_q.weight", "blk.0.attn_k.weight"], heads, 32)
     miss = rel(ours(wrong, d / "ids.bin", len(ids), tmp_path)[rows], theirs)
-    print(f"qwen2-tied GGUF: {len(rows)} rows, max |ours - transformers| / max |logit| {diff:.2e}; "
+    print(f"{case} GGUF: {len(rows)} rows of {len(ids)}, max |ours - transformers| / max |logit| {diff:.2e}; "
           f"control (layer 0's q/k interleaved twice) {miss:.2e}")
     assert diff < 1e-4 and miss > 1e-2
 
