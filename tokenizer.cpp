@@ -563,6 +563,17 @@ static int load_gguf(Tokenizer *t, const char *path, char *err, size_t errlen) {
         gguf_get_string(&g, "tokenizer.ggml.model", &kind, &len);
         bad = len == 4 && !memcmp(kind, "gpt2", 4) ? bpe_from_gguf(t, &g, path) : sp_from_gguf(t, &g);
         if (bad.empty()) bad = specials_from_gguf(t, &g);
+        // tokenizer.chat_template, where chat reads a template (tokenizer_config_text): as the
+        // tokenizer_config.json of a Hugging Face directory would hold it, with no key if it has none
+        const char *tmpl;
+        size_t tmpl_len;
+        cJSON *config = cJSON_CreateObject();
+        if (config && gguf_get_string(&g, "tokenizer.chat_template", &tmpl, &tmpl_len) == 1)
+            cJSON_AddStringToObject(config, "chat_template", std::string(tmpl, tmpl_len).c_str());
+        char *text = config ? cJSON_PrintUnformatted(config) : nullptr;
+        if (text) t->config = text;
+        cJSON_free(text);
+        cJSON_Delete(config);
         int64_t id; // the file's own BOS and EOS: a byte-level BPE takes them from the checkpoint (tokenizer.h)
         const int64_t n = bad.empty() ? tokenizer_vocab_size(t) : 0;
         t->checkpoint_bos = gguf_get_int(&g, "tokenizer.ggml.bos_token_id", &id) == 1 && id >= 0 && id < n ? (int)id : -1;
@@ -575,7 +586,7 @@ static int load_gguf(Tokenizer *t, const char *path, char *err, size_t errlen) {
         return -1;
     }
     t->gguf = 1;
-    t->config_errno = ENOENT; // no tokenizer_config.json: the file's keys say what it would
+    t->config_path = path; // no tokenizer_config.json: the file's keys say what it would
     tokenizer_use_checkpoint(t, t->checkpoint_bos, t->checkpoint_eos);
     return 0;
 }

@@ -257,6 +257,40 @@ def test_other_tokenizer_kinds_take_z(c_tools, tmp_path):
     assert fixed.returncode == 0, fixed.stderr
 
 
+def with_chat_template(src, dst, template):
+    """A copy of the GGUF src with tokenizer.chat_template added as its first metadata entry, padded
+    with spaces to a multiple of 32 bytes so that the data section stays aligned (tensor offsets are
+    from its start)."""
+    raw = src.read_bytes()
+    key = b"tokenizer.chat_template"
+    entry = lambda text: struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(text)) + text  # noqa: E731
+    text = template.encode()
+    text += b" " * (-len(entry(text)) % 32)
+    n_tensors, n_kv = struct.unpack_from("<QQ", raw, 8)
+    dst.write_bytes(raw[:8] + struct.pack("<QQ", n_tensors, n_kv + 1) + entry(text) + raw[24:])
+    return dst
+
+
+def test_chat_template_from_gguf(c_tools, tmp_path):
+    """tokenizer.chat_template is recognised as tokenizer_config.json's chat_template is (chat.c):
+    Llama 2's template (its markers) in stories260K's Q8_0 file makes `-m chat` speak llama2; a
+    template this program does not know is refused naming the file, with --chat-template as the hint,
+    which then runs; a file without one is refused the same way."""
+    llama2 = "{% if messages[0]['role'] == 'system' %}<<SYS>>\n{{ messages[0]['content'] }}\n<</SYS>>{% endif %}[INST]"
+    model = with_chat_template(STORIES_Q8, tmp_path / "chat.gguf", llama2)
+    chat = subprocess.run([str(REPO / "run"), str(model), "-m", "chat", "-n", "8", "-t", "0"], input="Hello\n",
+                          capture_output=True, text=True, timeout=60)
+    assert chat.returncode == 0 and "chat: template llama2" in chat.stderr, chat.stderr
+    for name, m in (("unknown", with_chat_template(STORIES_Q8, tmp_path / "other.gguf", "{{ bos_token }}<|x|>")),
+                    ("none", STORIES_Q8)):
+        err = subprocess.run([str(REPO / "run"), str(m), "-m", "chat"], input="Hi\n", capture_output=True, text=True,
+                             timeout=60).stderr
+        assert f"error: {m}: " in err and "(hint: --chat-template " in err, (name, err)
+        fixed = subprocess.run([str(REPO / "run"), str(m), "-m", "chat", "--chat-template", "zephyr", "-n", "4"],
+                               input="Hi\n", capture_output=True, text=True, timeout=60)
+        assert fixed.returncode == 0 and "chat: template zephyr (--chat-template)" in fixed.stderr, fixed.stderr
+
+
 def test_export_points_to_run(tmp_path):
     """export.py given a GGUF file says that ./run reads it, with the command, which works (above)."""
     proc = subprocess.run(["/usr/bin/python3", str(REPO / "export/export.py"), str(STORIES_Q8), str(tmp_path / "x.bin")],
