@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import HELDOUT, REPO, TEXT, TINY64_HF, TOK512, run_export
+from test_ppl import _run_ppl as run_ppl  # (perplexity, buckets) of one ./run --ppl
 
 
 @pytest.fixture(scope="module")
@@ -16,17 +17,6 @@ def tiny64(tmp_path_factory):
     model = tmp_path_factory.mktemp("tiny64") / "tiny64x512.bin"
     assert run_export(TINY64_HF, model).returncode == 0
     return model
-
-
-def run_ppl(model, text, *flags):
-    """(perplexity, buckets) of `./run model --ppl text flags`, buckets (lo, hi, count, nll, ppl)."""
-    proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(text), *map(str, flags)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    total = float(re.search(r"^perplexity: (\S+)$", proc.stdout, re.M).group(1))
-    buckets = [(int(lo), int(hi), int(n), float(nll), float(ppl)) for lo, hi, n, nll, ppl in
-               re.findall(r"^\[(\d+), (\d+)\)\s+(\d+)\s+(\S+)\s+(\S+)$", proc.stdout, re.M)]
-    return total, buckets
 
 
 def test_32k_window(c_tools, tiny64):
