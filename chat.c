@@ -169,6 +169,14 @@ int chat_template_detect(const char *text, size_t len, const char *path) {
     }
     const char *why = "the chat_template is none this program knows";
     const int found = cJSON_IsString(tmpl) ? classify(tmpl->valuestring, &why) : -1;
+    char unknown[160]; // that one, with its first line (up to 60 bytes) to tell which it is
+    if (found < 0 && cJSON_IsString(tmpl) && !strcmp(why, "the chat_template is none this program knows")) {
+        const char *t = tmpl->valuestring;
+        const int line = (int)strcspn(t, "\n");
+        snprintf(unknown, sizeof unknown, "%s, starting \"%.*s%s\"", why, line < 60 ? line : 60, t,
+                 line > 60 ? "..." : "");
+        why = unknown;
+    }
     free(default_system);
     default_system = found == CHAT_CHATML ? find_default_system(tmpl->valuestring) : NULL;
     if (found < 0) {

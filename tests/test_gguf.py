@@ -287,6 +287,7 @@ def test_chat_template_from_gguf(c_tools, tmp_path):
         err = subprocess.run([str(REPO / "run"), str(m), "-m", "chat"], input="Hi\n", capture_output=True, text=True,
                              timeout=60).stderr
         assert f"error: {m}: " in err and "(hint: --chat-template " in err, (name, err)
+        assert name == "none" or 'none this program knows, starting "{{ bos_token }}<|x|>' in err, err
         fixed = subprocess.run([str(REPO / "run"), str(m), "-m", "chat", "--chat-template", "zephyr", "-n", "4"],
                                input="Hi\n", capture_output=True, text=True, timeout=60)
         assert fixed.returncode == 0 and "chat: template zephyr (--chat-template)" in fixed.stderr, fixed.stderr
