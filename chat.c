@@ -167,10 +167,10 @@ int chat_template_detect(const char *text, size_t len, const char *path) {
         }
         tmpl = e ? cJSON_GetObjectItemCaseSensitive(e, "template") : NULL;
     }
-    const char *why = "the chat_template is none this program knows";
+    const char *const none = "the chat_template is none this program knows", *why = none;
     const int found = cJSON_IsString(tmpl) ? classify(tmpl->valuestring, &why) : -1;
     char unknown[160]; // that one, with its first line (up to 60 bytes) to tell which it is
-    if (found < 0 && cJSON_IsString(tmpl) && !strcmp(why, "the chat_template is none this program knows")) {
+    if (found < 0 && cJSON_IsString(tmpl) && why == none) {
         const char *t = tmpl->valuestring;
         const int line = (int)strcspn(t, "\n");
         snprintf(unknown, sizeof unknown, "%s, starting \"%.*s%s\"", why, line < 60 ? line : 60, t,

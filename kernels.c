@@ -70,6 +70,16 @@ const char *kernels_isa(void) {
 // fast product is tested against it (attention_ref, with the KV cache below, is the same for
 // attention).
 
+// Block b of a GGUF Q8_0 or Q4_0 matrix (ggml's block_q8_0, block_q4_0: an f16 scale d, then the
+// block's values): where its values start, and d as a float in *d.
+static const uint8_t *gguf_block(const Matrix *m, size_t b, float *d) {
+    const uint8_t *block = (const uint8_t *)m->data + b * DTYPES[m->dtype].block_bytes;
+    _Float16 h;
+    memcpy(&h, block, sizeof h);
+    *d = (float)h;
+    return block + sizeof h;
+}
+
 static float weight_at(const Matrix *m, int r, int c) {
     size_t cp = (size_t)cols_stored(m->dtype, m->cols);
     switch (m->dtype) {
@@ -94,17 +104,15 @@ static float weight_at(const Matrix *m, int r, int c) {
         return q4_at((const uint8_t *)m->data + b * Q4_BLOCK_BYTES, c % Q4_BLOCK) *
                (float)((const _Float16 *)m->scale)[b];
     }
-    case DTYPE_GGUF_Q4_0: { // block b of the row: the f16 d, then 16 bytes of nibbles as q4_0's
-        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / Q4_BLOCK * DTYPES[m->dtype].block_bytes;
-        _Float16 d;
-        memcpy(&d, block, sizeof d);
-        return q4_at(block + 2, c % Q4_BLOCK) * (float)d;
+    case DTYPE_GGUF_Q4_0: { // 16 bytes of nibbles as q4_0's
+        float d;
+        const uint8_t *q = gguf_block(m, ((size_t)r * cp + c) / Q4_BLOCK, &d);
+        return q4_at(q, c % Q4_BLOCK) * d;
     }
-    case DTYPE_GGUF_Q8_0: { // block b of the row: the f16 d, then the 32 q
-        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / Q8_BLOCK * DTYPES[m->dtype].block_bytes;
-        _Float16 d;
-        memcpy(&d, block, sizeof d);
-        return ((const int8_t *)block)[2 + c % Q8_BLOCK] * (float)d;
+    case DTYPE_GGUF_Q8_0: { // the 32 q
+        float d;
+        const int8_t *q = (const int8_t *)gguf_block(m, ((size_t)r * cp + c) / Q8_BLOCK, &d);
+        return q[c % Q8_BLOCK] * d;
     }
     }
     return 0; // not reached: the switch lists every type
@@ -151,11 +159,8 @@ static void group_to_q8_0_r16(uint8_t *group, const Matrix *m, int g) {
             const size_t r = (size_t)g * R16 + i;
             const int8_t *from = NULL;
             float d = 0;
-            if (r < (size_t)m->rows && gguf) { // (r * nb + b)-th block of 34 bytes: d, then the 32 q
-                const uint8_t *at = (const uint8_t *)m->data + (r * nb + b) * DTYPES[DTYPE_GGUF_Q8_0].block_bytes;
-                _Float16 h;
-                memcpy(&h, at, sizeof h);
-                d = (float)h, from = (const int8_t *)at + sizeof h;
+            if (r < (size_t)m->rows && gguf) {
+                from = (const int8_t *)gguf_block(m, r * nb + b, &d);
             } else if (r < (size_t)m->rows) {
                 memcpy(&d, (const float *)m->scale + r * nb + b, sizeof d);
                 from = (const int8_t *)m->data + r * cp + b * Q8_BLOCK;

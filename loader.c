@@ -708,7 +708,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         snprintf(why, n, "bad GGUF: no tensor token_embd.weight (hint: the file is damaged)");
         goto done;
     }
-    p->vocab_size = emb && emb->n_dims == 2 && emb->ne[1] <= (1 << 22) ? (int)emb->ne[1] : 0;
+    p->vocab_size = emb->n_dims == 2 && emb->ne[1] <= (1 << 22) ? (int)emb->ne[1] : 0;
     int vocab = p->vocab_size;
     if (arch_int(&g, a, "vocab_size", 1, 1 << 22, &vocab, why, n) < 0) goto done;
     if (vocab != p->vocab_size) {

@@ -347,6 +347,20 @@ static void pb_float(std::string &s, int field, float f) {
 }
 
 // Returns "" when the SentencePiece model is in t->sp, else why not.
+// The vocabulary both kinds read: tokenizer.ggml.tokens, an array of 1 to 2^22 strings; NULL if it
+// is missing or not that.
+static const GgufKV *gguf_tokens(const Gguf *g) {
+    const GgufKV *kv = gguf_find(g, "tokenizer.ggml.tokens");
+    return kv && kv->type == GGUF_ARRAY && kv->elem == GGUF_STRING && kv->count >= 1 && kv->count <= (1 << 22) ? kv
+                                                                                                           : nullptr;
+}
+
+// Whether kv, an optional per-token array (token_type, scores), is absent or n numbers.
+static bool per_token_numbers(const GgufKV *kv, uint64_t n) {
+    return !kv || (kv->type == GGUF_ARRAY && kv->count == n && kv->elem != GGUF_STRING && kv->elem != GGUF_ARRAY &&
+                   kv->elem != GGUF_BOOL);
+}
+
 static std::string sp_from_gguf(Tokenizer *t, const Gguf *g) {
     const char *model;
     size_t len;
@@ -355,16 +369,11 @@ static std::string sp_from_gguf(Tokenizer *t, const Gguf *g) {
     if (kind != "llama")
         return "tokenizer.ggml.model \"" + kind.substr(0, 20) + "\" is not read from GGUF yet (llama and gpt2 are; "
                "hint: pass the model's tokenizer.json or tokenizer.model with -z)";
-    const GgufKV *tokens = gguf_find(g, "tokenizer.ggml.tokens"), *scores = gguf_find(g, "tokenizer.ggml.scores"),
+    const GgufKV *tokens = gguf_tokens(g), *scores = gguf_find(g, "tokenizer.ggml.scores"),
                  *types = gguf_find(g, "tokenizer.ggml.token_type");
-    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem != GGUF_STRING || tokens->count < 1 || tokens->count > (1 << 22))
-        return "tokenizer.ggml.tokens is not an array of 1 to 2^22 strings";
+    if (!tokens) return "tokenizer.ggml.tokens is not an array of 1 to 2^22 strings";
     const uint64_t n = tokens->count;
-    auto numbers = [n](const GgufKV *kv) {
-        return !kv || (kv->type == GGUF_ARRAY && kv->count == n && kv->elem != GGUF_STRING && kv->elem != GGUF_ARRAY &&
-                       kv->elem != GGUF_BOOL);
-    };
-    if (!numbers(scores) || !numbers(types))
+    if (!per_token_numbers(scores, n) || !per_token_numbers(types, n))
         return "tokenizer.ggml.scores and token_type must be arrays of numbers, one per token";
     int64_t add_space = 1;
     if (gguf_get_int(g, "tokenizer.ggml.add_space_prefix", &add_space) < 0) return "tokenizer.ggml.add_space_prefix is not a bool";
@@ -454,14 +463,12 @@ static std::string bpe_from_gguf(Tokenizer *t, const Gguf *g, const char *path) 
     if (k == sizeof GGUF_PRE / sizeof GGUF_PRE[0])
         return "tokenizer.ggml.pre \"" + name.substr(0, 30) + "\" is not one this program knows (llama-bpe, qwen2 and "
                "gpt-2 are; hint: pass the model's tokenizer.json with -z)";
-    const GgufKV *tokens = gguf_find(g, "tokenizer.ggml.tokens"), *merges = gguf_find(g, "tokenizer.ggml.merges"),
+    const GgufKV *tokens = gguf_tokens(g), *merges = gguf_find(g, "tokenizer.ggml.merges"),
                  *types = gguf_find(g, "tokenizer.ggml.token_type");
-    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem != GGUF_STRING || tokens->count < 1 || tokens->count > (1 << 22))
-        return "tokenizer.ggml.tokens is not an array of 1 to 2^22 strings";
+    if (!tokens) return "tokenizer.ggml.tokens is not an array of 1 to 2^22 strings";
     if (!merges || merges->type != GGUF_ARRAY || merges->elem != GGUF_STRING)
         return "tokenizer.ggml.merges is not an array of strings";
-    if (types && (types->type != GGUF_ARRAY || types->count != tokens->count || types->elem == GGUF_STRING ||
-                  types->elem == GGUF_ARRAY || types->elem == GGUF_BOOL))
+    if (!per_token_numbers(types, tokens->count))
         return "tokenizer.ggml.token_type must be an array of numbers, one per token";
     cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *list = cJSON_AddArrayToObject(model, "merges");
