@@ -540,8 +540,8 @@ def read_layers(cfg, where, model_type, c):
     if model_type in ("gemma3_text", "olmo3"):
         # The sliding layers rotate with a RoPE of their own, unscaled: Gemma 3's at rope_local_base_freq
         # (modeling_gemma3.py, rotary_emb_local), OLMo 3's at rope_theta without the YaRN of the full
-        # layers (the OLMo 3 paper; vLLM; transformers 4.57's modeling_olmo3.py, whose 5.x applies YaRN
-        # to every layer)
+        # layers (the OLMo 3 paper; vLLM; modeling_olmo3.py, a rotary embedding per layer type, and
+        # 5.x's modular_olmo3.py, which puts a 4.x rope_scaling on full_attention only)
         kinds = [k | LAYER_ROPE_SWA if k & LAYER_SLIDING else k for k in kinds]
     c["layer_kind"] = kinds
 

@@ -137,8 +137,8 @@ program that implements these families; None = as config.json says):
   partial_rotary_factor=f       rotate the first int(head_dim * f) dims in any family (1.0: all)
   longrope_factors="short" | "long"   LongRoPE's factors whatever the length ("auto" = by length)
   qk_norm="head"                OLMo's whole-projection q/k norm weights applied one head at a time
-  local_rope="main"             the main RoPE on the sliding layers too (Gemma 3, OLMo 3; for OLMo 3
-                                that is transformers 5's reading, YaRN on every layer)
+  local_rope="main"             the main RoPE on the sliding layers too (Gemma 3, OLMo 3: YaRN on
+                                every layer)
   norm_placement="pre"          each sublayer's norm moved before it (post-norm weights as pre-norms)
   norm_plus_one=False | True    RMSNorm weight w in place of 1 + w (or the reverse)
   hidden_act="silu" | "gelu_pytorch_tanh" | "gelu"   the gated MLP's activation

@@ -65,7 +65,7 @@ CONTROLS = {
     "olmo2-postnorm": [("pre-norms in place of post-norms", dict(norm_placement="pre"), None),
                        ("q/k norm per head, not over the projection", dict(qk_norm="head"), None),
                        ("without q_norm / k_norm", dict(qk_norm=False), None)],
-    "olmo3-swa-yarn": [("YaRN on every layer (transformers 5)", dict(local_rope="main"), None),
+    "olmo3-swa-yarn": [("YaRN on every layer", dict(local_rope="main"), None),
                        ("no YaRN", {}, {"mode": "none"}),
                        ("YaRN attention factor 1", {}, {"attn_factor": 1.0}),
                        ("no window", dict(sliding_window=0), None),
