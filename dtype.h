@@ -58,7 +58,7 @@ typedef struct {
 //   f32, f16   dot_f32, dot_f16   pack_w_f32 + kernel_f32 (gemm_f32)
 //   q4_0       dot_q4             pack_w_q4 + kernel_q8 (gemm_q8)
 //   q8_0_r16   dot_r16            pack_w_r16 + kernel_q8 (gemm_q8)
-//   bf16_r16   dot_br16           kernel_br16 (gemm_bf16)
+//   bf16_r16   dot_br16           AVX-512: kernel_br16 (gemm_bf16); else pack_w_br16 + kernel_f32 (gemm_f32)
 // q8_0 and bf16 have none: they are the first layouts of q8_0_r16 and bf16_r16 (the same numbers,
 // each row as it is), which the exporter no longer writes; the loader copies them into their
 // grouped layouts (kernels.h, matrix_to_r16) and matmul refuses them. So does it gguf_q8_0, GGUF's

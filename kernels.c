@@ -663,8 +663,8 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
         l->runs = piece(&at, threads * sizeof(PieceRun));
-    } else if (path == WS_GEMM_F32) {
-        l->xp = piece(&at, (n + MR - 1) / MR * MR * cols * sizeof(float)); // (tiles, cols, MR)
+    } else if (path == WS_GEMM_F32 || path == WS_GEMM_BF16) { // bf16 over its padded columns
+        l->xp = piece(&at, (n + MR - 1) / MR * MR * (size_t)bf16_cols((int)cols) * sizeof(float)); // (tiles, cols, MR)
         l->wp = piece(&mine, kc * NR * sizeof(float));                     // (kc, NR)
     } else if (path == WS_GEMM_Q8) {
         const size_t tokens = (n + MR_Q8 - 1) / MR_Q8 * MR_Q8;    // whole tiles
@@ -743,9 +743,11 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         matvec(b, &l, threads, out, x, x_quantized(t) || x_bf16(t) ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
+#ifdef USE_AVX512
     else if (path == WS_GEMM_BF16)
         gemm_bf16(b, &l, threads, out, qx.h, m, count, n);
-    else
-        gemm_f32(b, &l, threads, out, x, m, count, n);
+#endif
+    else // f32, f16; bf16_r16 without AVX-512
+        gemm_f32(b, &l, threads, out, x, qx.h, m, count, n);
     return 0;
 }

@@ -317,11 +317,12 @@ typedef struct {
 void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
             const QuantizedRows *qx, const Matrix *const *m, int count, int n);
 void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
-              const Matrix *const *m, int count, int n);
+              const uint16_t *xb, const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
-// bf16_r16 weights, prefill: panels of rows x tokens (kernels_prefill.c), each output in bf16_r16's
-// order (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)).
+// bf16_r16 weights, prefill with AVX-512: panels of rows x tokens (kernels_prefill.c), each output in
+// bf16_r16's order (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)). gemm_f32 runs
+// f32 and f16 weights, and bf16_r16 in other builds (xb: x rounded, else NULL).
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
                const Matrix *const *m, int count, int n);
 
@@ -347,10 +348,11 @@ typedef void PackF32(float *wp, const Matrix *m, int r0, int k0, int kc);
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
-// bf16_r16 (gemm_bf16), a panel: out[t, r] = row r . x row t in bf16_r16's order for r < nr rows
+// bf16_r16 with AVX-512 (gemm_bf16), a panel: out[t, r] = row r . x row t in bf16_r16's order for r < nr rows
 // from the group at w on (whole groups, nr <= BR16_ROWS) and t < nt rows of x (rounded, ldx =
-// bf16_cols(cols) apart, padded with zeros), nt <= BR16_MT. The vector version keeps BR16_NG groups x
-// BR16_MT tokens of sums in registers.
+// bf16_cols(cols) apart, padded with zeros), nt <= BR16_MT, BR16_NG groups x BR16_MT tokens of sums in
+// registers. Without AVX-512, bf16_r16 goes through the f32 tiles instead (gemm_f32, pack_w_br16): 16
+// registers hold no such tile, and there its weights widened once per panel feed many tokens.
 typedef void TileBR16(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
                       int cols);
 enum {
@@ -373,10 +375,10 @@ void rotate_block(float *k, const float *rot, int hd);
 typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int cols);
 
 DotRows dot_rows_plain, dot_rows_x86;
-PackF32 pack_w_f32_plain, pack_w_f32_x86;
+PackF32 pack_w_f32_plain, pack_w_f32_x86, pack_w_br16_plain, pack_w_br16_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
-TileBR16 kernel_br16_plain, kernel_br16_x86;
+TileBR16 kernel_br16_x86;
 RoundF16 round_f16_bf16_plain, round_f16_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
 Mix attention_mix_plain, attention_mix_x86;
@@ -401,9 +403,9 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #ifdef USE_AVX2
 #define dot_rows         dot_rows_x86
 #define pack_w_f32       pack_w_f32_x86
+#define pack_w_br16      pack_w_br16_x86
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
-#define kernel_br16      kernel_br16_x86
 #define round_f16_bf16   round_f16_bf16_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
@@ -411,9 +413,9 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #else
 #define dot_rows         dot_rows_plain
 #define pack_w_f32       pack_w_f32_plain
+#define pack_w_br16      pack_w_br16_plain
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain
-#define kernel_br16      kernel_br16_plain
 #define round_f16_bf16   round_f16_bf16_plain
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain

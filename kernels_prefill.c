@@ -11,7 +11,8 @@
 //
 // The plain C packing and tiles come first: they define what each computes, and are what a build
 // without vector code runs; kernels_x86.c has vector versions behind the same signatures
-// (kernels_internal.h says which a build uses). Then gemm_f32, gemm_bf16 and gemm_q8, which call them.
+// (kernels_internal.h says which a build uses). Then gemm_f32 (bf16_r16's too, but with AVX-512), gemm_bf16
+// (AVX-512) and gemm_q8, which call them.
 #include "kernels_internal.h"
 
 #include <string.h>
@@ -55,6 +56,31 @@ void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int fro
 
 void pack_w_f32_plain(float *wp, const Matrix *m, int r0, int k0, int kc) { pack_w_f32_from(wp, m, r0, k0, kc, 0); }
 
+// bf16_r16 weights through the same f32 tiles (builds without AVX-512): the values widened to floats,
+// which is exact, with each pair's columns swapped (2p + 1, then 2p), in x's packing too, so that the
+// tile's one multiply-add chain per output over k is bf16_r16's order, the padding columns included
+// (kernels_internal.h): the same bits as decode. xb is x rounded to bf16, rows ldx = bf16_cols apart.
+static void pack_x_br16(float *xp, const uint16_t *xb, size_t ldx, int n, int t0) {
+    for (int t = 0; t < MR; t++)
+        for (size_t k = 0; k < ldx; k++)
+            xp[k * MR + t] = t0 + t < n ? widen_bf16(xb[(size_t)(t0 + t) * ldx + (k ^ 1)]) : 0;
+}
+// wp (kc, NR) from a panel of bf16_r16 groups (NR / R16 whole groups: r0 is a multiple of NR), columns
+// k0 (even) on; a group past the matrix's end is zero rows (the last group's padding rows are zeros
+// as stored).
+_Static_assert(NR % R16 == 0, "a panel of bf16_r16 weights is whole groups");
+void pack_w_br16_plain(float *wp, const Matrix *m, int r0, int k0, int kc) {
+    const size_t gv = br16_group_values(m->cols);
+    for (int j = 0; j < NR; j++) {
+        const int g = (r0 + j) / R16, i = (r0 + j) % R16;
+        const uint16_t *group = g < r16_groups(m->rows) ? (const uint16_t *)m->data + (size_t)g * gv : NULL;
+        for (int k = 0; k < kc; k++) { // column k0 + k: pair (k0 + k) / 2, the word's low half if even
+            const int p = (k0 + k) / 2, high = (k0 + k) % 2 == 0; // swapped: an even k reads column 2p + 1
+            wp[k * NR + j] = group ? widen_bf16(group[((size_t)p * R16 + i) * 2 + high]) : 0;
+        }
+    }
+}
+
 // out[t, j] (+)= sum_k xp[k, t] * wp[k, j] for t < nt tokens, j < nr rows; out rows are ldo apart.
 // Each output is one multiply-add chain over k in order, started from the value already in out
 // when accumulating: the same result however the columns were cut into chunks.
@@ -76,13 +102,6 @@ void kernel_f32_plain(float *out, size_t ldo, int nt, int nr, const float *xp, c
             out[t * ldo + j] = c[t][j];
 }
 
-// bf16_r16: the panel's rows from the group at w on, each output as dot_br16_plain sums it.
-void kernel_br16_plain(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx, int nt,
-                       int cols) {
-    for (int t = 0; t < nt; t++)
-        for (int r = 0; r < nr; r++)
-            out[t * ldo + r] = dot_br16_plain(w + (size_t)(r / R16) * br16_group_values(cols), r % R16, x + t * ldx, cols);
-}
 // f16 weights as bf16 (matrix_to_r16): count of them rounded to bf16, each as f16_bf16 does.
 void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
     for (size_t i = 0; i < count; i++)
@@ -251,8 +270,9 @@ static int chunk_cols(int n, int cols, size_t elem) {
 
 // f32 and f16 weights.
 void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
-              const Matrix *const *m, int count, int n) {
-    const int cols = m[0]->cols, tiles = (n + MR - 1) / MR;
+              const uint16_t *xb, const Matrix *const *m, int count, int n) {
+    const int br16 = m[0]->dtype == DTYPE_BF16_R16; // through xb and pack_w_br16, over the padded columns
+    const int cols = br16 ? bf16_cols(m[0]->cols) : m[0]->cols, tiles = (n + MR - 1) / MR;
     const int kc_max = chunk_cols(tiles * MR, cols, sizeof(float));
     float *xp = (float *)(ws + l->xp); // (tiles, cols, MR)
 #pragma omp parallel num_threads(threads)
@@ -260,7 +280,10 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
         float *wp = (float *)(ws + l->wp + (size_t)thread_num() * l->each); // (kc, NR), this thread's
 #pragma omp for schedule(dynamic)
         for (int i = 0; i < tiles; i++)
-            pack_x_f32(xp + (size_t)i * cols * MR, x, cols, n, i * MR);
+            if (br16)
+                pack_x_br16(xp + (size_t)i * cols * MR, xb, (size_t)cols, n, i * MR);
+            else
+                pack_x_f32(xp + (size_t)i * cols * MR, x, cols, n, i * MR);
         for (int mi = 0; mi < count; mi++) {
             const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
             const int group = panel_group(panels, threads), groups = (panels + group - 1) / group;
@@ -271,7 +294,10 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
                     const int kc = cols - k0 < kc_max ? cols - k0 : kc_max;
                     for (int p = g * group; p < p_end; p++) {
                         const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
-                        pack_w_f32(wp, m[mi], r0, k0, kc);
+                        if (br16)
+                            pack_w_br16(wp, m[mi], r0, k0, kc);
+                        else
+                            pack_w_f32(wp, m[mi], r0, k0, kc);
                         for (int i = 0; i < tiles; i++) {
                             const int nt = n - i * MR < MR ? n - i * MR : MR;
                             kernel_f32(out[mi] + (size_t)i * MR * rows + r0, (size_t)rows, nt, nr,
@@ -284,7 +310,8 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
     }
 }
 
-// bf16_r16 weights: no packing (x was rounded by matmul, the weights are read as stored). A work item
+#ifdef USE_AVX512
+// bf16_r16 weights with AVX-512: no packing (x was rounded by matmul, the weights are read as stored). A work item
 // is BR16_ROWS rows (whole groups), which the tokens go by in panels of BR16_MT (the item's rows in
 // L2); every output is one sum from start to end (bf16_r16's order), whatever the blocks or threads.
 void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const uint16_t *xb,
@@ -300,11 +327,12 @@ void gemm_bf16(unsigned char *ws, const WsLayout *l, int threads, float *const *
             const int r0 = b * BR16_ROWS, nr = rows - r0 < BR16_ROWS ? rows - r0 : BR16_ROWS;
             const uint16_t *w = (const uint16_t *)m[mi]->data + (size_t)(r0 / R16) * br16_group_values(cols);
             for (int t = 0; t < n; t += BR16_MT)
-                kernel_br16(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, nr, xb + t * ldx, ldx,
-                            n - t < BR16_MT ? n - t : BR16_MT, cols);
+                kernel_br16_x86(out[mi] + (size_t)t * rows + r0, (size_t)rows, w, nr, xb + t * ldx, ldx,
+                                n - t < BR16_MT ? n - t : BR16_MT, cols);
         }
     }
 }
+#endif
 
 // q8_0_r16 and q4_0 weights: the same loops over integer tiles.
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,

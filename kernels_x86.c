@@ -977,35 +977,30 @@ ONE_COPY void kernel_f32_x86(float *out, size_t ldo, int nt, int nr, const float
     }
 }
 
-// The bf16_r16 tile in 256-bit vectors (TileBR16): half a group (8 rows, the first or second 32 bytes
-// of each pair's 64) x BR16_MT tokens at a time, x's pair split into its high and low column once
-// per token. A token past nt is the last real one again, not stored.
-ONE_COPY void kernel_br16_x86(float *out, size_t ldo, const uint16_t *w, int nr, const uint16_t *x, size_t ldx,
-                              int nt, int cols) {
-    const size_t gv = br16_group_values(cols);
-    const int pairs = bf16_cols(cols) / 2;
-    const uint16_t *xt[BR16_MT];
-    for (int t = 0; t < BR16_MT; t++)
-        xt[t] = x + (size_t)(t < nt ? t : nt - 1) * ldx;
-    for (int r = 0; r < nr; r += 8) { // rows r .. r + 7: group r / 16, its half r % 16 / 8
-        const uint16_t *wh = w + (size_t)(r / R16) * gv + r % R16 * 2;
-        __m256 c[BR16_MT];
-        for (int t = 0; t < BR16_MT; t++)
-            c[t] = _mm256_setzero_ps();
-        for (int p = 0; p < pairs; p++) {
-            const __m256i wv = _mm256_loadu_si256((const __m256i *)(wh + (size_t)p * 2 * R16));
-            const __m256 whi = bf16_high8(wv), wlo = bf16_low8(wv);
-#pragma GCC unroll 6
-            for (int t = 0; t < BR16_MT; t++) {
-                const __m256i xw = _mm256_set1_epi32(br16_x_word(xt[t], p));
-                c[t] = _mm256_fmadd_ps(wlo, bf16_low8(xw), _mm256_fmadd_ps(whi, bf16_high8(xw), c[t]));
+#endif // USE_AVX512 / USE_AVX2
+
+// pack_w_br16 (kernels_prefill.c, pack_w_br16_plain): per pair of columns a group's 64 bytes, as two
+// 256-bit vectors (rows 0-7, 8-15), split into the high columns (k even: 2p + 1) and the low ones.
+// 256-bit in every vector build: only a build without AVX-512 runs bf16 through the f32 tiles.
+ONE_COPY void pack_w_br16_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
+    const size_t gv = br16_group_values(m->cols);
+    for (int h = 0; h < NR / R16; h++) {
+        const int g = r0 / R16 + h;
+        const uint16_t *group = g < r16_groups(m->rows) ? (const uint16_t *)m->data + (size_t)g * gv : NULL;
+        for (int k = 0; k < kc; k += 2) {
+            float *hi = wp + (size_t)k * NR + h * R16, *lo = hi + NR;
+            if (!group) {
+                _mm256_store_ps(hi, _mm256_setzero_ps()), _mm256_store_ps(hi + 8, _mm256_setzero_ps());
+                _mm256_store_ps(lo, _mm256_setzero_ps()), _mm256_store_ps(lo + 8, _mm256_setzero_ps());
+                continue;
             }
+            const uint16_t *pair = group + (size_t)(k0 + k) / 2 * 2 * R16;
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)pair), w1 = _mm256_loadu_si256((const __m256i *)(pair + R16));
+            _mm256_store_ps(hi, bf16_high8(w0)), _mm256_store_ps(hi + 8, bf16_high8(w1));
+            _mm256_store_ps(lo, bf16_low8(w0)), _mm256_store_ps(lo + 8, bf16_low8(w1));
         }
-        for (int t = 0; t < nt; t++)
-            store_first8(out + t * ldo + r, nr - r, c[t]);
     }
 }
-#endif // USE_AVX512 / USE_AVX2
 
 #ifdef USE_AVX512_VNNI
 // The q8_0 microkernel: a 6-token x 32-row tile; per block of 32 columns the exact integer sums in
