@@ -687,6 +687,17 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
                  a, attn);
         goto done;
     }
+    // A window on the layers: llama.cpp c392e50's converter writes none for these architectures, and
+    // reading one needs the checkpoint's rule for which layers slide (Mistral: all; Qwen2: only with
+    // use_sliding_window, from max_window_layers on), which the file does not carry: refused unless
+    // it covers the whole context, where it changes nothing.
+    int window = 0;
+    if (arch_int(&g, a, "attention.sliding_window", 0, INT32_MAX, &window, why, n) < 0) goto done;
+    if (window > 0 && window < p->n_ctx_max) {
+        snprintf(why, n, "GGUF %s.attention.sliding_window %d (below its context_length %d) is not read from GGUF "
+                 "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
+        goto done;
+    }
     if (gguf_tensor(&g, "rope_freqs.weight")) {
         snprintf(why, n, "GGUF tensor rope_freqs.weight (Llama 3.1's llama3 RoPE scaling as per-pair factors) is not "
                  "read from GGUF yet (" GGUF_HINT ")");

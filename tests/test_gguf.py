@@ -457,3 +457,29 @@ def test_what_is_not_run_is_refused_by_name(c_tools, tmp_path):
     assert "bad GGUF" in run_refused(head)
     assert "a GGUF file without tensors: a vocabulary only, not a model (hint: it can be the tokenizer of a model " \
         "with the same vocabulary: -z FILE)" in run_refused(LLAMA2_VOCAB)
+
+
+def with_uint32(src, dst, key, value):
+    """A copy of the GGUF src with `key` added as a uint32 (GGUF type 4) first, then a string entry
+    general.note of spaces that brings the two to a multiple of 32 bytes, so that the data section stays
+    aligned (tensor offsets are from its start)."""
+    raw = src.read_bytes()
+    k, note = key.encode(), b"general.note"
+    entry = struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, value)
+    pad = lambda text: struct.pack("<Q", len(note)) + note + struct.pack("<IQ", 8, len(text)) + text  # noqa: E731
+    text = b" " * (-(len(entry) + len(pad(b""))) % 32)
+    n_tensors, n_kv = struct.unpack_from("<QQ", raw, 8)
+    dst.write_bytes(raw[:8] + struct.pack("<QQ", n_tensors, n_kv + 2) + entry + pad(text) + raw[24:])
+    return dst
+
+
+def test_sliding_window_key(c_tools, tmp_path):
+    """{arch}.attention.sliding_window below context_length is refused by name (the file does not say
+    which layers slide); one that covers the context changes nothing and runs, the same perplexity
+    (control: the padded copy itself loads, so the refusal is the key's)."""
+    narrow = with_uint32(TINY64_F16, tmp_path / "w256.gguf", "llama.attention.sliding_window", 256)
+    err = run_refused(narrow)
+    assert "GGUF llama.attention.sliding_window 256 (below its context_length 512) is not read from GGUF yet" in err, err
+    assert "hint: convert the Hugging Face checkpoint with export/export.py instead" in err
+    wide = with_uint32(TINY64_F16, tmp_path / "w512.gguf", "llama.attention.sliding_window", 512)
+    assert run_ppl(wide)[0] == run_ppl(TINY64_F16)[0]
