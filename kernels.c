@@ -663,7 +663,7 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     if (path == WS_DECODE) {
         l->prep = piece(&at, n * q4_prep_bytes(cp));
         l->runs = piece(&at, threads * sizeof(PieceRun));
-    } else if (path == WS_GEMM_F32 || path == WS_GEMM_BF16) { // bf16 over its padded columns
+    } else if (path == WS_GEMM_F32 || path == WS_GEMM_BF16) { // bf16 over its padded columns (AVX-512: unused)
         l->xp = piece(&at, (n + MR - 1) / MR * MR * (size_t)bf16_cols((int)cols) * sizeof(float)); // (tiles, cols, MR)
         l->wp = piece(&mine, kc * NR * sizeof(float));                     // (kc, NR)
     } else if (path == WS_GEMM_Q8) {

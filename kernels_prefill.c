@@ -11,8 +11,8 @@
 //
 // The plain C packing and tiles come first: they define what each computes, and are what a build
 // without vector code runs; kernels_x86.c has vector versions behind the same signatures
-// (kernels_internal.h says which a build uses). Then gemm_f32 (bf16_r16's too, but with AVX-512), gemm_bf16
-// (AVX-512) and gemm_q8, which call them.
+// (kernels_internal.h says which a build uses). Then gemm_f32 (bf16_r16's too, except with AVX-512),
+// gemm_bf16 (AVX-512) and gemm_q8, which call them.
 #include "kernels_internal.h"
 
 #include <string.h>
@@ -74,8 +74,8 @@ void pack_w_br16_plain(float *wp, const Matrix *m, int r0, int k0, int kc) {
     for (int j = 0; j < NR; j++) {
         const int g = (r0 + j) / R16, i = (r0 + j) % R16;
         const uint16_t *group = g < r16_groups(m->rows) ? (const uint16_t *)m->data + (size_t)g * gv : NULL;
-        for (int k = 0; k < kc; k++) { // column k0 + k: pair (k0 + k) / 2, the word's low half if even
-            const int p = (k0 + k) / 2, high = (k0 + k) % 2 == 0; // swapped: an even k reads column 2p + 1
+        for (int k = 0; k < kc; k++) { // pair (k0 + k) / 2: an even k its second column (the word's
+            const int p = (k0 + k) / 2, high = (k0 + k) % 2 == 0; // high half), an odd k its first
             wp[k * NR + j] = group ? widen_bf16(group[((size_t)p * R16 + i) * 2 + high]) : 0;
         }
     }
@@ -268,7 +268,7 @@ static int chunk_cols(int n, int cols, size_t elem) {
     return kc < cols ? (int)kc : cols;
 }
 
-// f32 and f16 weights.
+// f32 and f16 weights, and bf16_r16 without AVX-512 (xb: x rounded to bf16; NULL for the others).
 void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
               const uint16_t *xb, const Matrix *const *m, int count, int n) {
     const int br16 = m[0]->dtype == DTYPE_BF16_R16; // through xb and pack_w_br16, over the padded columns
