@@ -454,7 +454,8 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // export gives, the tensors onto the same weights, each by its llama.cpp name; whatever the file
 // holds that this program would not run as written is refused by name, never run half-right.
 // Read so far: the llama architecture (Llama 1-3 without llama3's rope_freqs, Mistral, TinyLlama),
-// qwen2 (Qwen2, Qwen2.5: q/k/v biases) and qwen3 (q/k RMSNorm per head), their matrices F32, F16, BF16, Q8_0 and Q4_0, their vectors F32.
+// qwen2 (Qwen2, Qwen2.5: q/k/v biases) and qwen3 (q/k RMSNorm per head), their matrices F32, F16,
+// BF16, Q8_0 and Q4_0, their vectors F32.
 // llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
 // this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
 // has them, the two halves of each pair apart (llama.cpp rotates them "NEOX" style): their rows are
@@ -674,7 +675,8 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     double factor = 1, attn = 1, beta_fast = 0, beta_slow = 0;
     int orig = p->n_ctx_max;
     if (mode != ROPE_SCALING_NONE && (arch_real(&g, a, "rope.scaling.factor", &factor, why, n) != 1 || factor < 1)) {
-        if (!*why) snprintf(why, n, "bad GGUF: RoPE scaling %s needs %s.rope.scaling.factor >= 1", scaling_len == 4 ? "yarn" : "linear", a);
+        if (!*why)
+            snprintf(why, n, "bad GGUF: RoPE scaling %.*s needs %s.rope.scaling.factor >= 1", (int)scaling_len, scaling, a);
         goto done;
     }
     if (arch_int(&g, a, "rope.scaling.original_context_length", 1, 1 << 24, &orig, why, n) < 0 ||

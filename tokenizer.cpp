@@ -346,7 +346,6 @@ static void pb_float(std::string &s, int field, float f) {
     pb_varint(s, static_cast<uint64_t>(field) << 3 | 5), s.append(b, 4);
 }
 
-// Returns "" when the SentencePiece model is in t->sp, else why not.
 // The vocabulary both kinds read: tokenizer.ggml.tokens, an array of 1 to 2^22 strings; NULL if it
 // is missing or not that.
 static const GgufKV *gguf_tokens(const Gguf *g) {
@@ -361,6 +360,7 @@ static bool per_token_numbers(const GgufKV *kv, uint64_t n) {
                    kv->elem != GGUF_BOOL);
 }
 
+// Returns "" when the SentencePiece model is in t->sp, else why not.
 static std::string sp_from_gguf(Tokenizer *t, const Gguf *g) {
     const char *model;
     size_t len;

@@ -258,18 +258,27 @@ def test_other_tokenizer_kinds_take_z(c_tools, tmp_path):
     assert fixed.returncode == 0, fixed.stderr
 
 
-def with_chat_template(src, dst, template):
-    """A copy of the GGUF src with tokenizer.chat_template added as its first metadata entry, padded
-    with spaces to a multiple of 32 bytes so that the data section stays aligned (tensor offsets are
-    from its start)."""
-    raw = src.read_bytes()
-    key = b"tokenizer.chat_template"
-    entry = lambda text: struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(text)) + text  # noqa: E731
-    text = template.encode()
-    text += b" " * (-len(entry(text)) % 32)
+def string_entry(key, text):
+    """One GGUF metadata entry: the key, type 8 (a string), the text (bytes)."""
+    k = key.encode()
+    return struct.pack("<Q", len(k)) + k + struct.pack("<IQ", 8, len(text)) + text
+
+
+def with_entries(src, dst, entries):
+    """A copy of the GGUF src with the metadata entries (whole, as bytes) added first. Together they must
+    be a multiple of 32 bytes, so that the data section stays aligned (tensor offsets are from its start)."""
+    raw, body = src.read_bytes(), b"".join(entries)
+    assert len(body) % 32 == 0, len(body)
     n_tensors, n_kv = struct.unpack_from("<QQ", raw, 8)
-    dst.write_bytes(raw[:8] + struct.pack("<QQ", n_tensors, n_kv + 1) + entry(text) + raw[24:])
+    dst.write_bytes(raw[:8] + struct.pack("<QQ", n_tensors, n_kv + len(entries)) + body + raw[24:])
     return dst
+
+
+def with_chat_template(src, dst, template):
+    """src with tokenizer.chat_template added, padded with spaces to a whole number of 32 bytes."""
+    text = template.encode()
+    text += b" " * (-len(string_entry("tokenizer.chat_template", text)) % 32)
+    return with_entries(src, dst, [string_entry("tokenizer.chat_template", text)])
 
 
 def test_chat_template_from_gguf(c_tools, tmp_path):
@@ -460,17 +469,12 @@ def test_what_is_not_run_is_refused_by_name(c_tools, tmp_path):
 
 
 def with_uint32(src, dst, key, value):
-    """A copy of the GGUF src with `key` added as a uint32 (GGUF type 4) first, then a string entry
-    general.note of spaces that brings the two to a multiple of 32 bytes, so that the data section stays
-    aligned (tensor offsets are from its start)."""
-    raw = src.read_bytes()
-    k, note = key.encode(), b"general.note"
+    """src with `key` added as a uint32 (GGUF type 4), then a string entry general.note of spaces that
+    brings the two to a whole number of 32 bytes."""
+    k = key.encode()
     entry = struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, value)
-    pad = lambda text: struct.pack("<Q", len(note)) + note + struct.pack("<IQ", 8, len(text)) + text  # noqa: E731
-    text = b" " * (-(len(entry) + len(pad(b""))) % 32)
-    n_tensors, n_kv = struct.unpack_from("<QQ", raw, 8)
-    dst.write_bytes(raw[:8] + struct.pack("<QQ", n_tensors, n_kv + 2) + entry + pad(text) + raw[24:])
-    return dst
+    pad = b" " * (-(len(entry) + len(string_entry("general.note", b""))) % 32)
+    return with_entries(src, dst, [entry, string_entry("general.note", pad)])
 
 
 def test_sliding_window_key(c_tools, tmp_path):
