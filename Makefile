@@ -107,10 +107,17 @@ TEST_MALLOC = MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184
 TEST_JOBS ?= 2
 XDIST = $(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 
+# The kernel tests run TEST_JOBS at a time, each one's output kept together (-O), their OpenMP
+# threads spinning 1000 times before they sleep (as run.c and tests/conftest.py set it): with
+# libgomp's 300,000 the two programs' threads spin against each other, or against another job.
+.PHONY: $(KERNEL_TESTS:=.run)
+$(KERNEL_TESTS:=.run): %.run: %
+	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} ./$<
+
 test: tools
 	./tests/test_rope
 	./tests/test_model data/stories260K/stories260K.bin
-	for t in $(KERNEL_TESTS); do ./$$t || exit 1; done
+	$(MAKE) --no-print-directory -O -j$(TEST_JOBS) $(KERNEL_TESTS:=.run)
 	$(TEST_MALLOC) $(PYTHON) -m pytest -q $(XDIST) tests
 
 # `make bench`: tokens/s of ./run on the 110M and TinyLlama-1.1B shapes and stories260K, each weight

@@ -1,7 +1,7 @@
 """Shared pytest fixtures: paths, and building the C test tools once per session.
 
 It also puts the repository root on sys.path, so every test imports the shared Python from lrun/, and
-loads torch with a short spin for its OpenMP threads (below).
+loads torch with a short spin for its OpenMP threads and one OpenBLAS thread (below).
 What this is not: a place for test helpers of one suite; they live in that suite's file.
 """
 import os
@@ -13,18 +13,25 @@ import pytest
 
 # torch (tests/reference.py, in this process) runs its products on OpenMP threads, and libgomp's
 # threads spin 300,000 times before they sleep: with another job on one of two cores, they spin
-# against each other at the end of every region (test_parity's stories260K tests at 2048 tokens:
-# 146-235 s so, 26 s with 1000 spins, measured 2026-11-28 under load). run.c sets GOMP_SPINCOUNT to
-# its DEFAULT_SPINCOUNT, 1000, for the same reason; here it is set for libgomp, which reads it once
-# as torch loads it, then taken out again: the programs the tests start see the caller's environment.
-if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "1000"
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        pass  # the suites that need torch say so themselves
-    finally:
-        del os.environ["GOMP_SPINCOUNT"]
+# against each other at the end of every region. run.c sets GOMP_SPINCOUNT to its DEFAULT_SPINCOUNT,
+# 1000, for the same reason. Its matrix products go to OpenBLAS (Debian's libopenblas0-pthread), whose
+# threads, one per core, busy-wait for work: beside the other test process, or a job holding a core,
+# they wait on each other, and `make test` already runs one test process per core, so each process
+# gets one OpenBLAS thread. libgomp and OpenBLAS read these once, as torch loads them; they are set for
+# that and taken out again, so the programs the tests start see the caller's environment. (What each
+# saves: the README, "Checking it".)
+SET_FOR_TORCH = {"GOMP_SPINCOUNT": "1000", "OPENBLAS_NUM_THREADS": "1"}
+if "OMP_WAIT_POLICY" in os.environ:
+    del SET_FOR_TORCH["GOMP_SPINCOUNT"]
+SET_FOR_TORCH = {k: v for k, v in SET_FOR_TORCH.items() if k not in os.environ}
+os.environ.update(SET_FOR_TORCH)
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass  # the suites that need torch say so themselves
+finally:
+    for k in SET_FOR_TORCH:
+        del os.environ[k]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for lrun
 REPO = Path(__file__).resolve().parent.parent
@@ -39,6 +46,18 @@ LLAMA_TOK = DATA / "llama2/tokenizer.model"          # the Llama 2 tokenizer (vo
 TEXT = DATA / "text/tinystories_validation_head.txt"  # TinyStories validation text
 HELDOUT = DATA / "text/tinystories_heldout_tail.txt"  # the tenth tiny64x512 never saw
 PYTHON = "/usr/bin/python3"      # Debian's interpreter: the one with python3-torch
+
+
+# pytest-xdist (`make test`) hands out whole files in the order they were collected, each to the
+# first process free; the slowest files go first, so that the last files to finish are short ones and
+# neither process waits long for the other at the end (longest first, the classic schedule).
+SLOWEST_FIRST = ["test_long_windows.py", "test_parity.py", "test_bpe.py", "test_ppl.py", "test_chat.py",
+                 "test_passkey.py", "test_run_ref.py", "test_families2.py", "test_hints.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order stays
 
 
 @pytest.fixture(scope="session")

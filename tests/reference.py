@@ -1055,26 +1055,31 @@ class Reference:
             # repeat_kv: query head h reads kv head h // (H/KV)
             k = k.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
             v = v.repeat_interleave(H // KV, dim=0)                                 # (H, n, hd)
-            mask = masks[self.family["windows"][l]]
+            win = self.family["windows"][l]
+            mask = masks[win]
             out = torch.empty(H, n, hd, dtype=self.dtype)
-            step = max(1, (1 << 23) // max(1, H * n))  # query rows per block: ~64 MB of scores
+            # Query rows per block: ~64 MB of scores at most, and at most 256 rows, so that skipping
+            # the keys no row of a block sees (past its last query; before its first query's window)
+            # skips most of the masked half: their weights are exactly 0 either way.
+            step = max(1, min(256, (1 << 23) // max(1, H * n)))
             scores = relative_scores(q, k, phases, self.family["attn_scale"]).to(self.dtype) if relative else None
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)
+                k0 = max(0, r0 - win + 1) if win else 0                               # keys k0 .. r1-1
                 if not relative:
-                    s = self.scaled(q[:, r0:r1] @ k.transpose(1, 2))               # (H, r, n)
+                    s = self.scaled(q[:, r0:r1] @ k[:, k0:r1].transpose(1, 2))     # (H, r, keys)
                 else:
-                    s = scores[:, r0:r1]
+                    s = scores[:, r0:r1, k0:r1]
                 if group:  # Self-Extend: the group score wherever the key is not a neighbour
-                    far = self.scaled(qg[:, r0:r1] @ kg.transpose(1, 2))           # (H, r, n)
-                    s = torch.where(neighbour[r0:r1], s, far)
+                    far = self.scaled(qg[:, r0:r1] @ kg[:, k0:r1].transpose(1, 2))
+                    s = torch.where(neighbour[r0:r1, k0:r1], s, far)
                 if chunk:  # DCA: each pair's score from its own query rotation
-                    three = [self.scaled(qx[:, r0:r1] @ kc.transpose(1, 2)) for qx in qcs]
-                    sel = which[r0:r1]
+                    three = [self.scaled(qx[:, r0:r1] @ kc[:, k0:r1].transpose(1, 2)) for qx in qcs]
+                    sel = which[r0:r1, k0:r1]
                     s = torch.where(sel == 0, three[0], torch.where(sel == 1, three[1], three[2]))
                 s = self.softcap(s, self.family["attn_softcap"])  # Gemma 2: before the mask
-                s = s.to(self.acc) + mask[r0:r1]
-                out[:, r0:r1] = torch.softmax(s, dim=-1).to(self.dtype) @ v         # (H, r, hd)
+                s = s.to(self.acc) + mask[r0:r1, k0:r1]
+                out[:, r0:r1] = torch.softmax(s, dim=-1).to(self.dtype) @ v[:, k0:r1]  # (H, r, hd)
             o = out.transpose(0, 1).reshape(n, H * hd)                              # (n, H*hd)
             x = x + self.post(lw, "attn", self.linear(o, lw, "o_proj"))             # (n, D)
             x = x + self.post(lw, "mlp", self.mlp(lw, self.pre(lw, "mlp", x)))      # (n, D)
