@@ -24,8 +24,11 @@ typedef enum {
     DTYPE_BF16_R16 = 6,
     DTYPE_GGUF_Q8_0 = 7, // not in our files: a GGUF file's Q8_0 and Q4_0 (loader.c)
     DTYPE_GGUF_Q4_0 = 8,
+    DTYPE_GGUF_Q4_K = 9, // not in our files either: GGUF's K-quants, read as stored (QK_K below)
+    DTYPE_GGUF_Q5_K = 10,
+    DTYPE_GGUF_Q6_K = 11,
 } DType;
-#define DTYPE_COUNT (DTYPE_GGUF_Q4_0 + 1) // how many there are: not a type, so no switch needs a case for it
+#define DTYPE_COUNT (DTYPE_GGUF_Q6_K + 1) // how many there are: not a type, so no switch needs a case for it
 #define DTYPE_IN_OUR_FILES (DTYPE_BF16_R16 + 1) // the header's dtype is below this
 
 #define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
@@ -34,6 +37,10 @@ typedef enum {
 #define Q4_BLOCK Q8_BLOCK
 #define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
 #define R16 16 // rows of a group in the grouped layouts (q8_0_r16, bf16_r16)
+// The K-quants' super-block: values per block of q4_K, q5_K, q6_K (ggml's QK_K), eight (q6_K: sixteen)
+// sub-blocks with scales of their own. Their products read x's q8_0 blocks of 32: a sub-block of 32
+// (q6_K: two of 16) meets one of them.
+#define QK_K 256
 
 // What the products multiply a type's weights with; matmul makes it from x once per product.
 typedef enum {
@@ -57,6 +64,7 @@ typedef struct {
 // versions in kernels_x86.c) and prefill's packing and tile (kernels_prefill.c, kernels_x86.c).
 //   f32, f16   dot_f32, dot_f16   pack_w_f32 + kernel_f32 (gemm_f32)
 //   q4_0       dot_q4             pack_w_q4 + kernel_q8 (gemm_q8)
+//   gguf_q4_K, gguf_q5_K, gguf_q6_K   dot_q4k, dot_q5k, dot_q6k   (none: decode's, token by token)
 //   q8_0_r16   dot_r16            pack_w_r16 + kernel_q8 (gemm_q8)
 //   bf16_r16   dot_br16           AVX-512: kernel_br16 (gemm_bf16); else pack_w_br16 + kernel_f32 (gemm_f32)
 // q8_0 and bf16 have none: they are the first layouts of q8_0_r16 and bf16_r16 (the same numbers,
@@ -66,6 +74,15 @@ typedef struct {
 // scale made float32 on the way (exactly: every f16 is a float32); and gguf_q4_0, GGUF's Q4_0 (ggml's
 // block_q4_0: an f16 d, then 16 bytes of the same nibbles as q4_0), whose scales the loader moves
 // apart into q4_0 (kernels.h, matrix_q4_0_from_gguf).
+// The K-quants run as the file stores them, ggml's blocks of QK_K values (ggml-common.h, block_q4_K,
+// block_q5_K, block_q6_K; kernels_internal.h spells out where each value's bits are):
+//   gguf_q4_K  144 bytes: f16 d, f16 dmin, 12 bytes of eight 6-bit scales sc and mins m, 128 bytes of
+//              4-bit q; the value of sub-block j (32 values) is d sc_j q - dmin m_j
+//   gguf_q5_K  176 bytes: as q4_K with a fifth bit of each q in 32 bytes qh (q in 0 .. 31)
+//   gguf_q6_K  210 bytes: 128 bytes of the low 4 bits of q, 64 of its high 2 bits, sixteen int8
+//              scales s (one per 16 values), f16 d; the value is d s (q - 32)
+// They have no prefill tile yet: a prompt's tokens go through decode's dot products (kernels.c,
+// product_path), one at a time over a piece of rows that stays in cache.
 // clang-format off
 static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     //                  name        block     block bytes   scale bytes  group  x        runs as
@@ -78,6 +95,9 @@ static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     [DTYPE_BF16_R16] = {"bf16_r16", Q8_BLOCK, Q8_BLOCK * 2, 0,           R16,   X_BF16,  DTYPE_BF16_R16},
     [DTYPE_GGUF_Q8_0] = {"gguf_q8_0", Q8_BLOCK, Q8_BLOCK + 2, 0,          1,     X_Q8,    DTYPE_Q8_0_R16},
     [DTYPE_GGUF_Q4_0] = {"gguf_q4_0", Q4_BLOCK, Q4_BLOCK / 2 + 2, 0,      1,     X_Q8,    DTYPE_Q4_0},
+    [DTYPE_GGUF_Q4_K] = {"gguf_q4_K", QK_K,     144,              0,      1,     X_Q8,    DTYPE_GGUF_Q4_K},
+    [DTYPE_GGUF_Q5_K] = {"gguf_q5_K", QK_K,     176,              0,      1,     X_Q8,    DTYPE_GGUF_Q5_K},
+    [DTYPE_GGUF_Q6_K] = {"gguf_q6_K", QK_K,     210,              0,      1,     X_Q8,    DTYPE_GGUF_Q6_K},
 };
 // clang-format on
 

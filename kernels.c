@@ -114,6 +114,18 @@ static float weight_at(const Matrix *m, int r, int c) {
         const int8_t *q = (const int8_t *)gguf_block(m, ((size_t)r * cp + c) / Q8_BLOCK, &d);
         return q[c % Q8_BLOCK] * d;
     }
+    case DTYPE_GGUF_Q4_K: // d sc q - dmin m (kernels_internal.h says where each lies)
+    case DTYPE_GGUF_Q5_K: {
+        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / QK_K * DTYPES[m->dtype].block_bytes;
+        const int i = c % QK_K, q = m->dtype == DTYPE_GGUF_Q4_K ? q4k_at(block, i) : q5k_at(block, i);
+        int sc, mn;
+        k_scale_min(block + QK_SCALES, i / 32, &sc, &mn);
+        return f16_at(block) * (float)sc * (float)q - f16_at(block + 2) * (float)mn;
+    }
+    case DTYPE_GGUF_Q6_K: { // d s (q - 32)
+        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / QK_K * DTYPES[m->dtype].block_bytes;
+        return f16_at(block + Q6K_D) * (float)q6k_scale(block, c % QK_K) * (float)q6k_at(block, c % QK_K);
+    }
     }
     return 0; // not reached: the switch lists every type
 }
@@ -311,6 +323,9 @@ static float key_get(const void *keys, DType t, int hd, int j, int d) {
     case DTYPE_BF16_R16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
+    case DTYPE_GGUF_Q4_K:
+    case DTYPE_GGUF_Q5_K:
+    case DTYPE_GGUF_Q6_K:
         break;
     }
     return 0;
@@ -349,6 +364,9 @@ static float value_get(const void *values, DType t, int hd, int j, int d) {
     case DTYPE_BF16_R16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
+    case DTYPE_GGUF_Q4_K:
+    case DTYPE_GGUF_Q5_K:
+    case DTYPE_GGUF_Q6_K:
         break;
     }
     return 0;
@@ -704,7 +722,9 @@ int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n) {
 // Which product runs n tokens of a type's weights: decode below GEMM_MIN_N tokens, else the prefill
 // of what the type multiplies (dtype.h).
 static WsPath product_path(DType t, int n) {
-    if (n < GEMM_MIN_N) return WS_DECODE;
+    // The K-quants have no prefill tile yet (dtype.h): their prompts go through decode's products,
+    // each piece of rows (a few KB) read from cache for every token after the first.
+    if (n < GEMM_MIN_N || DTYPES[t].block == QK_K) return WS_DECODE;
     switch (DTYPES[t].x) {
     case X_FLOAT:
         return WS_GEMM_F32;

@@ -1,5 +1,5 @@
 // kernels_decode.c - decode: out (n, rows) = x (n, cols) @ W^T for n < GEMM_MIN_N tokens, matrix x
-// vector, over f32, f16, bf16_r16, q8_0_r16 and q4_0 weights.
+// vector, over f32, f16, bf16_r16, q8_0_r16, q4_0 and GGUF's K-quant weights.
 //
 // Each weight is used once per token, so a product takes as long as streaming the weights from
 // memory; everything here is about reading memory at full speed and doing the arithmetic in the
@@ -77,6 +77,40 @@ ONE_COPY float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x,
     return sum;
 }
 
+// A K-quant row . q8_0 activations over nsb blocks of QK_K: x's block b = 8 B + j of 32 values meets
+// sub-block j of block B, and their integer sums make the row's in block order:
+//   q4_K, q5_K: dx_b (d sc_j sum_i q_i qx_i - dmin m_j sum_i qx_i), the second sum being x's (exact)
+//   q6_K:       dx_b (d (s_2j sum_{i<16} q_i qx_i + s_2j+1 sum_{i>=16} q_i qx_i))
+// Every integer is exact in int32 and in float (below 2^24: |q6_K's| <= 2 * 128 * 16 * 32 * 127), and
+// d sc_j, dmin m_j are exact floats (an 11-bit f16 significand times a 6-bit integer).
+ONE_COPY float dot_k_plain(DType t, const uint8_t *w, const QuantizedRow *x, int nsb) {
+    const size_t bytes = (size_t)DTYPES[t].block_bytes;
+    float sum = 0;
+    for (int B = 0; B < nsb; B++) {
+        const uint8_t *block = w + B * bytes;
+        for (int j = 0; j < QK_K / Q8_BLOCK; j++) {
+            const int b = B * (QK_K / Q8_BLOCK) + j, i0 = j * Q8_BLOCK;
+            const int8_t *xq = x->q + (size_t)b * Q8_BLOCK;
+            if (t == DTYPE_GGUF_Q6_K) {
+                int32_t lo = 0, hi = 0;
+                for (int i = 0; i < Q8_BLOCK / 2; i++) {
+                    lo += q6k_at(block, i0 + i) * xq[i];
+                    hi += q6k_at(block, i0 + 16 + i) * xq[16 + i];
+                }
+                const int32_t s = q6k_scale(block, i0) * lo + q6k_scale(block, i0 + 16) * hi;
+                sum += x->d[b] * (f16_at(block + Q6K_D) * (float)s);
+            } else {
+                int32_t s = 0, sc, m;
+                for (int i = 0; i < Q8_BLOCK; i++)
+                    s += (t == DTYPE_GGUF_Q5_K ? q5k_at(block, i0 + i) : q4k_at(block, i0 + i)) * xq[i];
+                k_scale_min(block + QK_SCALES, j, &sc, &m);
+                sum += x->d[b] * (f16_at(block) * (float)sc * (float)s - f16_at(block + 2) * (float)m * (float)x->sum[b]);
+            }
+        }
+    }
+    return sum;
+}
+
 // q8_0_r16 and bf16_r16: the groups of a run are groups of R16-row groups, r, r + step, .. (DOT_ROWS
 // of them at most, one from each quarter of the matrix's R16-row groups, as rows are for the other
 // types).
@@ -117,6 +151,12 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
             case DTYPE_Q4_0:
                 out[row] = dot_q4_plain((const uint8_t *)m->data + row * cp / 2, (const _Float16 *)m->scale + row * nb,
                                         xq, (int)nb);
+                break;
+            case DTYPE_GGUF_Q4_K:
+            case DTYPE_GGUF_Q5_K:
+            case DTYPE_GGUF_Q6_K:
+                out[row] = dot_k_plain(m->dtype, (const uint8_t *)m->data + row * row_bytes(m->dtype, m->cols), xq,
+                                       (int)(cp / QK_K));
                 break;
             case DTYPE_Q8_0_R16: // in groups of rows: dots_r16_plain, above
             case DTYPE_BF16_R16:

@@ -115,6 +115,50 @@ static inline size_t mul_or_zero(size_t a, size_t b) { return (b && a > SIZE_MAX
 // scale d per block, stored apart like q8_0's.
 static inline int q4_at(const uint8_t *block, int i) { return (i < 16 ? block[i] & 15 : block[i - 16] >> 4) - 8; }
 
+// The K-quants (dtype.h; ggml-common.h's block_q4_K, block_q5_K, block_q6_K): where each value's bits
+// sit in its block of QK_K, as ggml-quants.c's dequantize_row_q4_K, _q5_K and _q6_K read them.
+// q4_K, q5_K: f16 d at byte 0, f16 dmin at 2, the 12 bytes of scales and mins at 4 (k_scale_min);
+// q5_K's 32 bytes qh at 16; the 128 bytes qs at 16 (q5_K: 48). Value i lies in sub-block j = i / 32;
+// its low 4 bits are byte 32 (i / 64) + i % 32 of qs, the low nibble for an even j, the high for an
+// odd one; q5_K's fifth bit (16) is bit j of qh[i % 32].
+enum { QK_SCALES = 4, Q4K_QS = 16, Q5K_QH = 16, Q5K_QS = 48 };
+// Sub-block j's 6-bit scale and min: for j < 4 the low 6 bits of bytes j and j + 4; else byte j + 4's
+// low (scale) and high (min) nibble, with the top 2 bits of byte j - 4 (scale) and byte j (min) above.
+static inline void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63, *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+static inline int q4k_at(const uint8_t *block, int i) {
+    const uint8_t b = block[Q4K_QS + 32 * (i / 64) + i % 32];
+    return i / 32 % 2 ? b >> 4 : b & 15;
+}
+static inline int q5k_at(const uint8_t *block, int i) {
+    const uint8_t b = block[Q5K_QS + 32 * (i / 64) + i % 32];
+    return (i / 32 % 2 ? b >> 4 : b & 15) | (block[Q5K_QH + i % 32] >> (i / 32) & 1) << 4;
+}
+// q6_K: 128 bytes ql at 0, 64 bytes qh at 128, sixteen int8 scales at 192, f16 d at 208. Value i lies
+// in half h = i / 128 (ql from 64 h, qh from 32 h) and quarter u = i % 128 / 32 of it, l = i % 32:
+// its low 4 bits are ql[l + 32 (u % 2)], the low nibble for u < 2, else the high; its high 2 bits are
+// bits 2u, 2u + 1 of qh[l]; q = those 6 bits - 32, and its scale is scales[8 h + 2 u + l / 16].
+enum { Q6K_QH = 128, Q6K_SCALES = 192, Q6K_D = 208 };
+static inline int q6k_at(const uint8_t *block, int i) {
+    const int h = i / 128, u = i % 128 / 32, l = i % 32;
+    const uint8_t lo = block[64 * h + l + 32 * (u % 2)], hi = block[Q6K_QH + 32 * h + l];
+    return ((u < 2 ? lo & 15 : lo >> 4) | (hi >> 2 * u & 3) << 4) - 32;
+}
+static inline int q6k_scale(const uint8_t *block, int i) {
+    return ((const int8_t *)block)[Q6K_SCALES + 8 * (i / 128) + 2 * (i % 128 / 32) + i % 32 / 16];
+}
+static inline float f16_at(const uint8_t *p) {
+    _Float16 h;
+    __builtin_memcpy(&h, p, sizeof h);
+    return (float)h;
+}
+
 // bf16 (kernels.h, bf16_round): x's bits rounded to their top 16, to nearest, ties to even (adding
 // 0x7fff and the lowest kept bit carries into the kept bits exactly when the dropped ones are more
 // than half, or half with the kept ones odd); a NaN keeps its top bits, made quiet; a subnormal x
@@ -194,6 +238,9 @@ static inline size_t kv_row_bytes(DType t, int hd) {
     case DTYPE_BF16_R16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
+    case DTYPE_GGUF_Q4_K:
+    case DTYPE_GGUF_Q5_K:
+    case DTYPE_GGUF_Q6_K:
         break;
     }
     return 0;
@@ -339,6 +386,8 @@ typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, co
 // blocks; row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
 float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb);
 float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
+// A K-quant row (gguf_q4_K, gguf_q5_K, gguf_q6_K: nsb blocks of QK_K) . q8_0 activations.
+float dot_k_plain(DType t, const uint8_t *w, const QuantizedRow *x, int nsb);
 
 // Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,
 // NR, 4) bytes with scales wd (kc/32, NR) (q4_0 through `stage`, q8_0_r16 copied as stored: plain C

@@ -200,6 +200,9 @@ static void pack_w_int(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, 
     case DTYPE_BF16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
+    case DTYPE_GGUF_Q4_K: // no prefill tile: decode's products (kernels.c, product_path)
+    case DTYPE_GGUF_Q5_K:
+    case DTYPE_GGUF_Q6_K:
         break;
     }
 }

@@ -519,14 +519,17 @@ static Matrix gguf_matrix(const Gguf *g, const char *name, int matrix, int rows,
                  matrix ? cols : rows, matrix ? rows : 1);
         return m;
     }
-    const DType types[] = {[GGML_F32] = DTYPE_F32, [GGML_F16] = DTYPE_F16, [GGML_Q8_0] = DTYPE_GGUF_Q8_0,
-                           [GGML_Q4_0] = DTYPE_GGUF_Q4_0, [GGML_BF16] = DTYPE_BF16};
-    const int runs = t->type == GGML_F32 || (matrix && (t->type == GGML_F16 || t->type == GGML_Q8_0 ||
-                                                        t->type == GGML_Q4_0 || t->type == GGML_BF16));
+    const DType types[] = {[GGML_F32] = DTYPE_F32,         [GGML_F16] = DTYPE_F16,         [GGML_Q8_0] = DTYPE_GGUF_Q8_0,
+                           [GGML_Q4_0] = DTYPE_GGUF_Q4_0,   [GGML_BF16] = DTYPE_BF16,       [GGML_Q4_K] = DTYPE_GGUF_Q4_K,
+                           [GGML_Q5_K] = DTYPE_GGUF_Q5_K,   [GGML_Q6_K] = DTYPE_GGUF_Q6_K};
+    const int runs = t->type == GGML_F32 ||
+                     (matrix && (t->type == GGML_F16 || t->type == GGML_Q8_0 || t->type == GGML_Q4_0 ||
+                                 t->type == GGML_BF16 || t->type == GGML_Q4_K || t->type == GGML_Q5_K ||
+                                 t->type == GGML_Q6_K));
     if (!runs) {
-        snprintf(why, n, "tensor %s is %s, which this program does not run from GGUF (it reads F32, F16, BF16, Q8_0 "
-                 "and Q4_0 matrices and F32 vectors; " GGUF_HINT ", or convert with llama.cpp's --outtype q8_0)",
-                 name, ggml_type_name(t->type));
+        snprintf(why, n, "tensor %s is %s, which this program does not run from GGUF (it reads F32, F16, BF16, Q8_0, "
+                 "Q4_0, Q4_K, Q5_K and Q6_K matrices and F32 vectors; " GGUF_HINT ", or quantize with llama.cpp's "
+                 "Q4_K_M, Q5_K_M or Q8_0)", name, ggml_type_name(t->type));
         return m;
     }
     if ((uintptr_t)t->data % 32) { // the mapping starts on a page: the file offset's alignment

@@ -32,6 +32,8 @@ TINY64_F16 = GGUF / "tiny64x512-f16.gguf"       # data/tiny64x512-hf by llama.cp
 STORIES_Q8 = GGUF / "stories260K-q8_0.gguf"     # data/stories260K-hf, --outtype q8_0 (w2: 172 columns, F16)
 STORIES_BF16 = GGUF / "stories260K-bf16.gguf"   # data/stories260K-hf, --outtype bf16
 STORIES_Q4 = GGUF / "stories260K-q4_0.gguf"    # the F32 conversion re-quantized by llama.cpp's gguf-py (Q4_0)
+TINY64_Q4_K_M = GGUF / "tiny64x512-q4_k_m.gguf"  # TINY64_F16 by llama.cpp's llama-quantize, Q4_K_M (Q4_K, Q6_K, F16)
+TINY64_Q5_K_M = GGUF / "tiny64x512-q5_k_m.gguf"  # the same, Q5_K_M (Q5_K, Q6_K, F16)
 LLAMA2_VOCAB = GGUF / "llama2-vocab.gguf"       # data/llama2/tokenizer.model, --vocab-only
 QWEN2_F32 = GGUF / "qwen2-tied-f32.gguf"        # data/families/qwen2-tied (config in 4.x form), --outtype f32
 QWEN3_F32 = GGUF / "qwen3-yarn-f32.gguf"        # data/families/qwen3-yarn written by llama.cpp's gguf-py
@@ -83,8 +85,9 @@ def read_gguf(path):
     return meta, {name: (kind, ne, raw[start + off:]) for name, ne, kind, off in infos}
 
 
-def dequantize(kind, ne, data):
-    """A tensor's values as float64, shape (ne[1], ne[0]) or (ne[0],)."""
+def dequantize(kind, ne, data, control=False):
+    """A tensor's values as float64, shape (ne[1], ne[0]) or (ne[0],). control: K-quants read with
+    their nibbles swapped (a wrong layout the comparison must see)."""
     n = int(np.prod(ne))
     if kind == 0:    # F32
         x = np.frombuffer(data, "<f4", n)
@@ -100,19 +103,62 @@ def dequantize(kind, ne, data):
         blocks = np.frombuffer(data, np.dtype([("d", "<f2"), ("qs", "u1", 16)]), n // 32)
         q = np.concatenate([blocks["qs"] & 15, blocks["qs"] >> 4], axis=1).astype(np.float64) - 8
         x = q * blocks["d"].astype(np.float64)[:, None]
+    elif kind in (12, 13):  # Q4_K, Q5_K: super-blocks of 256 in 8 sub-blocks of 32, value d sc q - dmin m
+        x = k_quant(kind, data, n // 256, control)
+    elif kind == 14:  # Q6_K: 256 values in 16 groups of 16, value d s (q - 32)
+        x = q6_k(data, n // 256, control)
     else:
         raise ValueError(f"ggml type {kind} is not read here")
     return np.asarray(x, np.float64).reshape(list(reversed(ne)))
 
 
-def hf_directory(path, out, interleaved_control=False):
+def k_quant(kind, data, nb, control=False):
+    """Q4_K (block_q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 of 4-bit q) and Q5_K (the same with
+    32 bytes qh before the q) as ggml-common.h lays them out and ggml-quants.c's dequantize_row_q4_K /
+    _q5_K read them. Sub-block j's scale and min are 6 bits: for j < 4 bytes j and j + 4 of the 12
+    (low 6 bits); for j >= 4 the low and high nibble of byte j + 4, topped with the high 2 bits of
+    bytes j - 4 and j. Each 32 bytes of q hold two sub-blocks, the low nibbles first; Q5_K's fifth
+    bit of value l of sub-block j is bit j of qh[l]. control: the nibbles taken high first."""
+    fields = [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12)] + ([("qh", "u1", 32)] if kind == 13 else [])
+    b = np.frombuffer(data, np.dtype(fields + [("qs", "u1", 128)]), nb)
+    s = b["scales"].astype(np.int64)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | (s[:, 0:4] >> 6) << 4], axis=1)  # (nb, 8)
+    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | (s[:, 4:8] >> 6) << 4], axis=1)
+    qs = b["qs"].reshape(nb, 4, 1, 32).astype(np.int64)
+    halves = [qs >> 4, qs & 15] if control else [qs & 15, qs >> 4]
+    q = np.concatenate(halves, axis=2).reshape(nb, 8, 32)                                     # (nb, j, l)
+    if kind == 13:
+        q = q + 16 * ((b["qh"].astype(np.int64)[:, None, :] >> np.arange(8)[None, :, None]) & 1)
+    d, dmin = b["d"].astype(np.float64)[:, None, None], b["dmin"].astype(np.float64)[:, None, None]
+    return (d * sc[:, :, None] * q - dmin * mn[:, :, None]).reshape(-1)
+
+
+def q6_k(data, nb, control=False):
+    """Q6_K (block_q6_K: 128 bytes ql, 64 bytes qh, 16 int8 scales, f16 d; ggml-quants.c's
+    dequantize_row_q6_K): each half of 128 values takes 64 bytes of ql and 32 of qh; its quarter u's
+    value l has low 4 bits from ql[l] (u = 0, 2) or ql[l + 32] (u = 1, 3), the low nibble for u < 2,
+    and high 2 bits from bits 2u, 2u + 1 of qh[l]; q - 32 times d times scale 8h + 2u + l // 16.
+    control: the nibbles taken high first."""
+    b = np.frombuffer(data, np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]), nb)
+    ql = b["ql"].reshape(nb, 2, 2, 32).astype(np.int64)            # (nb, half, first or second 32, l)
+    qh = b["qh"].reshape(nb, 2, 1, 32).astype(np.int64)
+    lo, hi = (ql >> 4, ql & 15) if control else (ql & 15, ql >> 4)
+    low = np.concatenate([lo, hi], axis=2)                          # quarters u = 0, 1, 2, 3
+    high = np.concatenate([(qh >> 2 * u) & 3 for u in range(4)], axis=2)
+    q = (low | high << 4) - 32                                      # (nb, 2, 4, 32)
+    scale = np.repeat(b["scales"].astype(np.int64).reshape(nb, 2, 4, 2), 16, axis=3)
+    return (b["d"].astype(np.float64)[:, None, None, None] * scale * q).reshape(-1)
+
+
+def hf_directory(path, out, interleaved_control=False, k_control=False):
     """The GGUF's weights as a Hugging Face Llama directory: config.json and model.safetensors
-    (float32), q and k rows back in the rotate_half layout (unless interleaved_control)."""
+    (float32), q and k rows back in the rotate_half layout (unless interleaved_control); k_control:
+    K-quants read with their nibbles swapped."""
     meta, tensors = read_gguf(path)
     arch = meta["general.architecture"]
     get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
     heads, kv_heads = get("attention.head_count"), get("attention.head_count_kv")
-    w = {name: dequantize(*t) for name, t in tensors.items()}
+    w = {name: dequantize(*t, control=k_control) for name, t in tensors.items()}
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": get("embedding_length"),
               "intermediate_size": get("feed_forward_length"), "num_hidden_layers": get("block_count"),
               "num_attention_heads": heads, "num_key_value_heads": kv_heads,
@@ -155,10 +201,10 @@ def run_ppl(model, *flags):
     return float(lines[-1].split()[1]), proc.stderr
 
 
-def c_logits(model, ids, tmp_path):
+def c_logits(model, ids, tmp_path, tool="dump_logits"):
     ids_file, out_file = tmp_path / "ids.bin", tmp_path / "logits.bin"
     np.asarray(ids, dtype="<i4").tofile(ids_file)
-    proc = subprocess.run([str(TOOLS / "dump_logits"), str(model), str(ids_file), str(out_file)],
+    proc = subprocess.run([str(TOOLS / tool), str(model), str(ids_file), str(out_file)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return np.fromfile(out_file, dtype="<f4").reshape(len(ids), -1).astype(np.float64)
@@ -179,22 +225,37 @@ def test_perplexity_equals_our_export(c_tools, tmp_path, gguf, hf, dtype):
     assert abs(theirs - mine) <= 1e-5 * mine
 
 
-@pytest.mark.parametrize("gguf,tol", [(TINY64_F16, 1e-5), (STORIES_BF16, 2e-2), (STORIES_Q8, 2e-2), (STORIES_Q4, 2e-2)])
+@pytest.mark.parametrize("gguf,tol", [(TINY64_F16, 1e-5), (STORIES_BF16, 2e-2), (STORIES_Q8, 2e-2), (STORIES_Q4, 2e-2),
+                                      (TINY64_Q4_K_M, 2e-2), (TINY64_Q5_K_M, 2e-2)])
 def test_logits_match_a_dequantizing_reference(c_tools, tmp_path, gguf, tol):
     """Every position's logits against the float64 reference on the GGUF's weights read by this
     file's own reader, over 300 tokens of the held-out text: max |diff| / max |logit| below tol (f16
     weights multiply float32 activations; bf16 and Q8_0 products round or quantize the activations,
-    kernels.h). Control: q and k left in llama.cpp's interleaved rows must miss by 5x the bound."""
+    kernels.h). Control: q and k left in llama.cpp's interleaved rows must miss by 5x the bound; in a
+    file with K-quants, so must their nibbles read the wrong way round (the layout is what is tested).
+    K-quants also through the plain references (tools/dump_logits_ref: kernels.c's weight_at, x in
+    float32), which must equal this file's dequantization within 1e-5: the same weights, bit for bit
+    in practice, where the fast products' bound is set by x's 8-bit blocks."""
+    _, tensors = read_gguf(gguf)
+    k_quants = any(kind in (12, 13, 14) for kind, _, _ in tensors.values())
     ref = reference.Reference(hf_directory(gguf, tmp_path / "hf"))
-    control = reference.Reference(hf_directory(gguf, tmp_path / "control", interleaved_control=True))
+    controls = {"q/k interleaved": hf_directory(gguf, tmp_path / "control", interleaved_control=True)}
+    if k_quants:
+        controls["K-quant nibbles swapped"] = hf_directory(gguf, tmp_path / "k-control", k_control=True)
     ids = [1] + reference.Reference(DATA / "stories260K-hf").encode(HELDOUT.read_text()[:1500], bos=False)[:299]
     ours, want = c_logits(gguf, ids, tmp_path), ref.logits(ids)
     scale = np.abs(want).max()
-    diff, miss = np.abs(ours - want).max() / scale, np.abs(ours - control.logits(ids)).max() / scale
-    print(f"{gguf.name}: {len(ids)} positions, max |diff| / max |logit| {diff:.2e} (bound {tol:g}); "
-          f"q/k interleaved control {miss:.2e}")
+    diff = np.abs(ours - want).max() / scale
+    miss = {name: np.abs(ours - reference.Reference(hf).logits(ids)).max() / scale for name, hf in controls.items()}
+    print(f"{gguf.name}: {len(ids)} positions, max |diff| / max |logit| {diff:.2e} (bound {tol:g}); controls "
+          + ", ".join(f"{name} {m:.2e}" for name, m in miss.items()))
     assert diff < tol
-    assert miss > 5 * tol, "the control is too close: this comparison cannot see the row layout"
+    if k_quants:
+        exact = np.abs(c_logits(gguf, ids, tmp_path, "dump_logits_ref") - want).max() / scale
+        print(f"  plain references (float32 x): {exact:.2e} (bound 1e-5)")
+        assert exact < 1e-5
+    for name, m in miss.items():
+        assert m > 5 * tol, f"the control ({name}) is too close: this comparison cannot see the layout"
 
 
 def interleave_in_file(src, dst, names, heads, head_dim):

@@ -66,6 +66,19 @@ static TestMatrix make_matrix(DType t, int rows, int cols) {
     TestMatrix tm = {{NULL, NULL, rows, cols, t}, NULL, NULL};
     const int cp = matrix_cols_stored(t, cols);
     tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
+    if (DTYPES[t].block == QK_K) { // K-quants: random bits, but for d and dmin (f16 of the size of a
+        // weight over its largest q and scale, with both signs, as llama.cpp's quantizer may write)
+        uint8_t *b = tm.data;
+        for (size_t i = 0; i < matrix_data_bytes(t, rows, cols); i++)
+            b[i] = (uint8_t)((rng = rng * 6364136223846793005ULL + 1442695040888963407ULL) >> 56);
+        for (size_t B = 0; B < matrix_data_bytes(t, rows, cols) / DTYPES[t].block_bytes; B++) {
+            _Float16 *d = (_Float16 *)(b + B * DTYPES[t].block_bytes + (t == DTYPE_GGUF_Q6_K ? 208 : 0));
+            d[0] = (_Float16)(uniform() / 500);
+            if (t != DTYPE_GGUF_Q6_K) d[1] = (_Float16)(uniform() / 500);
+        }
+        tm.m.data = tm.data;
+        return tm;
+    }
     if (t == DTYPE_Q8_0) tm.scale = calloc((size_t)rows * cp / Q8_BLOCK, sizeof(float));
     if (t == DTYPE_Q4_0) tm.scale = calloc((size_t)rows * cp / Q8_BLOCK, sizeof(_Float16));
     float row[cp];
@@ -278,7 +291,8 @@ static void check_case(DType t, int rows, int cols, int n) {
     // bf16: every output in one order (kernels_internal.h), so a prompt's tokens are the bits of each
     // token alone (x is rounded to bf16 between layers, where any difference could grow); q8_0_r16:
     // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx); bf16_r16 as bf16.
-    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16;
+    // K-quants: a prompt goes through decode's products (kernels.c, product_path).
+    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16 || DTYPES[t].block == QK_K;
     const int same_split = !split_exact || memcmp(fast, one, sizeof(float) * n * rows) == 0;
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix && same_split;
     failures += !ok;
@@ -902,6 +916,8 @@ static void check_many(DType t, int cols, int n) {
         printf("matmul_many %-4s cols %d n %d: %s\n", dtype_name(t), cols, n, same ? "identical" : "DIFFERS  <-- FAIL");
 }
 
+static int cols_k(int cols) { return (cols + QK_K - 1) / QK_K * QK_K; }
+
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     // (rows, cols, n): odd sizes everywhere; the last ones cross the column chunks (KC) of prefill;
@@ -911,12 +927,13 @@ int main(int argc, char **argv) {
         {31, 300, 25}, {257, 96, 64}, {64, 2048, 1}, {64, 2048, 3}, {45, 1000, 300}, {40, 1000, 600}, {17, 5000, 37},
         {256, 40, 1},  {611, 72, 1},  {515, 33, 2},
     };
+    // K-quants (rows of whole blocks of 256, as GGUF stores them): each case's columns rounded up.
     for (DType t = 0; t < DTYPE_COUNT; t++) // the first q8_0 and bf16 layouts are file types only (dtype.h)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0] && DTYPES[t].runs_as == t; i++)
-            check_case(t, cases[i][0], cases[i][1], cases[i][2]);
+            check_case(t, cases[i][0], DTYPES[t].block == QK_K ? cols_k(cases[i][1]) : cases[i][1], cases[i][2]);
     for (DType t = 0; t < DTYPE_COUNT; t++)
         for (int n = 1; n <= 5 && DTYPES[t].runs_as == t; n += 2)
-            check_many(t, 100, n);
+            check_many(t, DTYPES[t].block == QK_K ? 512 : 100, n);
     check_file_types_refused();
     // Head shapes: one head, grouped (2, 8 and 24 query heads per kv head: below, at and above the
     // 16 rows of a task), head sizes that are and are not multiples of the 8- and 32-float tiles.
