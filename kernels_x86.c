@@ -252,82 +252,118 @@ static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *
         g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * group_bytes(m->dtype, m->cols);
     return ng;
 }
-// K-quants (kernels_internal.h has their bits), one row at a time against x's q8_0 blocks, in 256-bit
-// vectors in every x86 build: block B's eight 6-bit scales and mins come out of its 12 bytes as
-// 32-bit words (bytes 0-3 hold the scales of sub-blocks 0-3 in their low 6 bits, 4-7 the mins; byte
-// 8 + k's nibbles the low bits of sub-block 4 + k's, and the top 2 bits of bytes k and 4 + k their
-// high bits). Per sub-block j: its 32 integer products summed in pairs (vpmaddubsw, then vpmaddwd,
-// which for q6_K also multiplies by each half's scale), eight lanes of partial sums made float and
-// added times dx_b d sc_j; q4_K's and q5_K's mins as one vector per block, dx_b dmin m_j sum(qx_b) for
-// the eight j. Different order from dot_k_plain, the same for every token and thread count.
+// K-quants (kernels_internal.h has their bits), DOT_ROWS rows at a time against x's q8_0 blocks, in
+// 256-bit vectors in every x86 build (the 512-bit decode calls these too). Per block of QK_K and row:
+// its scales made floats once, dx_b d sc_j for the eight sub-blocks j (q6_K: dx_b d per block of 32
+// and its int8 scales in the integer sums), kept in a small array from which each sub-block's is
+// broadcast; per sub-block and row its 32 integer products summed in pairs (vpmaddubsw, then vpmaddwd
+// by ones, or for q6_K by each half's scale), eight lanes of partial sums made float and added times
+// that scale. q4_K's and q5_K's mins go into the same sum as one vector per block, dx_b sum(qx_b) times
+// dmin m_j for the eight j (subtracted). A different order from dot_k_plain, the same for every token
+// and thread count. The scales come out of their 12 bytes as 32-bit words: bytes 0-3 hold the scales
+// of sub-blocks 0-3 in their low 6 bits, 4-7 the mins; byte 8 + k's nibbles the low bits of
+// sub-block 4 + k's, the top 2 bits of bytes k and 4 + k their high bits.
 static inline void k_scales8(const uint8_t *s, __m256 *sc, __m256 *mn) {
     uint32_t a, b, c;
     memcpy(&a, s, 4), memcpy(&b, s + 4, 4), memcpy(&c, s + 8, 4);
     const uint32_t lo6 = 0x3f3f3f3f, lo4 = 0x0f0f0f0f, lo2 = 0x03030303;
     const uint32_t sc4 = (c & lo4) | ((a >> 6) & lo2) << 4, m4 = (c >> 4 & lo4) | ((b >> 6) & lo2) << 4;
-    const __m128i scb = _mm_setr_epi32((int)(a & lo6), (int)sc4, 0, 0), mb = _mm_setr_epi32((int)(b & lo6), (int)m4, 0, 0);
-    *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scb));
-    *mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mb));
+    *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)(a & lo6), (int)sc4, 0, 0)));
+    *mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)(b & lo6), (int)m4, 0, 0)));
 }
-static inline __m256 lane_of(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
 
-static float dot_k_x86(DType t, const uint8_t *w, const QuantizedRow *x, int nsb) {
-    const size_t bytes = (size_t)DTYPES[t].block_bytes;
-    const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+// q4_K (five 0) and q5_K (five 1): DOT_ROWS rows w, sums into acc.
+static inline void k45_rows(__m256 acc[DOT_ROWS], const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
+    const size_t bytes = five ? 176 : 144;
+    const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
     for (int B = 0; B < nsb; B++) {
-        const uint8_t *block = w + B * bytes;
         const int8_t *xq = x->q + (size_t)B * QK_K;
         const __m256 dx = _mm256_loadu_ps(x->d + (size_t)B * 8);
-        if (t == DTYPE_GGUF_Q6_K) {
-            const __m256 scale = _mm256_mul_ps(dx, _mm256_set1_ps(f16_at(block + Q6K_D)));
-            for (int j = 0; j < 8; j++) {
-                const int h = j / 4, u = j % 4;
-                const __m256i lo = _mm256_loadu_si256((const __m256i *)(block + 64 * h + 32 * (u % 2)));
-                const __m256i hi = _mm256_loadu_si256((const __m256i *)(block + Q6K_QH + 32 * h));
-                const __m256i low4 = _mm256_and_si256(u < 2 ? lo : _mm256_srli_epi16(lo, 4), nib);
-                const __m256i high2 = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * u), _mm256_set1_epi8(3));
-                const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low4, _mm256_slli_epi16(high2, 4)), _mm256_set1_epi8(32));
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
-                const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(q, xv));
-                const int8_t *s6 = (const int8_t *)block + Q6K_SCALES + 8 * h + 2 * u;
-                const __m256i s16 = _mm256_setr_m128i(_mm_set1_epi16(s6[0]), _mm_set1_epi16(s6[1]));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, s16)), lane_of(scale, j), acc);
-            }
-        } else {
+        const __m256 dxs = _mm256_mul_ps(dx, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 8))));
+        float scale[DOT_ROWS][8] __attribute__((aligned(32)));
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const uint8_t *block = w[k].u8 + B * bytes;
             __m256 sc, mn;
             k_scales8(block + QK_SCALES, &sc, &mn);
-            const __m256 scale = _mm256_mul_ps(dx, _mm256_mul_ps(sc, _mm256_set1_ps(f16_at(block))));
-            const __m256 xs = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 8)));
-            mins = _mm256_fmadd_ps(_mm256_mul_ps(dx, xs), _mm256_mul_ps(mn, _mm256_set1_ps(f16_at(block + 2))), mins);
-            const int five = t == DTYPE_GGUF_Q5_K;
-            const uint8_t *qs = block + (five ? Q5K_QS : Q4K_QS);
-            const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(block + Q5K_QH)) : _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                const __m256i bytes32 = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
-                __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(bytes32, 4) : bytes32, nib);
-                if (five) { // bit j of qh: 16 more
-                    const __m256i bit = _mm256_set1_epi8((char)(1 << j));
-                    q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
-                                                            _mm256_set1_epi8(16)));
+            _mm256_store_ps(scale[k], _mm256_mul_ps(dx, _mm256_mul_ps(sc, _mm256_set1_ps(f16_at(block)))));
+            acc[k] = _mm256_fnmadd_ps(dxs, _mm256_mul_ps(mn, _mm256_set1_ps(f16_at(block + 2))), acc[k]);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 64 * c));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 64 * c + 32));
+            const __m256i bit0 = _mm256_set1_epi8((char)(1 << 2 * c)), bit1 = _mm256_set1_epi8((char)(2 << 2 * c));
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                const uint8_t *block = w[k].u8 + B * bytes;
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (five ? Q5K_QS : Q4K_QS) + 32 * c));
+                __m256i q0 = _mm256_and_si256(v, nib), q1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                if (five) { // bits 2c and 2c + 1 of qh: 16 more
+                    const __m256i h = _mm256_loadu_si256((const __m256i *)(block + Q5K_QH));
+                    q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit0), bit0), sixteen));
+                    q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit1), bit1), sixteen));
                 }
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane_of(scale, j), acc);
+                const __m256 p0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones));
+                const __m256 p1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones));
+                acc[k] = _mm256_fmadd_ps(p0, _mm256_broadcast_ss(&scale[k][2 * c]), acc[k]);
+                acc[k] = _mm256_fmadd_ps(p1, _mm256_broadcast_ss(&scale[k][2 * c + 1]), acc[k]);
             }
         }
     }
-    return hsum8(acc) - hsum8(mins);
 }
 
-static void dots_k_x86(float *out, const Matrix *m, int r, int step, int count, const QuantizedRow *xq) {
-    const size_t bytes = row_bytes(m->dtype, m->cols);
-    const int nsb = cols_stored(m->dtype, m->cols) / QK_K;
-    for (int g = r; g < r + count; g++)
-        for (int k = 0; k < group_rows(m->rows, g, step); k++) {
-            const size_t row = (size_t)(g + k * step);
-            out[row] = dot_k_x86(m->dtype, (const uint8_t *)m->data + row * bytes, xq, nsb);
+// q6_K: DOT_ROWS rows w, sums into acc. Its q - 32 is signed: x's sign moves onto it (vpsignb) so that
+// vpmaddubsw multiplies |x| (unsigned, at most 127) by it.
+static inline void k6_rows(__m256 acc[DOT_ROWS], const Row w[DOT_ROWS], const QuantizedRow *x, int nsb) {
+    const __m256i nib = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+    for (int B = 0; B < nsb; B++) {
+        const int8_t *xq = x->q + (size_t)B * QK_K;
+        const __m256 dx = _mm256_loadu_ps(x->d + (size_t)B * 8);
+        float scale[DOT_ROWS][8] __attribute__((aligned(32)));
+        int16_t s16[DOT_ROWS][16];
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const uint8_t *block = w[k].u8 + B * 210;
+            _mm256_store_ps(scale[k], _mm256_mul_ps(dx, _mm256_set1_ps(f16_at(block + Q6K_D))));
+            _mm256_storeu_si256((__m256i *)s16[k], _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(block + Q6K_SCALES))));
         }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) { // half h = j / 4, quarter u = j % 4
+            const int h = j / 4, u = j % 4;
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * j)), ax = _mm256_abs_epi8(xv);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++) {
+                const uint8_t *block = w[k].u8 + B * 210;
+                const __m256i lo = _mm256_loadu_si256((const __m256i *)(block + 64 * h + 32 * (u % 2)));
+                const __m256i hi = _mm256_loadu_si256((const __m256i *)(block + Q6K_QH + 32 * h));
+                const __m256i low4 = _mm256_and_si256(u < 2 ? lo : _mm256_srli_epi16(lo, 4), nib);
+                const __m256i high2 = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * u), three);
+                const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low4, _mm256_slli_epi16(high2, 4)), bias);
+                const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(q, xv));
+                const __m256i sc = _mm256_setr_m128i(_mm_set1_epi16(s16[k][8 * h + 2 * u]), _mm_set1_epi16(s16[k][8 * h + 2 * u + 1]));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, sc)), _mm256_broadcast_ss(&scale[k][j]), acc[k]);
+            }
+        }
+    }
+}
+
+static ONE_COPY void dots_k_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xq) {
+    const RunRows rows = run_rows(m, step);
+    const int nsb = cols_stored(m->dtype, m->cols) / QK_K;
+    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
+        Row w[DOT_ROWS];
+        const int nr = group_at(&rows, r, w, NULL);
+        __m256 acc[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++)
+            acc[k] = _mm256_setzero_ps();
+        if (m->dtype == DTYPE_GGUF_Q6_K)
+            k6_rows(acc, w, xq, nsb);
+        else if (m->dtype == DTYPE_GGUF_Q5_K)
+            k45_rows(acc, w, xq, nsb, 1);
+        else
+            k45_rows(acc, w, xq, nsb, 0);
+        for (int k = 0; k < nr; k++)
+            out[r + k * step] = hsum8(acc[k]);
+    }
 }
 
 // x's pair of columns p (rounded to bf16) in every 32-bit lane: the word a bf16_r16 step multiplies

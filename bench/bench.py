@@ -157,7 +157,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", nargs="+", choices=list(SHAPES), default=DEFAULT_SHAPES,
                     help=f"default: {' '.join(DEFAULT_SHAPES)}")
-    ap.add_argument("--dtype", nargs="+", choices=DTYPES + tuple(versus.VARIANTS),
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES + tuple(versus.VARIANTS) + versus.GGUF_ROWS,
                     help=f"weight types (default: all; with --peer: {' '.join(versus.DTYPES)}, where f16-as-bf16 "
                     "is the f16 files with ./run --f16-as-bf16)")
     ap.add_argument("--threads", nargs="+", default=["1,2"], help="thread counts, e.g. 1,2 or 4,8,16 (default: 1,2)")
@@ -205,8 +205,9 @@ def main():
         ap.error("--peer (or --llama-cpp) and --gguf go together")
     if args.ours_flags and not args.peer:
         ap.error("--ours-flags goes with --peer")
-    if set(args.dtype) & set(versus.VARIANTS) and not args.peer:
-        ap.error(f"--dtype {' '.join(sorted(set(args.dtype) & set(versus.VARIANTS)))} goes with --peer")
+    peer_only = set(args.dtype) & (set(versus.VARIANTS) | set(versus.GGUF_ROWS))
+    if peer_only and not args.peer:
+        ap.error(f"--dtype {' '.join(sorted(peer_only))} goes with --peer")
     RUN_FLAGS[:] = shlex.split(args.ours_flags)
     # The committed tables hold full runs: a subset writes elsewhere unless --out says otherwise.
     committed = REPO / "bench" / ("versus.md" if args.peer else "results.md")

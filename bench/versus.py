@@ -28,7 +28,9 @@ round by round (ours, A, B; A, B, ours; B, ours, A; ...):
           round's programs; the round's probe is the larger of the two, since a probe that caught a
           slow moment is no roof (one such round once put both decoders above the probe's median)
 Rows: a shape x weight type x thread count; the row f16-as-bf16 runs ./run --f16-as-bf16 on the f16
-file (a bf16_r16 copy made at load, docs/speed.md), the peers on their f16 GGUF as in the f16 row.
+file (a bf16_r16 copy made at load, docs/speed.md), the peers on their f16 GGUF as in the f16 row. The
+rows q4_k_m and q5_k_m run ./run on the peers' own GGUF file (SHAPE-q4_k_m.gguf), a K-quant mixture
+whose decode bytes are summed tensor by tensor from the file.
 Decode GB/s = tg tok/s x the bytes of every weight matrix a step reads (all layers and the classifier,
 not the embedding lookup), counted the same for every program with ggml's sizes: f32, f16, q8_0 (34
 bytes per 32 weights) and q4_0 (18 bytes per 32). ./run's q8_0 keeps a float32 scale (36 bytes per
@@ -59,6 +61,9 @@ JOBS = {"short": ("tg", "pp"), "deep": ("pp4k", "tg@4k")}  # one process of a pe
 DTYPES = ("f16", "f16-as-bf16", "bf16", "q8_0", "q4_0")  # the full run's rows (f32 runs too, given its GGUF files)
 # A row that is not a file's type: the f16 files (the peers' as for f16), ./run with these flags.
 VARIANTS = {"f16-as-bf16": ("f16", ("--f16-as-bf16",))}
+# Rows where ./run reads the very GGUF file the peers read (SHAPE-q4_k_m.gguf: llama-quantize's
+# Q4_K_M of SHAPE-f16.gguf; docs/speed.md says how), no export of ours.
+GGUF_ROWS = ("q4_k_m", "q5_k_m")
 DTYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}  # bytes per weights
 
 Peer = namedtuple("Peer", "name bindir bench_flags batched_flags")
@@ -91,6 +96,61 @@ def weight_bytes(h, dtype):
     per, n = DTYPE_BYTES[dtype]
     weights = h["n_layers"] * (2 * qd * D + 2 * kvd * D + 3 * H * D) + h["vocab_size"] * D
     return weights * per // n
+
+
+# ggml's (values per block, bytes per block) of the types a GGUF row may hold (ggml-common.h).
+GGML_SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 12: (256, 144), 13: (256, 176), 14: (256, 210)}
+
+
+def gguf_weight_bytes(path):
+    """Bytes of the matrices one decode step reads from a GGUF file (a mixture such as Q4_K_M: each
+    tensor at its own type): every 2-D tensor but the embedding, which counts only as the classifier
+    when there is no output.weight. Reads the header and tensor infos (GGUF v2/v3), not the data."""
+    import struct
+    with open(path, "rb") as f:
+        raw = f.read(64 << 20)  # the metadata and tensor infos of the files the bench makes fit easily
+    at = 4 + 4
+
+    def take(fmt):
+        nonlocal at
+        v = struct.unpack_from(fmt, raw, at)
+        at += struct.calcsize(fmt)
+        return v[0]
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip(t):
+        nonlocal at
+        if t == 8:
+            n = take("<Q")  # (taken before at is read: `at += take()` would read it first)
+            at += n
+        elif t == 9:
+            elem, count = take("<I"), take("<Q")
+            if elem in scalar:
+                at += scalar[elem] * count
+            else:
+                for _ in range(count):
+                    skip(elem)
+        else:
+            at += scalar[t]
+    n_tensors, n_kv = take("<Q"), take("<Q")
+    for _ in range(n_kv):
+        n = take("<Q")
+        at += n
+        skip(take("<I"))
+    sizes = {}
+    for _ in range(n_tensors):
+        n = take("<Q")
+        name = raw[at:at + n].decode()
+        at += n
+        ne = [take("<Q") for _ in range(take("<I"))]
+        kind = take("<I")
+        take("<Q")
+        if len(ne) == 2:
+            block, nbytes = GGML_SIZES[kind]
+            sizes[name] = ne[0] * ne[1] // block * nbytes
+    if "output.weight" in sizes:
+        sizes.pop("token_embd.weight", None)
+    return sum(sizes.values())
 
 
 def run(cmd, env=None):
@@ -290,8 +350,11 @@ def main(args):
             if not gguf.exists():
                 skipped.append(f"{shape} {dtype} (no {gguf.name})")
                 continue
-            model = common.checkpoint(args.cache, shape, files)
-            wbytes = weight_bytes(common.read_header(model), files)
+            if dtype in GGUF_ROWS:
+                model, wbytes = gguf, gguf_weight_bytes(gguf)
+            else:
+                model = common.checkpoint(args.cache, shape, files)
+                wbytes = weight_bytes(common.read_header(model), files)
             for threads in args.threads:
                 common.log(f"versus: {shape} {dtype} threads {threads}")
                 got, probes, compute, of_probe = measure_row(model, tok, gguf, peers, threads, args.runs, prompts,

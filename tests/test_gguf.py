@@ -512,10 +512,10 @@ def test_what_is_not_run_is_refused_by_name(c_tools, tmp_path):
     assert 'architecture "gemma" is not one this program reads from GGUF yet' in run_refused(arch)
     raw = bytearray(TINY64_F16.read_bytes())
     at = tensor_type_offset(TINY64_F16, "blk.0.attn_q.weight")
-    struct.pack_into("<I", raw, at, 12)  # Q4_K: 256 x 256 in fewer bytes, still inside the file
-    (tmp_path / "q4k.gguf").write_bytes(raw)
-    assert "tensor blk.0.attn_q.weight is Q4_K, which this program does not run from GGUF" in \
-        run_refused(tmp_path / "q4k.gguf")
+    struct.pack_into("<I", raw, at, 11)  # Q3_K: 256 x 256 in fewer bytes, still inside the file
+    (tmp_path / "q3k.gguf").write_bytes(raw)
+    assert "tensor blk.0.attn_q.weight is Q3_K, which this program does not run from GGUF" in \
+        run_refused(tmp_path / "q3k.gguf")
     struct.pack_into("<I", raw, at, 4)  # no ggml type has the number 4 (ggml.h)
     (tmp_path / "t4.gguf").write_bytes(raw)
     assert "has ggml type 4, which this program does not know" in run_refused(tmp_path / "t4.gguf")
