@@ -853,6 +853,32 @@ static void banner_layers(const Config *c) {
     fprintf(stderr, "\n");
 }
 
+// The types of a model's matrices other than the one the banner names (a GGUF file keeps each tensor's
+// own: a Q4_K_M file Q4_K, Q6_K and F16, a Q8_0 one F16 rows that are not whole blocks), as ", with
+// T and U matrices" in the order first met; "" when every matrix is of that type or its copy's.
+static void other_types(const Transformer *t, char *buf, size_t n) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    int seen[DTYPE_COUNT] = {0}, count = 0;
+    seen[c->dtype] = seen[DTYPES[c->dtype].runs_as] = 1;
+    DType found[DTYPE_COUNT];
+    buf[0] = 0;
+    if (!c->gguf) return; // an export has one type (--f16-as-bf16's copy has its own words)
+    const Matrix *top[2] = {&w->token_embedding, &w->wcls};
+    for (int l = -1; l <= c->n_layers; l++) { // the embedding, the layers, the classifier
+        const LayerWeights *lw = l >= 0 && l < c->n_layers ? &w->layers[l] : NULL;
+        const Matrix *ms[7] = {lw ? &lw->wq : top[l >= 0], lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
+                               lw ? &lw->wo : NULL,        lw ? &lw->w1 : NULL, lw ? &lw->w2 : NULL,
+                               lw ? &lw->w3 : NULL};
+        for (int i = 0; i < 7; i++)
+            if (ms[i] && ms[i]->data && !seen[ms[i]->dtype]) seen[ms[i]->dtype] = 1, found[count++] = ms[i]->dtype;
+    }
+    for (int i = 0; i < count; i++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i == 0 ? ", with " : i == count - 1 ? " and " : ", ",
+                 dtype_name(found[i]));
+    if (count) snprintf(buf + strlen(buf), n - strlen(buf), " matrices");
+}
+
 // The banner's first two lines, before anything is allocated: the model, and what the run will
 // allocate (the KV cache and the activations; the weights are mmapped) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
@@ -860,10 +886,12 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     char waiting[96];
     char version[32] = "llama2.c legacy";
     if (c->version) snprintf(version, sizeof version, c->gguf ? "GGUF v%d" : "lrun v%d", c->gguf ? c->gguf : c->version);
+    char others[160];
+    other_types(t, others, sizeof others);
     fprintf(stderr,
-            "model: %s (%s, %s, %s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
+            "model: %s (%s, %s, %s%s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d%s%s\n",
-            path, version, family_name(c->family), dtype_name(c->dtype), c->dim, c->hidden_dim, c->n_layers,
+            path, version, family_name(c->family), dtype_name(c->dtype), others, c->dim, c->hidden_dim, c->n_layers,
             c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->qkv_bias ? ", q/k/v biases" : "",
             c->qk_norm == QK_NORM_HEAD ? ", q/k RMSNorm per head" : "");
     banner_layers(c);

@@ -258,6 +258,18 @@ def test_logits_match_a_dequantizing_reference(c_tools, tmp_path, gguf, tol):
         assert m > 5 * tol, f"the control ({name}) is too close: this comparison cannot see the layout"
 
 
+@pytest.mark.parametrize("gguf,types", [(TINY64_Q4_K_M, "gguf_q4_K, with gguf_q6_K and f16 matrices"),
+                                        (TINY64_Q5_K_M, "gguf_q5_K, with gguf_q6_K and f16 matrices"),
+                                        (STORIES_Q8, "gguf_q8_0, with f16 matrices"), (TINY64_F16, "f16")])
+def test_banner_names_every_matrix_type(c_tools, gguf, types):
+    """A GGUF file keeps each tensor's type (llama-quantize's mixtures, a converter's F16 fallback): the
+    banner names the first layer's wq type and then every other one the file's matrices hold."""
+    proc = subprocess.run([str(REPO / "run"), str(gguf), "-i", "a", "-n", "1"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"(GGUF v3, Llama, {types}): " in proc.stderr, proc.stderr
+
+
 def interleave_in_file(src, dst, names, heads, head_dim):
     """A copy of the F32 GGUF src with the rows of the named tensors put in interleaved pairs already
     (export.py's interleave_rows), so that the loader's own permutation comes on top."""
