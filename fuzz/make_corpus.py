@@ -16,6 +16,7 @@ few small valid inputs and a few hand-made edge cases:
               bit 2 set, the rest is a tokenizer_config.json (BOS and EOS settings) instead.
   cli/        command lines, arguments separated by NUL bytes.
   gguf/       a tiny llama GGUF file (llama.cpp's format, written here) in F32, F16, BF16, Q8_0, Q4_0,
+              the K-quants (Q4_K, Q5_K, Q6_K: the same llama at dim 256),
               a Qwen2 (biases, q and k rows in halves), a Qwen3 (q/k norms, YaRN), byte-level BPE vocabularies (gpt2) with each
               pre-tokenizer name read,
               one with metadata of every value type (arrays of arrays, a 64-byte alignment, linear
@@ -290,6 +291,27 @@ def gguf_seeds():
         return out
 
     seeds = {f"ok-{kind}.gguf": gguf_file(meta, tensors(kind)) for kind in ("f32", "f16", "bf16", "q8_0", "q4_0")}
+    # The K-quants need rows of whole blocks of 256: the same llama at dim 256 (4 heads of 64), its
+    # matrices Q4_K, Q5_K and Q6_K in turn (random bits, small f16 scales: ggml's block layouts).
+    wide = [(k, kind, {"llama.embedding_length": 256, "llama.feed_forward_length": 256,
+                       "llama.attention.head_count": 4, "llama.attention.head_count_kv": 4}.get(k, v))
+            for k, kind, v in meta]
+    k_tensors, krng = [], np.random.default_rng(5)  # its own generator: the other seeds stay as they were
+    for i, (name, shape) in enumerate(shapes):
+        shape = tuple(256 if n in (16, 32, 64) else n for n in shape)
+        ne = list(reversed(shape))
+        if len(shape) == 1:
+            k_tensors.append((name, ne, 0, np.ones(shape, np.float32).tobytes()))
+            continue
+        kind, size = [(12, 144), (13, 176), (14, 210)][i % 3]
+        blocks = krng.integers(0, 256, (shape[0] * shape[1] // 256, size), dtype=np.uint8)
+        d = (krng.standard_normal((len(blocks), 2)) * 1e-3).astype(np.float16).view(np.uint8)
+        if kind == 14:
+            blocks[:, 208:210] = d[:, :2]  # Q6_K: d last
+        else:
+            blocks[:, 0:4] = d  # Q4_K, Q5_K: d and dmin first
+        k_tensors.append((name, ne, kind, blocks.tobytes()))
+    seeds["ok-k-quants.gguf"] = gguf_file(wide, k_tensors)
     qwen2 = [(k.replace("llama.", "qwen2."), kind, "qwen2" if k == "general.architecture" else v)
              for k, kind, v in meta]  # Qwen2: q and k rows in halves (interleaved at load), q/k/v biases
     biases = [(f"blk.0.attn_{x}.bias", [n], 0, rng.standard_normal(n).astype(np.float32).tobytes())
