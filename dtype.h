@@ -64,7 +64,7 @@ typedef struct {
 // versions in kernels_x86.c) and prefill's packing and tile (kernels_prefill.c, kernels_x86.c).
 //   f32, f16   dot_f32, dot_f16   pack_w_f32 + kernel_f32 (gemm_f32)
 //   q4_0       dot_q4             pack_w_q4 + kernel_q8 (gemm_q8)
-//   gguf_q4_K, gguf_q5_K, gguf_q6_K   dot_q4k, dot_q5k, dot_q6k   (none: decode's, token by token)
+//   gguf_q4_K, gguf_q5_K, gguf_q6_K   dot_k   (none: decode's dot products, token by token)
 //   q8_0_r16   dot_r16            pack_w_r16 + kernel_q8 (gemm_q8)
 //   bf16_r16   dot_br16           AVX-512: kernel_br16 (gemm_bf16); else pack_w_br16 + kernel_f32 (gemm_f32)
 // q8_0 and bf16 have none: they are the first layouts of q8_0_r16 and bf16_r16 (the same numbers,
