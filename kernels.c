@@ -80,6 +80,12 @@ static const uint8_t *gguf_block(const Matrix *m, size_t b, float *d) {
     return block + sizeof h;
 }
 
+// The block of QK_K of a K-quant matrix that holds row r's column c.
+static const uint8_t *k_block(const Matrix *m, int r, int c) {
+    return (const uint8_t *)m->data + ((size_t)r * (size_t)cols_stored(m->dtype, m->cols) + c) / QK_K *
+                                          (size_t)DTYPES[m->dtype].block_bytes;
+}
+
 static float weight_at(const Matrix *m, int r, int c) {
     size_t cp = (size_t)cols_stored(m->dtype, m->cols);
     switch (m->dtype) {
@@ -116,14 +122,14 @@ static float weight_at(const Matrix *m, int r, int c) {
     }
     case DTYPE_GGUF_Q4_K: // d sc q - dmin m (kernels_internal.h says where each lies)
     case DTYPE_GGUF_Q5_K: {
-        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / QK_K * DTYPES[m->dtype].block_bytes;
+        const uint8_t *block = k_block(m, r, c);
         const int i = c % QK_K, q = m->dtype == DTYPE_GGUF_Q4_K ? q4k_at(block, i) : q5k_at(block, i);
         int sc, mn;
         k_scale_min(block + QK_SCALES, i / 32, &sc, &mn);
         return f16_at(block) * (float)sc * (float)q - f16_at(block + 2) * (float)mn;
     }
     case DTYPE_GGUF_Q6_K: { // d s (q - 32)
-        const uint8_t *block = (const uint8_t *)m->data + ((size_t)r * cp + c) / QK_K * DTYPES[m->dtype].block_bytes;
+        const uint8_t *block = k_block(m, r, c);
         return f16_at(block + Q6K_D) * (float)q6k_scale(block, c % QK_K) * (float)q6k_at(block, c % QK_K);
     }
     }

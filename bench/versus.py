@@ -54,6 +54,7 @@ from collections import namedtuple
 from pathlib import Path
 
 import common  # shared with bench.py (which starts this for --peer): checkpoints, prompts, timing line
+from lrun import gguf_file  # noqa: E402  (common puts the repository on the path)
 
 TG, PP, DEEP, DEEP_CTX, DEEP_GEN = 64, 512, 4000, 4096, 32
 CELLS = ("tg", "pp", "pp4k", "tg@4k")
@@ -98,56 +99,12 @@ def weight_bytes(h, dtype):
     return weights * per // n
 
 
-# ggml's (values per block, bytes per block) of the types a GGUF row may hold (ggml-common.h).
-GGML_SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 12: (256, 144), 13: (256, 176), 14: (256, 210)}
-
-
 def gguf_weight_bytes(path):
     """Bytes of the matrices one decode step reads from a GGUF file (a mixture such as Q4_K_M: each
     tensor at its own type): every 2-D tensor but the embedding, which counts only as the classifier
-    when there is no output.weight. Reads the header and tensor infos (GGUF v2/v3), not the data."""
-    import struct
-    with open(path, "rb") as f:
-        raw = f.read(64 << 20)  # the metadata and tensor infos of the files the bench makes fit easily
-    at = 4 + 4
-
-    def take(fmt):
-        nonlocal at
-        v = struct.unpack_from(fmt, raw, at)
-        at += struct.calcsize(fmt)
-        return v[0]
-    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-    def skip(t):
-        nonlocal at
-        if t == 8:
-            n = take("<Q")  # (taken before at is read: `at += take()` would read it first)
-            at += n
-        elif t == 9:
-            elem, count = take("<I"), take("<Q")
-            if elem in scalar:
-                at += scalar[elem] * count
-            else:
-                for _ in range(count):
-                    skip(elem)
-        else:
-            at += scalar[t]
-    n_tensors, n_kv = take("<Q"), take("<Q")
-    for _ in range(n_kv):
-        n = take("<Q")
-        at += n
-        skip(take("<I"))
-    sizes = {}
-    for _ in range(n_tensors):
-        n = take("<Q")
-        name = raw[at:at + n].decode()
-        at += n
-        ne = [take("<Q") for _ in range(take("<I"))]
-        kind = take("<I")
-        take("<Q")
-        if len(ne) == 2:
-            block, nbytes = GGML_SIZES[kind]
-            sizes[name] = ne[0] * ne[1] // block * nbytes
+    when there is no output.weight."""
+    _, tensors = gguf_file.read_gguf(path)
+    sizes = {name: gguf_file.tensor_bytes(kind, ne) for name, (kind, ne, _) in tensors.items() if len(ne) == 2}
     if "output.weight" in sizes:
         sizes.pop("token_embd.weight", None)
     return sum(sizes.values())

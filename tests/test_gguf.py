@@ -3,9 +3,9 @@ the file, against three independent things.
 
 - Our own export of the same Hugging Face checkpoint (export/export.py): the same weights in F32,
   F16 and BF16 must give the same perplexity, digit for digit.
-- A float64 reference (tests/reference.py) on weights this file reads out of the GGUF itself, in
-  Python, from the format's definition (llama.cpp docs/gguf.md; Q8_0 as ggml's block_q8_0: an f16
-  scale, then 32 int8): no code is shared with gguf.c. llama.cpp's converter turns q and k rows into
+- A float64 reference (tests/reference.py) on weights read out of the GGUF itself in Python
+  (lrun/gguf_file.py) and dequantized here, from the format's definition (llama.cpp docs/gguf.md; Q8_0
+  as ggml's block_q8_0: an f16 scale, then 32 int8): no code is shared with gguf.c. llama.cpp's converter turns q and k rows into
   interleaved pairs (its LlamaModel.permute); they are turned back here. Control: the same weights
   with q and k left interleaved must miss by far more than the bound.
 - SentencePiece on the tokenizer.model the GGUF vocabulary was converted from: the same ids.
@@ -24,6 +24,7 @@ import pytest
 import reference
 from conftest import DATA, HELDOUT, LLAMA_TOK, REPO, TEXT, TOOLS, run_export
 from families import case_data, ours, rel
+from lrun.gguf_file import read_gguf
 from lrun.hf_checkpoint import save_file
 from lrun.hf_random import make_checkpoint
 
@@ -39,51 +40,7 @@ QWEN2_F32 = GGUF / "qwen2-tied-f32.gguf"        # data/families/qwen2-tied (conf
 QWEN3_F32 = GGUF / "qwen3-yarn-f32.gguf"        # data/families/qwen3-yarn written by llama.cpp's gguf-py
 
 
-# --- An independent reader: the GGUF format in Python --------------------------------------------
-
-SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
-def read_gguf(path):
-    """(metadata {key: value}, tensors {name: (ggml type, ne, bytes)}) of a GGUF v2/v3 file."""
-    raw = path.read_bytes()
-    at = 0
-
-    def take(fmt):
-        nonlocal at
-        v = struct.unpack_from(fmt, raw, at)[0]
-        at += struct.calcsize(fmt)
-        return v
-
-    def string():
-        nonlocal at
-        n = take("<Q")
-        at += n
-        return raw[at - n:at].decode("utf-8", "surrogateescape")
-
-    def value(t):
-        if t == 8:
-            return string()
-        if t == 9:
-            elem, count = take("<I"), take("<Q")
-            return [value(elem) for _ in range(count)]
-        return take(SCALARS[t])
-
-    assert raw[:4] == b"GGUF" and take("<4s") and take("<I") in (2, 3)
-    n_tensors, n_kv = take("<Q"), take("<Q")
-    meta = {}
-    for _ in range(n_kv):
-        key = string()
-        meta[key] = value(take("<I"))
-    infos = []
-    for _ in range(n_tensors):
-        name, dims = string(), take("<I")
-        ne = [take("<Q") for _ in range(dims)]
-        infos.append((name, ne, take("<I"), take("<Q")))
-    align = meta.get("general.alignment", 32)
-    start = (at + align - 1) // align * align
-    return meta, {name: (kind, ne, raw[start + off:]) for name, ne, kind, off in infos}
-
+# --- An independent reader: the GGUF format in Python (lrun/gguf_file.py reads it) ---------------
 
 def dequantize(kind, ne, data, control=False):
     """A tensor's values as float64, shape (ne[1], ne[0]) or (ne[0],). control: K-quants read with
@@ -228,9 +185,9 @@ def test_perplexity_equals_our_export(c_tools, tmp_path, gguf, hf, dtype):
 @pytest.mark.parametrize("gguf,tol", [(TINY64_F16, 1e-5), (STORIES_BF16, 2e-2), (STORIES_Q8, 2e-2), (STORIES_Q4, 2e-2),
                                       (TINY64_Q4_K_M, 2e-2), (TINY64_Q5_K_M, 2e-2)])
 def test_logits_match_a_dequantizing_reference(c_tools, tmp_path, gguf, tol):
-    """Every position's logits against the float64 reference on the GGUF's weights read by this
-    file's own reader, over 300 tokens of the held-out text: max |diff| / max |logit| below tol (f16
-    weights multiply float32 activations; bf16 and Q8_0 products round or quantize the activations,
+    """Every position's logits against the float64 reference on the GGUF's weights as the Python
+    reader gives them (lrun/gguf_file.py, dequantize above), over 300 tokens of the held-out text:
+    max |diff| / max |logit| below tol (f16 weights multiply float32 activations; bf16 and Q8_0 products round or quantize the activations,
     kernels.h). Control: q and k left in llama.cpp's interleaved rows must miss by 5x the bound; in a
     file with K-quants, so must their nibbles read the wrong way round (the layout is what is tested).
     K-quants also through the plain references (tools/dump_logits_ref: kernels.c's weight_at, x in
