@@ -453,9 +453,9 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // GGUF: llama.cpp's files (gguf.c reads the directory). The keys are mapped onto the same Config an
 // export gives, the tensors onto the same weights, each by its llama.cpp name; whatever the file
 // holds that this program would not run as written is refused by name, never run half-right.
-// Read so far: the llama architecture (Llama 1-3 without llama3's rope_freqs, Mistral, TinyLlama),
-// qwen2 (Qwen2, Qwen2.5: q/k/v biases) and qwen3 (q/k RMSNorm per head), their matrices F32, F16,
-// BF16, Q8_0 and Q4_0, their vectors F32.
+// Read so far: the llama architecture (Llama 1-3, Llama 3.1's rope_freqs included, Mistral,
+// TinyLlama), qwen2 (Qwen2, Qwen2.5: q/k/v biases) and qwen3 (q/k RMSNorm per head), their matrices
+// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, their vectors F32.
 // llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
 // this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
 // has them, the two halves of each pair apart (llama.cpp rotates them "NEOX" style): their rows are
@@ -703,11 +703,17 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
                  "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
         goto done;
     }
-    if (gguf_tensor(&g, "rope_freqs.weight")) {
-        snprintf(why, n, "GGUF tensor rope_freqs.weight (Llama 3.1's llama3 RoPE scaling as per-pair factors) is not "
-                 "read from GGUF yet (" GGUF_HINT ")");
+    // rope_freqs.weight: how llama.cpp's converter writes a llama3 rope_scaling (Llama 3.1, 3.2): no
+    // rope.scaling.* keys, and per pair the divisor Meta's bands give its frequency (1, the factor, or
+    // the blend between). Read as llama3 with those divisors (rope.h, pair_divisor); the file's
+    // context_length is then L, the context the divisors were made for.
+    const GgufTensor *freqs = gguf_tensor(&g, "rope_freqs.weight");
+    if (freqs && mode != ROPE_SCALING_NONE) {
+        snprintf(why, n, "bad GGUF: both %s \"%.*s\" and the per-pair divisors rope_freqs.weight; one RoPE scaling "
+                 "is run at a time (hint: the file is damaged)", name, (int)scaling_len, scaling);
         goto done;
     }
+    if (freqs) mode = ROPE_SCALING_LLAMA3;
     p->norm_eps = (float)(eps ? eps : 1e-5);
     p->rope = (RopeParams){
         .mode = mode,
@@ -767,6 +773,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
                 *(const float **)field = m.data;
         }
     if (!*why) w->rms_final = gguf_matrix(&g, "output_norm.weight", 0, p->dim, 0, used, why, n).data;
+    if (!*why && freqs) p->rope.pair_divisor = gguf_matrix(&g, "rope_freqs.weight", 0, p->rope.rot_dims / 2, 0, used, why, n).data;
     if (!*why) w->wcls = p->shared_classifier ? w->token_embedding
                                               : gguf_matrix(&g, "output.weight", 1, p->vocab_size, p->dim, used, why, n);
     for (size_t i = 0; i < g.n_tensors && !*why; i++)

@@ -285,6 +285,9 @@ int rope_params_check(const RopeParams *given, char *err, size_t errlen) {
     for (int i = 0; !bad && m->pair_factors && i < p->rot_dims / 2; i++)
         if (!finite_pos(p->short_factor[i]) || !finite_pos(p->long_factor[i]))
             bad = "longrope factors must be finite numbers > 0";
+    for (int i = 0; !bad && p->pair_divisor && i < p->rot_dims / 2; i++)
+        if (p->mode != ROPE_SCALING_LLAMA3 || !finite_pos(p->pair_divisor[i]))
+            bad = "the file's per-pair divisors (rope_freqs.weight) must be finite numbers > 0, for llama3";
     if (bad) {
         snprintf(err, errlen, "RoPE (%s): %s", rope_scaling_name(p->mode), bad);
         return -1;
@@ -300,6 +303,12 @@ static RopeRule refused(const RopeParams *out, const RopeOverrides *o, char *err
         snprintf(err, errlen, "--rope-scaling %s needs a LongRoPE checkpoint's short and long factors (Phi-3's "
                  "rope_scaling), and this model has none (hint: --rope-scaling yarn)", m->name);
         return ROPE_NO_PAIR_FACTORS;
+    }
+    if (o->factor > 0 && out->pair_divisor) {
+        snprintf(err, errlen, "--rope-factor does not change this model's llama3 scaling: the file gives it as a "
+                 "divisor per pair (rope_freqs.weight) (hint: drop --rope-factor, or --rope-scaling yarn "
+                 "--rope-factor S for a scaling of your own)");
+        return ROPE_FACTOR_NOT_TAKEN;
     }
     if (o->factor > 0 && !(m->knobs & ROPE_KNOB_FACTOR)) {
         modes_taking(ROPE_KNOB_FACTOR, 1, "|", "|", modes, sizeof modes); // the modes that take one here
@@ -340,6 +349,7 @@ RopeRule rope_params_resolve(RopeParams *out, const RopeParams *trained, int ctx
         out->factor = 0;
         out->attn_factor = out->beta_fast = out->beta_slow = 0;
         out->low_freq_factor = out->high_freq_factor = 0;
+        out->pair_divisor = NULL;
     } else if (out->factor == 0) {
         out->factor = 1; // the checkpoint's own mode with no factor given: 1, as transformers reads it
     }
@@ -446,8 +456,11 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
         // Llama 3.1 (Meta's apply_scaling; transformers _compute_llama3_parameters): by
         // wavelength lambda_i = 2*pi/theta_i, keep pairs with lambda < L/high_freq_factor,
         // divide by s those with lambda > L/low_freq_factor, blend linearly in L/lambda between.
+        // From a GGUF file, the divisors this formula gave, pair by pair (rope.h, pair_divisor).
         const double lf = p->low_freq_factor, hf = p->high_freq_factor;
-        for (int i = 0; i < half; i++) {
+        for (int i = 0; p->pair_divisor && i < half; i++)
+            inv_freq[i] /= p->pair_divisor[i];
+        for (int i = 0; !p->pair_divisor && i < half; i++) {
             double wavelen = 2 * M_PI / inv_freq[i];
             if (wavelen > L / lf) {
                 inv_freq[i] /= s;
@@ -705,6 +718,11 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
 #define MORE(...) (n += n < len ? (size_t)snprintf(buf + n, len - n, __VA_ARGS__) : 0)
     if (p->mode == ROPE_SCALING_LONGROPE) {
         MORE(" (short factors up to L, long ones past it)");
+    } else if (p->pair_divisor) {
+        double lo = p->pair_divisor[0], hi = lo;
+        for (int i = 1; i < p->rot_dims / 2; i++)
+            lo = fmin(lo, p->pair_divisor[i]), hi = fmax(hi, p->pair_divisor[i]);
+        MORE(" (the file's divisor per pair, rope_freqs.weight: %g to %g)", lo, hi);
     } else if (p->mode == ROPE_SCALING_DYNAMIC_YARN) {
         MORE(" (past L the factor is the length over L: %g at %d)", ctx > p->orig_ctx ? (double)ctx / p->orig_ctx : 1.0,
              ctx);
@@ -727,7 +745,7 @@ void rope_describe(const Rope *r, int ctx, char *buf, size_t len) {
         MORE(", chunk S = %d, local window w = %d (chunks of %d: a key at n mod c, the query at m mod c in its "
              "own chunk, min(m mod c + c, S) in the previous one, S in earlier ones)",
              p->chunk, p->local_window, p->chunk - p->local_window);
-    if (!rope_far_path(p) && (rope_takes(p->mode, ROPE_KNOB_FACTOR) || !rope_is_scaled(p))) // (leaky: K above)
+    if (!rope_far_path(p) && !p->pair_divisor && (rope_takes(p->mode, ROPE_KNOB_FACTOR) || !rope_is_scaled(p))) // (leaky: K above)
         MORE(", factor %g", p->factor);
     if (p->rot_dims < p->head_dim) MORE(", %d of %d dimensions turn", p->rot_dims, p->head_dim);
     MORE(", trained context L = %d, attention factor %g", p->orig_ctx, r->mscale);

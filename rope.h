@@ -161,6 +161,11 @@ typedef struct {
     // longrope only: rot_dims / 2 factors each, pair i's frequency divided by short_factor[i] for
     // lengths up to L, by long_factor[i] past it (pointers into the model file, or the caller's)
     const double *short_factor, *long_factor;
+    // llama3 from a GGUF file only: rot_dims / 2 divisors, pair i's frequency divided by
+    // pair_divisor[i], in place of the bands' formula (llama.cpp's converter writes a llama3
+    // rope_scaling as the tensor rope_freqs.weight, the formula's result per pair; a pointer into the
+    // file). NULL otherwise.
+    const float *pair_divisor;
 } RopeParams;
 
 typedef struct {

@@ -903,9 +903,10 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->n_ctx_max != n_ctx_train(c))
         snprintf(supports, sizeof supports, " (n_ctx_max %d with its scaling)", c->n_ctx_max);
-    char copied[120] = ""; // the weights copied into another layout at load (transformer_copy_weights)
+    char copied[160] = ""; // the weights copied into another layout at load (transformer_copy_weights)
     if (t->copy && c->dtype == DTYPE_F16)
-        snprintf(copied, sizeof copied, ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16");
+        snprintf(copied, sizeof copied, ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16; export.py "
+                 "--dtype bf16 writes one to map instead");
     else if (t->copy && c->gguf)
         snprintf(copied, sizeof copied, ", its %s matrices run from a %s copy", dtype_name(c->dtype),
                  dtype_name(DTYPES[c->dtype].runs_as));

@@ -142,3 +142,23 @@ def test_peer_output_parsers():
              "|  4000 |     32 |    1 |   4032 |   20.194 |   198.63 |    0.854 |    37.41 |   21.248 |   189.69 |\n")
     assert versus.batched_bench_speeds(table, 4000, 32) == (198.63, 37.41)
     assert versus.batched_bench_speeds(table, 512, 32) is None
+
+
+def test_page_counters():
+    """bench/pages.py's reading of /proc: a live process's faults, Rss and AnonHugePages as the
+    kernel's own files give them (Rss within 10% of /proc/PID/status's VmRSS, read at once), and None
+    for a process that is gone."""
+    import os
+    import re
+    import pages  # noqa: E402
+    import time
+    proc = subprocess.Popen(["sleep", "5"])
+    try:
+        time.sleep(0.3)  # past its exec
+        minor, major, rss, huge = pages.counters(proc.pid)
+        vm_rss = int(re.search(r"VmRSS:\s+(\d+) kB", open(f"/proc/{proc.pid}/status").read())[1])
+        assert minor > 0 and major >= 0 and huge >= 0 and abs(rss - vm_rss) <= 0.1 * vm_rss, (rss, vm_rss)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert pages.counters(proc.pid) is None and pages.counters(os.getpid())[2] > 0

@@ -15,6 +15,7 @@ The fixtures are in data/gguf/ (data/README.md says how llama.cpp's converter ma
 import json
 import random
 import re
+import shutil
 import struct
 import subprocess
 
@@ -38,6 +39,7 @@ TINY64_Q5_K_M = GGUF / "tiny64x512-q5_k_m.gguf"  # the same, Q5_K_M (Q5_K, Q6_K,
 LLAMA2_VOCAB = GGUF / "llama2-vocab.gguf"       # data/llama2/tokenizer.model, --vocab-only
 QWEN2_F32 = GGUF / "qwen2-tied-f32.gguf"        # data/families/qwen2-tied (config in 4.x form), --outtype f32
 QWEN3_F32 = GGUF / "qwen3-yarn-f32.gguf"        # data/families/qwen3-yarn written by llama.cpp's gguf-py
+STORIES_LLAMA3 = GGUF / "stories260K-llama3-f16.gguf"  # llama3_checkpoint() below, --outtype f16
 
 
 # --- An independent reader: the GGUF format in Python (lrun/gguf_file.py reads it) ---------------
@@ -517,3 +519,51 @@ def test_sliding_window_key(c_tools, tmp_path):
     assert "hint: convert the Hugging Face checkpoint with export/export.py instead" in err
     wide = with_uint32(TINY64_F16, tmp_path / "w512.gguf", "llama.attention.sliding_window", 512)
     assert run_ppl(wide)[0] == run_ppl(TINY64_F16)[0]
+
+
+# --- Llama 3.1's RoPE: rope_freqs.weight ---------------------------------------------------------
+
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 128}
+
+
+def llama3_checkpoint(out):
+    """data/stories260K-hf with a llama3 rope_scaling (its 4 pairs: one kept, one blended, two divided by
+    4 at L = 128), as STORIES_LLAMA3 was converted from it. The top-level original_max_position_embeddings
+    is for llama.cpp's converter, which reads the band edges' L there (default 8192)."""
+    shutil.copytree(DATA / "stories260K-hf", out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(rope_scaling=LLAMA3_SCALING, original_max_position_embeddings=128)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def test_llama3_rope_freqs(c_tools, tmp_path):
+    """A llama3 rope_scaling as llama.cpp's converter writes it: no rope.scaling keys, the tensor
+    rope_freqs.weight with a divisor per pair. ./run reads it as llama3 with those divisors (the
+    banner says so) and its perplexity at 512 tokens, 4x the L the bands were made for, equals our f16
+    export's, whose llama3 frequencies come from rope.c's formula, within 1e-5 relative. Controls: the
+    divisors all set to 1 in the file must move the perplexity by 100x that; a divisor 0 is refused;
+    --rope-factor is refused with a hint, and the hint runs."""
+    _, tensors = read_gguf(STORIES_LLAMA3)
+    kind, ne, data = tensors["rope_freqs.weight"]
+    divisors = np.frombuffer(data, "<f4", int(ne[0]))
+    assert kind == 0 and list(divisors[[0, 2, 3]]) == [1, 4, 4] and 1 < divisors[1] < 4, divisors
+    ours = tmp_path / "export.bin"
+    assert run_export(llama3_checkpoint(tmp_path / "hf"), ours, "--dtype", "f16").returncode == 0
+    theirs, banner = run_ppl(STORIES_LLAMA3, "--threads", 1)
+    mine, mine_banner = run_ppl(ours, "-z", DATA / "stories260K-hf" / "tokenizer.model", "--threads", 1)
+    assert f"rope: llama3, base 10000 (the file's divisor per pair, rope_freqs.weight: 1 to 4)" in banner, banner
+    ones = patched(tmp_path, STORIES_LLAMA3, divisors.tobytes(), np.ones(4, "<f4").tobytes(), "ones.gguf")
+    plain, _ = run_ppl(ones, "--threads", 1)
+    print(f"llama3 from rope_freqs.weight {divisors}: perplexity {theirs:.6f}, our f16 export {mine:.6f}; control "
+          f"(divisors 1) {plain:.6f}")
+    assert abs(theirs - mine) <= 1e-5 * mine and abs(plain - mine) > 1e-3 * mine
+    zero = patched(tmp_path, STORIES_LLAMA3, divisors.tobytes(), np.array([1, 0, 4, 4], "<f4").tobytes(), "zero.gguf")
+    assert "the file's per-pair divisors (rope_freqs.weight) must be finite numbers > 0" in run_refused(zero)
+    err = subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "1", "--rope-factor", "2"], capture_output=True,
+                         text=True, timeout=60).stderr
+    assert "--rope-factor does not change this model's llama3 scaling" in err, err
+    hint = re.search(r"or (--rope-scaling yarn --rope-factor S)", err)[1].replace("S", "8").split()
+    assert subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "4", "-i", "Once", *hint],
+                          capture_output=True, timeout=60).returncode == 0
