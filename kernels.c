@@ -624,16 +624,43 @@ void quantize_row_q8_plain(int8_t *q, float *d, int32_t *sum, const float *x, in
     }
 }
 
-// The n rows of x (n, cols) into qx's q, d and sum.
-static void quantize_rows_q8(const QuantizedRows *qx, const float *x, int n, int cols, int threads) {
-    const size_t cp = (size_t)cols_stored(DTYPE_Q8_0, cols), nb = cp / Q8_BLOCK;
+// x for the K-quants (kernels_internal.h): one d per QK_K values, each value rounded as
+// quantize_block_q8 rounds it, and the sum of every K_SUM q; past cols, zeros.
+static void quantize_row_q8k(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+    for (int b = 0; b * QK_K < cols; b++) {
+        const int c0 = b * QK_K, len = cols - c0 < QK_K ? cols - c0 : QK_K;
+        float amax = 0;
+        for (int i = 0; i < len; i++) {
+            const float a = x[c0 + i] < 0 ? -x[c0 + i] : x[c0 + i];
+            amax = a > amax ? a : amax;
+        }
+        const float inv = amax >= 0x1p-126f ? 127 / amax : 0;
+        d[b] = amax / 127;
+        for (int g = 0; g < QK_K / K_SUM; g++) {
+            int32_t s = 0;
+            for (int i = g * K_SUM; i < (g + 1) * K_SUM; i++) {
+                float v = i < len ? x[c0 + i] * inv : 0;
+                v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f; // NaN: -127
+                const int qi = (int)(v < 0 ? v - 0.5f : v + 0.5f);
+                q[c0 + i] = (int8_t)qi;
+                s += qi;
+            }
+            sum[b * (QK_K / K_SUM) + g] = s;
+        }
+    }
+}
+
+// The n rows of x (n, cols) into qx's q, d and sum, as type t's products read them.
+static void quantize_rows_q8(const QuantizedRows *qx, DType t, const float *x, int n, int cols, int threads) {
+    const size_t cp = (size_t)cols_stored(t, cols), nd = x_scales(t, cp), ns = x_sums(t, cp);
+    QuantizeRow *row = k_quant(t) ? quantize_row_q8k : quantize_row_q8;
     if (n == 1 || threads == 1) // one token or one thread: no team (top of the file)
-        for (int t = 0; t < n; t++)
-            quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
+        for (int i = 0; i < n; i++)
+            row(qx->q + i * cp, qx->d + i * nd, qx->sum + i * ns, x + (size_t)i * cols, cols);
     else
 #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int t = 0; t < n; t++)
-            quantize_row_q8(qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb, x + (size_t)t * cols, cols);
+        for (int i = 0; i < n; i++)
+            row(qx->q + i * cp, qx->d + i * nd, qx->sum + i * ns, x + (size_t)i * cols, cols);
 }
 
 // bf16 weights: the n rows of x (n, cols) rounded to bf16 into h (n, bf16_cols(cols)), each row's
@@ -675,12 +702,13 @@ static size_t piece(size_t *at, size_t bytes) {
 static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t threads) {
     const size_t cp = (cols + Q8_BLOCK - 1) / Q8_BLOCK * Q8_BLOCK, nb = cp / Q8_BLOCK;
     const size_t kc = cp < KC_MAX ? cp : KC_MAX; // the widest chunk of columns prefill packs
-    size_t at = 0, mine = 0;                     // the shared pieces; one thread's
+    const size_t ck = (cols + QK_K - 1) / QK_K * QK_K; // the K-quants' cp, whose x has a sum per K_SUM
+    size_t at = 0, mine = 0;                           // the shared pieces; one thread's
     *l = (WsLayout){0};
-    if (path == WS_DECODE || path == WS_GEMM_Q8) { // x quantized
-        l->q = piece(&at, n * cp);
+    if (path == WS_DECODE || path == WS_GEMM_Q8) { // x quantized (x_scales, x_sums: the most of any type)
+        l->q = piece(&at, n * ck);
         l->d = piece(&at, n * nb * sizeof(float));
-        l->sum = piece(&at, n * nb * sizeof(int32_t));
+        l->sum = piece(&at, n * (ck / K_SUM) * sizeof(int32_t));
     }
     if (path == WS_DECODE || path == WS_GEMM_BF16) // x rounded to bf16, rows padded to whole steps
         l->h = piece(&at, n * (size_t)bf16_cols((int)cols) * sizeof(uint16_t));
@@ -763,7 +791,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     unsigned char *b = ws->base;
     const QuantizedRows qx = {(int8_t *)(b + l.q), (float *)(b + l.d), (int32_t *)(b + l.sum), NULL,
                               (uint16_t *)(b + l.h)};
-    if (x_quantized(t)) quantize_rows_q8(&qx, x, n, cols, threads); // once for every product that reads x
+    if (x_quantized(t)) quantize_rows_q8(&qx, t, x, n, cols, threads); // once for every product that reads x
     if (x_bf16(t)) round_rows_bf16(qx.h, x, n, cols, threads);
     if (path == WS_DECODE)
         matvec(b, &l, threads, out, x, x_quantized(t) || x_bf16(t) ? &qx : NULL, m, count, n);

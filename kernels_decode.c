@@ -77,35 +77,41 @@ ONE_COPY float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x,
     return sum;
 }
 
-// A K-quant row . q8_0 activations over nsb blocks of QK_K: x's block b = 8 B + j of 32 values meets
-// sub-block j of block B, and their integer sums make the row's in block order:
-//   q4_K, q5_K: dx_b (d sc_j sum_i q_i qx_i - dmin m_j sum_i qx_i), the second sum being x's (exact)
-//   q6_K:       dx_b (d (s_2j sum_{i<16} q_i qx_i + s_2j+1 sum_{i>=16} q_i qx_i))
-// Every integer is exact in int32 and in float (below 2^24: |q6_K's| <= 2 * 128 * 16 * 32 * 127), and
-// d sc_j, dmin m_j are exact floats (an 11-bit f16 significand times a 6-bit integer).
+// A K-quant row . x over nsb blocks of QK_K, x quantized in blocks of QK_K (kernels_internal.h):
+// per block B one exact integer sum of the row's products with x's q, its scales (and mins) included,
+// and one float step, block after block:
+//   q4_K, q5_K: dx_B (d S - dmin M),  S = sum_j sc_j sum_{i in j} q_i qx_i,  M = sum_j m_j sum_{i in j} qx_i
+//   q6_K:       dx_B (d S),           S = sum_h sc_h sum_{i in h} q_i qx_i   (q = its 6 bits - 32)
+// over the eight sub-blocks j of 32 values, or q6_K's sixteen h of 16, each float product rounded
+// once. S and M are exact in int32 (|q6_K's S| <= 16 * 128 * 16 * 32 * 127 < 2^31) whatever order
+// they are added in, so every version of this product, the prefill tiles' too (kernels_prefill.c),
+// gives these bits: a prompt's logits are its tokens' one at a time in every build.
 ONE_COPY float dot_k_plain(DType t, const uint8_t *w, const QuantizedRow *x, int nsb) {
     const size_t bytes = (size_t)DTYPES[t].block_bytes;
     float sum = 0;
     for (int B = 0; B < nsb; B++) {
         const uint8_t *block = w + B * bytes;
-        for (int j = 0; j < QK_K / Q8_BLOCK; j++) {
-            const int b = B * (QK_K / Q8_BLOCK) + j, i0 = j * Q8_BLOCK;
-            const int8_t *xq = x->q + (size_t)b * Q8_BLOCK;
-            if (t == DTYPE_GGUF_Q6_K) {
-                int32_t lo = 0, hi = 0;
-                for (int i = 0; i < Q8_BLOCK / 2; i++) {
-                    lo += q6k_at(block, i0 + i) * xq[i];
-                    hi += q6k_at(block, i0 + 16 + i) * xq[16 + i];
-                }
-                const int32_t s = q6k_scale(block, i0) * lo + q6k_scale(block, i0 + 16) * hi;
-                sum += x->d[b] * (f16_at(block + Q6K_D) * (float)s);
-            } else {
-                int32_t s = 0, sc, m;
-                for (int i = 0; i < Q8_BLOCK; i++)
-                    s += (t == DTYPE_GGUF_Q5_K ? q5k_at(block, i0 + i) : q4k_at(block, i0 + i)) * xq[i];
-                k_scale_min(block + QK_SCALES, j, &sc, &m);
-                sum += x->d[b] * (f16_at(block) * (float)sc * (float)s - f16_at(block + 2) * (float)m * (float)x->sum[b]);
+        const int8_t *xq = x->q + (size_t)B * QK_K;
+        const int32_t *xs = x->sum + (size_t)B * (QK_K / K_SUM);
+        int32_t S = 0, M = 0;
+        if (t == DTYPE_GGUF_Q6_K) {
+            for (int h = 0; h < QK_K / 16; h++) {
+                int32_t p = 0;
+                for (int i = 16 * h; i < 16 * h + 16; i++)
+                    p += q6k_at(block, i) * xq[i];
+                S += q6k_scale(block, 16 * h) * p;
             }
+            sum += x->d[B] * (f16_at(block + Q6K_D) * (float)S);
+        } else {
+            for (int j = 0; j < QK_K / 32; j++) {
+                int32_t p = 0, sc, m;
+                for (int i = 32 * j; i < 32 * j + 32; i++)
+                    p += (t == DTYPE_GGUF_Q5_K ? q5k_at(block, i) : q4k_at(block, i)) * xq[i];
+                k_scale_min(block + QK_SCALES, j, &sc, &m);
+                S += sc * p;
+                M += m * (xs[2 * j] + xs[2 * j + 1]);
+            }
+            sum += x->d[B] * (f16_at(block) * (float)S - f16_at(block + 2) * (float)M);
         }
     }
     return sum;
@@ -249,14 +255,15 @@ void matvec(unsigned char *ws, const WsLayout *l, int threads, float *const *out
     const int per = piece_groups(m[0]);
     const int pieces = (groups + per - 1) / per;
     threads = threads < pieces ? threads : pieces;
-    const size_t cp = (size_t)cols_stored(m[0]->dtype, m[0]->cols), nb = cp / Q8_BLOCK;
+    const DType t0 = m[0]->dtype;
+    const size_t cp = (size_t)cols_stored(t0, m[0]->cols), nd = x_scales(t0, cp), ns = x_sums(t0, cp);
     // Token t's row of x quantized (or rounded to bf16), as the dot products read it (f32, f16: none);
     // for q4_0 weights the decode hook (kernels_internal.h) arranges x once more, as the vector dot
     // products read it.
     const int8_t *prep = m[0]->dtype == DTYPE_Q4_0 ? q4_prep((int8_t *)(ws + l->prep), qx, n, cp) : NULL;
     QuantizedRow xq[n];
     for (int t = 0; t < n; t++)
-        xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nb, qx->sum + t * nb,
+        xq[t] = qx ? (QuantizedRow){qx->q + t * cp, qx->d + t * nd, qx->sum + t * ns,
                                     prep ? prep + t * q4_prep_bytes(cp) : NULL,
                                     qx->h + t * (size_t)bf16_cols(m[0]->cols)}
                    : (QuantizedRow){0};

@@ -292,11 +292,21 @@ void value_rows_floats(float *out, const void *v, DType t, int hd, int n);
 // ---------------------------------------------------------------------------------------------
 // q8_0 activations (kernels.c): the rows of x cut into blocks of 32, d = max|x| / 127 and
 // q = round(x / d), so that a block's dot product with q8_0 or q4_0 weights is an exact integer sum.
+// For the K-quants the blocks are QK_K long, one d per super-block, with the sum of every K_SUM q (the
+// shape of ggml's block_q8_K): a super-block's dot product, its scales and mins included, is then one
+// exact integer sum, whatever order a kernel adds it in (kernels_decode.c, dot_k_plain).
+
+static inline int k_quant(DType t) { return DTYPES[t].block == QK_K; }
+enum { K_SUM = 16 }; // x's values per sum for the K-quants (q6_K's scales each cover 16)
+// Per token row of cp values quantized for type t's products: its scales, its sums.
+static inline size_t x_scales(DType t, size_t cp) { return cp / (k_quant(t) ? QK_K : Q8_BLOCK); }
+static inline size_t x_sums(DType t, size_t cp) { return cp / (k_quant(t) ? K_SUM : Q8_BLOCK); }
 
 typedef struct {
-    int8_t *q;    // (n, cp) cp = cols rounded up to Q8_BLOCK, zero-padded
-    float *d;     // (n, cp/Q8_BLOCK) scales
-    int32_t *sum; // (n, cp/Q8_BLOCK) sum of the q of each block (for the unsigned trick in gemm_q8)
+    int8_t *q;    // (n, cp) cp = cols rounded up to Q8_BLOCK (K-quants: QK_K), zero-padded
+    float *d;     // (n, x_scales) scales
+    int32_t *sum; // (n, x_sums) sum of the q of each block (for the unsigned trick in gemm_q8), or of
+                  // each K_SUM values (K-quants: their mins, and q6_K's offset of 32)
     int8_t *prep; // decode against q4_0 weights: (n, q4_prep_bytes(cp)) as q4_prep arranged it; else NULL
     uint16_t *h;  // bf16 weights: (n, bf16_cols(cols)) x rounded to bf16 (round_bf16), zero-padded; else NULL
 } QuantizedRows;
@@ -386,7 +396,7 @@ typedef void DotRows(float *out, const Matrix *m, int r, int step, int count, co
 // blocks; row i (< R16) of a q8_0_r16 group . q8_0 activations over nb blocks.
 float dot_q4_plain(const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int nb);
 float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
-// A K-quant row (gguf_q4_K, gguf_q5_K, gguf_q6_K: nsb blocks of QK_K) . q8_0 activations.
+// A K-quant row (gguf_q4_K, gguf_q5_K, gguf_q6_K: nsb blocks of QK_K) . x quantized in blocks of QK_K.
 float dot_k_plain(DType t, const uint8_t *w, const QuantizedRow *x, int nsb);
 
 // Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,

@@ -252,41 +252,53 @@ static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *
         g[k] = (const uint8_t *)m->data + (size_t)(r + (k < ng ? k : ng - 1) * step) * group_bytes(m->dtype, m->cols);
     return ng;
 }
-// K-quants (kernels_internal.h has their bits), DOT_ROWS rows at a time against x's q8_0 blocks, in
-// 256-bit vectors in every x86 build (the 512-bit decode calls these too). Per block of QK_K and row:
-// its scales made floats once, dx_b d sc_j for the eight sub-blocks j (q6_K: dx_b d per block of 32
-// and its int8 scales in the integer sums), kept in a small array from which each sub-block's is
-// broadcast; per sub-block and row its 32 integer products summed in pairs (vpmaddubsw, then vpmaddwd
-// by ones, or for q6_K by each half's scale), eight lanes of partial sums made float and added times
-// that scale. q4_K's and q5_K's mins go into the same sum as one vector per block, dx_b sum(qx_b) times
-// dmin m_j for the eight j (subtracted). A different order from dot_k_plain, the same for every token
-// and thread count. The scales come out of their 12 bytes as 32-bit words: bytes 0-3 hold the scales
-// of sub-blocks 0-3 in their low 6 bits, 4-7 the mins; byte 8 + k's nibbles the low bits of
-// sub-block 4 + k's, the top 2 bits of bytes k and 4 + k their high bits.
-static inline void k_scales8(const uint8_t *s, __m256 *sc, __m256 *mn) {
+// K-quants (kernels_internal.h has their bits), DOT_ROWS rows at a time against x quantized in blocks
+// of QK_K, in 256-bit vectors in every x86 build (the 512-bit decode calls these too). Per block of
+// QK_K and row, dot_k_plain's integers: per sub-block its 32 products summed in pairs (vpmaddubsw) and
+// the pairs times the sub-block's scale (vpmaddwd: q6_K's two scales of 16, one per 128-bit half),
+// added into eight int32 lanes; q4_K's and q5_K's mins times x's sums of 32 likewise. Then the four
+// rows' lanes summed across (vphaddd: any order, the sums being exact) into one lane per row, and
+// dot_k_plain's float step for the four rows at once, its products and difference rounded as it
+// rounds them (no fused multiply-add): the same bits. The scales come out of their 12 bytes as 32-bit
+// words: bytes 0-3 hold the scales of sub-blocks 0-3 in their low 6 bits, 4-7 the mins; byte 8 + k's
+// nibbles the low bits of sub-block 4 + k's, the top 2 bits of bytes k and 4 + k their high bits.
+static inline void k_scales8(const uint8_t *s, int16_t sc[8], __m256i *mn) {
     uint32_t a, b, c;
     memcpy(&a, s, 4), memcpy(&b, s + 4, 4), memcpy(&c, s + 8, 4);
     const uint32_t lo6 = 0x3f3f3f3f, lo4 = 0x0f0f0f0f, lo2 = 0x03030303;
     const uint32_t sc4 = (c & lo4) | ((a >> 6) & lo2) << 4, m4 = (c >> 4 & lo4) | ((b >> 6) & lo2) << 4;
-    *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)(a & lo6), (int)sc4, 0, 0)));
-    *mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)(b & lo6), (int)m4, 0, 0)));
+    _mm_storeu_si128((__m128i *)sc, _mm_cvtepu8_epi16(_mm_setr_epi32((int)(a & lo6), (int)sc4, 0, 0)));
+    *mn = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)(b & lo6), (int)m4, 0, 0));
 }
 
-// q4_K (five 0) and q5_K (five 1): DOT_ROWS rows w, sums into acc.
-static inline void k45_rows(__m256 acc[DOT_ROWS], const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
+// The four rows' int32 lanes summed, one row per lane of the result.
+static inline __m128i k_sum4(const __m256i v[DOT_ROWS]) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// q4_K (five 0) and q5_K (five 1): DOT_ROWS rows w, one sum per row in the lanes of acc.
+static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
     const size_t bytes = five ? 176 : 144;
-    const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
+    const __m256i nib = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    __m128 acc = _mm_setzero_ps();
     for (int B = 0; B < nsb; B++) {
         const int8_t *xq = x->q + (size_t)B * QK_K;
-        const __m256 dx = _mm256_loadu_ps(x->d + (size_t)B * 8);
-        const __m256 dxs = _mm256_mul_ps(dx, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 8))));
-        float scale[DOT_ROWS][8] __attribute__((aligned(32)));
+        // x's sums of 32, sub-blocks 0-7 in order: pairs of its sums of 16 (vphaddd pairs them within
+        // 128-bit halves; the permute puts the halves' pairs back in order)
+        const __m256i s16a = _mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 16));
+        const __m256i s16b = _mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 16 + 8));
+        const __m256i xs = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s16a, s16b), 0xd8);
+        int16_t sc[DOT_ROWS][8];
+        __m256i S[DOT_ROWS], M[DOT_ROWS];
+        float d[DOT_ROWS], dmin[DOT_ROWS];
         for (int k = 0; k < DOT_ROWS; k++) {
             const uint8_t *block = w[k].u8 + B * bytes;
-            __m256 sc, mn;
-            k_scales8(block + QK_SCALES, &sc, &mn);
-            _mm256_store_ps(scale[k], _mm256_mul_ps(dx, _mm256_mul_ps(sc, _mm256_set1_ps(f16_at(block)))));
-            acc[k] = _mm256_fnmadd_ps(dxs, _mm256_mul_ps(mn, _mm256_set1_ps(f16_at(block + 2))), acc[k]);
+            __m256i mn;
+            k_scales8(block + QK_SCALES, sc[k], &mn);
+            M[k] = _mm256_mullo_epi32(mn, xs);
+            S[k] = _mm256_setzero_si256();
+            d[k] = f16_at(block), dmin[k] = f16_at(block + 2);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
@@ -303,28 +315,33 @@ static inline void k45_rows(__m256 acc[DOT_ROWS], const Row w[DOT_ROWS], const Q
                     q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit0), bit0), sixteen));
                     q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit1), bit1), sixteen));
                 }
-                const __m256 p0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones));
-                const __m256 p1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones));
-                acc[k] = _mm256_fmadd_ps(p0, _mm256_broadcast_ss(&scale[k][2 * c]), acc[k]);
-                acc[k] = _mm256_fmadd_ps(p1, _mm256_broadcast_ss(&scale[k][2 * c + 1]), acc[k]);
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), _mm256_set1_epi16(sc[k][2 * c]));
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), _mm256_set1_epi16(sc[k][2 * c + 1]));
+                S[k] = _mm256_add_epi32(S[k], _mm256_add_epi32(p0, p1));
             }
         }
+        const __m128 s = _mm_cvtepi32_ps(k_sum4(S)), m = _mm_cvtepi32_ps(k_sum4(M));
+        const __m128 dd = _mm_loadu_ps(d), dm = _mm_loadu_ps(dmin);
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(x->d[B]), _mm_sub_ps(_mm_mul_ps(dd, s), _mm_mul_ps(dm, m))));
     }
+    return acc;
 }
 
-// q6_K: DOT_ROWS rows w, sums into acc. Its q - 32 is signed: x's sign moves onto it (vpsignb) so that
-// vpmaddubsw multiplies |x| (unsigned, at most 127) by it.
-static inline void k6_rows(__m256 acc[DOT_ROWS], const Row w[DOT_ROWS], const QuantizedRow *x, int nsb) {
+// q6_K: DOT_ROWS rows w, one sum per row in the lanes of acc. Its q - 32 is signed: x's sign moves onto
+// it (vpsignb) so that vpmaddubsw multiplies |x| (unsigned, at most 127) by it.
+static inline __m128 k6_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb) {
     const __m256i nib = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+    __m128 acc = _mm_setzero_ps();
     for (int B = 0; B < nsb; B++) {
         const int8_t *xq = x->q + (size_t)B * QK_K;
-        const __m256 dx = _mm256_loadu_ps(x->d + (size_t)B * 8);
-        float scale[DOT_ROWS][8] __attribute__((aligned(32)));
         int16_t s16[DOT_ROWS][16];
+        __m256i S[DOT_ROWS];
+        float d[DOT_ROWS];
         for (int k = 0; k < DOT_ROWS; k++) {
             const uint8_t *block = w[k].u8 + B * 210;
-            _mm256_store_ps(scale[k], _mm256_mul_ps(dx, _mm256_set1_ps(f16_at(block + Q6K_D))));
             _mm256_storeu_si256((__m256i *)s16[k], _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(block + Q6K_SCALES))));
+            S[k] = _mm256_setzero_si256();
+            d[k] = f16_at(block + Q6K_D);
         }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) { // half h = j / 4, quarter u = j % 4
@@ -340,10 +357,13 @@ static inline void k6_rows(__m256 acc[DOT_ROWS], const Row w[DOT_ROWS], const Qu
                 const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low4, _mm256_slli_epi16(high2, 4)), bias);
                 const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(q, xv));
                 const __m256i sc = _mm256_setr_m128i(_mm_set1_epi16(s16[k][8 * h + 2 * u]), _mm_set1_epi16(s16[k][8 * h + 2 * u + 1]));
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, sc)), _mm256_broadcast_ss(&scale[k][j]), acc[k]);
+                S[k] = _mm256_add_epi32(S[k], _mm256_madd_epi16(p, sc));
             }
         }
+        const __m128 s = _mm_cvtepi32_ps(k_sum4(S));
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(x->d[B]), _mm_mul_ps(_mm_loadu_ps(d), s)));
     }
+    return acc;
 }
 
 static ONE_COPY void dots_k_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xq) {
@@ -352,17 +372,13 @@ static ONE_COPY void dots_k_x86(float *out, const Matrix *m, int r0, int step, i
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
         Row w[DOT_ROWS];
         const int nr = group_at(&rows, r, w, NULL);
-        __m256 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            acc[k] = _mm256_setzero_ps();
-        if (m->dtype == DTYPE_GGUF_Q6_K)
-            k6_rows(acc, w, xq, nsb);
-        else if (m->dtype == DTYPE_GGUF_Q5_K)
-            k45_rows(acc, w, xq, nsb, 1);
-        else
-            k45_rows(acc, w, xq, nsb, 0);
+        const __m128 acc = m->dtype == DTYPE_GGUF_Q6_K ? k6_rows(w, xq, nsb)
+                           : m->dtype == DTYPE_GGUF_Q5_K ? k45_rows(w, xq, nsb, 1)
+                                                         : k45_rows(w, xq, nsb, 0);
+        float sums[DOT_ROWS];
+        _mm_storeu_ps(sums, acc);
         for (int k = 0; k < nr; k++)
-            out[r + k * step] = hsum8(acc[k]);
+            out[r + k * step] = sums[k];
     }
 }
 

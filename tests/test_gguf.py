@@ -543,8 +543,8 @@ def test_llama3_rope_freqs(c_tools, tmp_path):
     rope_freqs.weight with a divisor per pair. ./run reads it as llama3 with those divisors (the
     banner says so) and its perplexity at 512 tokens, 4x the L the bands were made for, equals our f16
     export's, whose llama3 frequencies come from rope.c's formula, within 1e-5 relative. Controls: the
-    divisors all set to 1 in the file must move the perplexity by 100x that; a divisor 0 is refused;
-    --rope-factor is refused with a hint, and the hint runs."""
+    divisors all set to 1 in the file must move the perplexity by 100x that; a divisor 0 is refused.
+    (--rope-factor on such a file: tests/test_hints.py, file-divisors-factor.)"""
     _, tensors = read_gguf(STORIES_LLAMA3)
     kind, ne, data = tensors["rope_freqs.weight"]
     divisors = np.frombuffer(data, "<f4", int(ne[0]))
@@ -561,9 +561,3 @@ def test_llama3_rope_freqs(c_tools, tmp_path):
     assert abs(theirs - mine) <= 1e-5 * mine and abs(plain - mine) > 1e-3 * mine
     zero = patched(tmp_path, STORIES_LLAMA3, divisors.tobytes(), np.array([1, 0, 4, 4], "<f4").tobytes(), "zero.gguf")
     assert "the file's per-pair divisors (rope_freqs.weight) must be finite numbers > 0" in run_refused(zero)
-    err = subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "1", "--rope-factor", "2"], capture_output=True,
-                         text=True, timeout=60).stderr
-    assert "--rope-factor does not change this model's llama3 scaling" in err, err
-    hint = re.search(r"or (--rope-scaling yarn --rope-factor S)", err)[1].replace("S", "8").split()
-    assert subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "4", "-i", "Once", *hint],
-                          capture_output=True, timeout=60).returncode == 0

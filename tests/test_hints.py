@@ -201,6 +201,11 @@ CASES = {
     "rerope-factor": Case("(hint: --rope-scaling leaky-rerope --rope-factor K",
                           ["--ctx", "2048", "--rope-scaling", "rerope", "--rope-factor", "5", "-n", "0"],
                           "rerope has no --rope-factor", status=2, values={"--rope-factor": "5"}),
+    "file-divisors-factor": Case("divisor per pair (rope_freqs.weight) (hint: drop --rope-factor",
+                                 ["--rope-factor", "2", "-n", "0"], "does not change this model's llama3 scaling",
+                                 status=2, model="@llama3_gguf",
+                                 fixes=lambda a, h: [drop(a, "--rope-factor"),
+                                                     put(put(a, "--rope-scaling", "yarn"), "--rope-factor", "8")]),
     "leaky-one": Case("plain RoPE (hint: --rope-factor K with",
                       ["--ctx", "2048", "--rope-scaling", "leaky-rerope", "--rope-factor", "1", "-n", "0"],
                       "is plain RoPE", status=2, values={"--rope-factor": "5"}),
@@ -393,7 +398,7 @@ CASES = {
 def models(tmp_path_factory, c_tools):
     """The files the cases need beside stories260K, made once."""
     d = tmp_path_factory.mktemp("hints")
-    out = {}
+    out = {"llama3_gguf": [DATA / "gguf" / "stories260K-llama3-f16.gguf"]}  # rope_freqs.weight
     for name, case in (("mistral", "mistral-swa"), ("phi3_long", "phi3-longrope-long"), ("qwen3_yarn", "qwen3-yarn")):
         (d / name).mkdir()
         proc = run_export(DATA / "families" / case, d / name / "model.bin")

@@ -207,10 +207,11 @@ static double error_bound(const Matrix *m, const float *x, int t, int r, double 
     matrix_row(w, m, r);
     for (int c = 0; c < cols; c++)
         s += fabs((double)w[c] * xt[c]);
-    if (DTYPES[m->dtype].x == X_Q8) { // x quantized to 8 bits
-        for (int b = 0; b * Q8_BLOCK < cols; b++) {
+    if (DTYPES[m->dtype].x == X_Q8) { // x quantized to 8 bits, in blocks of 32 (K-quants: of QK_K)
+        const int xb = DTYPES[m->dtype].block == QK_K ? QK_K : Q8_BLOCK;
+        for (int b = 0; b * xb < cols; b++) {
             double amax = 0, wsum = 0;
-            for (int c = b * Q8_BLOCK; c < cols && c < (b + 1) * Q8_BLOCK; c++) {
+            for (int c = b * xb; c < cols && c < (b + 1) * xb; c++) {
                 amax = fmax(amax, fabs(xt[c]));
                 wsum += fabs(w[c]);
             }
@@ -291,7 +292,8 @@ static void check_case(DType t, int rows, int cols, int n) {
     // bf16: every output in one order (kernels_internal.h), so a prompt's tokens are the bits of each
     // token alone (x is rounded to bf16 between layers, where any difference could grow); q8_0_r16:
     // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx); bf16_r16 as bf16.
-    // K-quants: a prompt goes through decode's products (kernels.c, product_path).
+    // K-quants: every version sums each block's integers exactly, then one float step per block in
+    // order (dot_k_plain).
     const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16 || DTYPES[t].block == QK_K;
     const int same_split = !split_exact || memcmp(fast, one, sizeof(float) * n * rows) == 0;
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix && same_split;
