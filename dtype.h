@@ -38,14 +38,14 @@ typedef enum {
 #define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
 #define R16 16 // rows of a group in the grouped layouts (q8_0_r16, bf16_r16)
 // The K-quants' super-block: values per block of q4_K, q5_K, q6_K (ggml's QK_K), eight (q6_K: sixteen)
-// sub-blocks with scales of their own. Their products read x's q8_0 blocks of 32: a sub-block of 32
-// (q6_K: two of 16) meets one of them.
+// sub-blocks with scales of their own. Their products read x quantized in blocks of QK_K too
+// (kernels_internal.h): a block's products, its scales and mins included, are one exact integer sum.
 #define QK_K 256
 
 // What the products multiply a type's weights with; matmul makes it from x once per product.
 typedef enum {
     X_FLOAT, // x as it is (float32)
-    X_Q8,    // x quantized to q8_0 blocks of 32 (kernels.c): each block's products are one exact integer sum
+    X_Q8,    // x quantized to q8_0 blocks of 32 (K-quants: of QK_K; kernels.c): each block's products are one exact integer sum
     X_BF16,  // x rounded to bf16 (kernels.h, bf16_round): each product is exact in float32
 } XForm;
 
@@ -81,8 +81,8 @@ typedef struct {
 //   gguf_q5_K  176 bytes: as q4_K with a fifth bit of each q in 32 bytes qh (q in 0 .. 31)
 //   gguf_q6_K  210 bytes: 128 bytes of the low 4 bits of q, 64 of its high 2 bits, sixteen int8
 //              scales s (one per 16 values), f16 d; the value is d s (q - 32)
-// They have no prefill tile yet: a prompt's tokens go through decode's dot products (kernels.c,
-// product_path), one at a time over a piece of rows that stays in cache.
+// Prompts go through integer tiles of their own (kernels_prefill.c, gemm_k) whose every sum is
+// decode's (kernels_decode.c, dot_k_plain), bit for bit.
 // clang-format off
 static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     //                  name        block     block bytes   scale bytes  group  x        runs as

@@ -687,7 +687,7 @@ static void round_rows_bf16(uint16_t *h, const float *x, int n, int cols, int th
 // The workspace: one block of memory set up with the run, laid out anew for each product by
 // ws_layout, with which workspace_bytes also sizes it.
 
-typedef enum { WS_DECODE, WS_GEMM_F32, WS_GEMM_Q8, WS_GEMM_BF16, WS_PATHS } WsPath;
+typedef enum { WS_DECODE, WS_GEMM_F32, WS_GEMM_Q8, WS_GEMM_BF16, WS_GEMM_K, WS_PATHS } WsPath;
 
 // A piece of `bytes` at *at, which moves past it to the next multiple of 64.
 static size_t piece(size_t *at, size_t bytes) {
@@ -705,7 +705,7 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
     const size_t ck = (cols + QK_K - 1) / QK_K * QK_K; // the K-quants' cp, whose x has a sum per K_SUM
     size_t at = 0, mine = 0;                           // the shared pieces; one thread's
     *l = (WsLayout){0};
-    if (path == WS_DECODE || path == WS_GEMM_Q8) { // x quantized (x_scales, x_sums: the most of any type)
+    if (path == WS_DECODE || path == WS_GEMM_Q8 || path == WS_GEMM_K) { // x quantized (x_scales, x_sums: the most of any type)
         l->q = piece(&at, n * ck);
         l->d = piece(&at, n * nb * sizeof(float));
         l->sum = piece(&at, n * (ck / K_SUM) * sizeof(int32_t));
@@ -726,8 +726,18 @@ static size_t ws_layout(WsLayout *l, WsPath path, size_t n, size_t cols, size_t 
         l->wp = piece(&mine, kc * NR);                            // (kc/4, NR, 4)
         l->wd = piece(&mine, kc / Q8_BLOCK * NR * sizeof(float)); // (kc/32, NR)
         l->stage = piece(&mine, kc * NR);                         // (NR, kc)
+    } else if (path == WS_GEMM_K) {
+        const size_t tokens = (n + MR_Q8 - 1) / MR_Q8 * MR_Q8, kb = KC_MAX / QK_K;
+        l->xp = piece(&at, tokens * ck);                           // (tiles, cp/4, MR_Q8, 4)
+        l->xd = piece(&at, tokens * (ck / QK_K) * sizeof(float));  // (tiles, cp/QK_K, MR_Q8)
+        l->xs = piece(&at, tokens * (ck / K_SUM) * sizeof(int32_t)); // (tiles, cp/K_SUM, MR_Q8)
+        l->wp = piece(&mine, KC_MAX * NR);                         // (kc/4, NR, 4)
+        l->stage = piece(&mine, KC_MAX * NR);                      // (NR, kc)
+        // scales, mins, d and dmin, the tile's sums (gemm_k carves them for the widest chunk)
+        l->kx = piece(&mine, kb * NR * (QK_K / 16 + QK_K / 32) * sizeof(int32_t) + 2 * kb * NR * sizeof(float) +
+                                 kb * MR_Q8 * NR * sizeof(int32_t));
     }
-    l->wp += at, l->wd += at, l->stage += at; // thread 0's come after the shared pieces
+    l->wp += at, l->wd += at, l->stage += at, l->kx += at; // thread 0's come after the shared pieces
     l->each = mine;
     return l->bytes = at + threads * mine;
 }
@@ -756,9 +766,8 @@ int matmul(Workspace *ws, float *out, const float *x, const Matrix *m, int n) {
 // Which product runs n tokens of a type's weights: decode below GEMM_MIN_N tokens, else the prefill
 // of what the type multiplies (dtype.h).
 static WsPath product_path(DType t, int n) {
-    // The K-quants have no prefill tile yet (dtype.h): their prompts go through decode's products,
-    // each piece of rows (a few KB) read from cache for every token after the first.
-    if (n < GEMM_MIN_N || DTYPES[t].block == QK_K) return WS_DECODE;
+    if (n < GEMM_MIN_N) return WS_DECODE;
+    if (k_quant(t)) return WS_GEMM_K; // x quantized in blocks of QK_K (kernels_internal.h)
     switch (DTYPES[t].x) {
     case X_FLOAT:
         return WS_GEMM_F32;
@@ -797,6 +806,8 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
         matvec(b, &l, threads, out, x, x_quantized(t) || x_bf16(t) ? &qx : NULL, m, count, n);
     else if (path == WS_GEMM_Q8)
         gemm_q8(b, &l, threads, out, &qx, m, count, n);
+    else if (path == WS_GEMM_K)
+        gemm_k(b, &l, threads, out, &qx, m, count, n);
 #ifdef USE_AVX512
     else if (path == WS_GEMM_BF16)
         gemm_bf16(b, &l, threads, out, qx.h, m, count, n);

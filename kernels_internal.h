@@ -366,6 +366,8 @@ typedef struct {
     size_t xp, xd, xs;    // prefill: x packed in tiles; q8_0 and q4_0: their scales and start values
     size_t wp, wd, stage; // prefill, per thread: a packed panel of weights; q8_0 and q4_0: its scales,
                           // and the panel's rows as read
+    size_t kx;            // prefill, K-quants, per thread: the panel's scales, mins, d and dmin, and a
+                          // tile's integer sums (gemm_k)
     size_t each, bytes;   // bytes of one thread's pieces; of the whole
 } WsLayout;
 
@@ -377,6 +379,8 @@ void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *o
               const uint16_t *xb, const Matrix *const *m, int count, int n);
 void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
              const Matrix *const *m, int count, int n);
+void gemm_k(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
+            const Matrix *const *m, int count, int n);
 // bf16_r16 weights, prefill with AVX-512: panels of rows x tokens (kernels_prefill.c), each output in
 // bf16_r16's order (above); xb is x rounded to bf16 by matmul, (n, bf16_cols(cols)). gemm_f32 runs
 // f32 and f16 weights, and bf16_r16 in other builds (xb: x rounded, else NULL).
@@ -407,6 +411,11 @@ typedef void PackF32(float *wp, const Matrix *m, int r0, int k0, int kc);
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
                     const uint8_t *wq, const float *wd, int kc, int accumulate);
+// K-quants (gemm_k), the integer half of a tile: for the nsb blocks of QK_K of a chunk, S (nsb, MR_Q8,
+// NR) = per block, sum over its groups g of `group` columns (32; q6_K 16) of sc_g (NR) times the exact
+// integer products of the group's packed weights wq (unsigned: a K-quant's bits before any offset)
+// with the MR_Q8 packed tokens xq; sc (kc/group, NR). The float step follows in plain C (kernels_prefill.c).
+typedef void TileK(int32_t *S, int nsb, int group, const int8_t *xq, const uint8_t *wq, const int32_t *sc);
 // bf16_r16 with AVX-512 (gemm_bf16), a panel: out[t, r] = row r . x row t in bf16_r16's order for r < nr rows
 // from the group at w on (whole groups, nr <= BR16_ROWS) and t < nt rows of x (rounded, ldx =
 // bf16_cols(cols) apart, padded with zeros), nt <= BR16_MT, BR16_NG groups x BR16_MT tokens of sums in
@@ -437,6 +446,7 @@ DotRows dot_rows_plain, dot_rows_x86;
 PackF32 pack_w_f32_plain, pack_w_f32_x86, pack_w_br16_plain, pack_w_br16_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
+TileK kernel_k_plain, kernel_k_x86;
 TileBR16 kernel_br16_x86;
 RoundF16 round_f16_bf16_plain, round_f16_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
@@ -465,6 +475,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define pack_w_br16      pack_w_br16_x86
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
+#define kernel_k         kernel_k_x86
 #define round_f16_bf16   round_f16_bf16_x86
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
@@ -475,6 +486,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define pack_w_br16      pack_w_br16_plain
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain
+#define kernel_k         kernel_k_plain
 #define round_f16_bf16   round_f16_bf16_plain
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain

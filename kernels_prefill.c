@@ -1,5 +1,5 @@
 // kernels_prefill.c - prefill: out (n, rows) = x (n, cols) @ W^T for n >= GEMM_MIN_N tokens, matrix
-// x matrix, over f32, f16, bf16_r16, q8_0_r16 and q4_0 weights.
+// x matrix, over f32, f16, bf16_r16, q8_0_r16, q4_0 and the K-quants' weights.
 //
 // Each weight is used n times, so once read and kept in cache the weights stop mattering and the
 // arithmetic does. Blocked as in Goto & van de Geijn, "Anatomy of high-performance matrix
@@ -12,7 +12,7 @@
 // The plain C packing and tiles come first: they define what each computes, and are what a build
 // without vector code runs; kernels_x86.c has vector versions behind the same signatures
 // (kernels_internal.h says which a build uses). Then gemm_f32 (bf16_r16's too, except with AVX-512),
-// gemm_bf16 (AVX-512) and gemm_q8, which call them.
+// gemm_bf16 (AVX-512), gemm_q8 and gemm_k, which call them.
 #include "kernels_internal.h"
 
 #include <string.h>
@@ -200,7 +200,7 @@ static void pack_w_int(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, 
     case DTYPE_BF16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
-    case DTYPE_GGUF_Q4_K: // no prefill tile: decode's products (kernels.c, product_path)
+    case DTYPE_GGUF_Q4_K: // gemm_k (pack_w_k)
     case DTYPE_GGUF_Q5_K:
     case DTYPE_GGUF_Q6_K:
         break;
@@ -231,6 +231,148 @@ void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const int8_t *xq, c
             for (int j = 0; j < NR; j++)
                 c[t][j] += (float)s[t][j] * (wd[b * NR + j] * xd[b * MR_Q8 + t]); // as dot_r16_plain
     }
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++)
+            out[t * ldo + j] = c[t][j];
+}
+
+// K-quants: integer tiles too, each block's products, scales and mins exact integers as in
+// dot_k_plain (kernels_decode.c), then its float step, so a prompt's outputs are its tokens' one at a
+// time, bit for bit, in every build. The weights go into the tiles as their unsigned bits (q4_K 0-15,
+// q5_K 0-31, q6_K 0-63: q6_K's offset of 32 is taken off later with x's sums), by vpdpbusd's unsigned
+// side; the scales multiply each group's integer sum (kernel_k), and the mins, the offset and the
+// float step come after (k_finish), from the panel's scales:
+//   packed tokens   xq (cp/4, MR_Q8, 4) s8 as for q8_0, x's d (cp/QK_K, MR_Q8), sums (cp/K_SUM, MR_Q8)
+//   packed weights  wq (kc/4, NR, 4) u8; per row, sc (kc/group, NR), mn (kc/32, NR) (q4_K, q5_K),
+//                   d and dmin (kc/QK_K, NR) each
+static void pack_x_k(int8_t *xq, float *xd, int32_t *xs, const QuantizedRows *qx, int cp, int n, int t0) {
+    const int nd = cp / QK_K, ns = cp / K_SUM;
+    for (int t = 0; t < MR_Q8; t++) {
+        const int real = t0 + t < n;
+        const int8_t *src = qx->q + (size_t)(real ? t0 + t : 0) * cp;
+        for (int k4 = 0; k4 < cp / 4; k4++)
+            for (int i = 0; i < 4; i++)
+                xq[((size_t)k4 * MR_Q8 + t) * 4 + i] = real ? src[k4 * 4 + i] : 0;
+        for (int b = 0; b < nd; b++)
+            xd[b * MR_Q8 + t] = real ? qx->d[(size_t)(t0 + t) * nd + b] : 0;
+        for (int g = 0; g < ns; g++)
+            xs[g * MR_Q8 + t] = real ? qx->sum[(size_t)(t0 + t) * ns + g] : 0;
+    }
+}
+
+// One block of QK_K of a K-quant row into stage (its QK_K values' bits, in column order: loops the
+// compiler vectorizes), and its scales (and mins) into sc[g * NR], mn[j * NR], for groups g and
+// sub-blocks j; d and dmin into d[0], dmin[0].
+static void unpack_k(uint8_t *stage, int32_t *sc, int32_t *mn, float *d, float *dmin, DType t, const uint8_t *block) {
+    if (t == DTYPE_GGUF_Q6_K) {
+        for (int h = 0; h < 2; h++)
+            for (int u = 0; u < 4; u++)
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t lo = block[64 * h + l + 32 * (u % 2)], hi = block[Q6K_QH + 32 * h + l];
+                    stage[128 * h + 32 * u + l] = (uint8_t)((u < 2 ? lo & 15 : lo >> 4) | (hi >> 2 * u & 3) << 4);
+                }
+        for (int g = 0; g < QK_K / 16; g++)
+            sc[g * NR] = ((const int8_t *)block)[Q6K_SCALES + g];
+        *d = f16_at(block + Q6K_D), *dmin = 0;
+        return;
+    }
+    const uint8_t *qs = block + (t == DTYPE_GGUF_Q5_K ? Q5K_QS : Q4K_QS);
+    for (int c = 0; c < 4; c++)
+        for (int i = 0; i < 32; i++) {
+            stage[64 * c + i] = qs[32 * c + i] & 15;
+            stage[64 * c + 32 + i] = qs[32 * c + i] >> 4;
+        }
+    if (t == DTYPE_GGUF_Q5_K)
+        for (int c = 0; c < 8; c++)
+            for (int i = 0; i < 32; i++)
+                stage[32 * c + i] |= (uint8_t)((block[Q5K_QH + i] >> c & 1) << 4);
+    for (int j = 0; j < QK_K / 32; j++) {
+        int a, b;
+        k_scale_min(block + QK_SCALES, j, &a, &b);
+        sc[j * NR] = a, mn[j * NR] = b;
+    }
+    *d = f16_at(block), *dmin = f16_at(block + 2);
+}
+
+// A panel of K-quant rows (columns k0 .. k0 + kc, whole blocks) into the tiles' layout; rows past
+// the matrix's end are zeros.
+static void pack_w_k(uint8_t *wq, int32_t *sc, int32_t *mn, float *d, float *dmin, uint8_t *stage, const Matrix *m,
+                     int r0, int k0, int kc) {
+    const DType t = m->dtype;
+    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR, group = t == DTYPE_GGUF_Q6_K ? 16 : 32;
+    const size_t bytes = (size_t)DTYPES[t].block_bytes;
+    for (int j = 0; j < NR; j++) {
+        const uint8_t *row = j < nr ? (const uint8_t *)m->data + (size_t)(r0 + j) * row_bytes(t, m->cols) : NULL;
+        for (int b = 0; b < kc / QK_K; b++) {
+            uint8_t *st = stage + (size_t)j * kc + b * QK_K;
+            int32_t *s = sc + (size_t)b * (QK_K / group) * NR + j, *mm = mn + (size_t)b * (QK_K / 32) * NR + j;
+            if (row) {
+                unpack_k(st, s, mm, d + b * NR + j, dmin + b * NR + j, t, row + (size_t)(k0 / QK_K + b) * bytes);
+            } else {
+                memset(st, 0, QK_K);
+                for (int g = 0; g < QK_K / group; g++)
+                    s[g * NR] = 0;
+                for (int g = 0; g < QK_K / 32; g++)
+                    mm[g * NR] = 0;
+                d[b * NR + j] = dmin[b * NR + j] = 0;
+            }
+        }
+    }
+    for (int k4 = 0; k4 < kc / 4; k4++)
+        for (int j = 0; j < NR; j++)
+            memcpy(wq + ((size_t)k4 * NR + j) * 4, stage + (size_t)j * kc + k4 * 4, 4);
+}
+
+void kernel_k_plain(int32_t *S, int nsb, int group, const int8_t *xq, const uint8_t *wq, const int32_t *sc) {
+    for (int b = 0; b < nsb; b++) {
+        int32_t s[MR_Q8][NR] = {{0}};
+        for (int g = b * (QK_K / group); g < (b + 1) * (QK_K / group); g++) {
+            int32_t p[MR_Q8][NR] = {{0}};
+            for (int k4 = g * group / 4; k4 < (g + 1) * group / 4; k4++)
+                for (int t = 0; t < MR_Q8; t++)
+                    for (int j = 0; j < NR; j++)
+                        for (int i = 0; i < 4; i++)
+                            p[t][j] += wq[(k4 * NR + j) * 4 + i] * xq[(k4 * MR_Q8 + t) * 4 + i];
+            for (int t = 0; t < MR_Q8; t++)
+                for (int j = 0; j < NR; j++)
+                    s[t][j] += sc[g * NR + j] * p[t][j];
+        }
+        memcpy(S + (size_t)b * MR_Q8 * NR, s, sizeof s);
+    }
+}
+
+// The float step of a tile after kernel_k, dot_k_plain's, block after block in order: out[t, j] (or
+// from 0 when not accumulating) += dx (d S - dmin M), q6_K: += dx (d (S - 32 M)), M from the
+// panel's mins (q6_K: its scales) and x's sums, the integers exact. Loops over the NR rows the
+// compiler vectorizes, each product rounded once (no contraction in ISO C: the Makefile's -std=c11).
+static void k_finish(float *out, size_t ldo, int nt, int nr, DType type, const int32_t *S, int nsb, const float *xd,
+                     const int32_t *xs, const int32_t *sc, const int32_t *mn, const float *d, const float *dmin,
+                     int accumulate) {
+    float c[MR_Q8][NR] = {{0}};
+    for (int t = 0; accumulate && t < nt; t++)
+        for (int j = 0; j < nr; j++)
+            c[t][j] = out[t * ldo + j];
+    const int six = type == DTYPE_GGUF_Q6_K;
+    for (int b = 0; b < nsb; b++)
+        for (int t = 0; t < MR_Q8; t++) {
+            const int32_t *s = S + ((size_t)b * MR_Q8 + t) * NR, *x = xs + (size_t)b * (QK_K / K_SUM) * MR_Q8 + t;
+            const float dx = xd[b * MR_Q8 + t];
+            int32_t M[NR] = {0};
+            if (six)
+                for (int g = 0; g < QK_K / 16; g++)
+                    for (int j = 0; j < NR; j++)
+                        M[j] += sc[((size_t)b * 16 + g) * NR + j] * x[g * MR_Q8];
+            else
+                for (int g = 0; g < QK_K / 32; g++)
+                    for (int j = 0; j < NR; j++)
+                        M[j] += mn[((size_t)b * 8 + g) * NR + j] * (x[2 * g * MR_Q8] + x[(2 * g + 1) * MR_Q8]);
+            if (six)
+                for (int j = 0; j < NR; j++)
+                    c[t][j] += dx * (d[b * NR + j] * (float)(s[j] - 32 * M[j]));
+            else
+                for (int j = 0; j < NR; j++)
+                    c[t][j] += dx * (d[b * NR + j] * (float)s[j] - dmin[b * NR + j] * (float)M[j]);
+        }
     for (int t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++)
             out[t * ldo + j] = c[t][j];
@@ -371,6 +513,55 @@ void gemm_q8(unsigned char *ws, const WsLayout *l, int threads, float *const *ou
                             kernel_q8(out[mi] + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr,
                                       xq + i * tile_q + (size_t)k0 * MR_Q8, xd + i * tile_b + (size_t)b0 * MR_Q8,
                                       xs + i * tile_b + (size_t)b0 * MR_Q8, wq, wd, kc, k0 > 0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// K-quants: gemm_q8's loops, with chunks of whole blocks of QK_K, and after each tile's integer
+// half (kernel_k) its float step (k_finish).
+void gemm_k(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const QuantizedRows *qx,
+            const Matrix *const *m, int count, int n) {
+    const DType type = m[0]->dtype;
+    const int cp = cols_stored(type, m[0]->cols), group = type == DTYPE_GGUF_Q6_K ? 16 : 32;
+    const int tiles = (n + MR_Q8 - 1) / MR_Q8;
+    int kc_max = chunk_cols(tiles * MR_Q8, cp, 1) / QK_K * QK_K;
+    kc_max = kc_max < QK_K ? QK_K : kc_max;
+    const size_t tile_q = (size_t)cp * MR_Q8, tile_d = (size_t)cp / QK_K * MR_Q8, tile_s = (size_t)cp / K_SUM * MR_Q8;
+    int8_t *xq = (int8_t *)(ws + l->xp); // (tiles, cp/4, MR_Q8, 4)
+    float *xd = (float *)(ws + l->xd);   // (tiles, cp/QK_K, MR_Q8)
+    int32_t *xs = (int32_t *)(ws + l->xs); // (tiles, cp/K_SUM, MR_Q8)
+    const size_t kb = (size_t)KC_MAX / QK_K; // blocks of the widest chunk: kx's pieces are sized for it
+#pragma omp parallel num_threads(threads)
+    {
+        unsigned char *mine = ws + (size_t)thread_num() * l->each;
+        uint8_t *wq = mine + l->wp, *stage = mine + l->stage;                       // (kc/4, NR, 4), (NR, kc)
+        int32_t *sc = (int32_t *)(mine + l->kx), *mn = sc + kb * (QK_K / 16) * NR; // (kc/group, NR), (kc/32, NR)
+        float *d = (float *)(mn + kb * (QK_K / 32) * NR), *dmin = d + kb * NR;      // (kc/QK_K, NR) each
+        int32_t *S = (int32_t *)(dmin + kb * NR);                                   // (kc/QK_K, MR_Q8, NR)
+#pragma omp for schedule(dynamic)
+        for (int i = 0; i < tiles; i++)
+            pack_x_k(xq + i * tile_q, xd + i * tile_d, xs + i * tile_s, qx, cp, n, i * MR_Q8);
+        for (int mi = 0; mi < count; mi++) {
+            const int rows = m[mi]->rows, panels = (rows + NR - 1) / NR;
+            const int grp = panel_group(panels, threads), groups = (panels + grp - 1) / grp;
+#pragma omp for schedule(dynamic) nowait
+            for (int g = 0; g < groups; g++) {
+                const int p_end = (g + 1) * grp < panels ? (g + 1) * grp : panels;
+                for (int k0 = 0; k0 < cp; k0 += kc_max) {
+                    const int kc = cp - k0 < kc_max ? cp - k0 : kc_max, b0 = k0 / QK_K;
+                    for (int p = g * grp; p < p_end; p++) {
+                        const int r0 = p * NR, nr = rows - r0 < NR ? rows - r0 : NR;
+                        pack_w_k(wq, sc, mn, d, dmin, stage, m[mi], r0, k0, kc);
+                        for (int i = 0; i < tiles; i++) {
+                            const int nt = n - i * MR_Q8 < MR_Q8 ? n - i * MR_Q8 : MR_Q8;
+                            kernel_k(S, kc / QK_K, group, xq + i * tile_q + (size_t)k0 * MR_Q8, wq, sc);
+                            k_finish(out[mi] + (size_t)i * MR_Q8 * rows + r0, (size_t)rows, nt, nr, type, S, kc / QK_K,
+                                     xd + i * tile_d + (size_t)b0 * MR_Q8,
+                                     xs + i * tile_s + (size_t)k0 / K_SUM * MR_Q8, sc, mn, d, dmin, k0 > 0);
                         }
                     }
                 }

@@ -1183,7 +1183,75 @@ ONE_COPY void kernel_q8_x86(float *out, size_t ldo, int nt, int nr, const int8_t
         _mm512_mask_storeu_ps(out + t * ldo + 16, m1, c[t][1]);
     }
 }
+
+// The K-quants' integer half (kernels_internal.h, TileK): per group of columns 12 registers of exact
+// sums (vpdpbusd, the weights' unsigned bits against x's signed bytes), multiplied by the group's
+// 32 row scales (vpmulld) into 12 more, stored per block of QK_K.
+ONE_COPY void kernel_k_x86(int32_t *S, int nsb, int group, const int8_t *xq, const uint8_t *wq, const int32_t *sc) {
+    for (int b = 0; b < nsb; b++) {
+        __m512i s[MR_Q8][2];
+        for (int t = 0; t < MR_Q8; t++)
+            s[t][0] = s[t][1] = _mm512_setzero_si512();
+        for (int g = b * (QK_K / group); g < (b + 1) * (QK_K / group); g++) {
+            __m512i p[MR_Q8][2];
+            for (int t = 0; t < MR_Q8; t++)
+                p[t][0] = p[t][1] = _mm512_setzero_si512();
+            for (int k4 = g * group / 4; k4 < (g + 1) * group / 4; k4++) {
+                const __m512i w0 = _mm512_load_si512(wq + k4 * NR * 4), w1 = _mm512_load_si512(wq + k4 * NR * 4 + 64);
+                for (int t = 0; t < MR_Q8; t++) {
+                    int32_t four;
+                    memcpy(&four, xq + (k4 * MR_Q8 + t) * 4, 4);
+                    const __m512i a = _mm512_set1_epi32(four);
+                    p[t][0] = _mm512_dpbusd_epi32(p[t][0], w0, a);
+                    p[t][1] = _mm512_dpbusd_epi32(p[t][1], w1, a);
+                }
+            }
+            const __m512i c0 = _mm512_loadu_si512(sc + g * NR), c1 = _mm512_loadu_si512(sc + g * NR + 16);
+            for (int t = 0; t < MR_Q8; t++) {
+                s[t][0] = _mm512_add_epi32(s[t][0], _mm512_mullo_epi32(p[t][0], c0));
+                s[t][1] = _mm512_add_epi32(s[t][1], _mm512_mullo_epi32(p[t][1], c1));
+            }
+        }
+        for (int t = 0; t < MR_Q8; t++) {
+            _mm512_storeu_si512(S + ((size_t)b * MR_Q8 + t) * NR, s[t][0]);
+            _mm512_storeu_si512(S + ((size_t)b * MR_Q8 + t) * NR + 16, s[t][1]);
+        }
+    }
+}
 #elif defined(USE_AVX2)
+// The K-quants' integer half without VNNI, 8 rows at a time: the weights' bits are unsigned (at most
+// 63), so vpmaddubsw takes them as they are against x's signed bytes (pairs at most 2 * 63 * 127 <
+// 32767) and vpmaddwd by ones adds the pairs into int32; per group times the rows' scales.
+ONE_COPY void kernel_k_x86(int32_t *S, int nsb, int group, const int8_t *xq, const uint8_t *wq, const int32_t *sc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nsb; b++)
+        for (int r0 = 0; r0 < NR; r0 += 8) {
+            __m256i s[MR_Q8];
+            for (int t = 0; t < MR_Q8; t++)
+                s[t] = _mm256_setzero_si256();
+            for (int g = b * (QK_K / group); g < (b + 1) * (QK_K / group); g++) {
+                __m256i p[MR_Q8];
+                for (int t = 0; t < MR_Q8; t++)
+                    p[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+                for (int k4 = g * group / 4; k4 < (g + 1) * group / 4; k4++) {
+                    const __m256i w = _mm256_load_si256((const __m256i *)(wq + (k4 * NR + r0) * 4));
+#pragma GCC unroll 6
+                    for (int t = 0; t < MR_Q8; t++) {
+                        int32_t four;
+                        memcpy(&four, xq + (k4 * MR_Q8 + t) * 4, 4);
+                        p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(four)), ones));
+                    }
+                }
+                const __m256i c = _mm256_loadu_si256((const __m256i *)(sc + g * NR + r0));
+                for (int t = 0; t < MR_Q8; t++)
+                    s[t] = _mm256_add_epi32(s[t], _mm256_mullo_epi32(p[t], c));
+            }
+            for (int t = 0; t < MR_Q8; t++)
+                _mm256_storeu_si256((__m256i *)(S + ((size_t)b * MR_Q8 + t) * NR + r0), s[t]);
+        }
+}
+
 // The q8_0 microkernel without VNNI, 8 rows at a time: one vector holds 4 bytes of each of 8 rows,
 // and per group of 4 columns the 6 tokens of the tile each add their 4 bytes' products to 8 int32
 // lanes. vpmaddubsw wants one unsigned operand and adds pairs of products into 16 bits, so the
