@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import STORIES_HF, TEXT, TOOLS, run_export
+from conftest import DATA, STORIES_HF, TEXT, TOOLS, run_export
 from lrun.hf_random import make_checkpoint
 
 TOL = 1e-4
@@ -202,6 +202,25 @@ def test_prompt_is_token_by_token(c_tools, wide, tmp_path, dtype):
     other = c_logits(model, [(ids[0] + 1) % 512] + ids[1:], tmp_path, "--batch", 300)
     assert not np.array_equal(other[-1], one[-1])
     print(f"{dtype}: 300 tokens in blocks of 300, 64 and 1 at 1 and 2 threads: the same bits")
+
+
+def test_k_quant_prompt_is_token_by_token(c_tools, tmp_path):
+    """The K-quants (a GGUF Q4_K_M file by llama.cpp's own quantizer, data/gguf/wide256-q4_k_m.gguf:
+    Q4_K and Q6_K matrices only, its widths whole blocks of 256): 300 tokens in one block (gemm_k's
+    tiles), blocks of 64 and one token at a time (decode's dot products), at 1 and 2 threads, are the
+    same bits: each block's products are one exact integer sum, then one float step per block in order,
+    in every version (kernels_decode.c, dot_k_plain). Control: the same prompt with its first token
+    changed gives other logits at the last position."""
+    model = DATA / "gguf" / "wide256-q4_k_m.gguf"
+    ids = random_ids(300, 512, seed=5)
+    got = {(b, t): c_logits(model, ids, tmp_path, "--batch", b, "--threads", t) for b in (300, 64, 1) for t in (1, 2)}
+    one = got[(1, 1)]
+    for key, logits in got.items():
+        assert np.array_equal(logits, one), f"-b {key[0]} --threads {key[1]} differs from one token at a time by " \
+            f"{np.abs(logits - one).max() / np.abs(one).max():.1e} of the largest logit"
+    other = c_logits(model, [(ids[0] + 1) % 512] + ids[1:], tmp_path, "--batch", 300)
+    assert not np.array_equal(other[-1], one[-1])
+    print("Q4_K_M: 300 tokens in blocks of 300, 64 and 1 at 1 and 2 threads: the same bits")
 
 
 def test_q8_0_layouts(c_tools, tmp_path):
