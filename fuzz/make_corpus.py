@@ -330,6 +330,9 @@ def gguf_seeds():
         ("llama.rope.scaling.type", "str", "linear"), ("llama.rope.scaling.factor", "f32", 2.0),
         ("llama.rope.dimension_count", "u32", 8)]
     seeds["ok-every-type.gguf"] = gguf_file(meta + every, tensors("q8_0"), align=64)
+    # Llama 3.1's RoPE as llama.cpp's converter writes it: a divisor per pair of the 16-wide heads
+    divisors = [("rope_freqs.weight", [8], 0, np.array([1, 1, 1.5, 2, 3, 4, 4, 4], np.float32).tobytes())]
+    seeds["ok-rope-freqs.gguf"] = gguf_file(meta, tensors("f16") + divisors)
     seeds["ok-vocab-only.gguf"] = gguf_file(vocab_meta, [])
     byte_level = json.loads(tiny_tokenizer({"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
                                            added=[("<|eot|>", True, False, False)]))
