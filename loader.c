@@ -519,14 +519,18 @@ static Matrix gguf_matrix(const Gguf *g, const char *name, int matrix, int rows,
                  matrix ? cols : rows, matrix ? rows : 1);
         return m;
     }
-    const DType types[] = {[GGML_F32] = DTYPE_F32,         [GGML_F16] = DTYPE_F16,         [GGML_Q8_0] = DTYPE_GGUF_Q8_0,
-                           [GGML_Q4_0] = DTYPE_GGUF_Q4_0,   [GGML_BF16] = DTYPE_BF16,       [GGML_Q4_K] = DTYPE_GGUF_Q4_K,
-                           [GGML_Q5_K] = DTYPE_GGUF_Q5_K,   [GGML_Q6_K] = DTYPE_GGUF_Q6_K};
-    const int runs = t->type == GGML_F32 ||
-                     (matrix && (t->type == GGML_F16 || t->type == GGML_Q8_0 || t->type == GGML_Q4_0 ||
-                                 t->type == GGML_BF16 || t->type == GGML_Q4_K || t->type == GGML_Q5_K ||
-                                 t->type == GGML_Q6_K));
-    if (!runs) {
+    // The ggml types a matrix runs in (a vector: F32 only, the first), and the type each is read as.
+    static const struct {
+        uint32_t ggml;
+        DType dtype;
+    } RUNS[] = {{GGML_F32, DTYPE_F32},        {GGML_F16, DTYPE_F16},        {GGML_BF16, DTYPE_BF16},
+                {GGML_Q8_0, DTYPE_GGUF_Q8_0}, {GGML_Q4_0, DTYPE_GGUF_Q4_0}, {GGML_Q4_K, DTYPE_GGUF_Q4_K},
+                {GGML_Q5_K, DTYPE_GGUF_Q5_K}, {GGML_Q6_K, DTYPE_GGUF_Q6_K}};
+    const size_t kinds = matrix ? sizeof RUNS / sizeof RUNS[0] : 1;
+    size_t k = 0;
+    while (k < kinds && RUNS[k].ggml != t->type)
+        k++;
+    if (k == kinds) {
         snprintf(why, n, "tensor %s is %s, which this program does not run from GGUF (it reads F32, F16, BF16, Q8_0, "
                  "Q4_0, Q4_K, Q5_K and Q6_K matrices and F32 vectors; " GGUF_HINT ", or quantize with llama.cpp's "
                  "Q4_K_M, Q5_K_M or Q8_0)", name, ggml_type_name(t->type));
@@ -537,7 +541,7 @@ static Matrix gguf_matrix(const Gguf *g, const char *name, int matrix, int rows,
                  "reads tensors (" GGUF_HINT ")", name, g->alignment);
         return m;
     }
-    m.dtype = types[t->type];
+    m.dtype = RUNS[k].dtype;
     m.data = t->data;
     return m;
 }
