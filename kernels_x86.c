@@ -253,7 +253,7 @@ static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *
     return ng;
 }
 // K-quants (kernels_internal.h has their bits), DOT_ROWS rows at a time against x quantized in blocks
-// of QK_K, in 256-bit vectors in every x86 build (the 512-bit decode calls these too). Per block of
+// of QK_K, in 256-bit vectors (the 512-bit decode has its own, dots_k_512, below). Per block of
 // QK_K and row, dot_k_plain's integers: per sub-block its 32 products summed in pairs (vpmaddubsw) and
 // the pairs times the sub-block's scale (vpmaddwd: q6_K's two scales of 16, one per 128-bit half),
 // added into eight int32 lanes; q4_K's and q5_K's mins times x's sums of 32 likewise. Then the four
