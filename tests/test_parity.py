@@ -183,44 +183,37 @@ def wide(tmp_path_factory):
     return hf
 
 
+def check_token_by_token(name, model, ids, tmp_path):
+    """The logits of ids in one block, blocks of 64 and one token at a time, at 1 and 2 threads: the
+    same bits. Control: the first token changed gives other logits at the last position."""
+    got = {(b, t): c_logits(model, ids, tmp_path, "--batch", b, "--threads", t) for b in (300, 64, 1) for t in (1, 2)}
+    one = got[(1, 1)]
+    for key, logits in got.items():
+        assert np.array_equal(logits, one), f"{name}: -b {key[0]} --threads {key[1]} differs from one token at a " \
+            f"time by {np.abs(logits - one).max() / np.abs(one).max():.1e} of the largest logit"
+    other = c_logits(model, [(ids[0] + 1) % 512] + ids[1:], tmp_path, "--batch", 300)
+    assert not np.array_equal(other[-1], one[-1])
+    print(f"{name}: 300 tokens in blocks of 300, 64 and 1 at 1 and 2 threads: the same bits")
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "q8_0"])
 def test_prompt_is_token_by_token(c_tools, wide, tmp_path, dtype):
     """A prompt's logits do not depend on how it is cut: one block of 300 tokens (prefill's tiles,
     each sum split over chunks of 416 columns), blocks of 64 (one chunk) and one token at a time
-    (decode's products), at 1 and 2 threads, are the same bits. Control: the same prompt with its
-    first token changed gives other logits at the last position. Not yet so for f32, f16 and q4_0
-    on this shape (issue 51): decode sums their products in another order than prefill's tiles
-    (2.7e-6 of the largest logit for f32 and f16; 1.4e-2 for q4_0, whose next layer's 8-bit
-    activations round some values the other way), where the plain C build gives the same bits."""
-    model = export(wide, tmp_path, "--dtype", dtype)
-    ids = random_ids(300, 512, seed=4)
-    got = {(b, t): c_logits(model, ids, tmp_path, "--batch", b, "--threads", t) for b in (300, 64, 1) for t in (1, 2)}
-    one = got[(1, 1)]
-    for key, logits in got.items():
-        assert np.array_equal(logits, one), f"{dtype}: -b {key[0]} --threads {key[1]} differs from one token at a " \
-            f"time by {np.abs(logits - one).max() / np.abs(one).max():.1e} of the largest logit"
-    other = c_logits(model, [(ids[0] + 1) % 512] + ids[1:], tmp_path, "--batch", 300)
-    assert not np.array_equal(other[-1], one[-1])
-    print(f"{dtype}: 300 tokens in blocks of 300, 64 and 1 at 1 and 2 threads: the same bits")
+    (decode's products), at 1 and 2 threads, are the same bits (check_token_by_token). Not yet so
+    for f32, f16 and q4_0 on this shape (issue 51): decode sums their products in another order than
+    prefill's tiles (2.7e-6 of the largest logit for f32 and f16; 1.4e-2 for q4_0, whose next layer's
+    8-bit activations round some values the other way), where the plain C build gives the same bits."""
+    check_token_by_token(dtype, export(wide, tmp_path, "--dtype", dtype), random_ids(300, 512, seed=4), tmp_path)
 
 
 def test_k_quant_prompt_is_token_by_token(c_tools, tmp_path):
     """The K-quants (a GGUF Q4_K_M file by llama.cpp's own quantizer, data/gguf/wide256-q4_k_m.gguf:
     Q4_K and Q6_K matrices only, its widths whole blocks of 256): 300 tokens in one block (gemm_k's
     tiles), blocks of 64 and one token at a time (decode's dot products), at 1 and 2 threads, are the
-    same bits: each block's products are one exact integer sum, then one float step per block in order,
-    in every version (kernels_decode.c, dot_k_plain). Control: the same prompt with its first token
-    changed gives other logits at the last position."""
-    model = DATA / "gguf" / "wide256-q4_k_m.gguf"
-    ids = random_ids(300, 512, seed=5)
-    got = {(b, t): c_logits(model, ids, tmp_path, "--batch", b, "--threads", t) for b in (300, 64, 1) for t in (1, 2)}
-    one = got[(1, 1)]
-    for key, logits in got.items():
-        assert np.array_equal(logits, one), f"-b {key[0]} --threads {key[1]} differs from one token at a time by " \
-            f"{np.abs(logits - one).max() / np.abs(one).max():.1e} of the largest logit"
-    other = c_logits(model, [(ids[0] + 1) % 512] + ids[1:], tmp_path, "--batch", 300)
-    assert not np.array_equal(other[-1], one[-1])
-    print("Q4_K_M: 300 tokens in blocks of 300, 64 and 1 at 1 and 2 threads: the same bits")
+    same bits (check_token_by_token): each block's products are one exact integer sum, then one float
+    step per block in order, in every version (kernels_decode.c, dot_k_plain)."""
+    check_token_by_token("Q4_K_M", DATA / "gguf" / "wide256-q4_k_m.gguf", random_ids(300, 512, seed=5), tmp_path)
 
 
 def test_q8_0_layouts(c_tools, tmp_path):
