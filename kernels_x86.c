@@ -253,7 +253,7 @@ static inline int r16_group_at(const Matrix *m, int r, int step, const uint8_t *
     return ng;
 }
 // K-quants (kernels_internal.h has their bits), DOT_ROWS rows at a time against x quantized in blocks
-// of QK_K, in 256-bit vectors (the 512-bit decode has its own, dots_k_512, below). Per block of
+// of QK_K, in 256-bit vectors (with AVX-512 VNNI in 512-bit ones, below). Per block of
 // QK_K and row, dot_k_plain's integers: per sub-block its 32 products summed in pairs (vpmaddubsw) and
 // the pairs times the sub-block's scale (vpmaddwd: q6_K's two scales of 16, one per 128-bit half),
 // added into eight int32 lanes; q4_K's and q5_K's mins times x's sums of 32 likewise. Then the four
@@ -277,7 +277,139 @@ static inline __m128i k_sum4(const __m256i v[DOT_ROWS]) {
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-#ifndef DECODE_512 // (the 512-bit decode has its own, dots_k_512)
+// x's sums of 32 of block B, sub-blocks 0-7 in order: pairs of its sums of K_SUM (vphaddd pairs them
+// within 128-bit halves; the permute puts the halves' pairs back in order).
+static inline __m256i k_x_sums32(const QuantizedRow *x, int B) {
+    const int32_t *s = x->sum + (size_t)B * (QK_K / K_SUM);
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)s), hi = _mm256_loadu_si256((const __m256i *)(s + 8));
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xd8);
+}
+
+// dot_k_plain's float step for the four rows at once (one per lane), rounded as it rounds: acc + dx
+// (d S - dmin M); q6_K's acc + dx (d S) (dmin NULL).
+static inline __m128 k_step(__m128 acc, float dx, const float d[DOT_ROWS], const float *dmin, const __m256i S[DOT_ROWS],
+                            const __m256i *M) {
+    const __m128 ds = _mm_mul_ps(_mm_loadu_ps(d), _mm_cvtepi32_ps(k_sum4(S)));
+    const __m128 v = dmin ? _mm_sub_ps(ds, _mm_mul_ps(_mm_loadu_ps(dmin), _mm_cvtepi32_ps(k_sum4(M)))) : ds;
+    return _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(dx), v));
+}
+
+#ifdef DECODE_512
+// With AVX-512 VNNI the same in 512-bit vectors: the same integers, so the same bits.
+// A 64-byte load of a q4_K or q5_K row is two 32-byte runs of qs: its low nibbles are sub-blocks 2c and
+// 2c + 2, its high ones 2c + 1 and 2c + 3, met by x's two runs of 32 for those sub-blocks; per 64
+// values vpmaddubsw makes pairs and vpdpwssd adds them times their sub-block's scale (a vector of the
+// two scales, 16 lanes each, vpermw from the eight). q6_K's 64 values per load are in order (the low
+// nibbles of 64 bytes of ql are quarters 0 and 1 of a half, the high ones 2 and 3); there is no
+// 512-bit vpsignb, so its bits go in unsigned (0-63) and the offset comes off after:
+// S = sum_g s_g sum q x - 32 sum_g s_g sum_g(x), x's sums of 16 times the scales (vpmulld).
+static inline __m256i fold512(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+// x's runs of 32 for sub-blocks a and b of block B, side by side.
+static inline __m512i x_pair(const int8_t *xq, int a, int b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + 32 * a))),
+                              _mm256_loadu_si256((const __m256i *)(xq + 32 * b)), 1);
+}
+
+static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
+    const size_t bytes = five ? 176 : 144;
+    const __m512i nib = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+    // vpermw indices: the scales of sub-blocks (a, b) to lanes 0-15 and 16-31, for (0, 2), (1, 3), (4, 6), (5, 7)
+    __m512i pick[4];
+    for (int v = 0; v < 4; v++) {
+        const int a = (v / 2) * 4 + v % 2;
+        pick[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)a)), _mm256_set1_epi16((short)(a + 2)), 1);
+    }
+    // q5_K's qh bit of each: bits 2c, 2c + 2 (low nibbles) and 2c + 1, 2c + 3 (high), per half of the vector
+    const __m512i bit[4] = {_mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(4), 1),
+                            _mm512_inserti64x4(_mm512_set1_epi8(2), _mm256_set1_epi8(8), 1),
+                            _mm512_inserti64x4(_mm512_set1_epi8(16), _mm256_set1_epi8(64), 1),
+                            _mm512_inserti64x4(_mm512_set1_epi8(32), _mm256_set1_epi8((char)128), 1)};
+    __m128 acc = _mm_setzero_ps();
+    for (int B = 0; B < nsb; B++) {
+        const int8_t *xq = x->q + (size_t)B * QK_K;
+        const __m512i xv[4] = {x_pair(xq, 0, 2), x_pair(xq, 1, 3), x_pair(xq, 4, 6), x_pair(xq, 5, 7)};
+        const __m256i xs = k_x_sums32(x, B);
+        __m256i S[DOT_ROWS], M[DOT_ROWS];
+        float d[DOT_ROWS], dmin[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const uint8_t *block = w[k].u8 + B * bytes;
+            int16_t sc[8];
+            __m256i mn;
+            k_scales8(block + QK_SCALES, sc, &mn);
+            M[k] = _mm256_mullo_epi32(mn, xs);
+            d[k] = f16_at(block), dmin[k] = f16_at(block + 2);
+            const __m512i sc8 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)sc));
+            const uint8_t *qs = block + (five ? Q5K_QS : Q4K_QS);
+            __m512i q[4];
+            for (int h = 0; h < 2; h++) {
+                const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+                q[2 * h] = _mm512_and_si512(v, nib), q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            }
+            if (five) {
+                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + Q5K_QH)));
+                for (int v = 0; v < 4; v++)
+                    q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, bit[v]), q[v], sixteen);
+            }
+            __m512i sum = _mm512_setzero_si512();
+            for (int v = 0; v < 4; v++)
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[v], xv[v]), _mm512_permutexvar_epi16(pick[v], sc8));
+            S[k] = fold512(sum);
+        }
+        acc = k_step(acc, x->d[B], d, dmin, S, M);
+    }
+    return acc;
+}
+
+static inline __m128 k6_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb) {
+    const __m512i nib = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3);
+    // qh's bits for quarters (0, 1) and (2, 3) of a half: shifts per 64-bit lane, one per half of the vector
+    const __m512i shift[2] = {_mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6)};
+    __m512i pick[4]; // the scales of groups 4v .. 4v + 3 (16 values, 8 lanes each) for the four 64-value runs
+    for (int v = 0; v < 4; v++) {
+        int16_t idx[32];
+        for (int i = 0; i < 32; i++)
+            idx[i] = (int16_t)(4 * v + i / 8);
+        pick[v] = _mm512_loadu_si512(idx);
+    }
+    __m128 acc = _mm_setzero_ps();
+    for (int B = 0; B < nsb; B++) {
+        const int8_t *xq = x->q + (size_t)B * QK_K;
+        __m512i xv[4];
+        for (int v = 0; v < 4; v++)
+            xv[v] = _mm512_loadu_si512(xq + 64 * v);
+        const __m512i xs = _mm512_loadu_si512(x->sum + (size_t)B * (QK_K / K_SUM));
+        __m256i S[DOT_ROWS];
+        float d[DOT_ROWS];
+        for (int k = 0; k < DOT_ROWS; k++) {
+            const uint8_t *block = w[k].u8 + B * 210;
+            const __m128i s8 = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+            const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(s8));
+            d[k] = f16_at(block + Q6K_D);
+            // the offset: 32 sum_g s_g (x's sum over g), taken off the start
+            __m512i sum = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                           _mm512_slli_epi32(_mm512_mullo_epi32(_mm512_cvtepi8_epi32(s8), xs), 5));
+            for (int h = 0; h < 2; h++) {
+                const __m512i l = _mm512_loadu_si512(block + 64 * h);
+                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + Q6K_QH + 32 * h)));
+                for (int e = 0; e < 2; e++) { // e 0: low nibbles, quarters 0, 1; e 1: high, quarters 2, 3
+                    const __m512i lo4 = _mm512_and_si512(e ? _mm512_srli_epi16(l, 4) : l, nib);
+                    const __m512i hi2 = _mm512_and_si512(_mm512_srlv_epi64(qh, shift[e]), three);
+                    const __m512i q = _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4));
+                    sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q, xv[2 * h + e]),
+                                              _mm512_permutexvar_epi16(pick[2 * h + e], sc16));
+                }
+            }
+            S[k] = fold512(sum);
+        }
+        acc = k_step(acc, x->d[B], d, NULL, S, NULL);
+    }
+    return acc;
+}
+
+#else
 // q4_K (five 0) and q5_K (five 1): DOT_ROWS rows w, one sum per row in the lanes of acc.
 static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
     const size_t bytes = five ? 176 : 144;
@@ -285,11 +417,7 @@ static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int 
     __m128 acc = _mm_setzero_ps();
     for (int B = 0; B < nsb; B++) {
         const int8_t *xq = x->q + (size_t)B * QK_K;
-        // x's sums of 32, sub-blocks 0-7 in order: pairs of its sums of 16 (vphaddd pairs them within
-        // 128-bit halves; the permute puts the halves' pairs back in order)
-        const __m256i s16a = _mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 16));
-        const __m256i s16b = _mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 16 + 8));
-        const __m256i xs = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s16a, s16b), 0xd8);
+        const __m256i xs = k_x_sums32(x, B);
         int16_t sc[DOT_ROWS][8];
         __m256i S[DOT_ROWS], M[DOT_ROWS];
         float d[DOT_ROWS], dmin[DOT_ROWS];
@@ -321,9 +449,7 @@ static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int 
                 S[k] = _mm256_add_epi32(S[k], _mm256_add_epi32(p0, p1));
             }
         }
-        const __m128 s = _mm_cvtepi32_ps(k_sum4(S)), m = _mm_cvtepi32_ps(k_sum4(M));
-        const __m128 dd = _mm_loadu_ps(d), dm = _mm_loadu_ps(dmin);
-        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(x->d[B]), _mm_sub_ps(_mm_mul_ps(dd, s), _mm_mul_ps(dm, m))));
+        acc = k_step(acc, x->d[B], d, dmin, S, M);
     }
     return acc;
 }
@@ -361,11 +487,12 @@ static inline __m128 k6_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int n
                 S[k] = _mm256_add_epi32(S[k], _mm256_madd_epi16(p, sc));
             }
         }
-        const __m128 s = _mm_cvtepi32_ps(k_sum4(S));
-        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(x->d[B]), _mm_mul_ps(_mm_loadu_ps(d), s)));
+        acc = k_step(acc, x->d[B], d, NULL, S, NULL);
     }
     return acc;
 }
+
+#endif
 
 static ONE_COPY void dots_k_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xq) {
     const RunRows rows = run_rows(m, step);
@@ -382,7 +509,6 @@ static ONE_COPY void dots_k_x86(float *out, const Matrix *m, int r0, int step, i
             out[r + k * step] = sums[k];
     }
 }
-#endif // !DECODE_512
 
 // x's pair of columns p (rounded to bf16) in every 32-bit lane: the word a bf16_r16 step multiplies
 // 16 rows' words by.
@@ -845,141 +971,6 @@ static ONE_COPY void dots_br16_512(float *out, const Matrix *m, int r0, int step
     }
 }
 
-// K-quants in 512-bit vectors (dots_k_x86 says what is summed; the same integers, so the same bits).
-// A 64-byte load of a q4_K or q5_K row is two 32-byte runs of qs: its low nibbles are sub-blocks 2c and
-// 2c + 2, its high ones 2c + 1 and 2c + 3, met by x's two runs of 32 for those sub-blocks; per 64
-// values vpmaddubsw makes pairs and vpdpwssd adds them times their sub-block's scale (a vector of the
-// two scales, 16 lanes each, vpermw from the eight). q6_K's 64 values per load are in order (the low
-// nibbles of 64 bytes of ql are quarters 0 and 1 of a half, the high ones 2 and 3); there is no
-// 512-bit vpsignb, so its bits go in unsigned (0-63) and the offset comes off after:
-// S = sum_g s_g sum q x - 32 sum_g s_g sum_g(x), x's sums of 16 times the scales (vpmulld).
-static inline __m256i fold512(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-// x's runs of 32 for sub-blocks a and b of block B, side by side.
-static inline __m512i x_pair(const int8_t *xq, int a, int b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + 32 * a))),
-                              _mm256_loadu_si256((const __m256i *)(xq + 32 * b)), 1);
-}
-
-static inline __m128 k45_rows_512(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
-    const size_t bytes = five ? 176 : 144;
-    const __m512i nib = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
-    // vpermw indices: the scales of sub-blocks (a, b) to lanes 0-15 and 16-31, for (0, 2), (1, 3), (4, 6), (5, 7)
-    __m512i pick[4];
-    for (int v = 0; v < 4; v++) {
-        const int a = (v / 2) * 4 + v % 2;
-        pick[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)a)), _mm256_set1_epi16((short)(a + 2)), 1);
-    }
-    // q5_K's qh bit of each: bits 2c, 2c + 2 (low nibbles) and 2c + 1, 2c + 3 (high), per half of the vector
-    const __m512i bit[4] = {_mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(4), 1),
-                            _mm512_inserti64x4(_mm512_set1_epi8(2), _mm256_set1_epi8(8), 1),
-                            _mm512_inserti64x4(_mm512_set1_epi8(16), _mm256_set1_epi8(64), 1),
-                            _mm512_inserti64x4(_mm512_set1_epi8(32), _mm256_set1_epi8((char)128), 1)};
-    __m128 acc = _mm_setzero_ps();
-    for (int B = 0; B < nsb; B++) {
-        const int8_t *xq = x->q + (size_t)B * QK_K;
-        const __m512i xv[4] = {x_pair(xq, 0, 2), x_pair(xq, 1, 3), x_pair(xq, 4, 6), x_pair(xq, 5, 7)};
-        const __m256i s16a = _mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 16));
-        const __m256i s16b = _mm256_loadu_si256((const __m256i *)(x->sum + (size_t)B * 16 + 8));
-        const __m256i xs = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s16a, s16b), 0xd8);
-        __m256i S[DOT_ROWS], M[DOT_ROWS];
-        float d[DOT_ROWS], dmin[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            const uint8_t *block = w[k].u8 + B * bytes;
-            int16_t sc[8];
-            __m256i mn;
-            k_scales8(block + QK_SCALES, sc, &mn);
-            M[k] = _mm256_mullo_epi32(mn, xs);
-            d[k] = f16_at(block), dmin[k] = f16_at(block + 2);
-            const __m512i sc8 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)sc));
-            const uint8_t *qs = block + (five ? Q5K_QS : Q4K_QS);
-            __m512i q[4];
-            for (int h = 0; h < 2; h++) {
-                const __m512i v = _mm512_loadu_si512(qs + 64 * h);
-                q[2 * h] = _mm512_and_si512(v, nib), q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            }
-            if (five) {
-                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + Q5K_QH)));
-                for (int v = 0; v < 4; v++)
-                    q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, bit[v]), q[v], sixteen);
-            }
-            __m512i sum = _mm512_setzero_si512();
-            for (int v = 0; v < 4; v++)
-                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[v], xv[v]), _mm512_permutexvar_epi16(pick[v], sc8));
-            S[k] = fold512(sum);
-        }
-        const __m128 s = _mm_cvtepi32_ps(k_sum4(S)), m = _mm_cvtepi32_ps(k_sum4(M));
-        const __m128 dd = _mm_loadu_ps(d), dm = _mm_loadu_ps(dmin);
-        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(x->d[B]), _mm_sub_ps(_mm_mul_ps(dd, s), _mm_mul_ps(dm, m))));
-    }
-    return acc;
-}
-
-static inline __m128 k6_rows_512(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb) {
-    const __m512i nib = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3);
-    // qh's bits for quarters (0, 1) and (2, 3) of a half: shifts per 64-bit lane, one per half of the vector
-    const __m512i shift[2] = {_mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6)};
-    __m512i pick[4]; // the scales of groups 4v .. 4v + 3 (16 values, 8 lanes each) for the four 64-value runs
-    for (int v = 0; v < 4; v++) {
-        int16_t idx[32];
-        for (int i = 0; i < 32; i++)
-            idx[i] = (int16_t)(4 * v + i / 8);
-        pick[v] = _mm512_loadu_si512(idx);
-    }
-    __m128 acc = _mm_setzero_ps();
-    for (int B = 0; B < nsb; B++) {
-        const int8_t *xq = x->q + (size_t)B * QK_K;
-        __m512i xv[4];
-        for (int v = 0; v < 4; v++)
-            xv[v] = _mm512_loadu_si512(xq + 64 * v);
-        const __m512i xs = _mm512_loadu_si512(x->sum + (size_t)B * 16);
-        __m256i S[DOT_ROWS];
-        float d[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++) {
-            const uint8_t *block = w[k].u8 + B * 210;
-            const __m128i s8 = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
-            const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(s8));
-            d[k] = f16_at(block + Q6K_D);
-            // the offset: 32 sum_g s_g (x's sum over g), taken off the start
-            __m512i sum = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                           _mm512_slli_epi32(_mm512_mullo_epi32(_mm512_cvtepi8_epi32(s8), xs), 5));
-            for (int h = 0; h < 2; h++) {
-                const __m512i l = _mm512_loadu_si512(block + 64 * h);
-                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + Q6K_QH + 32 * h)));
-                for (int e = 0; e < 2; e++) { // e 0: low nibbles, quarters 0, 1; e 1: high, quarters 2, 3
-                    const __m512i lo4 = _mm512_and_si512(e ? _mm512_srli_epi16(l, 4) : l, nib);
-                    const __m512i hi2 = _mm512_and_si512(_mm512_srlv_epi64(qh, shift[e]), three);
-                    const __m512i q = _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4));
-                    sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q, xv[2 * h + e]),
-                                              _mm512_permutexvar_epi16(pick[2 * h + e], sc16));
-                }
-            }
-            S[k] = fold512(sum);
-        }
-        const __m128 s = _mm_cvtepi32_ps(k_sum4(S));
-        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(x->d[B]), _mm_mul_ps(_mm_loadu_ps(d), s)));
-    }
-    return acc;
-}
-
-static ONE_COPY void dots_k_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xq) {
-    const RunRows rows = run_rows(m, step);
-    const int nsb = cols_stored(m->dtype, m->cols) / QK_K;
-    for (int r = r0; r < r0 + count; r++) {
-        Row w[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, NULL);
-        const __m128 acc = m->dtype == DTYPE_GGUF_Q6_K ? k6_rows_512(w, xq, nsb)
-                           : m->dtype == DTYPE_GGUF_Q5_K ? k45_rows_512(w, xq, nsb, 1)
-                                                         : k45_rows_512(w, xq, nsb, 0);
-        float sums[DOT_ROWS];
-        _mm_storeu_ps(sums, acc);
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] = sums[k];
-    }
-}
-
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
     case DTYPE_F32:
@@ -1000,7 +991,7 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_GGUF_Q4_K:
     case DTYPE_GGUF_Q5_K:
     case DTYPE_GGUF_Q6_K:
-        dots_k_512(out, m, r, step, count, xq);
+        dots_k_x86(out, m, r, step, count, xq);
         break;
     case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
     case DTYPE_BF16:
