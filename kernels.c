@@ -625,23 +625,17 @@ void quantize_row_q8_plain(int8_t *q, float *d, int32_t *sum, const float *x, in
 }
 
 // x for the K-quants (kernels_internal.h): one d per QK_K values, each value rounded as
-// quantize_block_q8 rounds it, and the sum of every K_SUM q; past cols, zeros.
+// quantize_block_q8 rounds it (q8_inv, q8_round), and the sum of every K_SUM q; past cols, zeros.
 static void quantize_row_q8k(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
     for (int b = 0; b * QK_K < cols; b++) {
         const int c0 = b * QK_K, len = cols - c0 < QK_K ? cols - c0 : QK_K;
-        float amax = 0;
-        for (int i = 0; i < len; i++) {
-            const float a = x[c0 + i] < 0 ? -x[c0 + i] : x[c0 + i];
-            amax = a > amax ? a : amax;
-        }
-        const float inv = amax >= 0x1p-126f ? 127 / amax : 0;
+        float amax;
+        const float inv = q8_inv(x + c0, len, &amax);
         d[b] = amax / 127;
         for (int g = 0; g < QK_K / K_SUM; g++) {
             int32_t s = 0;
             for (int i = g * K_SUM; i < (g + 1) * K_SUM; i++) {
-                float v = i < len ? x[c0 + i] * inv : 0;
-                v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f; // NaN: -127
-                const int qi = (int)(v < 0 ? v - 0.5f : v + 0.5f);
+                const int qi = q8_round(i < len ? x[c0 + i] * inv : 0);
                 q[c0 + i] = (int8_t)qi;
                 s += qi;
             }

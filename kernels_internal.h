@@ -323,24 +323,34 @@ typedef struct {
 // One block of len <= Q8_BLOCK values of x (the rest of the block is zero padding), q8_0 as kernels.c
 // describes it; here so that kernels.c (the KV cache, the plain row) and kernels_x86.c (a row's last
 // partial block) share it without calling each other.
-static inline void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len) {
-    float amax = 0;
+// The largest |x| of len values (a NaN is passed over), and 127 over it, what a block's values are
+// multiplied by: 0 for a block below the smallest normal float, which counts as zero (127 / amax
+// would be inf there).
+static inline float q8_inv(const float *x, int len, float *amax) {
+    float m = 0;
     for (int i = 0; i < len; i++) {
         float a = x[i] < 0 ? -x[i] : x[i];
-        amax = a > amax ? a : amax;
+        m = a > m ? a : m;
     }
-    // A block below the smallest normal float counts as zero (127 / amax would be inf there).
-    const float scale = amax / 127, inv = amax >= 0x1p-126f ? 127 / amax : 0;
+    *amax = m;
+    return m >= 0x1p-126f ? 127 / m : 0;
+}
+// One value times inv as its q: within [-127, 127], rounded half away from zero, like roundf. NaN
+// (from a damaged model) becomes -127: converting it to int would be undefined.
+static inline int q8_round(float v) {
+    v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f;
+    return (int)(v < 0 ? v - 0.5f : v + 0.5f);
+}
+static inline void quantize_block_q8(int8_t *q, float *d, int32_t *sum, const float *x, int len) {
+    float amax;
+    const float inv = q8_inv(x, len, &amax);
     int32_t s = 0;
     for (int i = 0; i < Q8_BLOCK; i++) {
-        float v = i < len ? x[i] * inv : 0;
-        // NaN (from a damaged model) becomes -127: converting it to int would be undefined.
-        v = v > -127.0f ? (v < 127.0f ? v : 127.0f) : -127.0f;
-        int qi = (int)(v < 0 ? v - 0.5f : v + 0.5f); // round half away from zero, like roundf
+        const int qi = q8_round(i < len ? x[i] * inv : 0);
         q[i] = (int8_t)qi;
         s += qi;
     }
-    *d = scale;
+    *d = amax / 127;
     *sum = s;
 }
 
