@@ -457,10 +457,13 @@ void rope_inv_freq(const RopeParams *p, int length, double *inv_freq, double *ms
         // wavelength lambda_i = 2*pi/theta_i, keep pairs with lambda < L/high_freq_factor,
         // divide by s those with lambda > L/low_freq_factor, blend linearly in L/lambda between.
         // From a GGUF file, the divisors this formula gave, pair by pair (rope.h, pair_divisor).
+        if (p->pair_divisor) {
+            for (int i = 0; i < half; i++)
+                inv_freq[i] /= p->pair_divisor[i];
+            break;
+        }
         const double lf = p->low_freq_factor, hf = p->high_freq_factor;
-        for (int i = 0; p->pair_divisor && i < half; i++)
-            inv_freq[i] /= p->pair_divisor[i];
-        for (int i = 0; !p->pair_divisor && i < half; i++) {
+        for (int i = 0; i < half; i++) {
             double wavelen = 2 * M_PI / inv_freq[i];
             if (wavelen > L / lf) {
                 inv_freq[i] /= s;
