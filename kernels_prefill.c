@@ -114,14 +114,20 @@ void round_f16_bf16_plain(uint16_t *to, const uint16_t *from, size_t count) {
 // integer sum at -128 * sum(qx).
 //   packed tokens   xq (cp/4, MR_Q8, 4) s8, scales xd (cp/32, MR_Q8), start values xs (cp/32, MR_Q8)
 //   packed weights  wq (kc/4, NR, 4) u8 and their scales wd (kc/32, NR)
+// Token t0 + t's q into xq (cp/4, MR_Q8, 4); a padding token (past n) as zeros, reading nothing.
+static void pack_x_token(int8_t *xq, const QuantizedRows *qx, int cp, int n, int t0, int t) {
+    const int real = t0 + t < n;
+    const int8_t *src = qx->q + (size_t)(real ? t0 + t : 0) * cp;
+    for (int k4 = 0; k4 < cp / 4; k4++)
+        for (int i = 0; i < 4; i++)
+            xq[((size_t)k4 * MR_Q8 + t) * 4 + i] = real ? src[k4 * 4 + i] : 0;
+}
+
 static void pack_x_q8(int8_t *xq, float *xd, int32_t *xs, const QuantizedRows *qx, int cp, int n, int t0) {
     const int nb = cp / Q8_BLOCK;
     for (int t = 0; t < MR_Q8; t++) {
         const int real = t0 + t < n;
-        const int8_t *src = qx->q + (size_t)(real ? t0 + t : 0) * cp; // padding tokens read nothing
-        for (int k4 = 0; k4 < cp / 4; k4++)
-            for (int i = 0; i < 4; i++)
-                xq[((size_t)k4 * MR_Q8 + t) * 4 + i] = real ? src[k4 * 4 + i] : 0;
+        pack_x_token(xq, qx, cp, n, t0, t);
         for (int b = 0; b < nb; b++) {
             const size_t at = (size_t)(t0 + t) * nb + b;
             xd[b * MR_Q8 + t] = real ? qx->d[at] : 0;
@@ -242,17 +248,14 @@ void kernel_q8_plain(float *out, size_t ldo, int nt, int nr, const int8_t *xq, c
 // q5_K 0-31, q6_K 0-63: q6_K's offset of 32 is taken off later with x's sums), by vpdpbusd's unsigned
 // side; the scales multiply each group's integer sum (kernel_k), and the mins, the offset and the
 // float step come after (k_finish), from the panel's scales:
-//   packed tokens   xq (cp/4, MR_Q8, 4) s8 as for q8_0, x's d (cp/QK_K, MR_Q8), sums (cp/K_SUM, MR_Q8)
+//   packed tokens   xq (cp/4, MR_Q8, 4) s8 as for q8_0 (pack_x_token), x's d (cp/QK_K, MR_Q8), sums (cp/K_SUM, MR_Q8)
 //   packed weights  wq (kc/4, NR, 4) u8; per row, sc (kc/group, NR), mn (kc/32, NR) (q4_K, q5_K),
 //                   d and dmin (kc/QK_K, NR) each
 static void pack_x_k(int8_t *xq, float *xd, int32_t *xs, const QuantizedRows *qx, int cp, int n, int t0) {
     const int nd = cp / QK_K, ns = cp / K_SUM;
     for (int t = 0; t < MR_Q8; t++) {
         const int real = t0 + t < n;
-        const int8_t *src = qx->q + (size_t)(real ? t0 + t : 0) * cp;
-        for (int k4 = 0; k4 < cp / 4; k4++)
-            for (int i = 0; i < 4; i++)
-                xq[((size_t)k4 * MR_Q8 + t) * 4 + i] = real ? src[k4 * 4 + i] : 0;
+        pack_x_token(xq, qx, cp, n, t0, t);
         for (int b = 0; b < nd; b++)
             xd[b * MR_Q8 + t] = real ? qx->d[(size_t)(t0 + t) * nd + b] : 0;
         for (int g = 0; g < ns; g++)
