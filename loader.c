@@ -244,6 +244,27 @@ static const struct {
     {"n_attn_temp_floor_scale", offsetof(Config, n_attn_temp_floor_scale), 'i', 1, 1 << 24},
 };
 
+#define N_HPARAMS (sizeof HPARAMS / sizeof HPARAMS[0])
+
+// The index of the hparam called name in HPARAMS; N_HPARAMS when there is none.
+static size_t hparam_index(const char *name) {
+    size_t k = 0;
+    while (k < N_HPARAMS && strcmp(HPARAMS[k].name, name))
+        k++;
+    return k;
+}
+
+// Sets hparam k of p to v. Returns NULL, or why v is not one it takes.
+static const char *hparam_set(Config *p, size_t k, double v) {
+    if (!(v >= HPARAMS[k].lo && v <= HPARAMS[k].hi)) return "is out of its range";
+    if (HPARAMS[k].type == 'i' && v != floor(v)) return "must be a whole number";
+    char *field = (char *)p + HPARAMS[k].at;
+    if (HPARAMS[k].type == 'i') *(int *)field = (int)v;
+    if (HPARAMS[k].type == 'f') *(float *)field = (float)v;
+    if (HPARAMS[k].type == 'd') *(double *)field = v;
+    return NULL;
+}
+
 // What a model is when its file says nothing more: Llama (a norm before each sublayer, SiLU, the
 // scales 1).
 static void config_defaults(Config *p) {
@@ -261,39 +282,31 @@ static int read_hparams(Config *p, const uint8_t *h, size_t size, char *why, siz
         return -1;
     }
     unsigned seen = 0; // bit k: HPARAMS[k] read
-    _Static_assert(sizeof HPARAMS / sizeof HPARAMS[0] <= 32, "seen holds a bit per hparam");
+    _Static_assert(N_HPARAMS <= 32, "seen holds a bit per hparam");
     for (int e = 0; e < p->n_hparams; e++) {
         const uint8_t *entry = h + MODEL_HEADER_SIZE + (size_t)e * HPARAM_BYTES;
         char name[HPARAM_NAME + 1] = {0};
         memcpy(name, entry, HPARAM_NAME);
         const double v = get_f64(entry, HPARAM_NAME);
-        size_t k = 0, count = sizeof HPARAMS / sizeof HPARAMS[0];
-        while (k < count && strcmp(HPARAMS[k].name, name))
-            k++;
+        const size_t k = hparam_index(name);
         int printable = strlen(name) > 0;
         for (size_t i = 0; name[i]; i++)
             printable &= name[i] > ' ' && name[i] < 127;
         for (size_t i = strlen(name); i < HPARAM_NAME; i++)
             printable &= !entry[i]; // NUL-padded
         const char *bad = !printable ? "is not a NUL-padded ASCII name"
-                          : k == count ? "is not one this program knows (hint: a newer export/export.py wrote it; "
-                                         "use that version's ./run)"
+                          : k == N_HPARAMS ? "is not one this program knows (hint: a newer export/export.py wrote it; "
+                                             "use that version's ./run)"
                           : seen >> k & 1 ? "is given twice"
-                          : !(v >= HPARAMS[k].lo && v <= HPARAMS[k].hi) ? "is out of its range"
-                          : HPARAMS[k].type == 'i' && v != floor(v) ? "must be a whole number"
-                                                                     : NULL;
+                                          : hparam_set(p, k, v);
         if (bad) {
             snprintf(why, n, "bad header: hparam %d (%s = %g) %s%s", e, printable ? name : "?", v, bad,
                      strstr(bad, "hint") ? "" : " (hint: the file is damaged or not written by export/export.py)");
-            if (k < count && strstr(bad, "range"))
+            if (k < N_HPARAMS && strstr(bad, "range"))
                 snprintf(why + strlen(why), n - strlen(why), "; its range is [%g, %g]", HPARAMS[k].lo, HPARAMS[k].hi);
             return -1;
         }
         seen |= 1u << k;
-        char *field = (char *)p + HPARAMS[k].at;
-        if (HPARAMS[k].type == 'i') *(int *)field = (int)v;
-        if (HPARAMS[k].type == 'f') *(float *)field = (float)v;
-        if (HPARAMS[k].type == 'd') *(double *)field = v;
     }
     return 0;
 }
@@ -453,24 +466,68 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // GGUF: llama.cpp's files (gguf.c reads the directory). The keys are mapped onto the same Config an
 // export gives, the tensors onto the same weights, each by its llama.cpp name; whatever the file
 // holds that this program would not run as written is refused by name, never run half-right.
-// Read so far: the llama architecture (Llama 1-3, Llama 3.1's rope_freqs included, Mistral,
-// TinyLlama), qwen2 (Qwen2, Qwen2.5: q/k/v biases) and qwen3 (q/k RMSNorm per head), their matrices
-// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, their vectors F32.
+// Read so far: llama (Llama 1-3, Llama 3.1's rope_freqs included, Mistral, TinyLlama), qwen2
+// (Qwen2, Qwen2.5: q/k/v biases), qwen3 (q/k RMSNorm per head), phi3 (Phi-3, Phi-4: q, k and v in one
+// tensor, gate and up in another, LongRoPE's factors as tensors), gemma2 and gemma3, olmo2 and granite,
+// their matrices F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, their vectors F32.
 // llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
 // this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
 // has them, the two halves of each pair apart (llama.cpp rotates them "NEOX" style): their rows are
-// permuted once at load into interleaved pairs (gguf_interleave), as export/export.py does, so that one
+// permuted once at load into interleaved pairs (gguf_made), as export/export.py does, so that one
 // rotation serves every file; the rest of the model is read in place.
-static const struct {
+// What a file does not say, llama.cpp's graph for its architecture assumes (llama-model.cpp at
+// c392e50): that is the table below. Gemma's norms are stored as 1 + w by the converter, as in our
+// files, and its embedding scale and query scale are not stored at all.
+
+// Which layers slide when the file gives {arch}.attention.sliding_window W (Config.layer_kind): none
+// (a W below the context is refused: the layers that slide are then the checkpoint's rule, which the
+// file does not carry, as Qwen2's use_sliding_window and max_window_layers), every one (Mistral's
+// and Phi-3's rule), the even ones (Gemma 2: llama.cpp's build_gemma2 and transformers' layer_types
+// alike), or five of every six, l + 1 not a multiple of 6, which also turn with the local RoPE,
+// unscaled (Gemma 3; configuration_gemma3.py, sliding_window_pattern 6).
+enum { SLIDE_NONE, SLIDE_ALL, SLIDE_EVEN, SLIDE_FIVE_OF_SIX };
+
+typedef struct {
     const char *arch; // general.architecture
     Family family;
     int halves;       // q and k rows in rotate_half order (NEOX), permuted at load
     int qkv_bias;
-    int qk_norm;      // QK_NORM_HEAD: attn_q_norm, attn_k_norm of one head each
-} GGUF_ARCHS[] = {
-    {"llama", FAMILY_LLAMA, 0, 0, QK_NORM_NONE},
-    {"qwen2", FAMILY_QWEN2, 1, 1, QK_NORM_NONE},
-    {"qwen3", FAMILY_QWEN3, 1, 0, QK_NORM_HEAD},
+    int qk_norm;      // QK_NORM_HEAD: attn_q_norm, attn_k_norm of one head each; QK_NORM_ALL: of all heads
+    int norms;        // NORM_* bits: attn_norm, post_attention_norm, ffn_norm, post_ffw_norm
+    Activation act;
+    int fused;        // attn_qkv holds q, k and v, ffn_up gate then up (Phi-3's qkv_proj, gate_up_proj)
+    int slides;       // SLIDE_*
+    int window;       // W when the file gives none (llama.cpp's default for Gemma 2); 0: none
+    int gemma;        // > 0: embeddings x sqrt(dim), scores x 1/sqrt(head_dim), or 1/sqrt(dim / heads)
+                      // with this many layers (the 27B models): llama.cpp's rule, standing in for
+                      // query_pre_attn_scalar, which the files do not carry
+} GgufArch;
+static const GgufArch GGUF_ARCHS[] = {
+    {"llama", FAMILY_LLAMA, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, SLIDE_ALL, 0, 0},
+    {"qwen2", FAMILY_QWEN2, 1, 1, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, SLIDE_NONE, 0, 0},
+    {"qwen3", FAMILY_QWEN3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA, ACT_SILU, 0, SLIDE_NONE, 0, 0},
+    {"phi3", FAMILY_PHI3, 1, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 1, SLIDE_ALL, 0, 0},
+    {"gemma2", FAMILY_GEMMA2, 1, 0, QK_NORM_NONE, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0,
+     SLIDE_EVEN, 4096, 46},
+    {"gemma3", FAMILY_GEMMA3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0,
+     SLIDE_FIVE_OF_SIX, 0, 62},
+    {"olmo2", FAMILY_OLMO2, 1, 0, QK_NORM_ALL, NORM_ATTN_POST | NORM_FFN_POST, ACT_SILU, 0, SLIDE_NONE, 0, 0},
+    {"granite", FAMILY_GRANITE, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, SLIDE_NONE, 0, 0},
+};
+
+// The keys past the shape an architecture's files carry, each onto its hparam (HPARAMS), with the
+// value llama.cpp takes when the file has none (0: the hparam's own default, Llama's).
+static const struct {
+    const char *arch, *key, *hparam;
+    double absent;
+} GGUF_HPARAMS[] = {
+    {"gemma2", "attn_logit_softcapping", "f_attn_logit_softcapping", 50},
+    {"gemma2", "final_logit_softcapping", "f_final_logit_softcapping", 30},
+    {"gemma3", "rope.freq_base_swa", "rope_freq_base_train_swa", 10000}, // the local layers' base
+    {"granite", "attention.scale", "f_attention_scale", 0},               // muP's four multipliers
+    {"granite", "embedding_scale", "f_embedding_scale", 0},
+    {"granite", "residual_scale", "f_residual_scale", 0},
+    {"granite", "logit_scale", "f_logit_scale", 0},
 };
 
 // The integer at key `{arch}.name`, in [lo, hi]: 1, 0 when absent (*v untouched), -1 with why.
@@ -557,44 +614,77 @@ static void interleave(uint8_t *to, const uint8_t *from, int n_heads, int hd, in
         }
 }
 
-// q and k of a file in halves: wq, wk, their biases and their per-head norms (one head's worth)
-// copied, interleaved, into one anonymous mapping (t->rows; as much memory as they take). Returns 0,
-// or -1 with why.
-static int gguf_interleave(Transformer *t, char *why, size_t n) {
-    const Config *p = &t->config;
-    const int rd = p->rope.rot_dims, hd = p->head_dim;
-    size_t bytes = 0;
-    for (int l = 0; l < p->n_layers; l++) {
+// The one anonymous mapping of what a GGUF file needs made at load (t->made; as much memory as the
+// pieces take, each at a multiple of 64 bytes): longrope's factors as float64 from the file's float32
+// (short, then long, `pairs` each; none when NULL), every layer's kind (Config.layer_kind; none when
+// kinds is NULL), and with halves q and k of a file in rotate_half order: wq, wk, their biases and
+// their norms copied, interleaved. Returns 0, or -1 with why.
+static int gguf_made(Transformer *t, const float *factors[2], int pairs, const int *kinds, int halves, char *why,
+                     size_t n) {
+    Config *p = &t->config;
+    const int rd = p->rope.rot_dims, hd = p->head_dim, all = p->qk_norm == QK_NORM_ALL;
+#define PIECE(bytes) (((bytes) + MODEL_ALIGN - 1) / MODEL_ALIGN * MODEL_ALIGN)
+    size_t bytes = (factors[0] ? 2 * PIECE((size_t)pairs * sizeof(double)) : 0) +
+                   (kinds ? PIECE((size_t)p->n_layers * sizeof(int)) : 0);
+    for (int l = 0; halves && l < p->n_layers; l++) {
         const LayerWeights *lw = &t->weights.layers[l];
-        bytes += matrix_data_bytes(lw->wq.dtype, lw->wq.rows, lw->wq.cols) + matrix_data_bytes(lw->wk.dtype, lw->wk.rows, lw->wk.cols);
-        bytes += p->qkv_bias ? (size_t)(lw->wq.rows + lw->wk.rows) * sizeof(float) : 0;
-        bytes += p->qk_norm == QK_NORM_HEAD ? 2 * (size_t)hd * sizeof(float) : 0;
+        bytes += PIECE(matrix_data_bytes(lw->wq.dtype, lw->wq.rows, lw->wq.cols)) +
+                 PIECE(matrix_data_bytes(lw->wk.dtype, lw->wk.rows, lw->wk.cols));
+        bytes += p->qkv_bias ? PIECE((size_t)lw->wq.rows * sizeof(float)) + PIECE((size_t)lw->wk.rows * sizeof(float)) : 0;
+        bytes += p->qk_norm ? PIECE((size_t)tensor_size(p, SIZE_QNORM) * sizeof(float)) +
+                              PIECE((size_t)tensor_size(p, SIZE_KNORM) * sizeof(float)) : 0;
     }
+    if (!bytes) return 0;
     uint8_t *at = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (at == MAP_FAILED) {
-        snprintf(why, n, "no memory for q and k in interleaved order (%.1f MiB)", bytes / 1048576.0);
+        snprintf(why, n, "no memory for what the GGUF file needs made at load (%.1f MiB)", bytes / 1048576.0);
         return -1;
     }
-    t->rows = at, t->rows_bytes = bytes;
-    for (int l = 0; l < p->n_layers; l++) {
+    t->made = at, t->made_bytes = bytes;
+    for (int k = 0; factors[0] && k < 2; k++) {
+        double *f = (double *)at;
+        for (int i = 0; i < pairs; i++)
+            f[i] = factors[k][i];
+        *(k ? &p->rope.long_factor : &p->rope.short_factor) = f;
+        at += PIECE((size_t)pairs * sizeof(double));
+    }
+    if (kinds) {
+        memcpy(at, kinds, (size_t)p->n_layers * sizeof(int));
+        p->layer_kind = (const int *)at;
+        at += PIECE((size_t)p->n_layers * sizeof(int));
+    }
+    for (int l = 0; halves && l < p->n_layers; l++) {
         LayerWeights *lw = &t->weights.layers[l];
         Matrix *m[2] = {&lw->wq, &lw->wk};
         const float **bias[2] = {&lw->bq, &lw->bk}, **norm[2] = {&lw->q_norm, &lw->k_norm};
         for (int k = 0; k < 2; k++) {
             const int heads = k ? p->n_kv_heads : p->n_heads;
             interleave(at, m[k]->data, heads, hd, rd, matrix_data_bytes(m[k]->dtype, 1, m[k]->cols));
-            m[k]->data = at, at += matrix_data_bytes(m[k]->dtype, m[k]->rows, m[k]->cols);
-            if (p->qk_norm == QK_NORM_HEAD) { // each weight stays with its coordinate
-                interleave(at, (const uint8_t *)*norm[k], 1, hd, rd, sizeof(float));
-                *norm[k] = (const float *)at, at += (size_t)hd * sizeof(float);
+            m[k]->data = at, at += PIECE(matrix_data_bytes(m[k]->dtype, m[k]->rows, m[k]->cols));
+            if (p->qk_norm) { // each weight stays with its coordinate: one head's, or every head's
+                interleave(at, (const uint8_t *)*norm[k], all ? heads : 1, hd, rd, sizeof(float));
+                *norm[k] = (const float *)at, at += PIECE((size_t)(all ? heads : 1) * hd * sizeof(float));
             }
             if (!p->qkv_bias) continue;
             interleave(at, (const uint8_t *)*bias[k], heads, hd, rd, sizeof(float));
-            *bias[k] = (const float *)at, at += (size_t)heads * hd * sizeof(float);
+            *bias[k] = (const float *)at, at += PIECE((size_t)heads * hd * sizeof(float));
         }
     }
+#undef PIECE
     return 0;
 }
+
+// Phi-3's fused matrices (modeling_phi3.py: qkv_proj; gate_up_proj, whose chunk(2) puts gate first):
+// the tensor, and the LayerWeights its rows go to, in order, with their sizes (tensor_size).
+static const struct {
+    const char *gguf;
+    size_t at[3];
+    int rows[3], parts;
+} FUSED[] = {
+    {"attn_qkv.weight", {offsetof(LayerWeights, wq), offsetof(LayerWeights, wk), offsetof(LayerWeights, wv)},
+     {SIZE_Q, SIZE_KV, SIZE_KV}, 3},
+    {"ffn_up.weight", {offsetof(LayerWeights, w1), offsetof(LayerWeights, w3)}, {SIZE_H, SIZE_H}, 2},
+};
 
 static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why, size_t n) {
     Config *p = &t->config;
@@ -620,20 +710,24 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         kind++;
     if (kind == kinds) {
         snprintf(why, n, "GGUF architecture \"%.*s\" is not one this program reads from GGUF yet (it reads llama, "
-                 "qwen2 and qwen3; " GGUF_HINT ")", (int)(arch_len < 40 ? arch_len : 40), arch);
+                 "qwen2, qwen3, phi3, gemma2, gemma3, olmo2 and granite; " GGUF_HINT ")",
+                 (int)(arch_len < 40 ? arch_len : 40), arch);
         goto done;
     }
+    const GgufArch *A = &GGUF_ARCHS[kind];
     int experts = 0;
     if (arch_int(&g, a, "expert_count", 0, 1 << 20, &experts, why, n) < 0) goto done;
     if (experts > 0) {
         snprintf(why, n, "GGUF model with %d experts (mixture of experts), which this program does not run", experts);
         goto done;
     }
-    p->version = 3; // what an export of the same checkpoint reads as (model.h)
     p->gguf = (int)g.version;
-    p->family = GGUF_ARCHS[kind].family;
-    p->qkv_bias = GGUF_ARCHS[kind].qkv_bias;
-    p->qk_norm = GGUF_ARCHS[kind].qk_norm;
+    p->family = A->family;
+    p->version = p->family >= FAMILY_GEMMA2 ? 4 : 3; // what an export of the same checkpoint reads as (model.h)
+    p->qkv_bias = A->qkv_bias;
+    p->qk_norm = A->qk_norm;
+    p->norms = A->norms;
+    p->act = A->act;
     p->n_kv_heads = 0, p->head_dim = 0, p->n_ctx_max = 0;
     if (arch_int(&g, a, "embedding_length", 1, 65536, &p->dim, why, n) != 1 ||
         arch_int(&g, a, "feed_forward_length", 1, 1 << 20, &p->hidden_dim, why, n) != 1 ||
@@ -661,6 +755,23 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
                  value_length, p->head_dim);
         goto done;
     }
+    // What the layers do besides Llama's: the keys the architecture's files carry, then Gemma's scales
+    for (size_t i = 0; i < sizeof GGUF_HPARAMS / sizeof GGUF_HPARAMS[0]; i++) {
+        if (strcmp(GGUF_HPARAMS[i].arch, a)) continue;
+        double v = GGUF_HPARAMS[i].absent;
+        if (arch_real(&g, a, GGUF_HPARAMS[i].key, &v, why, n) < 0) goto done;
+        const size_t k = hparam_index(GGUF_HPARAMS[i].hparam);
+        const char *bad = v ? hparam_set(p, k, v) : NULL;
+        if (bad) {
+            snprintf(why, n, "bad GGUF: %s.%s %g %s [%g, %g] (hint: the file is damaged)", a, GGUF_HPARAMS[i].key, v,
+                     bad, HPARAMS[k].lo, HPARAMS[k].hi);
+            goto done;
+        }
+    }
+    if (A->gemma) {
+        p->f_embedding_scale = sqrtf((float)p->dim); // Gemma2Model: in the model's float type
+        p->f_attention_scale = (float)(1 / sqrt(p->n_layers == A->gemma ? p->dim / p->n_heads : p->head_dim));
+    }
     // rope.scaling.type: none; linear (position interpolation by factor); yarn, read as Hugging Face
     // reads a rope_scaling of that type (factor, original_max_position_embeddings; beta_fast and
     // beta_slow from llama.cpp's yarn_beta_* keys; attention factor the paper's 0.1 ln s + 1, which
@@ -680,44 +791,48 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         goto done;
     }
     double factor = 1, attn = 1, beta_fast = 0, beta_slow = 0;
-    int orig = p->n_ctx_max;
+    int orig = p->n_ctx_max, has_attn;
     if (mode != ROPE_SCALING_NONE && (arch_real(&g, a, "rope.scaling.factor", &factor, why, n) != 1 || factor < 1)) {
         if (!*why)
             snprintf(why, n, "bad GGUF: RoPE scaling %.*s needs %s.rope.scaling.factor >= 1", (int)scaling_len, scaling, a);
         goto done;
     }
     if (arch_int(&g, a, "rope.scaling.original_context_length", 1, 1 << 24, &orig, why, n) < 0 ||
-        arch_real(&g, a, "rope.scaling.attn_factor", &attn, why, n) < 0 ||
+        (has_attn = arch_real(&g, a, "rope.scaling.attn_factor", &attn, why, n)) < 0 ||
         arch_real(&g, a, "rope.scaling.yarn_beta_fast", &beta_fast, why, n) < 0 ||
         arch_real(&g, a, "rope.scaling.yarn_beta_slow", &beta_slow, why, n) < 0)
         goto done;
-    if (attn != 1) {
+    // The scalings written as tensors: rope_freqs.weight, how llama.cpp's converter writes a llama3
+    // rope_scaling (Llama 3.1, 3.2): no rope.scaling.* keys, and per pair the divisor Meta's bands give
+    // its frequency (1, the factor, or the blend between), read as llama3 with those divisors (rope.h,
+    // pair_divisor; the file's context_length is then L, the context they were made for); and
+    // rope_factors_short.weight and rope_factors_long.weight, Phi-3's LongRoPE factors (one per pair
+    // each), with rope.scaling.original_context_length L and the attention factor it was given
+    // (rope.scaling.attn_factor), read as longrope stretched by context_length / L (Phi3's config).
+    const GgufTensor *freqs = gguf_tensor(&g, "rope_freqs.weight");
+    const GgufTensor *lambda[2] = {gguf_tensor(&g, "rope_factors_short.weight"), gguf_tensor(&g, "rope_factors_long.weight")};
+    if ((freqs || lambda[0] || lambda[1]) && mode != ROPE_SCALING_NONE) {
+        snprintf(why, n, "bad GGUF: both %s \"%.*s\" and the per-pair tensor %s; one RoPE scaling is run at a time "
+                 "(hint: the file is damaged)", name, (int)scaling_len, scaling,
+                 freqs ? "rope_freqs.weight" : "rope_factors_short/long.weight");
+        goto done;
+    }
+    if (freqs && (lambda[0] || lambda[1])) {
+        snprintf(why, n, "bad GGUF: both rope_freqs.weight and LongRoPE's factors (hint: the file is damaged)");
+        goto done;
+    }
+    if (!lambda[0] != !lambda[1]) {
+        snprintf(why, n, "bad GGUF: LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight, and "
+                 "the file has one (hint: the file is damaged)");
+        goto done;
+    }
+    if (freqs) mode = ROPE_SCALING_LLAMA3;
+    if (lambda[0]) mode = ROPE_SCALING_LONGROPE, factor = (double)p->n_ctx_max / orig;
+    if (has_attn && attn != 1 && mode != ROPE_SCALING_LONGROPE) {
         snprintf(why, n, "GGUF %s.rope.scaling.attn_factor %g is not read from GGUF yet (1, the default, is; " GGUF_HINT ")",
                  a, attn);
         goto done;
     }
-    // A window on the layers: llama.cpp c392e50's converter writes none for these architectures, and
-    // reading one needs the checkpoint's rule for which layers slide (Mistral: all; Qwen2: only with
-    // use_sliding_window, from max_window_layers on), which the file does not carry: refused unless
-    // it covers the whole context, where it changes nothing.
-    int window = 0;
-    if (arch_int(&g, a, "attention.sliding_window", 0, INT32_MAX, &window, why, n) < 0) goto done;
-    if (window > 0 && window < p->n_ctx_max) {
-        snprintf(why, n, "GGUF %s.attention.sliding_window %d (below its context_length %d) is not read from GGUF "
-                 "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
-        goto done;
-    }
-    // rope_freqs.weight: how llama.cpp's converter writes a llama3 rope_scaling (Llama 3.1, 3.2): no
-    // rope.scaling.* keys, and per pair the divisor Meta's bands give its frequency (1, the factor, or
-    // the blend between). Read as llama3 with those divisors (rope.h, pair_divisor); the file's
-    // context_length is then L, the context the divisors were made for.
-    const GgufTensor *freqs = gguf_tensor(&g, "rope_freqs.weight");
-    if (freqs && mode != ROPE_SCALING_NONE) {
-        snprintf(why, n, "bad GGUF: both %s \"%.*s\" and the per-pair divisors rope_freqs.weight; one RoPE scaling "
-                 "is run at a time (hint: the file is damaged)", name, (int)scaling_len, scaling);
-        goto done;
-    }
-    if (freqs) mode = ROPE_SCALING_LLAMA3;
     p->norm_eps = (float)(eps ? eps : 1e-5);
     p->rope = (RopeParams){
         .mode = mode,
@@ -726,9 +841,30 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         .orig_ctx = mode != ROPE_SCALING_NONE ? orig : p->n_ctx_max,
         .base = base,
         .factor = factor,
+        .attn_factor = mode == ROPE_SCALING_LONGROPE && has_attn ? attn : 0,
         .beta_fast = mode == ROPE_SCALING_YARN ? beta_fast : 0,
         .beta_slow = mode == ROPE_SCALING_YARN ? beta_slow : 0,
     };
+    // The window and the layers that slide (SLIDE_* above); Gemma 3's local layers turn at their own base
+    int window = A->window, layer_kind[1024] = {0}, slides = 0;
+    if (arch_int(&g, a, "attention.sliding_window", 0, 1 << 24, &window, why, n) < 0) goto done;
+    if (A->slides == SLIDE_NONE && window > 0 && window < p->n_ctx_max) {
+        snprintf(why, n, "GGUF %s.attention.sliding_window %d (below its context_length %d) is not read from GGUF "
+                 "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
+        goto done;
+    }
+    if (A->slides == SLIDE_FIVE_OF_SIX && window == 0) {
+        snprintf(why, n, "bad GGUF: a %s model needs %s.attention.sliding_window, the window of its local layers "
+                 "(hint: the file is damaged)", a, a);
+        goto done;
+    }
+    for (int l = 0; A->slides != SLIDE_NONE && window > 0 && l < p->n_layers; l++) {
+        const int local = A->slides == SLIDE_ALL || (A->slides == SLIDE_EVEN && l % 2 == 0) ||
+                          (A->slides == SLIDE_FIVE_OF_SIX && (l + 1) % 6);
+        layer_kind[l] = local ? LAYER_SLIDING | (A->slides == SLIDE_FIVE_OF_SIX ? LAYER_ROPE_SWA : 0) : 0;
+        slides += local;
+    }
+    p->sliding_window = slides ? window : 0;
     const GgufTensor *emb = gguf_tensor(&g, "token_embd.weight");
     if (!emb) {
         snprintf(why, n, "bad GGUF: no tensor token_embd.weight (hint: the file is damaged)");
@@ -764,10 +900,23 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     *why = 0;
     TransformerWeights *w = &t->weights;
     w->token_embedding = gguf_matrix(&g, "token_embd.weight", 1, p->vocab_size, p->dim, used, why, n);
-    for (int l = 0; l < p->n_layers && !*why; l++)
+    for (int l = 0; l < p->n_layers && !*why; l++) {
+        for (size_t f = 0; A->fused && f < sizeof FUSED / sizeof FUSED[0] && !*why; f++) { // each part a run of rows
+            int rows = 0;
+            for (int i = 0; i < FUSED[f].parts; i++)
+                rows += tensor_size(p, FUSED[f].rows[i]);
+            snprintf(name, sizeof name, "blk.%d.%s", l, FUSED[f].gguf);
+            Matrix m = gguf_matrix(&g, name, 1, rows, p->dim, used, why, n);
+            for (int i = 0; i < FUSED[f].parts && m.data; i++) {
+                Matrix *part = (Matrix *)((char *)&w->layers[l] + FUSED[f].at[i]);
+                *part = m, part->rows = tensor_size(p, FUSED[f].rows[i]);
+                m.data = (const uint8_t *)m.data + matrix_data_bytes(m.dtype, part->rows, m.cols);
+            }
+        }
         for (int i = 0; i < N_LAYER_TENSORS && !*why; i++) {
-            if (!has_tensor(p, LAYER_TENSORS[i].when)) continue;
             char *field = (char *)&w->layers[l] + LAYER_TENSORS[i].at;
+            if (!has_tensor(p, LAYER_TENSORS[i].when) || (LAYER_TENSORS[i].matrix && ((Matrix *)field)->data))
+                continue; // not in this model, or a part of a fused one
             snprintf(name, sizeof name, "blk.%d.%s", l, LAYER_TENSORS[i].gguf);
             const Matrix m = gguf_matrix(&g, name, LAYER_TENSORS[i].matrix, tensor_size(p, LAYER_TENSORS[i].rows),
                                          tensor_size(p, LAYER_TENSORS[i].cols), used, why, n);
@@ -776,15 +925,21 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
             else
                 *(const float **)field = m.data;
         }
+    }
     if (!*why) w->rms_final = gguf_matrix(&g, "output_norm.weight", 0, p->dim, 0, used, why, n).data;
     if (!*why && freqs) p->rope.pair_divisor = gguf_matrix(&g, "rope_freqs.weight", 0, p->rope.rot_dims / 2, 0, used, why, n).data;
+    const float *factors[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && !*why && lambda[0]; k++)
+        factors[k] = gguf_matrix(&g, k ? "rope_factors_long.weight" : "rope_factors_short.weight", 0,
+                                 p->rope.rot_dims / 2, 0, used, why, n).data;
     if (!*why) w->wcls = p->shared_classifier ? w->token_embedding
                                               : gguf_matrix(&g, "output.weight", 1, p->vocab_size, p->dim, used, why, n);
     for (size_t i = 0; i < g.n_tensors && !*why; i++)
         if (!used[i])
             snprintf(why, n, "GGUF tensor %.*s is not one this program reads for a %s model: it would run without it "
                      "(" GGUF_HINT ")", (int)(g.tensors[i].name_len < 64 ? g.tensors[i].name_len : 64), g.tensors[i].name, a);
-    if (*why || (GGUF_ARCHS[kind].halves && gguf_interleave(t, why, n))) goto done;
+    if (*why || gguf_made(t, factors, p->rope.rot_dims / 2, p->sliding_window ? layer_kind : NULL, A->halves, why, n))
+        goto done;
     p->dtype = w->layers[0].wq.dtype; // what the banner names; each matrix has its own (a Q8_0 file's F16 rows)
     t->weight_bytes = 0;
     for (size_t i = 0; i < g.n_tensors; i++)

@@ -314,7 +314,7 @@ void transformer_free(Transformer *t) {
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
     if (t->copy) munmap(t->copy, t->copy_bytes);
-    if (t->rows) munmap(t->rows, t->rows_bytes);
+    if (t->made) munmap(t->made, t->made_bytes);
     memset(t, 0, sizeof(*t));
 }
 

@@ -300,8 +300,9 @@ typedef struct {
     size_t map_size;
     void *copy; // the matrices copied into another layout (transformer_copy_weights); else NULL
     size_t copy_bytes;
-    void *rows; // q and k of a GGUF file in rotate_half order, interleaved at load (loader.c); else NULL
-    size_t rows_bytes;
+    void *made; // what a GGUF file needs made at load (loader.c, gguf_made): q and k interleaved, the
+                // layers' kinds, longrope's factors as float64; else NULL
+    size_t made_bytes;
     size_t weight_bytes; // bytes of tensors in the file
     size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
 } Transformer;

@@ -333,6 +333,38 @@ def gguf_seeds():
     # Llama 3.1's RoPE as llama.cpp's converter writes it: a divisor per pair of the 16-wide heads
     divisors = [("rope_freqs.weight", [8], 0, np.array([1, 1, 1.5, 2, 3, 4, 4, 4], np.float32).tobytes())]
     seeds["ok-rope-freqs.gguf"] = gguf_file(meta, tensors("f16") + divisors)
+    # The other architectures (loader.c, GGUF_ARCHS): the same llama renamed, with what each adds
+    def renamed(arch, extra):
+        return [(k.replace("llama.", arch + "."), kind, arch if k == "general.architecture" else v)
+                for k, kind, v in meta] + [(k, kind, v) for k, kind, v in extra]
+
+    def vector(name, n):
+        return (name, [n], 0, (rng.standard_normal(n) * 0.1 + 1).astype(np.float32).tobytes())
+
+    plain = {name: (name, ne, kind, data) for name, ne, kind, data in tensors("f16")}
+    fused = [t for name, t in plain.items() if name not in ("blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                                                            "blk.0.attn_v.weight", "blk.0.ffn_gate.weight",
+                                                            "blk.0.ffn_up.weight")]
+    fused += [("blk.0.attn_qkv.weight", [32, 64], 1, rng.standard_normal((64, 32)).astype(np.float16).tobytes()),
+              ("blk.0.ffn_up.weight", [32, 128], 1, rng.standard_normal((128, 32)).astype(np.float16).tobytes()),
+              vector("rope_factors_short.weight", 8), vector("rope_factors_long.weight", 8)]
+    seeds["ok-phi3-f16.gguf"] = gguf_file(renamed("phi3", [("phi3.attention.sliding_window", "u32", 32),
+                                                           ("phi3.rope.scaling.original_context_length", "u32", 16),
+                                                           ("phi3.rope.scaling.attn_factor", "f32", 1.2)]), fused)
+    post = [vector("blk.0.post_attention_norm.weight", 32), vector("blk.0.post_ffw_norm.weight", 32)]
+    seeds["ok-gemma2-f16.gguf"] = gguf_file(renamed("gemma2", [("gemma2.attn_logit_softcapping", "f32", 50.0),
+                                                               ("gemma2.attention.sliding_window", "u32", 8)]),
+                                            tensors("f16") + post)
+    seeds["ok-gemma3-q8_0.gguf"] = gguf_file(renamed("gemma3", [("gemma3.attention.sliding_window", "u32", 8),
+                                                                ("gemma3.rope.scaling.type", "str", "linear"),
+                                                                ("gemma3.rope.scaling.factor", "f32", 8.0)]),
+                                             tensors("q8_0") + post + norms)
+    olmo2 = [t for t in tensors("f32") if "attn_norm" not in t[0] and "ffn_norm" not in t[0]]
+    seeds["ok-olmo2-f32.gguf"] = gguf_file(renamed("olmo2", []), olmo2 + post + [
+        vector("blk.0.attn_q_norm.weight", 32), vector("blk.0.attn_k_norm.weight", 16)])
+    seeds["ok-granite-q4_0.gguf"] = gguf_file(renamed("granite", [
+        ("granite.attention.scale", "f32", 0.05), ("granite.embedding_scale", "f32", 12.0),
+        ("granite.residual_scale", "f32", 0.22), ("granite.logit_scale", "f32", 8.0)]), tensors("q4_0"))
     seeds["ok-vocab-only.gguf"] = gguf_file(vocab_meta, [])
     byte_level = json.loads(tiny_tokenizer({"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
                                            added=[("<|eot|>", True, False, False)]))

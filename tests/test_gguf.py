@@ -40,6 +40,12 @@ LLAMA2_VOCAB = GGUF / "llama2-vocab.gguf"       # data/llama2/tokenizer.model, -
 QWEN2_F32 = GGUF / "qwen2-tied-f32.gguf"        # data/families/qwen2-tied (config in 4.x form), --outtype f32
 QWEN3_F32 = GGUF / "qwen3-yarn-f32.gguf"        # data/families/qwen3-yarn written by llama.cpp's gguf-py
 STORIES_LLAMA3 = GGUF / "stories260K-llama3-f16.gguf"  # llama3_checkpoint() below, --outtype f16
+PHI3_F16 = GGUF / "phi3-longrope-f16.gguf"      # phi3_checkpoint() below, --outtype f16
+GEMMA2_F16 = GGUF / "gemma2-softcap-f16.gguf"   # data/families2/gemma2-softcap, --outtype f16
+OLMO2_F16 = GGUF / "olmo2-postnorm-f16.gguf"    # data/families2/olmo2-postnorm (vocabulary: its tokenizer.model)
+GRANITE_F16 = GGUF / "granite-mup-f16.gguf"     # data/families2/granite-mup, --outtype f16
+GEMMA3_F16 = GGUF / "gemma3-two-bases-f16.gguf"  # data/families2/gemma3-two-bases, written with gguf-py
+GEMMA3_LINEAR_F16 = GGUF / "gemma3-linear-global-f16.gguf"  # data/families2/gemma3-linear-global, the same way
 
 
 # --- An independent reader: the GGUF format in Python (lrun/gguf_file.py reads it) ---------------
@@ -230,14 +236,15 @@ def test_banner_names_every_matrix_type(c_tools, gguf, types):
 
 
 def interleave_in_file(src, dst, names, heads, head_dim):
-    """A copy of the F32 GGUF src with the rows of the named tensors put in interleaved pairs already
-    (export.py's interleave_rows), so that the loader's own permutation comes on top."""
+    """A copy of the F32 or F16 GGUF src with the rows of the named tensors (or the values of a vector) put
+    in interleaved pairs already (export.py's interleave_rows), so that the loader's own permutation
+    comes on top."""
     raw = bytearray(src.read_bytes())
     meta, tensors = read_gguf(src)
     for name, n in zip(names, heads):
         kind, ne, data = tensors[name]
-        assert kind == 0
-        x = np.frombuffer(data, "<f4", int(np.prod(ne))).reshape(n, 2, head_dim // 2, -1)
+        assert kind in (0, 1)
+        x = np.frombuffer(data, "<f4" if kind == 0 else "<f2", int(np.prod(ne))).reshape(n, 2, head_dim // 2, -1)
         at = len(raw) - len(data)
         raw[at:at + x.nbytes] = x.swapaxes(1, 2).tobytes()
     dst.write_bytes(bytes(raw))
@@ -510,15 +517,146 @@ def with_uint32(src, dst, key, value):
 
 
 def test_sliding_window_key(c_tools, tmp_path):
-    """{arch}.attention.sliding_window below context_length is refused by name (the file does not say
-    which layers slide); one that covers the context changes nothing and runs, the same perplexity
-    (control: the padded copy itself loads, so the refusal is the key's)."""
-    narrow = with_uint32(TINY64_F16, tmp_path / "w256.gguf", "llama.attention.sliding_window", 256)
-    err = run_refused(narrow)
-    assert "GGUF llama.attention.sliding_window 256 (below its context_length 512) is not read from GGUF yet" in err, err
+    """{arch}.attention.sliding_window W: a llama slides in every layer (Mistral's rule, as export.py reads
+    a mistral config), so W = 64 on tiny64x512 gives the perplexity of our export of its checkpoint made
+    a Mistral with sliding_window 64 (1e-5 relative; control: the file without the key, 100x that
+    away). A qwen2 file's W below its context is refused by name: Qwen2 slides only some layers, by
+    use_sliding_window and max_window_layers, which the file does not carry."""
+    narrow = with_uint32(TINY64_F16, tmp_path / "w64.gguf", "llama.attention.sliding_window", 64)
+    hf = tmp_path / "mistral"
+    shutil.copytree(DATA / "tiny64x512-hf", hf)
+    config = json.loads((hf / "config.json").read_text())
+    config.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=64)
+    (hf / "config.json").write_text(json.dumps(config, indent=2))
+    assert run_export(hf, tmp_path / "mistral.bin", "--dtype", "f16").returncode == 0
+    theirs, banner = run_ppl(narrow, "--threads", 1)
+    mine, _ = run_ppl(tmp_path / "mistral.bin", "-z", DATA / "tiny64x512-hf" / "tokenizer.model", "--threads", 1)
+    whole, _ = run_ppl(TINY64_F16, "--threads", 1)
+    print(f"llama GGUF with sliding_window 64: perplexity {theirs:.6f}, our Mistral export {mine:.6f}; "
+          f"control (no window) {whole:.6f}")
+    assert "every layer sees the last 64 positions (sliding window)" in banner, banner
+    assert abs(theirs - mine) <= 1e-5 * mine and abs(whole - mine) > 1e-3 * mine
+    qwen2 = with_uint32(QWEN2_F32, tmp_path / "q.gguf", "qwen2.attention.sliding_window", 64)
+    err = run_refused(qwen2)
+    assert "GGUF qwen2.attention.sliding_window 64 (below its context_length" in err and "is not read from GGUF yet: " \
+        "the file does not say which layers slide" in err, err
     assert "hint: convert the Hugging Face checkpoint with export/export.py instead" in err
-    wide = with_uint32(TINY64_F16, tmp_path / "w512.gguf", "llama.attention.sliding_window", 512)
-    assert run_ppl(wide)[0] == run_ppl(TINY64_F16)[0]
+
+
+# --- Phi-3 and the families whose layers differ ---------------------------------------------------
+
+def hub_logits(case):
+    """data/families2's stored ids and rows of a case, and transformers 5.17's own logits there."""
+    d, ids, rows, theirs = case_data(DATA / "families2", case)
+    return d, ids, rows, np.fromfile(DATA / "families2-hf" / "hub-form" / f"{case}.bin", np.float32).reshape(theirs.shape)
+
+
+def float_bytes(x):
+    return struct.pack("<f", x)
+
+
+@pytest.mark.parametrize("gguf,case", [(OLMO2_F16, "olmo2-postnorm"), (GRANITE_F16, "granite-mup"),
+                                       (GEMMA3_F16, "gemma3-two-bases")])
+def test_families_equal_transformers(c_tools, tmp_path, gguf, case):
+    """OLMo 2 (norms after each sublayer only, q/k RMSNorm over the whole projection: its weights
+    interleaved with the rows at load), Granite (muP's four scales from granite.attention.scale,
+    embedding_scale, residual_scale, logit_scale) and Gemma 3's 1B recipe (5 local layers : 1 global,
+    window 32, the local RoPE at base 10000 and the global at 1e6, per-head q/k norms, 1 + w norms),
+    converted from data/families2's checkpoints, against the logits transformers 5.17 computed for those
+    checkpoints (families2-hf/hub-form): the bound of tests/test_families2.py, 1e-4 of the largest logit
+    (F16 weights: a few dozen of the BF16 checkpoints' smallest values are not exact in F16). Control,
+    the feature the architecture reads from its own row of loader.c's tables or keys must miss by 100x
+    the bound: OLMo 2's attn_q_norm left in the order the rows are permuted to, Granite's
+    residual_scale 1, Gemma 3's layer 0 q and k rows interleaved twice."""
+    d, ids, rows, hub = hub_logits(case)
+    diff = rel(ours(gguf, d / "ids.bin", len(ids), tmp_path)[rows], hub)
+    if case == "olmo2-postnorm":
+        wrong = interleave_in_file(gguf, tmp_path / "w.gguf", ["blk.0.attn_q_norm.weight"], [2], 32)
+    elif case == "granite-mup":
+        wrong = patched(tmp_path, gguf, float_bytes(0.22), float_bytes(1.0))
+    else:
+        wrong = interleave_in_file(gguf, tmp_path / "w.gguf", ["blk.0.attn_q.weight", "blk.0.attn_k.weight"], [2, 1], 32)
+    miss = rel(ours(wrong, d / "ids.bin", len(ids), tmp_path)[rows], hub)
+    print(f"{case} GGUF: {len(rows)} rows of {len(ids)}, max |ours - transformers| / max |logit| {diff:.2e}; "
+          f"control {miss:.2e}")
+    assert diff < 1e-4 and miss > 1e-2
+
+
+def with_config(src, out, **changes):
+    """A copy of the checkpoint folder src at out with its config.json's keys changed."""
+    shutil.copytree(src, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(changes)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def test_gemma_query_scale_and_layers(c_tools, tmp_path):
+    """Gemma 2 and 3 files do not carry query_pre_attn_scalar: llama.cpp scales the scores by
+    1/sqrt(head_dim), or 1/sqrt(dim / heads) in the 27B models (46 and 62 layers), and so does loader.c.
+    So a Gemma 2 GGUF (norms before and after both sublayers, softcaps 50 and 30, layers 0 and 2 sliding
+    at 48) and a Gemma 3 one with a linear x8 on its global layer only equal our f16 exports of their
+    checkpoints with query_pre_attn_scalar set to head_dim (32), to 1e-5 of the largest logit, and miss
+    transformers' logits of the checkpoints as they are (24, 48): by far more, which is why the banner
+    prints the scale. Controls: the Gemma 2 window widened to the whole context, the Gemma 3 factor
+    made 1, each 100x the bound away."""
+    for gguf, case, key, control in [(GEMMA2_F16, "gemma2-softcap", b"gemma2.attention.sliding_window",
+                                      (struct.pack("<II", 4, 48), struct.pack("<II", 4, 256))),
+                                     (GEMMA3_LINEAR_F16, "gemma3-linear-global", b"gemma3.rope.scaling.factor",
+                                      (struct.pack("<I", 6) + float_bytes(8.0), struct.pack("<I", 6) + float_bytes(1.0)))]:
+        d, ids, rows, hub = hub_logits(case)
+        hf = with_config(DATA / "families2" / case, tmp_path / case, query_pre_attn_scalar=32)
+        assert run_export(hf, tmp_path / f"{case}.bin", "--dtype", "f16").returncode == 0
+        theirs = ours(gguf, d / "ids.bin", len(ids), tmp_path)
+        mine = ours(tmp_path / f"{case}.bin", d / "ids.bin", len(ids), tmp_path)
+        wrong = patched(tmp_path, gguf, key + control[0], key + control[1])
+        diff, miss = rel(theirs, mine), rel(ours(wrong, d / "ids.bin", len(ids), tmp_path), mine)
+        scalar = rel(theirs[rows], hub)
+        print(f"{case} GGUF: max |ours - our export (query_pre_attn_scalar 32)| / max |logit| {diff:.2e}; control "
+              f"{miss:.2e}; transformers with the checkpoint's own scalar {scalar:.2e}")
+        assert diff < 1e-5 and miss > 1e-3 and scalar > 1e-3
+    proc = subprocess.run([str(REPO / "run"), str(GEMMA2_F16), "-n", "1", "-i", "a"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "scores x 0.176777, scores capped at 50, logits capped at 30" in proc.stderr
+    assert "layers 0, 2 see the last 48 positions (sliding window), the others all" in proc.stderr, proc.stderr
+
+
+def phi3_checkpoint(out):
+    """data/families/phi3-longrope-short as PHI3_F16 was converted from it: its config.json in the 4.x form
+    llama.cpp's converter of that date reads (rope_theta and rope_scaling at the top), the whole head
+    turning (that converter writes head_dim / 2 factors: partial rotary came later), 16 short factors
+    1 .. 1.75 and 16 long ones 1 .. 8.5, and a sliding window of 96; the same weights."""
+    shutil.copytree(DATA / "families" / "phi3-longrope-short", out)
+    config = json.loads((out / "config.json").read_text())
+    rope = config.pop("rope_parameters")
+    config.update(rope_theta=rope["rope_theta"], partial_rotary_factor=1.0, sliding_window=96,
+                  rope_scaling={"type": "longrope", "short_factor": [1 + 0.05 * i for i in range(16)],
+                                "long_factor": [1 + 0.5 * i for i in range(16)]})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def test_phi3_fused_longrope(c_tools, tmp_path):
+    """Phi-3 as llama.cpp's converter writes it: q, k and v in one tensor (attn_qkv), gate and up in
+    another (ffn_up), LongRoPE as the tensors rope_factors_short/long with rope.scaling.attn_factor and
+    original_context_length 256, a sliding window of 96 in every layer. Against our f16 export of the
+    checkpoint it came from, at 200 tokens (short factors) and 600 (long ones, past L): within 1e-5 of
+    the largest logit (the file's factors are float32, ours float64). Control: the long factors made 1
+    in the file must miss at 600 by 100x that."""
+    assert run_export(phi3_checkpoint(tmp_path / "hf"), tmp_path / "phi3.bin", "--dtype", "f16").returncode == 0
+    _, tensors = read_gguf(PHI3_F16)
+    long = bytes(tensors["rope_factors_long.weight"][2][:64])
+    wrong = patched(tmp_path, PHI3_F16, long, np.ones(16, "<f4").tobytes())
+    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), 600).astype("<i4")
+    for n in (200, 600):
+        ids[:n].tofile(tmp_path / "ids.bin")
+        theirs, mine = (ours(m, tmp_path / "ids.bin", n, tmp_path) for m in (PHI3_F16, tmp_path / "phi3.bin"))
+        diff = rel(theirs, mine)
+        miss = rel(ours(wrong, tmp_path / "ids.bin", n, tmp_path), mine)
+        print(f"phi3 GGUF, {n} tokens: max |ours - our export| / max |logit| {diff:.2e}; control (long factors 1) {miss:.2e}")
+        assert diff < 1e-5 and (n < 256 or miss > 1e-3)
+    proc = subprocess.run([str(REPO / "run"), str(PHI3_F16), "-n", "1", "-i", "a"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "rope: longrope, base 10000 (short factors up to L, long ones past it), factor 4, " \
+        "trained context L = 256, attention factor 1.11803" in proc.stderr, proc.stderr
 
 
 # --- Llama 3.1's RoPE: rope_freqs.weight ---------------------------------------------------------
