@@ -10,6 +10,8 @@ each needs is read from config.json as transformers 4.x and 5.x write it (read_c
 read_hparams).
 
 Usage: /usr/bin/python3 export/export.py HF_DIR OUT.bin [--dtype f32|f16|bf16|q8_0|q4_0]
+       /usr/bin/python3 export/export.py FILE.gguf OUT.bin [--dtype ...]   (llama.cpp's format: read as the
+       Hugging Face checkpoint it was converted from, lrun/gguf_file.py; its tokenizer stays in it)
 
 What this is: a reader of HF_DIR/config.json and its weights (model.safetensors, sharded
 safetensors, or pytorch_model*.bin; the Hugging Face reader is lrun/hf_checkpoint.py), a checker that
@@ -56,6 +58,7 @@ except ImportError as e:  # a python3 without numpy (pyenv's): say which one has
     print(f"error: export.py needs numpy, and {sys.executable} cannot import it ({e}) (hint: {install_hint()})",
           file=sys.stderr)
     sys.exit(1)
+from lrun.gguf_file import GgufCheckpoint  # noqa: E402
 from lrun.hf_checkpoint import FLOAT_DTYPES, Checkpoint, CheckpointError, bf16_bits  # noqa: E402
 from lrun.modelfile import (ACT_GELU_TANH, ALIGN, EXPORT_DTYPES, FAMILIES, LAYER_NO_ROPE,  # noqa: E402
                             LAYER_ROPE_SWA, LAYER_SLIDING, MAGIC, NORM_ATTN, NORM_ATTN_POST, NORM_FFN, NORM_FFN_POST,
@@ -355,12 +358,14 @@ def generation_eos(hf_dir):
     return [] if v is None else v if isinstance(v, list) else [v]
 
 
-def read_config(hf_dir):
-    """HF_DIR/config.json -> the header fields (minus dtype and shared_classifier)."""
-    where = os.path.join(hf_dir, "config.json")
+def read_config(hf_dir, cfg=None):
+    """HF_DIR/config.json, or the one cfg given for it (a GGUF file's), -> the header fields (minus
+    dtype and shared_classifier)."""
+    where = os.path.join(hf_dir, "config.json") if cfg is None else f"{hf_dir} (its metadata as a config.json)"
     try:
-        with open(where) as f:
-            cfg = json.load(f)
+        if cfg is None:
+            with open(where) as f:
+                cfg = json.load(f)
     except FileNotFoundError:
         raise CheckpointError(where, "not found", "HF_DIR must be a Hugging Face model directory")
     except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
@@ -439,7 +444,7 @@ def read_config(hf_dir):
         v = cfg.get(key)
         ids = v if isinstance(v, list) else [default if v is None else v]
         if key == "eos_token_id":  # Llama 3: a list, and generation_config.json may name more
-            ids = ids + [i for i in generation_eos(hf_dir) if i not in ids]
+            ids = ids + [i for i in (generation_eos(hf_dir) if os.path.isdir(hf_dir) else []) if i not in ids]
         if not ids:
             ids = [default]
         for i in ids:
@@ -1044,9 +1049,21 @@ def copy_tokenizer_files(copies):
         print(f"copied {src} to {dst}", file=sys.stderr)
 
 
+def is_gguf(path):
+    """Whether path is a file in llama.cpp's format (its first bytes "GGUF"); an unreadable one is not."""
+    try:
+        with open(path, "rb") if Path(path).is_file() else nullcontext() as f:
+            return f is not None and f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def export(hf_dir, out, dtype):
-    c = read_config(hf_dir)
-    ckpt = Checkpoint(hf_dir)
+    gguf = is_gguf(hf_dir)  # read as the checkpoint it was converted from (lrun/gguf_file.py)
+    ckpt = GgufCheckpoint(hf_dir) if gguf else Checkpoint(hf_dir)
+    c = read_config(hf_dir, ckpt.config() if gguf else None)
+    if gguf:
+        c["norm_plus_one"] = False  # the converter stored Gemma's norms as 1 + w already
     resolve_classifier(c, set(ckpt.names()))
     c.update(magic=MAGIC, version=VERSION, dtype=EXPORT_DTYPES[dtype])
     c["version"] = file_version(c)
@@ -1059,7 +1076,7 @@ def export(hf_dir, out, dtype):
     out_dir = os.path.dirname(target)
     if os.path.basename(target) in TOKENIZER_FILES:
         raise CheckpointError(out, "is where a tokenizer file goes beside the model", "call it model.bin")
-    copies = check_tokenizer_files(hf_dir, out_dir)
+    copies = [] if gguf else check_tokenizer_files(hf_dir, out_dir)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(target) + ".tmp-", dir=out_dir)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -1108,12 +1125,14 @@ def export(hf_dir, out, dtype):
           f"seq_len {c['seq_len']}, {'shared' if c['shared_classifier'] else 'separate'} classifier; "
           f"{n_params:,} params, {dtype}, {size:,} bytes; {describe_rope(c)}{layers}", file=sys.stderr)
     copy_tokenizer_files(copies)
+    if gguf:
+        print(f"the tokenizer stays in the GGUF file: ./run {out} -z {hf_dir}", file=sys.stderr)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Convert a Hugging Face checkpoint to our model file "
+    ap = argparse.ArgumentParser(description="Convert a Hugging Face checkpoint, or a GGUF file, to our model file "
                                  "(format in model.h).")
-    ap.add_argument("hf_dir", metavar="HF_DIR", help="directory with config.json and the weights")
+    ap.add_argument("hf_dir", metavar="HF_DIR", help="directory with config.json and the weights, or a GGUF file")
     ap.add_argument("out", metavar="OUT.bin", help="the model file to write")
     ap.add_argument("--dtype", choices=sorted(EXPORT_DTYPES), default="f32",
                     help="type of the weight matrices (norms are always f32); default f32")
@@ -1127,14 +1146,7 @@ def main(argv=None):
         print(f"error: {args.hf_dir}: is a {file_kind(os.stat(args.hf_dir).st_mode)}, not a checkpoint folder (hint: "
               "HF_DIR is a Hugging Face model directory, with config.json and the weights)", file=sys.stderr)
         return 1
-    with open(args.hf_dir, "rb") if Path(args.hf_dir).is_file() else nullcontext() as f:
-        gguf = f is not None and f.read(4) == b"GGUF"  # llama.cpp's format
-    if gguf:
-        print(f"error: {args.hf_dir} is a GGUF file, and HF_DIR must be a Hugging Face model directory (hint: ./run "
-              f"reads a llama GGUF directly, its tokenizer too: ./run {args.hf_dir}; README, \"GGUF files\")",
-              file=sys.stderr)
-        return 1
-    if Path(args.hf_dir).is_file():  # a model file already: llama2.c's .bin, or one of ours
+    if Path(args.hf_dir).is_file() and not is_gguf(args.hf_dir):  # a model file already: llama2.c's, or ours
         print(f"error: {args.hf_dir} is a file, and HF_DIR must be a Hugging Face model directory (hint: a "
               "llama2.c .bin or a file this exporter wrote needs no export: ./run reads it directly, "
               f"./run {args.hf_dir} -z TOKENIZER.model)", file=sys.stderr)

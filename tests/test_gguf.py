@@ -12,6 +12,9 @@ the file, against three independent things.
 
 The fixtures are in data/gguf/ (data/README.md says how llama.cpp's converter made them).
 """
+import contextlib
+import importlib.util
+import io
 import json
 import random
 import re
@@ -25,7 +28,8 @@ import pytest
 import reference
 from conftest import DATA, HELDOUT, LLAMA_TOK, REPO, TEXT, TOOLS, run_export
 from families import case_data, ours, rel
-from lrun.gguf_file import read_gguf
+from lrun import gguf_file
+from lrun.gguf_file import dequantize, read_gguf
 from lrun.hf_checkpoint import save_file
 from lrun.hf_random import make_checkpoint
 
@@ -50,71 +54,6 @@ GEMMA3_LINEAR_F16 = GGUF / "gemma3-linear-global-f16.gguf"  # data/families2/gem
 
 # --- An independent reader: the GGUF format in Python (lrun/gguf_file.py reads it) ---------------
 
-def dequantize(kind, ne, data, control=False):
-    """A tensor's values as float64, shape (ne[1], ne[0]) or (ne[0],). control: K-quants read with
-    their nibbles swapped (a wrong layout the comparison must see)."""
-    n = int(np.prod(ne))
-    if kind == 0:    # F32
-        x = np.frombuffer(data, "<f4", n)
-    elif kind == 1:  # F16
-        x = np.frombuffer(data, "<f2", n)
-    elif kind == 30:  # BF16: the top half of a float32
-        x = (np.frombuffer(data, "<u2", n).astype(np.uint32) << 16).view("<f4")
-    elif kind == 8:  # Q8_0: blocks of 32 values, each an f16 d then 32 int8 q; value = q * d
-        blocks = np.frombuffer(data, np.dtype([("d", "<f2"), ("q", "i1", 32)]), n // 32)
-        x = blocks["q"].astype(np.float64) * blocks["d"].astype(np.float64)[:, None]
-    elif kind == 2:  # Q4_0: blocks of 32, an f16 d then 16 bytes: value j in the low nibble of byte j,
-        # value j + 16 in its high nibble, each an unsigned q; value = (q - 8) * d
-        blocks = np.frombuffer(data, np.dtype([("d", "<f2"), ("qs", "u1", 16)]), n // 32)
-        q = np.concatenate([blocks["qs"] & 15, blocks["qs"] >> 4], axis=1).astype(np.float64) - 8
-        x = q * blocks["d"].astype(np.float64)[:, None]
-    elif kind in (12, 13):  # Q4_K, Q5_K: super-blocks of 256 in 8 sub-blocks of 32, value d sc q - dmin m
-        x = k_quant(kind, data, n // 256, control)
-    elif kind == 14:  # Q6_K: 256 values in 16 groups of 16, value d s (q - 32)
-        x = q6_k(data, n // 256, control)
-    else:
-        raise ValueError(f"ggml type {kind} is not read here")
-    return np.asarray(x, np.float64).reshape(list(reversed(ne)))
-
-
-def k_quant(kind, data, nb, control=False):
-    """Q4_K (block_q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 of 4-bit q) and Q5_K (the same with
-    32 bytes qh before the q) as ggml-common.h lays them out and ggml-quants.c's dequantize_row_q4_K /
-    _q5_K read them. Sub-block j's scale and min are 6 bits: for j < 4 bytes j and j + 4 of the 12
-    (low 6 bits); for j >= 4 the low and high nibble of byte j + 4, topped with the high 2 bits of
-    bytes j - 4 and j. Each 32 bytes of q hold two sub-blocks, the low nibbles first; Q5_K's fifth
-    bit of value l of sub-block j is bit j of qh[l]. control: the nibbles taken high first."""
-    fields = [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12)] + ([("qh", "u1", 32)] if kind == 13 else [])
-    b = np.frombuffer(data, np.dtype(fields + [("qs", "u1", 128)]), nb)
-    s = b["scales"].astype(np.int64)
-    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | (s[:, 0:4] >> 6) << 4], axis=1)  # (nb, 8)
-    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | (s[:, 4:8] >> 6) << 4], axis=1)
-    qs = b["qs"].reshape(nb, 4, 1, 32).astype(np.int64)
-    halves = [qs >> 4, qs & 15] if control else [qs & 15, qs >> 4]
-    q = np.concatenate(halves, axis=2).reshape(nb, 8, 32)                                     # (nb, j, l)
-    if kind == 13:
-        q = q + 16 * ((b["qh"].astype(np.int64)[:, None, :] >> np.arange(8)[None, :, None]) & 1)
-    d, dmin = b["d"].astype(np.float64)[:, None, None], b["dmin"].astype(np.float64)[:, None, None]
-    return (d * sc[:, :, None] * q - dmin * mn[:, :, None]).reshape(-1)
-
-
-def q6_k(data, nb, control=False):
-    """Q6_K (block_q6_K: 128 bytes ql, 64 bytes qh, 16 int8 scales, f16 d; ggml-quants.c's
-    dequantize_row_q6_K): each half of 128 values takes 64 bytes of ql and 32 of qh; its quarter u's
-    value l has low 4 bits from ql[l] (u = 0, 2) or ql[l + 32] (u = 1, 3), the low nibble for u < 2,
-    and high 2 bits from bits 2u, 2u + 1 of qh[l]; q - 32 times d times scale 8h + 2u + l // 16.
-    control: the nibbles taken high first."""
-    b = np.frombuffer(data, np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]), nb)
-    ql = b["ql"].reshape(nb, 2, 2, 32).astype(np.int64)            # (nb, half, first or second 32, l)
-    qh = b["qh"].reshape(nb, 2, 1, 32).astype(np.int64)
-    lo, hi = (ql >> 4, ql & 15) if control else (ql & 15, ql >> 4)
-    low = np.concatenate([lo, hi], axis=2)                          # quarters u = 0, 1, 2, 3
-    high = np.concatenate([(qh >> 2 * u) & 3 for u in range(4)], axis=2)
-    q = (low | high << 4) - 32                                      # (nb, 2, 4, 32)
-    scale = np.repeat(b["scales"].astype(np.int64).reshape(nb, 2, 4, 2), 16, axis=3)
-    return (b["d"].astype(np.float64)[:, None, None, None] * scale * q).reshape(-1)
-
-
 def hf_directory(path, out, interleaved_control=False, k_control=False):
     """The GGUF's weights as a Hugging Face Llama directory: config.json and model.safetensors
     (float32), q and k rows back in the rotate_half layout (unless interleaved_control); k_control:
@@ -131,11 +70,6 @@ def hf_directory(path, out, interleaved_control=False, k_control=False):
               "rms_norm_eps": get("attention.layer_norm_rms_epsilon"), "rope_theta": get("rope.freq_base", 10000.0),
               "tie_word_embeddings": "output.weight" not in w, "hidden_act": "silu"}
 
-    def unpermute(x, n):  # the inverse of convert_hf_to_gguf.py's LlamaModel.permute
-        if interleaved_control:
-            return x
-        return x.reshape(n, x.shape[0] // n // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
-
     names = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_v": "self_attn.v_proj",
              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_down": "mlp.down_proj",
              "ffn_up": "mlp.up_proj", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj"}
@@ -145,10 +79,8 @@ def hf_directory(path, out, interleaved_control=False, k_control=False):
     for name, x in w.items():
         if name.startswith("blk."):
             _, layer, part, _ = name.split(".")
-            if part == "attn_q":
-                x = unpermute(x, heads)
-            if part == "attn_k":
-                x = unpermute(x, kv_heads)
+            if part in ("attn_q", "attn_k") and not interleaved_control:
+                x = gguf_file.unpermute(x, heads if part == "attn_q" else kv_heads)
             hf[f"model.layers.{layer}.{names[part]}.weight"] = x
     out.mkdir()
     (out / "config.json").write_text(json.dumps(config))
@@ -341,13 +273,89 @@ def test_chat_template_from_gguf(c_tools, tmp_path):
         assert fixed.returncode == 0 and "chat: template zephyr (--chat-template)" in fixed.stderr, fixed.stderr
 
 
-def test_export_points_to_run(tmp_path):
-    """export.py given a GGUF file says that ./run reads it, with the command, which works (above)."""
-    proc = subprocess.run(["/usr/bin/python3", str(REPO / "export/export.py"), str(STORIES_Q8), str(tmp_path / "x.bin")],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and f"./run reads a llama GGUF directly, its tokenizer too: ./run {STORIES_Q8}" in \
-        proc.stderr, proc.stderr
-    assert not (tmp_path / "x.bin").exists()
+EXPORTED = [TINY64_F16, TINY64_Q4_K_M, QWEN2_F32, QWEN3_F32, PHI3_F16, GEMMA2_F16, GEMMA3_LINEAR_F16, OLMO2_F16,
+            GRANITE_F16]
+
+
+@pytest.mark.parametrize("gguf", EXPORTED, ids=lambda p: p.stem)
+def test_export_reads_gguf(c_tools, tmp_path, gguf):
+    """export.py FILE.gguf OUT.bin reads the file as the checkpoint it was converted from
+    (lrun/gguf_file.py, GgufCheckpoint: the config.json its keys and llama.cpp's assumptions make, the
+    tensors by their Hugging Face names, dequantized, q and k rows back in halves), so every check and
+    every --dtype of an export applies. Our f32 file's logits against ./run on the GGUF itself, over 600
+    tokens where the model stretches past its context (Qwen3's YaRN, Phi-3's long factors, Gemma 3's
+    linear x8), else 250: equal bit for bit from F16 and F32 files (the same numbers; f16 made float32
+    exactly), and from Q4_K_M within 1e-5 of the GGUF run through the plain references (dump_logits_ref;
+    the fast K-quant products quantize x, 1.3e-2 away). The tokenizer stays in the GGUF: the export says
+    how to give it. (Control: test_export_from_gguf_control.)"""
+    out = tmp_path / "model.bin"
+    proc = run_export(gguf, out)
+    assert proc.returncode == 0, proc.stderr
+    assert f"the tokenizer stays in the GGUF file: ./run {out} -z {gguf}" in proc.stderr, proc.stderr
+    n = 600 if gguf in (QWEN3_F32, PHI3_F16, GEMMA3_LINEAR_F16) else 250
+    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), n).astype("<i4")
+    ids.tofile(tmp_path / "ids.bin")
+    k_quants = gguf == TINY64_Q4_K_M
+    direct = ours(gguf, tmp_path / "ids.bin", n, tmp_path, tool="dump_logits_ref" if k_quants else "dump_logits")
+    diff = rel(ours(out, tmp_path / "ids.bin", n, tmp_path), direct)
+    print(f"{gguf.name} exported: max |ours - ./run on the GGUF| / max |logit| {diff:.2e} over {n} tokens")
+    assert diff < 1e-5 if k_quants else diff == 0
+
+
+def test_export_refuses_damaged_gguf(tmp_path):
+    """export.py on damaged GGUF files: fuzz/corpus/gguf's seeds of every architecture and tensor type,
+    300 copies each cut short or with random bytes changed (seeded): exit status 0 or 1, on 1 an `error:`
+    line naming the file, never a traceback, and no output file left behind."""
+    spec = importlib.util.spec_from_file_location("lrun_export", REPO / "export" / "export.py")
+    exporter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exporter)
+    rng = random.Random(11)
+    seeds = sorted((REPO / "fuzz" / "corpus" / "gguf").glob("ok-*.gguf"))
+    outcomes = {0: 0, 1: 0}
+    for i in range(300):
+        raw = bytearray(rng.choice(seeds).read_bytes())
+        if rng.random() < 0.3:
+            raw = raw[:rng.randrange(len(raw))]
+        else:
+            for _ in range(rng.randrange(1, 6)):  # mostly in the metadata, where counts and lengths are
+                at = rng.randrange(min(len(raw), 4096) if rng.random() < 0.8 else len(raw))
+                raw[at] = rng.randrange(256)
+        src, out = tmp_path / "in.gguf", tmp_path / f"out{i}.bin"
+        src.write_bytes(bytes(raw))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = exporter.main([str(src), str(out)])
+        outcomes[status] += 1
+        assert status in (0, 1)
+        if status == 1:
+            assert err.getvalue().splitlines()[-1].startswith("error: ") and not out.exists(), err.getvalue()
+    assert list(tmp_path.glob("*.tmp-*")) == []
+    print(f"300 damaged GGUF files: {outcomes[0]} exported, {outcomes[1]} refused")
+    assert outcomes[1] > 100
+
+
+def test_export_from_gguf_control(c_tools, tmp_path, monkeypatch):
+    """The control of the exports above: llama's q and k rows left as the file has them (interleaved),
+    so that export.py's own permutation comes on top, must miss ./run on the GGUF by far (> 1e-2 of
+    the largest logit). A llama3 rope_freqs.weight, which no config.json key set gives back, is refused
+    by name with the command that runs the file, and nothing is written; ./run's command then runs."""
+    spec = importlib.util.spec_from_file_location("lrun_export", REPO / "export" / "export.py")
+    exporter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exporter)
+    monkeypatch.setattr(gguf_file, "unpermute", lambda x, heads: x)
+    exporter.export(str(TINY64_F16), str(tmp_path / "wrong.bin"), "f32")
+    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), 250).astype("<i4")
+    ids.tofile(tmp_path / "ids.bin")
+    miss = rel(ours(tmp_path / "wrong.bin", tmp_path / "ids.bin", 250, tmp_path),
+               ours(TINY64_F16, tmp_path / "ids.bin", 250, tmp_path))
+    print(f"control: q and k rows left interleaved, {miss:.2e} of the largest logit")
+    assert miss > 1e-2
+    proc = run_export(STORIES_LLAMA3, tmp_path / "x.bin")
+    assert proc.returncode == 1 and not (tmp_path / "x.bin").exists() and list(tmp_path.glob("x.bin*")) == []
+    assert f"error: {STORIES_LLAMA3}: tensor rope_freqs.weight: a llama3 rope_scaling worked out per pair" in \
+        proc.stderr and f"(hint: ./run reads the file directly: ./run {STORIES_LLAMA3})" in proc.stderr, proc.stderr
+    run = subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "2", "-i", "a"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_generation_from_gguf_alone(c_tools):
@@ -548,7 +556,8 @@ def test_sliding_window_key(c_tools, tmp_path):
 def hub_logits(case):
     """data/families2's stored ids and rows of a case, and transformers 5.17's own logits there."""
     d, ids, rows, theirs = case_data(DATA / "families2", case)
-    return d, ids, rows, np.fromfile(DATA / "families2-hf" / "hub-form" / f"{case}.bin", np.float32).reshape(theirs.shape)
+    hub = np.fromfile(DATA / "families2-hf" / "hub-form" / f"{case}.bin", np.float32)
+    return d, ids, rows, hub.reshape(theirs.shape)
 
 
 def float_bytes(x):
