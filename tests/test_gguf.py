@@ -161,7 +161,8 @@ def test_logits_match_a_dequantizing_reference(c_tools, tmp_path, gguf, tol):
 def test_banner_names_every_matrix_type(c_tools, gguf, types):
     """A GGUF file keeps each tensor's type (llama-quantize's mixtures, a converter's F16 fallback): the
     banner names the first layer's wq type and then every other one the file's matrices hold."""
-    proc = subprocess.run([str(REPO / "run"), str(gguf), "-i", "a", "-n", "1"], capture_output=True, text=True,
+    proc = subprocess.run([str(REPO / "run"), str(gguf), "-i", "a", "-n", "1"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"(GGUF v3, Llama, {types}): " in proc.stderr, proc.stderr
@@ -354,7 +355,8 @@ def test_export_from_gguf_control(c_tools, tmp_path, monkeypatch):
     assert proc.returncode == 1 and not (tmp_path / "x.bin").exists() and list(tmp_path.glob("x.bin*")) == []
     assert f"error: {STORIES_LLAMA3}: tensor rope_freqs.weight: a llama3 rope_scaling worked out per pair" in \
         proc.stderr and f"(hint: ./run reads the file directly: ./run {STORIES_LLAMA3})" in proc.stderr, proc.stderr
-    run = subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "2", "-i", "a"], capture_output=True, text=True)
+    run = subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "2", "-i", "a"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # the text: any bytes
     assert run.returncode == 0, run.stderr
 
 
@@ -624,7 +626,8 @@ def test_gemma_query_scale_and_layers(c_tools, tmp_path):
         print(f"{case} GGUF: max |ours - our export (query_pre_attn_scalar 32)| / max |logit| {diff:.2e}; control "
               f"{miss:.2e}; transformers with the checkpoint's own scalar {scalar:.2e}")
         assert diff < 1e-5 and miss > 1e-3 and scalar > 1e-3
-    proc = subprocess.run([str(REPO / "run"), str(GEMMA2_F16), "-n", "1", "-i", "a"], capture_output=True, text=True)
+    proc = subprocess.run([str(REPO / "run"), str(GEMMA2_F16), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # the text: any bytes
     assert proc.returncode == 0 and "scores x 0.176777, scores capped at 50, logits capped at 30" in proc.stderr
     assert "layers 0, 2 see the last 48 positions (sliding window), the others all" in proc.stderr, proc.stderr
 
@@ -663,7 +666,8 @@ def test_phi3_fused_longrope(c_tools, tmp_path):
         miss = rel(ours(wrong, tmp_path / "ids.bin", n, tmp_path), mine)
         print(f"phi3 GGUF, {n} tokens: max |ours - our export| / max |logit| {diff:.2e}; control (long factors 1) {miss:.2e}")
         assert diff < 1e-5 and (n < 256 or miss > 1e-3)
-    proc = subprocess.run([str(REPO / "run"), str(PHI3_F16), "-n", "1", "-i", "a"], capture_output=True, text=True)
+    proc = subprocess.run([str(REPO / "run"), str(PHI3_F16), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # the text: any bytes
     assert proc.returncode == 0 and "rope: longrope, base 10000 (short factors up to L, long ones past it), factor 4, " \
         "trained context L = 256, attention factor 1.11803" in proc.stderr, proc.stderr
 
