@@ -286,11 +286,10 @@ static inline __m256i k_x_sums32(const QuantizedRow *x, int B) {
 }
 
 // dot_k_plain's float step for the four rows at once (one per lane), rounded as it rounds: acc + dx
-// (d S - dmin M); q6_K's acc + dx (d S) (dmin NULL).
-static inline __m128 k_step(__m128 acc, float dx, const float d[DOT_ROWS], const float *dmin, const __m256i S[DOT_ROWS],
-                            const __m256i *M) {
-    const __m128 ds = _mm_mul_ps(_mm_loadu_ps(d), _mm_cvtepi32_ps(k_sum4(S)));
-    const __m128 v = dmin ? _mm_sub_ps(ds, _mm_mul_ps(_mm_loadu_ps(dmin), _mm_cvtepi32_ps(k_sum4(M)))) : ds;
+// (d S - dmin M); q6_K's acc + dx (d S) (M NULL).
+static inline __m128 k_step(__m128 acc, float dx, __m128 d, __m128 dmin, const __m256i S[DOT_ROWS], const __m256i *M) {
+    const __m128 ds = _mm_mul_ps(d, _mm_cvtepi32_ps(k_sum4(S)));
+    const __m128 v = M ? _mm_sub_ps(ds, _mm_mul_ps(dmin, _mm_cvtepi32_ps(k_sum4(M)))) : ds;
     return _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(dx), v));
 }
 
@@ -313,14 +312,36 @@ static inline __m512i x_pair(const int8_t *xq, int a, int b) {
                               _mm256_loadu_si256((const __m256i *)(xq + 32 * b)), 1);
 }
 
+// The first 16 bytes of the four rows' blocks (d, dmin and the 12 bytes of scales) side by side, one
+// row per 128-bit lane, made into each row's eight scales then eight mins, one byte each: scales
+// 0-3 are bytes a (4-7) & 63, mins 0-3 bytes b (8-11) & 63, scales 4-7 the low nibbles of bytes c
+// (12-15) topped with a's high 2 bits, mins 4-7 c's high nibbles topped with b's (vpshufb puts a, c, b,
+// c and 0, a, 0, b side by side; k_scales8 does the same for one row in scalar code). *dd: the rows'
+// d and dmin, d0 dmin0 d1 dmin1 ...
+static inline __m512i k_scales_4rows(const Row w[DOT_ROWS], size_t at, __m256 *dd) {
+    __m512i h = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(w[0].u8 + at)));
+    h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)(w[1].u8 + at)), 1);
+    h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)(w[2].u8 + at)), 2);
+    h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)(w[3].u8 + at)), 3);
+    *dd = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h)));
+    const __m512i acbc = _mm512_shuffle_epi8(h, _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+    const __m512i tops = _mm512_shuffle_epi8(h, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11)));
+    const __m512i low = _mm512_mask_blend_epi8(0xf000f000f000f000ULL, acbc, _mm512_srli_epi16(acbc, 4));
+    const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    return _mm512_or_si512(_mm512_and_si512(low, keep), _mm512_and_si512(_mm512_srli_epi16(tops, 2), _mm512_set1_epi8(0x30)));
+}
+
 static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int nsb, const int five) {
     const size_t bytes = five ? 176 : 144;
     const __m512i nib = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
-    // vpermw indices: the scales of sub-blocks (a, b) to lanes 0-15 and 16-31, for (0, 2), (1, 3), (4, 6), (5, 7)
-    __m512i pick[4];
+    // vpermw indices: the scales of sub-blocks (a, b) to lanes 0-15 and 16-31, for (0, 2), (1, 3), (4, 6),
+    // (5, 7), from a table of two rows' scales and mins as int16: the first row's (0-15), the second's (+16)
+    __m512i pick[2][4];
     for (int v = 0; v < 4; v++) {
         const int a = (v / 2) * 4 + v % 2;
-        pick[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)a)), _mm256_set1_epi16((short)(a + 2)), 1);
+        for (int r = 0; r < 2; r++)
+            pick[r][v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(a + 16 * r))),
+                                            _mm256_set1_epi16((short)(a + 2 + 16 * r)), 1);
     }
     // q5_K's qh bit of each: bits 2c, 2c + 2 (low nibbles) and 2c + 1, 2c + 3 (high), per half of the vector
     const __m512i bit[4] = {_mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(4), 1),
@@ -333,15 +354,15 @@ static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int 
         const __m512i xv[4] = {x_pair(xq, 0, 2), x_pair(xq, 1, 3), x_pair(xq, 4, 6), x_pair(xq, 5, 7)};
         const __m256i xs = k_x_sums32(x, B);
         __m256i S[DOT_ROWS], M[DOT_ROWS];
-        float d[DOT_ROWS], dmin[DOT_ROWS];
+        __m256 dd;
+        const __m512i scales = k_scales_4rows(w, B * bytes, &dd);
+        const __m512i table[2] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(scales)),
+                                  _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(scales, 1))};
         for (int k = 0; k < DOT_ROWS; k++) {
             const uint8_t *block = w[k].u8 + B * bytes;
-            int16_t sc[8];
-            __m256i mn;
-            k_scales8(block + QK_SCALES, sc, &mn);
-            M[k] = _mm256_mullo_epi32(mn, xs);
-            d[k] = f16_at(block), dmin[k] = f16_at(block + 2);
-            const __m512i sc8 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)sc));
+            const __m128i row = _mm512_extracti32x4_epi32(scales, k);
+            M[k] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(row, 8)), xs);
+            const __m512i sc8 = table[k / 2];
             const uint8_t *qs = block + (five ? Q5K_QS : Q4K_QS);
             __m512i q[4];
             for (int h = 0; h < 2; h++) {
@@ -355,10 +376,11 @@ static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int 
             }
             __m512i sum = _mm512_setzero_si512();
             for (int v = 0; v < 4; v++)
-                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[v], xv[v]), _mm512_permutexvar_epi16(pick[v], sc8));
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[v], xv[v]), _mm512_permutexvar_epi16(pick[k % 2][v], sc8));
             S[k] = fold512(sum);
         }
-        acc = k_step(acc, x->d[B], d, dmin, S, M);
+        const __m256 split = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        acc = k_step(acc, x->d[B], _mm256_castps256_ps128(split), _mm256_extractf128_ps(split, 1), S, M);
     }
     return acc;
 }
@@ -404,7 +426,7 @@ static inline __m128 k6_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int n
             }
             S[k] = fold512(sum);
         }
-        acc = k_step(acc, x->d[B], d, NULL, S, NULL);
+        acc = k_step(acc, x->d[B], _mm_loadu_ps(d), _mm_setzero_ps(), S, NULL);
     }
     return acc;
 }
@@ -449,7 +471,7 @@ static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int 
                 S[k] = _mm256_add_epi32(S[k], _mm256_add_epi32(p0, p1));
             }
         }
-        acc = k_step(acc, x->d[B], d, dmin, S, M);
+        acc = k_step(acc, x->d[B], _mm_loadu_ps(d), _mm_loadu_ps(dmin), S, M);
     }
     return acc;
 }
@@ -487,7 +509,7 @@ static inline __m128 k6_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int n
                 S[k] = _mm256_add_epi32(S[k], _mm256_madd_epi16(p, sc));
             }
         }
-        acc = k_step(acc, x->d[B], d, NULL, S, NULL);
+        acc = k_step(acc, x->d[B], _mm_loadu_ps(d), _mm_setzero_ps(), S, NULL);
     }
     return acc;
 }
