@@ -265,7 +265,10 @@ void gguf_free(Gguf *g) {
 const GgufKV *gguf_find(const Gguf *g, const char *key) {
     const size_t n = strlen(key);
     for (size_t i = 0; i < g->n_kv; i++)
-        if (g->kv[i].key_len == n && !memcmp(g->kv[i].key, key, n)) return &g->kv[i];
+        if (g->kv[i].key_len == n && !memcmp(g->kv[i].key, key, n)) {
+            g->kv[i].looked_up = 1; // the array is the Gguf's own, not the file's
+            return &g->kv[i];
+        }
     return NULL;
 }
 

@@ -45,6 +45,7 @@ typedef struct {
     GgufType elem;         // an array's element type
     uint64_t count;        // a string's length in bytes; an array's element count
     const uint8_t *value;  // in the file: the scalar, the string's bytes, or the array's first element
+    int looked_up;         // 1 once gguf_find (so any getter) has handed it out: what a reader read
 } GgufKV;
 
 #define GGUF_MAX_DIMS 4

@@ -674,6 +674,26 @@ static int gguf_made(Transformer *t, const float *factors[2], int pairs, const i
     return 0;
 }
 
+// The banner's line on the file's {arch}.* keys: how many were read (gguf_find marks each one looked
+// up, present or not, as it hands it out), and the names of those that were not, which this program
+// does not know and so runs without (as llama.cpp does with keys its architecture does not read).
+static void gguf_keys_line(const Gguf *g, const char *arch, char *line, size_t n) {
+    const size_t len = strlen(arch);
+#define ARCH_KEY(kv) ((kv)->key_len > len && !memcmp((kv)->key, arch, len) && (kv)->key[len] == '.')
+    size_t read = 0, all = 0;
+    for (size_t i = 0; i < g->n_kv; i++)
+        if (ARCH_KEY(&g->kv[i])) all++, read += g->kv[i].looked_up;
+    size_t at = (size_t)snprintf(line, n, "%zu of its %zu %s.* keys read", read, all, arch);
+    const char *sep = "; not read: ";
+    for (size_t i = 0; i < g->n_kv && at < n; i++)
+        if (ARCH_KEY(&g->kv[i]) && !g->kv[i].looked_up) {
+            const GgufKV *kv = &g->kv[i];
+            at += (size_t)snprintf(line + at, n - at, "%s%.*s", sep, (int)(kv->key_len < 60 ? kv->key_len : 60), kv->key);
+            sep = ", ";
+        }
+#undef ARCH_KEY
+}
+
 // Phi-3's fused matrices (modeling_phi3.py: qkv_proj; gate_up_proj, whose chunk(2) puts gate first):
 // the tensor, and the LayerWeights its rows go to, in order, with their sizes (tensor_size).
 static const struct {
@@ -941,6 +961,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     if (*why || gguf_made(t, factors, p->rope.rot_dims / 2, p->sliding_window ? layer_kind : NULL, A->halves, why, n))
         goto done;
     p->dtype = w->layers[0].wq.dtype; // what the banner names; each matrix has its own (a Q8_0 file's F16 rows)
+    gguf_keys_line(&g, a, t->gguf_keys, sizeof t->gguf_keys);
     t->weight_bytes = 0;
     for (size_t i = 0; i < g.n_tensors; i++)
         t->weight_bytes += g.tensors[i].bytes;

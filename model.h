@@ -303,6 +303,7 @@ typedef struct {
     void *made; // what a GGUF file needs made at load (loader.c, gguf_made): q and k interleaved, the
                 // layers' kinds, longrope's factors as float64; else NULL
     size_t made_bytes;
+    char gguf_keys[240]; // a GGUF file: the banner's line on the {arch}.* keys read and not read (loader.c)
     size_t weight_bytes; // bytes of tensors in the file
     size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
 } Transformer;

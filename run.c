@@ -895,6 +895,7 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
             c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->qkv_bias ? ", q/k/v biases" : "",
             c->qk_norm == QK_NORM_HEAD ? ", q/k RMSNorm per head" : "");
     banner_layers(c);
+    if (c->gguf) fprintf(stderr, "gguf: %s\n", t->gguf_keys);
     int overflow;
     int ring;
     const size_t kv = transformer_kv_bytes(c, run, &ring), all = transformer_state_bytes(c, run, max_threads(), &overflow);

@@ -553,6 +553,18 @@ def test_sliding_window_key(c_tools, tmp_path):
     assert "hint: convert the Hugging Face checkpoint with export/export.py instead" in err
 
 
+def test_banner_counts_the_keys_read(c_tools, tmp_path):
+    """The `gguf:` line counts the file's {arch}.* keys the loader read and names those it did not (it
+    runs without them, as llama.cpp does with keys its graph for the architecture does not read).
+    Control: the file as converted, every key read."""
+    extra = with_uint32(TINY64_F16, tmp_path / "x.gguf", "llama.attention.clamp_kqv", 8)
+    for model, line in ((TINY64_F16, "gguf: 10 of its 10 llama.* keys read\n"),
+                        (extra, "gguf: 10 of its 11 llama.* keys read; not read: llama.attention.clamp_kqv\n")):
+        proc = subprocess.run([str(REPO / "run"), str(model), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        assert proc.returncode == 0 and line in proc.stderr, proc.stderr
+
+
 # --- Phi-3 and the families whose layers differ ---------------------------------------------------
 
 def hub_logits(case):
