@@ -484,7 +484,8 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // file does not carry, as Qwen2's use_sliding_window and max_window_layers), every one (Mistral's
 // and Phi-3's rule), the even ones (Gemma 2: llama.cpp's build_gemma2 and transformers' layer_types
 // alike), or five of every six, l + 1 not a multiple of 6, which also turn with the local RoPE,
-// unscaled (Gemma 3; configuration_gemma3.py, sliding_window_pattern 6).
+// unscaled (Gemma 3; configuration_gemma3.py, sliding_window_pattern 6; a Gemma 3 file without a
+// window has every layer global, as llama.cpp reads one).
 enum { SLIDE_NONE, SLIDE_ALL, SLIDE_EVEN, SLIDE_FIVE_OF_SIX };
 
 typedef struct {
@@ -524,6 +525,7 @@ static const struct {
     {"gemma2", "attn_logit_softcapping", "f_attn_logit_softcapping", 50},
     {"gemma2", "final_logit_softcapping", "f_final_logit_softcapping", 30},
     {"gemma3", "rope.freq_base_swa", "rope_freq_base_train_swa", 10000}, // the local layers' base
+    {"gemma3", "final_logit_softcapping", "f_final_logit_softcapping", 0},
     {"granite", "attention.scale", "f_attention_scale", 0},               // muP's four multipliers
     {"granite", "embedding_scale", "f_embedding_scale", 0},
     {"granite", "residual_scale", "f_residual_scale", 0},
@@ -871,11 +873,6 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     if (A->slides == SLIDE_NONE && window > 0 && window < p->n_ctx_max) {
         snprintf(why, n, "GGUF %s.attention.sliding_window %d (below its context_length %d) is not read from GGUF "
                  "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
-        goto done;
-    }
-    if (A->slides == SLIDE_FIVE_OF_SIX && window == 0) {
-        snprintf(why, n, "bad GGUF: a %s model needs %s.attention.sliding_window, the window of its local layers "
-                 "(hint: the file is damaged)", a, a);
         goto done;
     }
     for (int l = 0; A->slides != SLIDE_NONE && window > 0 && l < p->n_layers; l++) {

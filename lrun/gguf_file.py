@@ -312,7 +312,10 @@ class GgufCheckpoint:
             cfg["attn_logit_softcapping"] = key("attn_logit_softcapping", 50.0)
             cfg["final_logit_softcapping"] = key("final_logit_softcapping", 30.0)
         if a == "gemma3":
-            cfg.update(rope_local_base_freq=key("rope.freq_base_swa", 10000.0), sliding_window_pattern=6)
+            cfg.update(rope_local_base_freq=key("rope.freq_base_swa", 10000.0), final_logit_softcapping=key(
+                "final_logit_softcapping"), sliding_window_pattern=6)
+            if not window:  # no window: every layer global (llama.cpp), as a pattern of 1 is in transformers
+                cfg.update(sliding_window_pattern=1, sliding_window=None)
         if a == "granite":  # muP's multipliers; no attention.scale is the usual 1/sqrt(head_dim), as in ./run
             cfg.update(attention_multiplier=key("attention.scale", 1 / math.sqrt(head_dim)),
                        embedding_multiplier=key("embedding_scale", 1.0), residual_multiplier=key("residual_scale", 1.0),

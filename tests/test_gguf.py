@@ -644,6 +644,22 @@ def test_gemma_query_scale_and_layers(c_tools, tmp_path):
     assert "layers 0, 2 see the last 48 positions (sliding window), the others all" in proc.stderr, proc.stderr
 
 
+def test_gemma3_without_a_window(c_tools, tmp_path):
+    """A Gemma 3 file without gemma3.attention.sliding_window has every layer global, turning at the
+    file's base, as llama.cpp reads one: ./run and export.py agree on it bit for bit over 250 tokens,
+    and it is not the windowed file (control: 5 local layers of 32 and base 10000, far away)."""
+    key = b"gemma3.attention.sliding_window"
+    bare = patched(tmp_path, GEMMA3_F16, key, key[:-1] + b"W", "bare.gguf")  # a key no reader knows
+    assert run_export(bare, tmp_path / "bare.bin").returncode == 0
+    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), 250).astype("<i4")
+    ids.tofile(tmp_path / "ids.bin")
+    theirs, mine, windowed = (ours(m, tmp_path / "ids.bin", 250, tmp_path) for m in (bare, tmp_path / "bare.bin", GEMMA3_F16))
+    proc = subprocess.run([str(REPO / "run"), str(bare), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0 and "layers:" not in proc.stderr and "sliding_windoW" in proc.stderr, proc.stderr
+    assert np.array_equal(theirs, mine) and rel(theirs, windowed) > 1e-2
+
+
 def phi3_checkpoint(out):
     """data/families/phi3-longrope-short as PHI3_F16 was converted from it: its config.json in the 4.x form
     llama.cpp's converter of that date reads (rope_theta and rope_scaling at the top), the whole head
