@@ -301,7 +301,12 @@ class GgufCheckpoint:
                 for k in ("beta_fast", "beta_slow"):
                     if key(f"rope.scaling.yarn_{k}"):
                         cfg["rope_scaling"][k] = key(f"rope.scaling.yarn_{k}")
-        elif scaling != "none":
+        neutrals = (("yarn_attn_factor", 1.0), ("yarn_log_multiplier", 0.0), ("yarn_ext_factor", 1.0))
+        for k, neutral in neutrals + ((("attn_factor", 1.0),) if not any(factors) else ()):
+            if key(f"rope.scaling.{k}", neutral) != neutral:  # loader.c refuses them the same way
+                raise CheckpointError(f"{self.path}: {a}.rope.scaling.{k}", f"{key(f'rope.scaling.{k}')} is not read "
+                                      f"({neutral:g}, the neutral value, is)", "./run refuses it too")
+        if scaling not in ("none", "linear", "yarn"):
             raise CheckpointError(f"{self.path}: {a}.rope.scaling.type", f"{scaling!r} is not read",
                                   "./run refuses it too")
         if a in ("gemma2", "gemma3"):  # llama.cpp's query scale: head_dim, or dim / heads in the 27B models

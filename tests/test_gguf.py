@@ -553,6 +553,26 @@ def test_sliding_window_key(c_tools, tmp_path):
     assert "hint: convert the Hugging Face checkpoint with export/export.py instead" in err
 
 
+def test_later_yarn_keys(c_tools, tmp_path):
+    """A later converter's YaRN keys at their neutral values run as if absent (and count as read); any
+    other value is refused by name, since each changes the attention factor or the ramp."""
+    for key, neutral, other in (("yarn_attn_factor", 1.0, 1.2), ("yarn_log_multiplier", 0.0, 0.1),
+                                ("yarn_ext_factor", 1.0, 0.5)):
+        name = f"qwen3.rope.scaling.{key}"
+        same = with_f32(QWEN3_F32, tmp_path / "same.gguf", name, neutral)
+        assert run_ppl(same)[0] == run_ppl(QWEN3_F32)[0]
+        err = run_refused(with_f32(QWEN3_F32, tmp_path / "other.gguf", name, other))
+        assert f"GGUF {name} {other:g} is not read from GGUF yet ({neutral:g}, the neutral value, is;" in err, err
+
+
+def with_f32(src, dst, key, value):
+    """src with `key` added as a float32 (GGUF type 6), padded as with_uint32 pads."""
+    k = key.encode()
+    entry = struct.pack("<Q", len(k)) + k + struct.pack("<If", 6, value)
+    pad = b" " * (-(len(entry) + len(string_entry("general.note", b""))) % 32)
+    return with_entries(src, dst, [entry, string_entry("general.note", pad)])
+
+
 def test_banner_counts_the_keys_read(c_tools, tmp_path):
     """The `gguf:` line counts the file's {arch}.* keys the loader read and names those it did not (it
     runs without them, as llama.cpp does with keys its graph for the architecture does not read).
