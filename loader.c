@@ -856,17 +856,18 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         goto done;
     }
     // Later converters' YaRN keys (llama-arch.cpp, LLM_KV_ROPE_SCALING_YARN_*): each changes the
-    // attention factor or the ramp away from the paper's unless it has its neutral value, so any other
-    // value is refused by name rather than run as if absent.
+    // attention factor or the ramp away from the paper's unless it has its neutral value (or, for the
+    // ramp's ext_factor, llama.cpp's -1, "unset": 1 under YaRN), so any other value is refused by name
+    // rather than run as if absent.
     static const struct {
         const char *key;
-        double neutral;
-    } YARN_KEYS[] = {{"rope.scaling.yarn_attn_factor", 1}, {"rope.scaling.yarn_log_multiplier", 0},
-                     {"rope.scaling.yarn_ext_factor", 1}};
+        double neutral, unset;
+    } YARN_KEYS[] = {{"rope.scaling.yarn_attn_factor", 1, 1}, {"rope.scaling.yarn_log_multiplier", 0, 0},
+                     {"rope.scaling.yarn_ext_factor", 1, -1}};
     for (size_t i = 0; i < sizeof YARN_KEYS / sizeof YARN_KEYS[0]; i++) {
         double v = YARN_KEYS[i].neutral;
         if (arch_real(&g, a, YARN_KEYS[i].key, &v, why, n) < 0) goto done;
-        if (v != YARN_KEYS[i].neutral) {
+        if (v != YARN_KEYS[i].neutral && v != YARN_KEYS[i].unset) {
             snprintf(why, n, "GGUF %s.%s %g is not read from GGUF yet (%g, the neutral value, is; " GGUF_HINT ")", a,
                      YARN_KEYS[i].key, v, YARN_KEYS[i].neutral);
             goto done;

@@ -303,7 +303,8 @@ class GgufCheckpoint:
                         cfg["rope_scaling"][k] = key(f"rope.scaling.yarn_{k}")
         neutrals = (("yarn_attn_factor", 1.0), ("yarn_log_multiplier", 0.0), ("yarn_ext_factor", 1.0))
         for k, neutral in neutrals + ((("attn_factor", 1.0),) if not any(factors) else ()):
-            if key(f"rope.scaling.{k}", neutral) != neutral:  # loader.c refuses them the same way
+            unset = -1.0 if k == "yarn_ext_factor" else neutral  # llama.cpp's "unset" ramp: 1 under YaRN
+            if key(f"rope.scaling.{k}", neutral) not in (neutral, unset):  # loader.c refuses them the same way
                 raise CheckpointError(f"{self.path}: {a}.rope.scaling.{k}", f"{key(f'rope.scaling.{k}')} is not read "
                                       f"({neutral:g}, the neutral value, is)", "./run refuses it too")
         if scaling not in ("none", "linear", "yarn"):

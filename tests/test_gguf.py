@@ -554,15 +554,16 @@ def test_sliding_window_key(c_tools, tmp_path):
 
 
 def test_later_yarn_keys(c_tools, tmp_path):
-    """A later converter's YaRN keys at their neutral values run as if absent (and count as read); any
-    other value is refused by name, since each changes the attention factor or the ramp."""
+    """A later converter's YaRN keys at their neutral values (ext_factor also at llama.cpp's -1, unset)
+    run as if absent (and count as read); any other value is refused by name, since each changes the
+    attention factor or the ramp."""
     for key, neutral, other in (("yarn_attn_factor", 1.0, 1.2), ("yarn_log_multiplier", 0.0, 0.1),
-                                ("yarn_ext_factor", 1.0, 0.5)):
+                                ("yarn_ext_factor", 1.0, 0.5), ("yarn_ext_factor", -1.0, 0.5)):
         name = f"qwen3.rope.scaling.{key}"
         same = with_f32(QWEN3_F32, tmp_path / "same.gguf", name, neutral)
         assert run_ppl(same)[0] == run_ppl(QWEN3_F32)[0]
         err = run_refused(with_f32(QWEN3_F32, tmp_path / "other.gguf", name, other))
-        assert f"GGUF {name} {other:g} is not read from GGUF yet ({neutral:g}, the neutral value, is;" in err, err
+        assert f"GGUF {name} {other:g} is not read from GGUF yet ({abs(neutral):g}, the neutral value, is;" in err, err
 
 
 def with_f32(src, dst, key, value):
