@@ -626,7 +626,7 @@ void quantize_row_q8_plain(int8_t *q, float *d, int32_t *sum, const float *x, in
 
 // x for the K-quants (kernels_internal.h): one d per QK_K values, each value rounded as
 // quantize_block_q8 rounds it (q8_inv, q8_round), and the sum of every K_SUM q; past cols, zeros.
-static void quantize_row_q8k(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+void quantize_row_q8k_plain(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
     for (int b = 0; b * QK_K < cols; b++) {
         const int c0 = b * QK_K, len = cols - c0 < QK_K ? cols - c0 : QK_K;
         float amax;

@@ -449,7 +449,7 @@ typedef void Scores(float *att, size_t ld, const float *qs, int rows, const void
 typedef void Mix(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide, int len, int hd);
 void rotate_block(float *k, const float *rot, int hd);
 
-// The q8_0 quantizer of one row of activations (kernels.c).
+// The quantizers of one row of activations (kernels.c): q8_0's blocks of 32, the K-quants' of QK_K.
 typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int cols);
 
 DotRows dot_rows_plain, dot_rows_x86;
@@ -461,7 +461,7 @@ TileBR16 kernel_br16_x86;
 RoundF16 round_f16_bf16_plain, round_f16_bf16_x86;
 Scores attention_scores_plain, attention_scores_x86;
 Mix attention_mix_plain, attention_mix_x86;
-QuantizeRow quantize_row_q8_plain, quantize_row_q8_x86;
+QuantizeRow quantize_row_q8_plain, quantize_row_q8_x86, quantize_row_q8k_plain, quantize_row_q8k_x86;
 
 // The decode hook: a vector build may arrange each token's quantized activations once more, in the
 // order its q4_0 dot products read them (kernels_x86.c). q4_prep_bytes: the bytes per token of cp
@@ -490,6 +490,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define attention_scores attention_scores_x86
 #define attention_mix    attention_mix_x86
 #define quantize_row_q8  quantize_row_q8_x86
+#define quantize_row_q8k quantize_row_q8k_x86
 #else
 #define dot_rows         dot_rows_plain
 #define pack_w_f32       pack_w_f32_plain
@@ -501,6 +502,7 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define attention_scores attention_scores_plain
 #define attention_mix    attention_mix_plain
 #define quantize_row_q8  quantize_row_q8_plain
+#define quantize_row_q8k quantize_row_q8k_plain
 #endif
 
 #endif

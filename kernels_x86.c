@@ -1802,34 +1802,63 @@ static inline float hmax8(__m256 a) {
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
-void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+// The largest |x| of n vectors of 8 from x (NaNs passed over, as q8_inv passes them: max_ps keeps
+// its second operand when the first is NaN).
+static inline float amax_x86(const float *x, int n) {
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++)
+        amax = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_loadu_ps(x + 8 * j)), amax);
+    return hmax8(amax);
+}
+
+static inline int32_t hsum8_epi32(__m256i s) {
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1)));
+}
+
+// 32 values of x times inv into q, rounded as q8_round rounds them: clamped to [-127, 127] (a NaN to
+// -127: max_ps keeps the -127), then x + (+-0.5) truncated. The sums of its two halves of 16.
+static inline void q8_32_x86(int8_t *q, const float *x, float inv, int32_t half_sums[2]) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); // undo the lane order of the packs
+    __m256i r[4];
+    for (int j = 0; j < 4; j++) {
+        __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), _mm256_set1_ps(inv)), lo), hi);
+        t = _mm256_add_ps(t, _mm256_or_ps(half, _mm256_and_ps(sign, t))); // -0.0 gives -0.5: still 0
+        r[j] = _mm256_cvttps_epi32(t);
+    }
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(bytes, order));
+    half_sums[0] = hsum8_epi32(_mm256_add_epi32(r[0], r[1]));
+    half_sums[1] = hsum8_epi32(_mm256_add_epi32(r[2], r[3]));
+}
+
+void quantize_row_q8_x86(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
     int b = 0;
     for (; (b + 1) * Q8_BLOCK <= cols; b++) {
-        const float *xb = x + b * Q8_BLOCK;
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int j = 0; j < 4; j++) {
-            v[j] = _mm256_loadu_ps(xb + 8 * j);
-            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), amax);
-        }
-        const float m = hmax8(amax), inv = m >= 0x1p-126f ? 127 / m : 0;
-        __m256i r[4], s = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[j], _mm256_set1_ps(inv)), lo), hi);
-            t = _mm256_add_ps(t, _mm256_or_ps(half, _mm256_and_ps(sign, t))); // -0.0 gives -0.5: still 0
-            r[j] = _mm256_cvttps_epi32(t);
-            s = _mm256_add_epi32(s, r[j]);
-        }
-        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-        _mm256_storeu_si256((__m256i *)(q + b * Q8_BLOCK), _mm256_permutevar8x32_epi32(bytes, order));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        const float m = amax_x86(x + b * Q8_BLOCK, Q8_BLOCK / 8), inv = m >= 0x1p-126f ? 127 / m : 0;
+        int32_t s[2];
+        q8_32_x86(q + b * Q8_BLOCK, x + b * Q8_BLOCK, inv, s);
         d[b] = m / 127;
-        sum[b] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1)));
+        sum[b] = s[0] + s[1];
     }
     if (b * Q8_BLOCK < cols) quantize_block_q8(q + b * Q8_BLOCK, d + b, sum + b, x + b * Q8_BLOCK, cols - b * Q8_BLOCK);
+}
+
+// The K-quants' x (quantize_row_q8k_plain, kernels.c): a scale per QK_K values and a sum per K_SUM, the
+// same numbers; a last partial block goes through the plain C.
+void quantize_row_q8k_x86(int8_t *q, float *d, int32_t *sum, const float *x, int cols) {
+    _Static_assert(K_SUM == Q8_BLOCK / 2, "q8_32_x86 gives the sums of halves of 32");
+    int b = 0;
+    for (; (b + 1) * QK_K <= cols; b++) {
+        const float m = amax_x86(x + b * QK_K, QK_K / 8), inv = m >= 0x1p-126f ? 127 / m : 0;
+        for (int c = 0; c < QK_K / Q8_BLOCK; c++)
+            q8_32_x86(q + b * QK_K + c * Q8_BLOCK, x + b * QK_K + c * Q8_BLOCK, inv, sum + b * (QK_K / K_SUM) + 2 * c);
+        d[b] = m / 127;
+    }
+    if (b * QK_K < cols) quantize_row_q8k_plain(q + b * QK_K, d + b, sum + b * (QK_K / K_SUM), x + b * QK_K, cols - b * QK_K);
 }
 
 #endif // USE_AVX2

@@ -40,6 +40,7 @@
 #endif
 
 #include "kernels.h"
+#include "kernels_internal.h" // the quantizers of x, checked against their plain C below
 
 static unsigned long long rng = 88172645463325252ULL;
 
@@ -649,6 +650,42 @@ static void check_quantize_q8(void) {
            checked, ok ? "yes" : "NO", ties, ok && ties ? "" : "  <-- FAIL");
 }
 
+// The K-quants' x (QK_K values per scale, a sum per K_SUM) as this build quantizes it against the
+// plain C (kernels.c, quantize_row_q8k_plain): the same bytes, scales and sums, on rows of the kinds
+// check_quantize_q8 uses (exact halves, zeros of both signs, a block below 2^-126, NaNs), whole
+// blocks and a last partial one. In the plain build the two are one function.
+static void check_quantize_q8k(void) {
+    static const int widths[] = {256, 512, 300};
+    int ok = 1, checked = 0;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const int cols = widths[w], cp = (cols + QK_K - 1) / QK_K * QK_K;
+        float x[512];
+        int8_t q[2][512];
+        float d[2][2];
+        int32_t sum[2][512 / K_SUM];
+        for (int trial = 0; trial < 20; trial++) {
+            for (int c = 0; c < cols; c++) {
+                const int kind = (trial + c / QK_K) % 5;
+                float v = 100 * uniform();
+                if (kind == 0) v = c % QK_K == 0 ? 127 : (float)((int)v) + 0.5f;
+                if (kind == 1) v = c % 3 == 0 ? -0.0f : c % 3 == 1 ? 0.0f : v;
+                if (kind == 2) v *= 1e-41f;
+                if (kind == 3 && c % 37 == 5) v = NAN;
+                x[c] = v;
+            }
+            memset(q, 0x55, sizeof q);
+            quantize_row_q8k_plain(q[0], d[0], sum[0], x, cols);
+            quantize_row_q8k(q[1], d[1], sum[1], x, cols);
+            ok &= !memcmp(q[0], q[1], (size_t)cp) && !memcmp(d[0], d[1], sizeof(float) * (size_t)(cp / QK_K)) &&
+                  !memcmp(sum[0], sum[1], sizeof(int32_t) * (size_t)(cp / K_SUM));
+            checked += cols;
+        }
+    }
+    failures += !ok;
+    printf("K-quants' x quantized (%s) vs the plain C: %d values, the same bytes, scales and sums: %s%s\n",
+           kernels_isa(), checked, ok ? "yes" : "NO", ok ? "" : "  <-- FAIL");
+}
+
 // bf16's rounding of x (kernels.h) against its definition, computed here another way: a normal x
 // to 8 significant bits by rint (ties to even) on x scaled by 2^(8 - its exponent), a value below
 // 2^-126 to a zero of its sign, a NaN to a quiet NaN of its top bits; overflow to infinity. Then
@@ -959,6 +996,7 @@ int main(int argc, char **argv) {
     check_softmax();
     check_rmsnorm();
     check_quantize_q8();
+    check_quantize_q8k();
     check_bf16_round();
     check_br16_order();
     check_to_r16();
