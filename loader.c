@@ -468,7 +468,8 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // holds that this program would not run as written is refused by name, never run half-right.
 // Read so far: llama (Llama 1-3, Llama 3.1's rope_freqs included, Mistral, TinyLlama), qwen2
 // (Qwen2, Qwen2.5: q/k/v biases), qwen3 (q/k RMSNorm per head), phi3 (Phi-3, Phi-4: q, k and v in one
-// tensor, gate and up in another, LongRoPE's factors as tensors), gemma2 and gemma3, olmo2 and granite,
+// tensor, gate and up in another, LongRoPE's factors as tensors), gemma2 and gemma3, olmo2 (OLMo 2, and
+// OLMo 3 as an olmo2 file with a window) and granite,
 // their matrices F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, their vectors F32.
 // llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
 // this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
@@ -479,15 +480,15 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // c392e50): that is the table below. Gemma's norms are stored as 1 + w by the converter, as in our
 // files, and its embedding scale and query scale are not stored at all.
 
-// Which layers slide when the file gives {arch}.attention.sliding_window W (Config.layer_kind): none
-// (a W below the context is refused: the layers that slide are then the checkpoint's rule, which the
-// file does not carry, as Qwen2's use_sliding_window and max_window_layers), every one (Mistral's
-// and Phi-3's rule), the even ones (Gemma 2: llama.cpp's build_gemma2 and transformers' layer_types
-// alike), or five of every six, l + 1 not a multiple of 6, which also turn with the local RoPE,
-// unscaled (Gemma 3; configuration_gemma3.py, sliding_window_pattern 6; a Gemma 3 file without a
-// window has every layer global, as llama.cpp reads one).
-enum { SLIDE_NONE, SLIDE_ALL, SLIDE_EVEN, SLIDE_FIVE_OF_SIX };
-
+// Which layers slide when the file gives {arch}.attention.sliding_window W (Config.layer_kind, the
+// `slides` column): none (0: a W below the context is refused, for the layers that slide are then
+// the checkpoint's rule, which the file does not carry, as Qwen2's use_sliding_window and
+// max_window_layers), every one (1: Mistral's and Phi-3's rule), or those whose l + 1 is not a
+// multiple of P (P > 1: llama.cpp's set_swa_pattern, transformers' layer_types alike): Gemma 2 the
+// even ones (2), OLMo 3 (an olmo2 file with a window) three of four (4), Gemma 3 five of six (6).
+// With `local` they also turn with the local RoPE, unscaled: Gemma 3's at base 10000 (llama.cpp's
+// fixed rope_freq_base_train_swa), OLMo 3's at the file's own base (llama.cpp's olmo2 graph drops only
+// the YaRN on them). A Gemma 3 or OLMo 2 file without a window has every layer global.
 typedef struct {
     const char *arch; // general.architecture
     Family family;
@@ -497,23 +498,24 @@ typedef struct {
     int norms;        // NORM_* bits: attn_norm, post_attention_norm, ffn_norm, post_ffw_norm
     Activation act;
     int fused;        // attn_qkv holds q, k and v, ffn_up gate then up (Phi-3's qkv_proj, gate_up_proj)
-    int slides;       // SLIDE_*
+    int slides;       // 0, 1 or P, above
+    int local;        // the sliding layers turn with the local RoPE
     int window;       // W when the file gives none (llama.cpp's default for Gemma 2); 0: none
     int gemma;        // > 0: embeddings x sqrt(dim), scores x 1/sqrt(head_dim), or 1/sqrt(dim / heads)
                       // with this many layers (the 27B models): llama.cpp's rule, standing in for
                       // query_pre_attn_scalar, which the files do not carry
 } GgufArch;
 static const GgufArch GGUF_ARCHS[] = {
-    {"llama", FAMILY_LLAMA, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, SLIDE_ALL, 0, 0},
-    {"qwen2", FAMILY_QWEN2, 1, 1, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, SLIDE_NONE, 0, 0},
-    {"qwen3", FAMILY_QWEN3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA, ACT_SILU, 0, SLIDE_NONE, 0, 0},
-    {"phi3", FAMILY_PHI3, 1, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 1, SLIDE_ALL, 0, 0},
-    {"gemma2", FAMILY_GEMMA2, 1, 0, QK_NORM_NONE, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0,
-     SLIDE_EVEN, 4096, 46},
-    {"gemma3", FAMILY_GEMMA3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0,
-     SLIDE_FIVE_OF_SIX, 0, 62},
-    {"olmo2", FAMILY_OLMO2, 1, 0, QK_NORM_ALL, NORM_ATTN_POST | NORM_FFN_POST, ACT_SILU, 0, SLIDE_NONE, 0, 0},
-    {"granite", FAMILY_GRANITE, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, SLIDE_NONE, 0, 0},
+    {"llama", FAMILY_LLAMA, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, 1, 0, 0, 0},
+    {"qwen2", FAMILY_QWEN2, 1, 1, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, 0, 0, 0, 0},
+    {"qwen3", FAMILY_QWEN3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA, ACT_SILU, 0, 0, 0, 0, 0},
+    {"phi3", FAMILY_PHI3, 1, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 1, 1, 0, 0, 0},
+    {"gemma2", FAMILY_GEMMA2, 1, 0, QK_NORM_NONE, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0, 2, 0,
+     4096, 46},
+    {"gemma3", FAMILY_GEMMA3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0, 6, 1,
+     0, 62},
+    {"olmo2", FAMILY_OLMO2, 1, 0, QK_NORM_ALL, NORM_ATTN_POST | NORM_FFN_POST, ACT_SILU, 0, 4, 1, 0, 0},
+    {"granite", FAMILY_GRANITE, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, 0, 0, 0, 0},
 };
 
 // The keys past the shape an architecture's files carry, each onto its hparam (HPARAMS), with the
@@ -888,18 +890,19 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     // The window and the layers that slide (SLIDE_* above); Gemma 3's local layers turn at their own base
     int window = A->window, layer_kind[1024] = {0}, slides = 0;
     if (arch_int(&g, a, "attention.sliding_window", 0, 1 << 24, &window, why, n) < 0) goto done;
-    if (A->slides == SLIDE_NONE && window > 0 && window < p->n_ctx_max) {
+    if (!A->slides && window > 0 && window < p->n_ctx_max) {
         snprintf(why, n, "GGUF %s.attention.sliding_window %d (below its context_length %d) is not read from GGUF "
                  "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
         goto done;
     }
-    for (int l = 0; A->slides != SLIDE_NONE && window > 0 && l < p->n_layers; l++) {
-        const int local = A->slides == SLIDE_ALL || (A->slides == SLIDE_EVEN && l % 2 == 0) ||
-                          (A->slides == SLIDE_FIVE_OF_SIX && (l + 1) % 6);
-        layer_kind[l] = local ? LAYER_SLIDING | (A->slides == SLIDE_FIVE_OF_SIX ? LAYER_ROPE_SWA : 0) : 0;
-        slides += local;
+    for (int l = 0; A->slides && window > 0 && l < p->n_layers; l++) {
+        const int slide = A->slides == 1 || (l + 1) % A->slides;
+        layer_kind[l] = slide ? LAYER_SLIDING | (A->local ? LAYER_ROPE_SWA : 0) : 0;
+        slides += slide;
     }
+    if (slides && A->local && !p->rope_freq_base_train_swa) p->rope_freq_base_train_swa = base; // OLMo 3's
     p->sliding_window = slides ? window : 0;
+    if (p->family == FAMILY_OLMO2 && slides) p->family = FAMILY_OLMO3; // written as olmo2 with a window
     const GgufTensor *emb = gguf_tensor(&g, "token_embd.weight");
     if (!emb) {
         snprintf(why, n, "bad GGUF: no tensor token_embd.weight (hint: the file is damaged)");

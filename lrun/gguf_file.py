@@ -275,10 +275,12 @@ class GgufCheckpoint:
         if rot and head_dim and rot != head_dim:
             cfg["partial_rotary_factor"] = rot / head_dim
         window = key("attention.sliding_window", 4096 if a == "gemma2" else 0)
-        if window and a in ("llama", "phi3", "gemma2", "gemma3"):  # loader.c's SLIDE_* rules
+        if window and a in ("llama", "phi3", "gemma2", "gemma3", "olmo2"):  # loader.c's `slides` column
             cfg["sliding_window"] = window
-            if a == "llama":
+            if a == "llama":  # Mistral's rule: every layer
                 cfg.update(architectures=["MistralForCausalLM"], model_type="mistral")
+            if a == "olmo2":  # OLMo 3: three sliding layers of four, YaRN on the full ones only
+                cfg.update(architectures=["Olmo3ForCausalLM"], model_type="olmo3")
         elif window and window < cfg["max_position_embeddings"]:
             raise CheckpointError(f"{self.path}: {a}.attention.sliding_window", f"{window}, below the context, and the "
                                   "file does not say which layers slide", "./run refuses it too")

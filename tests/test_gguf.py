@@ -50,6 +50,7 @@ OLMO2_F16 = GGUF / "olmo2-postnorm-f16.gguf"    # data/families2/olmo2-postnorm 
 GRANITE_F16 = GGUF / "granite-mup-f16.gguf"     # data/families2/granite-mup, --outtype f16
 GEMMA3_F16 = GGUF / "gemma3-two-bases-f16.gguf"  # data/families2/gemma3-two-bases, written with gguf-py
 GEMMA3_LINEAR_F16 = GGUF / "gemma3-linear-global-f16.gguf"  # data/families2/gemma3-linear-global, the same way
+OLMO3_F16 = GGUF / "olmo3-swa-yarn-f16.gguf"    # data/families2/olmo3-swa-yarn, written as an olmo2 file with a window
 
 
 # --- An independent reader: the GGUF format in Python (lrun/gguf_file.py reads it) ---------------
@@ -275,7 +276,7 @@ def test_chat_template_from_gguf(c_tools, tmp_path):
 
 
 EXPORTED = [TINY64_F16, TINY64_Q4_K_M, QWEN2_F32, QWEN3_F32, PHI3_F16, GEMMA2_F16, GEMMA3_LINEAR_F16, OLMO2_F16,
-            GRANITE_F16]
+            OLMO3_F16, GRANITE_F16]
 
 
 @pytest.mark.parametrize("gguf", EXPORTED, ids=lambda p: p.stem)
@@ -284,8 +285,8 @@ def test_export_reads_gguf(c_tools, tmp_path, gguf):
     (lrun/gguf_file.py, GgufCheckpoint: the config.json its keys and llama.cpp's assumptions make, the
     tensors by their Hugging Face names, dequantized, q and k rows back in halves), so every check and
     every --dtype of an export applies. Our f32 file's logits against ./run on the GGUF itself, over 600
-    tokens where the model stretches past its context (Qwen3's YaRN, Phi-3's long factors, Gemma 3's
-    linear x8), else 250: equal bit for bit from F16 and F32 files (the same numbers; f16 made float32
+    tokens where the model stretches past its context (Qwen3's and OLMo 3's YaRN, Phi-3's long factors,
+    Gemma 3's linear x8), else 250: equal bit for bit from F16 and F32 files (the same numbers; f16 made float32
     exactly), and from Q4_K_M within 1e-5 of the GGUF run through the plain references (dump_logits_ref;
     the fast K-quant products quantize x, 1.3e-2 away). The tokenizer stays in the GGUF: the export says
     how to give it. (Control: test_export_from_gguf_control.)"""
@@ -293,7 +294,7 @@ def test_export_reads_gguf(c_tools, tmp_path, gguf):
     proc = run_export(gguf, out)
     assert proc.returncode == 0, proc.stderr
     assert f"the tokenizer stays in the GGUF file: ./run {out} -z {gguf}" in proc.stderr, proc.stderr
-    n = 600 if gguf in (QWEN3_F32, PHI3_F16, GEMMA3_LINEAR_F16) else 250
+    n = 600 if gguf in (QWEN3_F32, PHI3_F16, GEMMA3_LINEAR_F16, OLMO3_F16) else 250
     ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), n).astype("<i4")
     ids.tofile(tmp_path / "ids.bin")
     k_quants = gguf == TINY64_Q4_K_M
@@ -600,24 +601,29 @@ def float_bytes(x):
 
 
 @pytest.mark.parametrize("gguf,case", [(OLMO2_F16, "olmo2-postnorm"), (GRANITE_F16, "granite-mup"),
-                                       (GEMMA3_F16, "gemma3-two-bases")])
+                                       (GEMMA3_F16, "gemma3-two-bases"), (OLMO3_F16, "olmo3-swa-yarn")])
 def test_families_equal_transformers(c_tools, tmp_path, gguf, case):
     """OLMo 2 (norms after each sublayer only, q/k RMSNorm over the whole projection: its weights
     interleaved with the rows at load), Granite (muP's four scales from granite.attention.scale,
-    embedding_scale, residual_scale, logit_scale) and Gemma 3's 1B recipe (5 local layers : 1 global,
-    window 32, the local RoPE at base 10000 and the global at 1e6, per-head q/k norms, 1 + w norms),
-    converted from data/families2's checkpoints, against the logits transformers 5.17 computed for those
-    checkpoints (families2-hf/hub-form): the bound of tests/test_families2.py, 1e-4 of the largest logit
-    (F16 weights: a few dozen of the BF16 checkpoints' smallest values are not exact in F16). Control,
-    the feature the architecture reads from its own row of loader.c's tables or keys must miss by 100x
-    the bound: OLMo 2's attn_q_norm left in the order the rows are permuted to, Granite's
-    residual_scale 1, Gemma 3's layer 0 q and k rows interleaved twice."""
+    embedding_scale, residual_scale, logit_scale), Gemma 3's 1B recipe (5 local layers : 1 global,
+    window 32, the local RoPE at base 10000 and the global at 1e6, per-head q/k norms, 1 + w norms) and
+    OLMo 3 (an olmo2 file with a window of 64: three sliding layers of four at the file's base,
+    unscaled, YaRN x4 on the full one; 1024 tokens), converted from data/families2's checkpoints,
+    against the logits transformers 5.17 computed for those checkpoints (families2-hf/hub-form): the
+    bound of tests/test_families2.py, 1e-4 of the largest logit (F16 weights: a few dozen of the BF16
+    checkpoints' smallest values are not exact in F16). Control, the feature the architecture reads
+    from its own row of loader.c's tables or keys must miss by 100x the bound: OLMo 2's attn_q_norm left
+    in the order the rows are permuted to, Granite's residual_scale 1, Gemma 3's layer 0 q and k rows
+    interleaved twice, OLMo 3's window key renamed (every layer global, YaRN on all)."""
     d, ids, rows, hub = hub_logits(case)
     diff = rel(ours(gguf, d / "ids.bin", len(ids), tmp_path)[rows], hub)
     if case == "olmo2-postnorm":
         wrong = interleave_in_file(gguf, tmp_path / "w.gguf", ["blk.0.attn_q_norm.weight"], [2], 32)
     elif case == "granite-mup":
         wrong = patched(tmp_path, gguf, float_bytes(0.22), float_bytes(1.0))
+    elif case == "olmo3-swa-yarn":
+        key = b"olmo2.attention.sliding_window"
+        wrong = patched(tmp_path, gguf, key, key[:-1] + b"W")
     else:
         wrong = interleave_in_file(gguf, tmp_path / "w.gguf", ["blk.0.attn_q.weight", "blk.0.attn_k.weight"], [2, 1], 32)
     miss = rel(ours(wrong, d / "ids.bin", len(ids), tmp_path)[rows], hub)
