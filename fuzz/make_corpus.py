@@ -360,8 +360,12 @@ def gguf_seeds():
                                                                 ("gemma3.rope.scaling.factor", "f32", 8.0)]),
                                              tensors("q8_0") + post + norms)
     olmo2 = [t for t in tensors("f32") if "attn_norm" not in t[0] and "ffn_norm" not in t[0]]
-    seeds["ok-olmo2-f32.gguf"] = gguf_file(renamed("olmo2", []), olmo2 + post + [
-        vector("blk.0.attn_q_norm.weight", 32), vector("blk.0.attn_k_norm.weight", 16)])
+    olmo2_norms = [vector("blk.0.attn_q_norm.weight", 32), vector("blk.0.attn_k_norm.weight", 16)]
+    seeds["ok-olmo2-f32.gguf"] = gguf_file(renamed("olmo2", []), olmo2 + post + olmo2_norms)
+    seeds["ok-olmo3-f32.gguf"] = gguf_file(renamed("olmo2", [  # OLMo 3: a window, YaRN on the full layers
+        ("olmo2.attention.sliding_window", "u32", 8), ("olmo2.rope.scaling.type", "str", "yarn"),
+        ("olmo2.rope.scaling.factor", "f32", 4.0), ("olmo2.rope.scaling.original_context_length", "u32", 16),
+        ("olmo2.rope.scaling.yarn_ext_factor", "f32", -1.0)]), olmo2 + post + olmo2_norms)
     seeds["ok-granite-q4_0.gguf"] = gguf_file(renamed("granite", [
         ("granite.attention.scale", "f32", 0.05), ("granite.embedding_scale", "f32", 12.0),
         ("granite.residual_scale", "f32", 0.22), ("granite.logit_scale", "f32", 8.0)]), tensors("q4_0"))
