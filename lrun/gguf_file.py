@@ -156,9 +156,10 @@ ARCHS = {  # general.architecture: (model_type, architectures[0])
     "gemma2": ("gemma2", "Gemma2ForCausalLM"), "gemma3": ("gemma3_text", "Gemma3ForCausalLM"),
     "olmo2": ("olmo2", "Olmo2ForCausalLM"), "granite": ("granite", "GraniteForCausalLM")}
 
-# blk.L.NAME -> model.layers.L.NAME (gguf-py's tensor_mapping.py, read backwards); by architecture
-# where the two differ: the norm after attention is Llama's post_attention_layernorm but Gemma's
-# and OLMo 2's post_attention_norm; Phi-3's q, k, v and gate, up are fused.
+# blk.L.NAME -> model.layers.L.NAME (gguf-py's tensor_mapping.py, read backwards). Hugging Face's
+# post_attention_layernorm is the norm before the MLP in a Llama (llama.cpp's ffn_norm) and the norm
+# after attention in Gemma and OLMo 2 (post_attention_norm), whose norm before the MLP is Gemma's
+# pre_feedforward_layernorm; Phi-3's q, k, v and gate, up are fused.
 LAYER_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
                "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm",
