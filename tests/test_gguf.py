@@ -99,6 +99,20 @@ def run_ppl(model, *flags):
     return float(lines[-1].split()[1]), proc.stderr
 
 
+def banner(model):
+    """The startup lines ./run prints for a model (stderr) after generating one token, the generated
+    text sent to /dev/null (a random model's sampled byte token is not UTF-8). Asserts it ran."""
+    proc = subprocess.run([str(REPO / "run"), str(model), "-i", "a", "-n", "1"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def some_ids(n):
+    """n token ids (data/families/phi3-longrope-short's ids, repeated): any vocabulary of 512 takes them."""
+    return np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), n).astype("<i4")
+
+
 def c_logits(model, ids, tmp_path, tool="dump_logits"):
     ids_file, out_file = tmp_path / "ids.bin", tmp_path / "logits.bin"
     np.asarray(ids, dtype="<i4").tofile(ids_file)
@@ -162,11 +176,8 @@ def test_logits_match_a_dequantizing_reference(c_tools, tmp_path, gguf, tol):
 def test_banner_names_every_matrix_type(c_tools, gguf, types):
     """A GGUF file keeps each tensor's type (llama-quantize's mixtures, a converter's F16 fallback): the
     banner names the first layer's wq type and then every other one the file's matrices hold."""
-    proc = subprocess.run([str(REPO / "run"), str(gguf), "-i", "a", "-n", "1"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert f"(GGUF v3, Llama, {types}): " in proc.stderr, proc.stderr
+    err = banner(gguf)
+    assert f"(GGUF v3, Llama, {types}): " in err, err
 
 
 def interleave_in_file(src, dst, names, heads, head_dim):
@@ -295,7 +306,7 @@ def test_export_reads_gguf(c_tools, tmp_path, gguf):
     assert proc.returncode == 0, proc.stderr
     assert f"the tokenizer stays in the GGUF file: ./run {out} -z {gguf}" in proc.stderr, proc.stderr
     n = 600 if gguf in (QWEN3_F32, PHI3_F16, GEMMA3_LINEAR_F16, OLMO3_F16) else 250
-    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), n).astype("<i4")
+    ids = some_ids(n)
     ids.tofile(tmp_path / "ids.bin")
     k_quants = gguf == TINY64_Q4_K_M
     direct = ours(gguf, tmp_path / "ids.bin", n, tmp_path, tool="dump_logits_ref" if k_quants else "dump_logits")
@@ -346,7 +357,7 @@ def test_export_from_gguf_control(c_tools, tmp_path, monkeypatch):
     spec.loader.exec_module(exporter)
     monkeypatch.setattr(gguf_file, "unpermute", lambda x, heads: x)
     exporter.export(str(TINY64_F16), str(tmp_path / "wrong.bin"), "f32")
-    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), 250).astype("<i4")
+    ids = some_ids(250)
     ids.tofile(tmp_path / "ids.bin")
     miss = rel(ours(tmp_path / "wrong.bin", tmp_path / "ids.bin", 250, tmp_path),
                ours(TINY64_F16, tmp_path / "ids.bin", 250, tmp_path))
@@ -356,9 +367,7 @@ def test_export_from_gguf_control(c_tools, tmp_path, monkeypatch):
     assert proc.returncode == 1 and not (tmp_path / "x.bin").exists() and list(tmp_path.glob("x.bin*")) == []
     assert f"error: {STORIES_LLAMA3}: tensor rope_freqs.weight: a llama3 rope_scaling worked out per pair" in \
         proc.stderr and f"(hint: ./run reads the file directly: ./run {STORIES_LLAMA3})" in proc.stderr, proc.stderr
-    run = subprocess.run([str(REPO / "run"), str(STORIES_LLAMA3), "-n", "2", "-i", "a"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)  # the text: any bytes
-    assert run.returncode == 0, run.stderr
+    banner(STORIES_LLAMA3)
 
 
 def test_generation_from_gguf_alone(c_tools):
@@ -518,11 +527,12 @@ def test_what_is_not_run_is_refused_by_name(c_tools, tmp_path):
         "with the same vocabulary: -z FILE)" in run_refused(LLAMA2_VOCAB)
 
 
-def with_uint32(src, dst, key, value):
-    """src with `key` added as a uint32 (GGUF type 4), then a string entry general.note of spaces that
-    brings the two to a whole number of 32 bytes."""
+def with_scalar(src, dst, key, value, kind="uint32"):
+    """src with `key` added as a uint32 (GGUF type 4) or a float32 (6), then a string entry general.note
+    of spaces that brings the two to a whole number of 32 bytes."""
     k = key.encode()
-    entry = struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, value)
+    number, fmt = {"uint32": (4, "<I"), "float32": (6, "<f")}[kind]
+    entry = struct.pack("<Q", len(k)) + k + struct.pack("<I", number) + struct.pack(fmt, value)
     pad = b" " * (-(len(entry) + len(string_entry("general.note", b""))) % 32)
     return with_entries(src, dst, [entry, string_entry("general.note", pad)])
 
@@ -533,7 +543,7 @@ def test_sliding_window_key(c_tools, tmp_path):
     a Mistral with sliding_window 64 (1e-5 relative; control: the file without the key, 100x that
     away). A qwen2 file's W below its context is refused by name: Qwen2 slides only some layers, by
     use_sliding_window and max_window_layers, which the file does not carry."""
-    narrow = with_uint32(TINY64_F16, tmp_path / "w64.gguf", "llama.attention.sliding_window", 64)
+    narrow = with_scalar(TINY64_F16, tmp_path / "w64.gguf", "llama.attention.sliding_window", 64)
     hf = tmp_path / "mistral"
     shutil.copytree(DATA / "tiny64x512-hf", hf)
     config = json.loads((hf / "config.json").read_text())
@@ -547,7 +557,7 @@ def test_sliding_window_key(c_tools, tmp_path):
           f"control (no window) {whole:.6f}")
     assert "every layer sees the last 64 positions (sliding window)" in banner, banner
     assert abs(theirs - mine) <= 1e-5 * mine and abs(whole - mine) > 1e-3 * mine
-    qwen2 = with_uint32(QWEN2_F32, tmp_path / "q.gguf", "qwen2.attention.sliding_window", 64)
+    qwen2 = with_scalar(QWEN2_F32, tmp_path / "q.gguf", "qwen2.attention.sliding_window", 64)
     err = run_refused(qwen2)
     assert "GGUF qwen2.attention.sliding_window 64 (below its context_length" in err and "is not read from GGUF yet: " \
         "the file does not say which layers slide" in err, err
@@ -561,30 +571,21 @@ def test_later_yarn_keys(c_tools, tmp_path):
     for key, neutral, other in (("yarn_attn_factor", 1.0, 1.2), ("yarn_log_multiplier", 0.0, 0.1),
                                 ("yarn_ext_factor", 1.0, 0.5), ("yarn_ext_factor", -1.0, 0.5)):
         name = f"qwen3.rope.scaling.{key}"
-        same = with_f32(QWEN3_F32, tmp_path / "same.gguf", name, neutral)
+        same = with_scalar(QWEN3_F32, tmp_path / "same.gguf", name, neutral, "float32")
         assert run_ppl(same)[0] == run_ppl(QWEN3_F32)[0]
-        err = run_refused(with_f32(QWEN3_F32, tmp_path / "other.gguf", name, other))
+        err = run_refused(with_scalar(QWEN3_F32, tmp_path / "other.gguf", name, other, "float32"))
         assert f"GGUF {name} {other:g} is not read from GGUF yet ({abs(neutral):g}, the neutral value, is;" in err, err
-
-
-def with_f32(src, dst, key, value):
-    """src with `key` added as a float32 (GGUF type 6), padded as with_uint32 pads."""
-    k = key.encode()
-    entry = struct.pack("<Q", len(k)) + k + struct.pack("<If", 6, value)
-    pad = b" " * (-(len(entry) + len(string_entry("general.note", b""))) % 32)
-    return with_entries(src, dst, [entry, string_entry("general.note", pad)])
 
 
 def test_banner_counts_the_keys_read(c_tools, tmp_path):
     """The `gguf:` line counts the file's {arch}.* keys the loader read and names those it did not (it
     runs without them, as llama.cpp does with keys its graph for the architecture does not read).
     Control: the file as converted, every key read."""
-    extra = with_uint32(TINY64_F16, tmp_path / "x.gguf", "llama.attention.clamp_kqv", 8)
+    extra = with_scalar(TINY64_F16, tmp_path / "x.gguf", "llama.attention.clamp_kqv", 8)
     for model, line in ((TINY64_F16, "gguf: 10 of its 10 llama.* keys read\n"),
                         (extra, "gguf: 10 of its 11 llama.* keys read; not read: llama.attention.clamp_kqv\n")):
-        proc = subprocess.run([str(REPO / "run"), str(model), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-        assert proc.returncode == 0 and line in proc.stderr, proc.stderr
+        err = banner(model)
+        assert line in err, err
 
 
 # --- Phi-3 and the families whose layers differ ---------------------------------------------------
@@ -665,10 +666,9 @@ def test_gemma_query_scale_and_layers(c_tools, tmp_path):
         print(f"{case} GGUF: max |ours - our export (query_pre_attn_scalar 32)| / max |logit| {diff:.2e}; control "
               f"{miss:.2e}; transformers with the checkpoint's own scalar {scalar:.2e}")
         assert diff < 1e-5 and miss > 1e-3 and scalar > 1e-3
-    proc = subprocess.run([str(REPO / "run"), str(GEMMA2_F16), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)  # the text: any bytes
-    assert proc.returncode == 0 and "scores x 0.176777, scores capped at 50, logits capped at 30" in proc.stderr
-    assert "layers 0, 2 see the last 48 positions (sliding window), the others all" in proc.stderr, proc.stderr
+    err = banner(GEMMA2_F16)
+    assert "scores x 0.176777, scores capped at 50, logits capped at 30" in err
+    assert "layers 0, 2 see the last 48 positions (sliding window), the others all" in err, err
 
 
 def test_gemma3_without_a_window(c_tools, tmp_path):
@@ -678,12 +678,11 @@ def test_gemma3_without_a_window(c_tools, tmp_path):
     key = b"gemma3.attention.sliding_window"
     bare = patched(tmp_path, GEMMA3_F16, key, key[:-1] + b"W", "bare.gguf")  # a key no reader knows
     assert run_export(bare, tmp_path / "bare.bin").returncode == 0
-    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), 250).astype("<i4")
+    ids = some_ids(250)
     ids.tofile(tmp_path / "ids.bin")
     theirs, mine, windowed = (ours(m, tmp_path / "ids.bin", 250, tmp_path) for m in (bare, tmp_path / "bare.bin", GEMMA3_F16))
-    proc = subprocess.run([str(REPO / "run"), str(bare), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    assert proc.returncode == 0 and "layers:" not in proc.stderr and "sliding_windoW" in proc.stderr, proc.stderr
+    err = banner(bare)
+    assert "layers:" not in err and "sliding_windoW" in err, err
     assert np.array_equal(theirs, mine) and rel(theirs, windowed) > 1e-2
 
 
@@ -713,7 +712,7 @@ def test_phi3_fused_longrope(c_tools, tmp_path):
     _, tensors = read_gguf(PHI3_F16)
     long = bytes(tensors["rope_factors_long.weight"][2][:64])
     wrong = patched(tmp_path, PHI3_F16, long, np.ones(16, "<f4").tobytes())
-    ids = np.resize(np.fromfile(DATA / "families" / "phi3-longrope-short" / "ids.bin", np.int32), 600).astype("<i4")
+    ids = some_ids(600)
     for n in (200, 600):
         ids[:n].tofile(tmp_path / "ids.bin")
         theirs, mine = (ours(m, tmp_path / "ids.bin", n, tmp_path) for m in (PHI3_F16, tmp_path / "phi3.bin"))
@@ -721,10 +720,9 @@ def test_phi3_fused_longrope(c_tools, tmp_path):
         miss = rel(ours(wrong, tmp_path / "ids.bin", n, tmp_path), mine)
         print(f"phi3 GGUF, {n} tokens: max |ours - our export| / max |logit| {diff:.2e}; control (long factors 1) {miss:.2e}")
         assert diff < 1e-5 and (n < 256 or miss > 1e-3)
-    proc = subprocess.run([str(REPO / "run"), str(PHI3_F16), "-n", "1", "-i", "a"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)  # the text: any bytes
-    assert proc.returncode == 0 and "rope: longrope, base 10000 (short factors up to L, long ones past it), factor 4, " \
-        "trained context L = 256, attention factor 1.11803" in proc.stderr, proc.stderr
+    err = banner(PHI3_F16)
+    assert "rope: longrope, base 10000 (short factors up to L, long ones past it), factor 4, " \
+        "trained context L = 256, attention factor 1.11803" in err, err
 
 
 # --- Llama 3.1's RoPE: rope_freqs.weight ---------------------------------------------------------
