@@ -733,9 +733,11 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     while (kind < kinds && (strlen(a) != arch_len || strcmp(a, GGUF_ARCHS[kind].arch)))
         kind++;
     if (kind == kinds) {
-        snprintf(why, n, "GGUF architecture \"%.*s\" is not one this program reads from GGUF yet (it reads llama, "
-                 "qwen2, qwen3, phi3, gemma2, gemma3, olmo2 and granite; " GGUF_HINT ")",
-                 (int)(arch_len < 40 ? arch_len : 40), arch);
+        char known[160] = "";
+        for (size_t k = 0; k < kinds; k++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "", GGUF_ARCHS[k].arch);
+        snprintf(why, n, "GGUF architecture \"%.*s\" is not one this program reads from GGUF yet (it reads %s; "
+                 GGUF_HINT ")", (int)(arch_len < 40 ? arch_len : 40), arch, known);
         goto done;
     }
     const GgufArch *A = &GGUF_ARCHS[kind];
@@ -887,7 +889,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         .beta_fast = mode == ROPE_SCALING_YARN ? beta_fast : 0,
         .beta_slow = mode == ROPE_SCALING_YARN ? beta_slow : 0,
     };
-    // The window and the layers that slide (SLIDE_* above); Gemma 3's local layers turn at their own base
+    // The window and the layers that slide (GGUF_ARCHS' slides and local, above)
     int window = A->window, layer_kind[1024] = {0}, slides = 0;
     if (arch_int(&g, a, "attention.sliding_window", 0, 1 << 24, &window, why, n) < 0) goto done;
     if (!A->slides && window > 0 && window < p->n_ctx_max) {
