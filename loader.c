@@ -469,53 +469,71 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // Read so far: llama (Llama 1-3, Llama 3.1's rope_freqs included, Mistral, TinyLlama), qwen2
 // (Qwen2, Qwen2.5: q/k/v biases), qwen3 (q/k RMSNorm per head), phi3 (Phi-3, Phi-4: q, k and v in one
 // tensor, gate and up in another, LongRoPE's factors as tensors), gemma2 and gemma3, olmo2 (OLMo 2, and
-// OLMo 3 as an olmo2 file with a window) and granite,
+// OLMo 3 as an olmo2 file with a window), exaone4, glm4 (GLM-4-0414), granite and mistral3 (Ministral 3),
 // their matrices F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, their vectors F32.
-// llama.cpp's converter (its LlamaModel's permute) stores a llama's q and k rows in interleaved pairs,
-// this program's layout (model.h): they are used as they are. It stores the others' as Hugging Face
-// has them, the two halves of each pair apart (llama.cpp rotates them "NEOX" style): their rows are
-// permuted once at load into interleaved pairs (gguf_made), as export/export.py does, so that one
-// rotation serves every file; the rest of the model is read in place.
+// llama.cpp's converter (its LlamaModel's permute: llama, granite, mistral3) stores q and k rows in
+// interleaved pairs, this program's layout (model.h), and GLM-4's are so in the checkpoint: they are
+// used as they are. It stores the others' as Hugging Face has them, the two halves of each pair apart
+// (llama.cpp rotates them "NEOX" style): their rows are permuted once at load into interleaved pairs
+// (gguf_made), as export/export.py does, so that one rotation serves every file; the rest of the
+// model is read in place.
 // What a file does not say, llama.cpp's graph for its architecture assumes (llama-model.cpp at
-// c392e50): that is the table below. Gemma's norms are stored as 1 + w by the converter, as in our
+// c392e50; for exaone4, glm4 and mistral3 its later models/*.cpp): that is the table below. Gemma's norms are stored as 1 + w by the converter, as in our
 // files, and its embedding scale and query scale are not stored at all.
 
-// Which layers slide when the file gives {arch}.attention.sliding_window W (Config.layer_kind, the
-// `slides` column): none (0: a W below the context is refused, for the layers that slide are then
-// the checkpoint's rule, which the file does not carry, as Qwen2's use_sliding_window and
-// max_window_layers), every one (1: Mistral's and Phi-3's rule), or those whose l + 1 is not a
-// multiple of P (P > 1: llama.cpp's set_swa_pattern, transformers' layer_types alike): Gemma 2 the
-// even ones (2), OLMo 3 (an olmo2 file with a window) three of four (4), Gemma 3 five of six (6).
-// With `local` they also turn with the local RoPE, unscaled: Gemma 3's at base 10000 (llama.cpp's
-// fixed rope_freq_base_train_swa), OLMo 3's at the file's own base (llama.cpp's olmo2 graph drops only
-// the YaRN on them). A Gemma 3 or OLMo 2 file without a window has every layer global.
+// Which layers slide when the file gives {arch}.attention.sliding_window W (Config.layer_kind): in the
+// families of local and global layers (slides > 1), those its {arch}.attention.sliding_window_pattern
+// says (later converters: a bool per layer, from transformers' layer_types; or a period P, as below);
+// else the `slides` column's rule: none (0: a W
+// below the context is refused, for the layers that slide are then the checkpoint's rule, which the
+// file does not carry, as Qwen2's use_sliding_window and max_window_layers), every one (1: Mistral's
+// and Phi-3's rule), or those whose l + 1 is not a multiple of P (P > 1: llama.cpp's set_swa_pattern,
+// transformers' layer_types alike): Gemma 2 the even ones (2), OLMo 3 (an olmo2 file with a window)
+// and EXAONE 4 three of four (4), Gemma 3 five of six (6). With `local` they also turn with the local
+// RoPE, unscaled: Gemma 3's at base 10000 (llama.cpp's fixed rope_freq_base_train_swa), OLMo 3's at
+// the file's own base (llama.cpp's olmo2 graph drops only the YaRN on them). With `nope` the layers
+// that do not slide turn with no RoPE at all when some do (EXAONE 4's global NoPE layers: llama.cpp's
+// exaone4 graph, use_rope). A file without a window has every layer global, each with the RoPE.
+// (llama.cpp reads an exaone4 file's pattern only at 64 layers, the 32B's, and runs any other with a
+// window all global; the pattern the converter wrote from layer_types is what transformers runs.)
+enum { FUSED_QKV = 1, FUSED_GATE_UP = 2 }; // the `fused` bits: FUSED below
 typedef struct {
     const char *arch; // general.architecture
     Family family;
     int halves;       // q and k rows in rotate_half order (NEOX), permuted at load
-    int qkv_bias;
+    int qkv_bias;     // 1: attn_q/k/v.bias; 2: when the file has blk.0.attn_q.bias (GLM-4's attention_bias)
     int qk_norm;      // QK_NORM_HEAD: attn_q_norm, attn_k_norm of one head each; QK_NORM_ALL: of all heads
     int norms;        // NORM_* bits: attn_norm, post_attention_norm, ffn_norm, post_ffw_norm
     Activation act;
-    int fused;        // attn_qkv holds q, k and v, ffn_up gate then up (Phi-3's qkv_proj, gate_up_proj)
+    int fused;        // FUSED_* bits: attn_qkv holds q, k and v; ffn_up gate then up (FUSED below)
     int slides;       // 0, 1 or P, above
     int local;        // the sliding layers turn with the local RoPE
+    int nope;         // the other layers have no RoPE
     int window;       // W when the file gives none (llama.cpp's default for Gemma 2); 0: none
     int gemma;        // > 0: embeddings x sqrt(dim), scores x 1/sqrt(head_dim), or 1/sqrt(dim / heads)
                       // with this many layers (the 27B models): llama.cpp's rule, standing in for
                       // query_pre_attn_scalar, which the files do not carry
+    int mscale_all_dim; // rope.scaling.yarn_log_multiplier is YaRN's mscale_all_dim, mscale 1
+                        // (Ministral 3's converter; llama.cpp's mistral3 hparams)
 } GgufArch;
+#define POST_NORMS (NORM_ATTN_POST | NORM_FFN_POST)
 static const GgufArch GGUF_ARCHS[] = {
-    {"llama", FAMILY_LLAMA, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, 1, 0, 0, 0},
-    {"qwen2", FAMILY_QWEN2, 1, 1, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, 0, 0, 0, 0},
-    {"qwen3", FAMILY_QWEN3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA, ACT_SILU, 0, 0, 0, 0, 0},
-    {"phi3", FAMILY_PHI3, 1, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 1, 1, 0, 0, 0},
-    {"gemma2", FAMILY_GEMMA2, 1, 0, QK_NORM_NONE, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0, 2, 0,
-     4096, 46},
-    {"gemma3", FAMILY_GEMMA3, 1, 0, QK_NORM_HEAD, NORMS_LLAMA | NORM_ATTN_POST | NORM_FFN_POST, ACT_GELU_TANH, 0, 6, 1,
-     0, 62},
-    {"olmo2", FAMILY_OLMO2, 1, 0, QK_NORM_ALL, NORM_ATTN_POST | NORM_FFN_POST, ACT_SILU, 0, 4, 1, 0, 0},
-    {"granite", FAMILY_GRANITE, 0, 0, QK_NORM_NONE, NORMS_LLAMA, ACT_SILU, 0, 0, 0, 0, 0},
+    {.arch = "llama", .family = FAMILY_LLAMA, .norms = NORMS_LLAMA, .slides = 1},
+    {.arch = "qwen2", .family = FAMILY_QWEN2, .halves = 1, .qkv_bias = 1, .norms = NORMS_LLAMA},
+    {.arch = "qwen3", .family = FAMILY_QWEN3, .halves = 1, .qk_norm = QK_NORM_HEAD, .norms = NORMS_LLAMA},
+    {.arch = "phi3", .family = FAMILY_PHI3, .halves = 1, .norms = NORMS_LLAMA, .fused = FUSED_QKV | FUSED_GATE_UP,
+     .slides = 1},
+    {.arch = "gemma2", .family = FAMILY_GEMMA2, .halves = 1, .norms = NORMS_LLAMA | POST_NORMS, .act = ACT_GELU_TANH,
+     .slides = 2, .window = 4096, .gemma = 46},
+    {.arch = "gemma3", .family = FAMILY_GEMMA3, .halves = 1, .qk_norm = QK_NORM_HEAD, .norms = NORMS_LLAMA | POST_NORMS,
+     .act = ACT_GELU_TANH, .slides = 6, .local = 1, .gemma = 62},
+    {.arch = "olmo2", .family = FAMILY_OLMO2, .halves = 1, .qk_norm = QK_NORM_ALL, .norms = POST_NORMS, .slides = 4,
+     .local = 1},
+    {.arch = "exaone4", .family = FAMILY_EXAONE4, .halves = 1, .qk_norm = QK_NORM_HEAD, .norms = POST_NORMS,
+     .slides = 4, .nope = 1},
+    {.arch = "glm4", .family = FAMILY_GLM4, .qkv_bias = 2, .norms = NORMS_LLAMA | POST_NORMS, .fused = FUSED_GATE_UP},
+    {.arch = "granite", .family = FAMILY_GRANITE, .norms = NORMS_LLAMA},
+    {.arch = "mistral3", .family = FAMILY_MINISTRAL3, .norms = NORMS_LLAMA, .mscale_all_dim = 1},
 };
 
 // The keys past the shape an architecture's files carry, each onto its hparam (HPARAMS), with the
@@ -532,6 +550,7 @@ static const struct {
     {"granite", "embedding_scale", "f_embedding_scale", 0},
     {"granite", "residual_scale", "f_residual_scale", 0},
     {"granite", "logit_scale", "f_logit_scale", 0},
+    {"mistral3", "attention.temperature_scale", "f_attn_temp_scale", 0}, // Ministral 3's llama_4_scaling_beta
 };
 
 // The integer at key `{arch}.name`, in [lo, hi]: 1, 0 when absent (*v untouched), -1 with why.
@@ -698,16 +717,18 @@ static void gguf_keys_line(const Gguf *g, const char *arch, char *line, size_t n
 #undef ARCH_KEY
 }
 
-// Phi-3's fused matrices (modeling_phi3.py: qkv_proj; gate_up_proj, whose chunk(2) puts gate first):
-// the tensor, and the LayerWeights its rows go to, in order, with their sizes (tensor_size).
+// The fused matrices (Phi-3's qkv_proj, modeling_phi3.py; gate_up_proj of Phi-3 and GLM-4, whose
+// chunk(2) puts gate first): the GgufArch.fused bit, the tensor, and the LayerWeights its rows go to,
+// in order, with their sizes (tensor_size).
 static const struct {
+    int bit;
     const char *gguf;
     size_t at[3];
     int rows[3], parts;
 } FUSED[] = {
-    {"attn_qkv.weight", {offsetof(LayerWeights, wq), offsetof(LayerWeights, wk), offsetof(LayerWeights, wv)},
+    {FUSED_QKV, "attn_qkv.weight", {offsetof(LayerWeights, wq), offsetof(LayerWeights, wk), offsetof(LayerWeights, wv)},
      {SIZE_Q, SIZE_KV, SIZE_KV}, 3},
-    {"ffn_up.weight", {offsetof(LayerWeights, w1), offsetof(LayerWeights, w3)}, {SIZE_H, SIZE_H}, 2},
+    {FUSED_GATE_UP, "ffn_up.weight", {offsetof(LayerWeights, w1), offsetof(LayerWeights, w3)}, {SIZE_H, SIZE_H}, 2},
 };
 
 static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why, size_t n) {
@@ -750,7 +771,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     p->gguf = (int)g.version;
     p->family = A->family;
     p->version = p->family >= FAMILY_GEMMA2 ? 4 : 3; // what an export of the same checkpoint reads as (model.h)
-    p->qkv_bias = A->qkv_bias;
+    p->qkv_bias = A->qkv_bias == 2 ? gguf_tensor(&g, "blk.0.attn_q.bias") != NULL : A->qkv_bias;
     p->qk_norm = A->qk_norm;
     p->norms = A->norms;
     p->act = A->act;
@@ -804,6 +825,11 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     // is llama.cpp's too when its rope.scaling.attn_factor is 1 or absent)
     const char *scaling = "none";
     size_t scaling_len = 4;
+    snprintf(name, sizeof name, "%s.rope.dimension_sections", a);
+    if (gguf_find(&g, name)) { // the vision models' rows and positions (GLM-4V's converter permutes for it)
+        snprintf(why, n, "GGUF %s: multimodal RoPE (M-RoPE) is not run by this program (" GGUF_HINT ")", name);
+        goto done;
+    }
     snprintf(name, sizeof name, "%s.rope.scaling.type", a);
     RopeScaling mode = ROPE_SCALING_NONE;
     if (gguf_get_string(&g, name, &scaling, &scaling_len) < 0) scaling_len = 0;
@@ -868,8 +894,21 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         double neutral, unset;
     } YARN_KEYS[] = {{"rope.scaling.yarn_attn_factor", 1, 1}, {"rope.scaling.yarn_log_multiplier", 0, 0},
                      {"rope.scaling.yarn_ext_factor", 1, -1}};
+    // Ministral 3's converter writes YaRN's mscale_all_dim m as yarn_log_multiplier and its mscale not
+    // at all (1, as llama.cpp's mistral3 hparams take it): transformers' attention factor is then
+    // get_mscale(s, 1) / get_mscale(s, m), get_mscale(s, m) = 0.1 m ln s + 1 (modeling_rope_utils.py,
+    // _compute_yarn_parameters), which is 1 for the released m = 1 (the paper's 0.1 ln s + 1 cancelled).
+    double mscale_all_dim = 0;
+    if (A->mscale_all_dim && (arch_real(&g, a, "rope.scaling.yarn_log_multiplier", &mscale_all_dim, why, n) < 0 ||
+                              mscale_all_dim < 0 || mscale_all_dim > 100)) {
+        if (!*why) snprintf(why, n, "bad GGUF: %s.rope.scaling.yarn_log_multiplier %g is not in [0, 100] (hint: the "
+                            "file is damaged)", a, mscale_all_dim);
+        goto done;
+    }
+    if (mode == ROPE_SCALING_YARN && mscale_all_dim) attn = (0.1 * log(factor) + 1) / (0.1 * mscale_all_dim * log(factor) + 1);
     for (size_t i = 0; i < sizeof YARN_KEYS / sizeof YARN_KEYS[0]; i++) {
         double v = YARN_KEYS[i].neutral;
+        if (A->mscale_all_dim && !strcmp(YARN_KEYS[i].key, "rope.scaling.yarn_log_multiplier")) continue; // above
         if (arch_real(&g, a, YARN_KEYS[i].key, &v, why, n) < 0) goto done;
         if (v != YARN_KEYS[i].neutral && v != YARN_KEYS[i].unset) {
             snprintf(why, n, "GGUF %s.%s %g is not read from GGUF yet (%g, the neutral value, is; " GGUF_HINT ")", a,
@@ -885,22 +924,33 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         .orig_ctx = mode != ROPE_SCALING_NONE ? orig : p->n_ctx_max,
         .base = base,
         .factor = factor,
-        .attn_factor = mode == ROPE_SCALING_LONGROPE && has_attn ? attn : 0,
+        .attn_factor = (mode == ROPE_SCALING_LONGROPE && has_attn) || (mode == ROPE_SCALING_YARN && mscale_all_dim) ? attn : 0,
         .beta_fast = mode == ROPE_SCALING_YARN ? beta_fast : 0,
         .beta_slow = mode == ROPE_SCALING_YARN ? beta_slow : 0,
     };
-    // The window and the layers that slide (GGUF_ARCHS' slides and local, above)
-    int window = A->window, layer_kind[1024] = {0}, slides = 0;
+    // Ministral 3's query temperature steps at the original context (llama.cpp: n_ctx_orig_yarn)
+    if (p->f_attn_temp_scale) p->n_attn_temp_floor_scale = orig;
+    // The window and the layers that slide (GGUF_ARCHS' slides, local and nope, above)
+    int window = A->window, layer_kind[1024] = {0}, slides = 0, differ = 0, period = A->slides;
     if (arch_int(&g, a, "attention.sliding_window", 0, 1 << 24, &window, why, n) < 0) goto done;
     if (!A->slides && window > 0 && window < p->n_ctx_max) {
         snprintf(why, n, "GGUF %s.attention.sliding_window %d (below its context_length %d) is not read from GGUF "
                  "yet: the file does not say which layers slide (" GGUF_HINT ")", a, window, p->n_ctx_max);
         goto done;
     }
+    snprintf(name, sizeof name, "%s.attention.sliding_window_pattern", a);
+    const GgufKV *pattern = A->slides > 1 ? gguf_find(&g, name) : NULL; // the per-layer families'
+    const int per_layer = pattern && pattern->type == GGUF_ARRAY;
+    if (per_layer ? pattern->count != (uint64_t)p->n_layers || pattern->elem == GGUF_STRING || pattern->elem == GGUF_ARRAY
+                  : pattern && arch_int(&g, a, "attention.sliding_window_pattern", 1, 1024, &period, why, n) != 1) {
+        snprintf(why, n, "bad GGUF: %s must be a bool per layer (%d) or a period in [1, 1024] (hint: the file is "
+                 "damaged)", name, p->n_layers);
+        goto done;
+    }
     for (int l = 0; A->slides && window > 0 && l < p->n_layers; l++) {
-        const int slide = A->slides == 1 || (l + 1) % A->slides;
-        layer_kind[l] = slide ? LAYER_SLIDING | (A->local ? LAYER_ROPE_SWA : 0) : 0;
-        slides += slide;
+        const int slide = per_layer ? gguf_array_real(pattern, l) != 0 : period == 1 || (l + 1) % period;
+        layer_kind[l] = slide ? LAYER_SLIDING | (A->local ? LAYER_ROPE_SWA : 0) : A->nope ? LAYER_NO_ROPE : 0;
+        slides += slide, differ += layer_kind[l] != 0;
     }
     if (slides && A->local && !p->rope_freq_base_train_swa) p->rope_freq_base_train_swa = base; // OLMo 3's
     p->sliding_window = slides ? window : 0;
@@ -941,7 +991,8 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     TransformerWeights *w = &t->weights;
     w->token_embedding = gguf_matrix(&g, "token_embd.weight", 1, p->vocab_size, p->dim, used, why, n);
     for (int l = 0; l < p->n_layers && !*why; l++) {
-        for (size_t f = 0; A->fused && f < sizeof FUSED / sizeof FUSED[0] && !*why; f++) { // each part a run of rows
+        for (size_t f = 0; f < sizeof FUSED / sizeof FUSED[0] && !*why; f++) { // each part a run of rows
+            if (!(A->fused & FUSED[f].bit)) continue;
             int rows = 0;
             for (int i = 0; i < FUSED[f].parts; i++)
                 rows += tensor_size(p, FUSED[f].rows[i]);
@@ -978,7 +1029,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         if (!used[i])
             snprintf(why, n, "GGUF tensor %.*s is not one this program reads for a %s model: it would run without it "
                      "(" GGUF_HINT ")", (int)(g.tensors[i].name_len < 64 ? g.tensors[i].name_len : 64), g.tensors[i].name, a);
-    if (*why || gguf_made(t, factors, p->rope.rot_dims / 2, p->sliding_window ? layer_kind : NULL, A->halves, why, n))
+    if (*why || gguf_made(t, factors, p->rope.rot_dims / 2, differ ? layer_kind : NULL, A->halves, why, n))
         goto done;
     p->dtype = w->layers[0].wq.dtype; // what the banner names; each matrix has its own (a Q8_0 file's F16 rows)
     gguf_keys_line(&g, a, t->gguf_keys, sizeof t->gguf_keys);

@@ -369,6 +369,18 @@ def gguf_seeds():
     seeds["ok-granite-q4_0.gguf"] = gguf_file(renamed("granite", [
         ("granite.attention.scale", "f32", 0.05), ("granite.embedding_scale", "f32", 12.0),
         ("granite.residual_scale", "f32", 0.22), ("granite.logit_scale", "f32", 8.0)]), tensors("q4_0"))
+    seeds["ok-exaone4-f16.gguf"] = gguf_file(renamed("exaone4", [  # post-norms only, the global layers NoPE
+        ("exaone4.attention.sliding_window", "u32", 8), ("exaone4.attention.sliding_window_pattern", ("arr", "bool"),
+                                                         [True])]),
+        [t for t in tensors("f16") if "attn_norm" not in t[0] and "ffn_norm" not in t[0]] + post + norms)
+    glm4 = [t for name, t in plain.items() if name not in ("blk.0.ffn_gate.weight", "blk.0.ffn_up.weight")]
+    seeds["ok-glm4-f16.gguf"] = gguf_file(renamed("glm4", [("glm4.rope.dimension_count", "u32", 8)]), glm4 + biases + post + [
+        ("blk.0.ffn_up.weight", [32, 128], 1, rng.standard_normal((128, 32)).astype(np.float16).tobytes())])
+    seeds["ok-mistral3-q8_0.gguf"] = gguf_file(renamed("mistral3", [  # Ministral 3: YaRN, query temperature
+        ("mistral3.rope.scaling.type", "str", "yarn"), ("mistral3.rope.scaling.factor", "f32", 4.0),
+        ("mistral3.rope.scaling.original_context_length", "u32", 16),
+        ("mistral3.rope.scaling.yarn_log_multiplier", "f32", 1.0),
+        ("mistral3.attention.temperature_scale", "f32", 0.1)]), tensors("q8_0"))
     seeds["ok-vocab-only.gguf"] = gguf_file(vocab_meta, [])
     byte_level = json.loads(tiny_tokenizer({"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
                                            added=[("<|eot|>", True, False, False)]))

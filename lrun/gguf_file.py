@@ -154,12 +154,16 @@ ARCHS = {  # general.architecture: (model_type, architectures[0])
     "llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
     "qwen3": ("qwen3", "Qwen3ForCausalLM"), "phi3": ("phi3", "Phi3ForCausalLM"),
     "gemma2": ("gemma2", "Gemma2ForCausalLM"), "gemma3": ("gemma3_text", "Gemma3ForCausalLM"),
-    "olmo2": ("olmo2", "Olmo2ForCausalLM"), "granite": ("granite", "GraniteForCausalLM")}
+    "olmo2": ("olmo2", "Olmo2ForCausalLM"), "exaone4": ("exaone4", "Exaone4ForCausalLM"),
+    "glm4": ("glm4", "Glm4ForCausalLM"), "granite": ("granite", "GraniteForCausalLM"),
+    "mistral3": ("ministral3", "Ministral3ForCausalLM")}
+LLAMA_ROWS = ("llama", "granite", "mistral3")  # converted by LlamaModel: q and k rows in interleaved pairs
 
 # blk.L.NAME -> model.layers.L.NAME (gguf-py's tensor_mapping.py, read backwards). Hugging Face's
 # post_attention_layernorm is the norm before the MLP in a Llama (llama.cpp's ffn_norm) and the norm
-# after attention in Gemma and OLMo 2 (post_attention_norm), whose norm before the MLP is Gemma's
-# pre_feedforward_layernorm; Phi-3's q, k, v and gate, up are fused.
+# after attention in Gemma, OLMo 2 and EXAONE 4 (post_attention_norm), whose norm before the MLP is Gemma's
+# pre_feedforward_layernorm; GLM-4 names its four norms its own way; Phi-3's q, k, v and gate, up are
+# fused, GLM-4's gate, up.
 LAYER_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
                "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm",
@@ -168,7 +172,9 @@ LAYER_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "at
                "attn_qkv": "self_attn.qkv_proj"}
 LAYER_NAMES_BY_ARCH = {"gemma2": {"ffn_norm": "pre_feedforward_layernorm"},
                        "gemma3": {"ffn_norm": "pre_feedforward_layernorm"},
-                       "phi3": {"ffn_up": "mlp.gate_up_proj"}}
+                       "phi3": {"ffn_up": "mlp.gate_up_proj"},
+                       "glm4": {"ffn_up": "mlp.gate_up_proj", "post_attention_norm": "post_self_attn_layernorm",
+                                "post_ffw_norm": "post_mlp_layernorm"}}
 TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
              "output.weight": "lm_head.weight"}
 
@@ -196,8 +202,8 @@ def unpermute(x, heads):
 
 class GgufCheckpoint:
     """A GGUF file's tensors by their Hugging Face names, as float32 (dequantized one at a time), q and
-    k rows in Hugging Face's rotate_half order (llama.cpp's LlamaModel.permute undone for llama and
-    granite files); config() the config.json it came from. The names(), info(), get() of
+    k rows in Hugging Face's rotate_half order (llama.cpp's LlamaModel.permute undone for LLAMA_ROWS'
+    files); config() the config.json it came from. The names(), info(), get() of
     lrun/hf_checkpoint.py's Checkpoint; norms stay as the file has them (Gemma's: 1 + w)."""
 
     @refusing
@@ -246,7 +252,7 @@ class GgufCheckpoint:
         heads = {"self_attn.q_proj": self.key("attention.head_count"),
                  "self_attn.k_proj": self.key("attention.head_count_kv", self.key("attention.head_count"))}
         part = name.split(".", 3)[-1].rsplit(".", 1)[0] if name.startswith("model.layers.") else ""
-        if self.arch in ("llama", "granite") and part in heads:  # converted by LlamaModel: rows interleaved
+        if self.arch in LLAMA_ROWS and part in heads:
             x = unpermute(x, heads[part])
         return x
 
@@ -276,8 +282,13 @@ class GgufCheckpoint:
         if rot and head_dim and rot != head_dim:
             cfg["partial_rotary_factor"] = rot / head_dim
         window = key("attention.sliding_window", 4096 if a == "gemma2" else 0)
-        if window and a in ("llama", "phi3", "gemma2", "gemma3", "olmo2"):  # loader.c's `slides` column
+        pattern = key("attention.sliding_window_pattern")
+        if window and a in ("llama", "phi3", "gemma2", "gemma3", "olmo2", "exaone4"):  # loader.c's `slides` column
             cfg["sliding_window"] = window
+            if isinstance(pattern, list) and a not in ("llama", "phi3"):  # one bool per layer: layer_types
+                cfg["layer_types"] = ["sliding_attention" if b else "full_attention" for b in pattern]
+            elif pattern is not None and a not in ("llama", "phi3"):
+                cfg["sliding_window_pattern"] = pattern
             if a == "llama":  # Mistral's rule: every layer
                 cfg.update(architectures=["MistralForCausalLM"], model_type="mistral")
             if a == "olmo2":  # OLMo 3: three sliding layers of four, YaRN on the full ones only
@@ -304,7 +315,8 @@ class GgufCheckpoint:
                 for k in ("beta_fast", "beta_slow"):
                     if key(f"rope.scaling.yarn_{k}"):
                         cfg["rope_scaling"][k] = key(f"rope.scaling.yarn_{k}")
-        neutrals = (("yarn_attn_factor", 1.0), ("yarn_log_multiplier", 0.0), ("yarn_ext_factor", 1.0))
+        neutrals = (("yarn_attn_factor", 1.0), ("yarn_ext_factor", 1.0)) + ((("yarn_log_multiplier", 0.0),)
+                                                                          if a != "mistral3" else ())
         for k, neutral in neutrals + ((("attn_factor", 1.0),) if not any(factors) else ()):
             unset = -1.0 if k == "yarn_ext_factor" else neutral  # llama.cpp's "unset" ramp: 1 under YaRN
             if key(f"rope.scaling.{k}", neutral) not in (neutral, unset):  # loader.c refuses them the same way
@@ -322,11 +334,24 @@ class GgufCheckpoint:
             cfg["final_logit_softcapping"] = key("final_logit_softcapping", 30.0)
         if a == "gemma3":
             cfg.update(rope_local_base_freq=key("rope.freq_base_swa", 10000.0), final_logit_softcapping=key(
-                "final_logit_softcapping"), sliding_window_pattern=6)
+                "final_logit_softcapping"))
+            if "layer_types" not in cfg:
+                cfg.setdefault("sliding_window_pattern", 6)
             if not window:  # no window: every layer global (llama.cpp), as a pattern of 1 is in transformers
                 cfg.update(sliding_window_pattern=1, sliding_window=None)
         if a == "granite":  # muP's multipliers; no attention.scale is the usual 1/sqrt(head_dim), as in ./run
             cfg.update(attention_multiplier=key("attention.scale", 1 / math.sqrt(head_dim)),
                        embedding_multiplier=key("embedding_scale", 1.0), residual_multiplier=key("residual_scale", 1.0),
                        logits_scaling=key("logit_scale", 1.0))
+        if a == "glm4":
+            cfg["attention_bias"] = "blk.0.attn_q.bias" in self.tensors
+        if a == "mistral3":  # Ministral 3: yarn_log_multiplier is mscale_all_dim (mscale 1), and the queries'
+            # temperature steps at the original context (loader.c: mscale_all_dim, f_attn_temp_scale)
+            rope = cfg.setdefault("rope_scaling", {"rope_type": "default"})
+            if key("rope.scaling.yarn_log_multiplier"):
+                rope.update(mscale=1.0, mscale_all_dim=key("rope.scaling.yarn_log_multiplier"))
+            if key("attention.temperature_scale"):
+                rope.update(llama_4_scaling_beta=key("attention.temperature_scale"),
+                            original_max_position_embeddings=key("rope.scaling.original_context_length",
+                                                                 key("context_length")))
         return cfg

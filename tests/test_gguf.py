@@ -51,6 +51,9 @@ GRANITE_F16 = GGUF / "granite-mup-f16.gguf"     # data/families2/granite-mup, --
 GEMMA3_F16 = GGUF / "gemma3-two-bases-f16.gguf"  # data/families2/gemma3-two-bases, written with gguf-py
 GEMMA3_LINEAR_F16 = GGUF / "gemma3-linear-global-f16.gguf"  # data/families2/gemma3-linear-global, the same way
 OLMO3_F16 = GGUF / "olmo3-swa-yarn-f16.gguf"    # data/families2/olmo3-swa-yarn, written as an olmo2 file with a window
+EXAONE4_F16 = GGUF / "exaone4-global-nope-f16.gguf"  # data/families2/exaone4-global-nope, written with gguf-py
+GLM4_F16 = GGUF / "glm4-partial-interleaved-f16.gguf"  # data/families2/glm4-partial-interleaved, the same way
+MINISTRAL3_F16 = GGUF / "ministral3-yarn-beta-f16.gguf"  # data/families2/ministral3-yarn-beta, the same way
 
 
 # --- An independent reader: the GGUF format in Python (lrun/gguf_file.py reads it) ---------------
@@ -287,7 +290,7 @@ def test_chat_template_from_gguf(c_tools, tmp_path):
 
 
 EXPORTED = [TINY64_F16, TINY64_Q4_K_M, QWEN2_F32, QWEN3_F32, PHI3_F16, GEMMA2_F16, GEMMA3_LINEAR_F16, OLMO2_F16,
-            OLMO3_F16, GRANITE_F16]
+            OLMO3_F16, GRANITE_F16, EXAONE4_F16, GLM4_F16, MINISTRAL3_F16]
 
 
 @pytest.mark.parametrize("gguf", EXPORTED, ids=lambda p: p.stem)
@@ -305,7 +308,7 @@ def test_export_reads_gguf(c_tools, tmp_path, gguf):
     proc = run_export(gguf, out)
     assert proc.returncode == 0, proc.stderr
     assert f"the tokenizer stays in the GGUF file: ./run {out} -z {gguf}" in proc.stderr, proc.stderr
-    n = 600 if gguf in (QWEN3_F32, PHI3_F16, GEMMA3_LINEAR_F16, OLMO3_F16) else 250
+    n = 600 if gguf in (QWEN3_F32, PHI3_F16, GEMMA3_LINEAR_F16, OLMO3_F16, MINISTRAL3_F16) else 250
     ids = some_ids(n)
     ids.tofile(tmp_path / "ids.bin")
     k_quants = gguf == TINY64_Q4_K_M
@@ -564,6 +567,27 @@ def test_sliding_window_key(c_tools, tmp_path):
     assert "hint: convert the Hugging Face checkpoint with export/export.py instead" in err
 
 
+def test_sliding_window_pattern_key(c_tools, tmp_path):
+    """{arch}.attention.sliding_window_pattern, in the families of local and global layers: a bool per
+    layer (as later converters write transformers' layer_types), or a period P (every P-th layer global),
+    or, absent, the architecture's own period (EXAONE 4's 4). On the EXAONE 4 file (LLLG as bools):
+    without the key, the period 4 makes the same layers, bit for bit; the key made a period of 2 slides
+    layers 0 and 2 and leaves 1 and 3 global without RoPE, equal bit for bit to our export of the
+    checkpoint with that layer_types (and far from the file as it is: the control)."""
+    key = b"exaone4.attention.sliding_window_pattern"
+    bare = patched(tmp_path, EXAONE4_F16, key, key[:-1] + b"N", "bare.gguf")
+    two = with_scalar(bare, tmp_path / "two.gguf", key.decode(), 2)
+    hf = with_config(DATA / "families2" / "exaone4-global-nope", tmp_path / "hf",
+                     layer_types=["sliding_attention", "full_attention"] * 2, sliding_window_pattern=None)
+    assert run_export(hf, tmp_path / "two.bin", "--dtype", "f16").returncode == 0
+    ids = some_ids(300)
+    ids.tofile(tmp_path / "ids.bin")
+    as_is, without, period2, mine = (ours(m, tmp_path / "ids.bin", 300, tmp_path)
+                                     for m in (EXAONE4_F16, bare, two, tmp_path / "two.bin"))
+    assert np.array_equal(as_is, without) and np.array_equal(period2, mine) and rel(period2, as_is) > 1e-2
+    assert "layers: RoPE in 0, 2, none (NoPE) in 1, 3; layers 0, 2 see the last 64 positions" in banner(two), banner(two)
+
+
 def test_later_yarn_keys(c_tools, tmp_path):
     """A later converter's YaRN keys at their neutral values (ext_factor also at llama.cpp's -1, unset)
     run as if absent (and count as read); any other value is refused by name, since each changes the
@@ -602,29 +626,44 @@ def float_bytes(x):
 
 
 @pytest.mark.parametrize("gguf,case", [(OLMO2_F16, "olmo2-postnorm"), (GRANITE_F16, "granite-mup"),
-                                       (GEMMA3_F16, "gemma3-two-bases"), (OLMO3_F16, "olmo3-swa-yarn")])
+                                       (GEMMA3_F16, "gemma3-two-bases"), (OLMO3_F16, "olmo3-swa-yarn"),
+                                       (EXAONE4_F16, "exaone4-global-nope"), (GLM4_F16, "glm4-partial-interleaved"),
+                                       (MINISTRAL3_F16, "ministral3-yarn-beta")])
 def test_families_equal_transformers(c_tools, tmp_path, gguf, case):
     """OLMo 2 (norms after each sublayer only, q/k RMSNorm over the whole projection: its weights
     interleaved with the rows at load), Granite (muP's four scales from granite.attention.scale,
     embedding_scale, residual_scale, logit_scale), Gemma 3's 1B recipe (5 local layers : 1 global,
     window 32, the local RoPE at base 10000 and the global at 1e6, per-head q/k norms, 1 + w norms) and
     OLMo 3 (an olmo2 file with a window of 64: three sliding layers of four at the file's base,
-    unscaled, YaRN x4 on the full one; 1024 tokens), converted from data/families2's checkpoints,
+    unscaled, YaRN x4 on the full one; 1024 tokens), EXAONE 4 (norms after each sublayer only, per-head
+    q/k norms, exaone4.attention.sliding_window_pattern's bools: three layers sliding at 64 with RoPE, the
+    global one without), GLM-4 (the first 16 of 32 dimensions turning in adjacent pairs, as the rows
+    are stored; q/k/v biases; four norms; gate and up in one ffn_up) and Ministral 3 (YaRN x4 with
+    yarn_log_multiplier its mscale_all_dim 1: attention factor 1; queries x 1 + 0.1 ln(1 + floor(m /
+    256)) from attention.temperature_scale; 1024 tokens), converted from data/families2's checkpoints,
     against the logits transformers 5.17 computed for those checkpoints (families2-hf/hub-form): the
     bound of tests/test_families2.py, 1e-4 of the largest logit (F16 weights: a few dozen of the BF16
     checkpoints' smallest values are not exact in F16). Control, the feature the architecture reads
     from its own row of loader.c's tables or keys must miss by 100x the bound: OLMo 2's attn_q_norm left
     in the order the rows are permuted to, Granite's residual_scale 1, Gemma 3's layer 0 q and k rows
-    interleaved twice, OLMo 3's window key renamed (every layer global, YaRN on all)."""
+    interleaved twice, OLMo 3's window key renamed (every layer global, YaRN on all), EXAONE 4's too
+    (every layer global with RoPE: how llama.cpp, which reads the pattern only at 64 layers, runs this
+    file), GLM-4's rope.dimension_count 32 (the whole head turning), Ministral 3's temperature 0."""
     d, ids, rows, hub = hub_logits(case)
     diff = rel(ours(gguf, d / "ids.bin", len(ids), tmp_path)[rows], hub)
     if case == "olmo2-postnorm":
         wrong = interleave_in_file(gguf, tmp_path / "w.gguf", ["blk.0.attn_q_norm.weight"], [2], 32)
     elif case == "granite-mup":
         wrong = patched(tmp_path, gguf, float_bytes(0.22), float_bytes(1.0))
-    elif case == "olmo3-swa-yarn":
-        key = b"olmo2.attention.sliding_window"
-        wrong = patched(tmp_path, gguf, key, key[:-1] + b"W")
+    elif case in ("olmo3-swa-yarn", "exaone4-global-nope"):
+        key = (b"olmo2" if case[0] == "o" else b"exaone4") + b".attention.sliding_window" + struct.pack("<I", 4)
+        wrong = patched(tmp_path, gguf, key, key.replace(b"window", b"windoW"))
+    elif case == "glm4-partial-interleaved":
+        key = b"glm4.rope.dimension_count"
+        wrong = patched(tmp_path, gguf, key + struct.pack("<II", 4, 16), key + struct.pack("<II", 4, 32))
+    elif case == "ministral3-yarn-beta":
+        key = b"mistral3.attention.temperature_scale" + struct.pack("<I", 6)
+        wrong = patched(tmp_path, gguf, key + float_bytes(0.1), key + float_bytes(0.0))
     else:
         wrong = interleave_in_file(gguf, tmp_path / "w.gguf", ["blk.0.attn_q.weight", "blk.0.attn_k.weight"], [2, 1], 32)
     miss = rel(ours(wrong, d / "ids.bin", len(ids), tmp_path)[rows], hub)
