@@ -901,8 +901,9 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     double mscale_all_dim = 0;
     if (A->mscale_all_dim && (arch_real(&g, a, "rope.scaling.yarn_log_multiplier", &mscale_all_dim, why, n) < 0 ||
                               mscale_all_dim < 0 || mscale_all_dim > 100)) {
-        if (!*why) snprintf(why, n, "bad GGUF: %s.rope.scaling.yarn_log_multiplier %g is not in [0, 100] (hint: the "
-                            "file is damaged)", a, mscale_all_dim);
+        if (!*why)
+            snprintf(why, n, "bad GGUF: %s.rope.scaling.yarn_log_multiplier %g is not in [0, 100] "
+                     "(hint: the file is damaged)", a, mscale_all_dim);
         goto done;
     }
     if (mode == ROPE_SCALING_YARN && mscale_all_dim) attn = (0.1 * log(factor) + 1) / (0.1 * mscale_all_dim * log(factor) + 1);
