@@ -599,6 +599,21 @@ def test_later_yarn_keys(c_tools, tmp_path):
         assert run_ppl(same)[0] == run_ppl(QWEN3_F32)[0]
         err = run_refused(with_scalar(QWEN3_F32, tmp_path / "other.gguf", name, other, "float32"))
         assert f"GGUF {name} {other:g} is not read from GGUF yet ({abs(neutral):g}, the neutral value, is;" in err, err
+    # but Ministral 3's yarn_log_multiplier, which is its YaRN mscale_all_dim m (mscale 1): m = 2 is our export
+    # of the checkpoint with mscale_all_dim 2, attention factor (0.1 ln 4 + 1) / (0.2 ln 4 + 1), bit for bit
+    # (control: the file's m = 1); a negative m is refused
+    key = b"mistral3.rope.scaling.yarn_log_multiplier" + struct.pack("<I", 6)
+    two = patched(tmp_path, MINISTRAL3_F16, key + float_bytes(1.0), key + float_bytes(2.0), "two.gguf")
+    rope = json.loads((DATA / "families2" / "ministral3-yarn-beta" / "config.json").read_text())["rope_parameters"]
+    hf = with_config(DATA / "families2" / "ministral3-yarn-beta", tmp_path / "hf", rope_parameters={**rope, "mscale_all_dim": 2.0})
+    assert run_export(hf, tmp_path / "two.bin", "--dtype", "f16").returncode == 0
+    ids = some_ids(600)
+    ids.tofile(tmp_path / "ids.bin")
+    theirs, mine, one = (ours(m, tmp_path / "ids.bin", 600, tmp_path) for m in (two, tmp_path / "two.bin", MINISTRAL3_F16))
+    assert np.array_equal(theirs, mine) and rel(one, mine) > 1e-3
+    assert "attention factor 0.891" in banner(two), banner(two)
+    err = run_refused(patched(tmp_path, MINISTRAL3_F16, key + float_bytes(1.0), key + float_bytes(-1.0), "minus.gguf"))
+    assert "bad GGUF: mistral3.rope.scaling.yarn_log_multiplier -1 is not in [0, 100]" in err, err
 
 
 def test_banner_counts_the_keys_read(c_tools, tmp_path):
