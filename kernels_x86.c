@@ -35,6 +35,7 @@
 
 #ifdef USE_AVX2
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 // How far ahead (in values) packing asks for the rest of each weight row: the rows of a panel are
@@ -176,17 +177,14 @@ static inline void store_first8(float *p, int k, __m256 v) {
 // q4_0 dot products. Per token: its q with each group of SPLIT_GROUP blocks split in halves, the
 // values 0-15 of each block of the group, then the values 16-31 of each (for two blocks: [b 0-15,
 // b+1 0-15, b 16-31, b+1 16-31]), the order q4_0's low and high nibbles have in one vector load of
-// the weights; then, for the 256-bit kernel, c8 (cp/32 floats): 8 d sum(q) of each block, what the
-// -8 of every q4_0 weight takes off. A last group of fewer blocks stays as it is.
+// the weights. A last group of fewer blocks stays as it is.
 #ifdef DECODE_512
 #define SPLIT_GROUP 4 // dots_q4_512 reads four blocks' nibbles per load
-#define C8          0 // and takes the -8s off in its integer sums
 #else
 #define SPLIT_GROUP 2
-#define C8          1
 #endif
 
-size_t q4_prep_bytes(size_t cp) { return cp + (C8 ? cp / Q8_BLOCK * sizeof(float) : 0); }
+size_t q4_prep_bytes(size_t cp) { return cp; }
 
 int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size_t cp) {
     const size_t nb = cp / Q8_BLOCK, half = Q8_BLOCK / 2;
@@ -200,8 +198,6 @@ int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size_t cp) {
                 memcpy(p + b * Q8_BLOCK + (SPLIT_GROUP + j) * half, q + (b + j) * Q8_BLOCK + half, half);
             }
         memcpy(p + b * Q8_BLOCK, q + b * Q8_BLOCK, (nb - b) * Q8_BLOCK);
-        for (b = 0; C8 && b < nb; b++)
-            ((float *)(p + cp))[b] = 8 * qx->d[t * nb + b] * (float)qx->sum[t * nb + b];
     }
     return prep;
 }
@@ -610,21 +606,57 @@ static inline void q4_ask_ahead(const Row w[DOT_ROWS], const Row dw[DOT_ROWS], i
     }
 }
 
-#ifndef DECODE_512
-// The end of a q4_0 dot product whose first b blocks (a multiple of 8) went through a vector loop
-// without their -8s, summing to `vector`: the -8s come off as sum_j dw_j * c8_j (q4_prep's c8_j =
-// 8 dx_j sum(x_j)), then blocks b .. nb-1 are added one at a time, from x in its own order.
-static inline float q4_finish(float vector, const uint8_t *w, const _Float16 *dw, const QuantizedRow *xr, int b,
-                              int nb) {
-    const float *c8 = (const float *)(xr->prep + (size_t)nb * Q8_BLOCK);
-    __m256 corr = _mm256_setzero_ps();
-    for (int j = 0; j < b; j += 8)
-        corr =
-            _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + j))), _mm256_loadu_ps(c8 + j), corr);
-    const QuantizedRow rest = blocks_from(xr, b);
-    return vector - hsum8(corr) + (b < nb ? dot_q4_plain(w + b * Q4_BLOCK_BYTES, dw + b, &rest, nb - b) : 0);
+// q4_0's decode adds a row's blocks as prefill's integer tiles do (kernel_q8_x86: each block's exact
+// integer sum, then sum * (dw * dx) into the row's float sum by one fused multiply-add, block after
+// block), so a prompt's logits are its tokens' one at a time, bit for bit. The vector loops below
+// sum each block in several int32 lanes; these put a group's four rows side by side for that step.
+// block_sums4: in each 128-bit lane of s[k] the four partial sums of one block of row k; returns in
+// that lane the block's four whole sums, row k's in 32-bit lane k (exact: integers).
+static inline __m256i block_sums4(const __m256i s[DOT_ROWS]) {
+    const __m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
+    const __m256i c = _mm256_add_epi32(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(a, c), _mm256_unpackhi_epi64(a, c));
+}
+#ifdef DECODE_512
+// block_sums4 in each 128-bit lane of four 512-bit vectors: four blocks' sums of the four rows.
+static inline __m512i block_sums4_512(const __m512i s[DOT_ROWS]) {
+    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
+}
+#endif
+// d[k]: row k's dw * dx of blocks b .. b + 7. dd[j]: the four rows' of block b + j in the low 128
+// bits, of block b + 4 + j in the high ones (a transpose within each half).
+static inline void block_scales4(__m256 dd[4], const __m256 d[DOT_ROWS]) {
+    const __m256 t0 = _mm256_unpacklo_ps(d[0], d[1]), t1 = _mm256_unpackhi_ps(d[0], d[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(d[2], d[3]), t3 = _mm256_unpackhi_ps(d[2], d[3]);
+    dd[0] = _mm256_shuffle_ps(t0, t2, 0x44), dd[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+    dd[2] = _mm256_shuffle_ps(t1, t3, 0x44), dd[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+// Block j of eight (dd as block_scales4 leaves them): the four rows' dw * dx.
+static inline __m128 block_scale(const __m256 dd[4], int j) {
+    return j < 4 ? _mm256_castps256_ps128(dd[j]) : _mm256_extractf128_ps(dd[j - 4], 1);
+}
+// The blocks b .. nb-1 of a row that the vector loop left, from its float sum on, in the same steps.
+static inline float q4_rest(float sum, const uint8_t *w, const _Float16 *dw, const QuantizedRow *x, int b, int nb) {
+    for (; b < nb; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < Q8_BLOCK; i++)
+            s += q4_at(w + b * Q4_BLOCK_BYTES, i) * x->q[b * Q8_BLOCK + i];
+        sum = fmaf((float)s, (float)dw[b] * x->d[b], sum);
+    }
+    return sum;
+}
+// The group's four sums (acc, row k in lane k) finished with the blocks past b, stored for its real rows.
+static inline void q4_store(float *out, int r, int step, int nr, __m128 acc, const Row w[DOT_ROWS],
+                            const Row dw[DOT_ROWS], const QuantizedRow *xr, int b, int nb) {
+    float sums[DOT_ROWS];
+    _mm_storeu_ps(sums, acc);
+    for (int k = 0; k < nr; k++)
+        out[r + k * step] = q4_rest(sums[k], w[k].u8, dw[k].f16, xr, b, nb);
 }
 
+#ifndef DECODE_512
 // f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
 static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
@@ -665,9 +697,9 @@ static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step,
 // masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's split layout
 // (q4_prep) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by the signed x
 // and adds pairs into 16 bits; lo's and hi's sums are added there too (at most 4 * 15 * 127: no
-// saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and 4-7 block b+1's,
-// each scaled by its dw * dx. The -8 of every weight comes off at the end as
-// sum_b dw_b * (8 dx_b sum(x_b)), q4_prep's c8, instead of a correction per block.
+// saturation), vpmaddwd adds pairs into 8 int32 lanes, lanes 0-3 block b's and 4-7 block b+1's.
+// The four rows' lanes become each block's sums (block_sums4), the -8 of every weight comes off as
+// 8 sum(x_b), and the two blocks are added to the rows' sums in order.
 static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
     const RunRows rows = run_rows(m, step);
@@ -675,16 +707,16 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
         Row w[DOT_ROWS], dw[DOT_ROWS];
         const int nr = group_at(&rows, r, w, dw);
-        __m256 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            acc[k] = _mm256_setzero_ps();
+        __m128 acc = _mm_setzero_ps(); // row k's sum in lane k
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             q4_ask_ahead(w, dw, b);
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
-            __m256 d[DOT_ROWS];
+            const __m256i minus8 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xr->sum + b)), 3);
+            __m256 d[DOT_ROWS], dd[4];
             for (int k = 0; k < DOT_ROWS; k++)
                 d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx);
+            block_scales4(dd, d);
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
                 const int8_t *xp = xr->prep + (size_t)(b + 2 * p) * Q8_BLOCK;
@@ -692,19 +724,22 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
                 const __m256i xhi = _mm256_loadu_si256((const __m256i *)(xp + 32));
                 const __m256i sel =
                     _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+                __m256i s[DOT_ROWS];
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
                     const uint8_t *wb = w[k].u8 + (size_t)(b + 2 * p) * Q4_BLOCK_BYTES;
                     const __m256i v = _mm256_loadu_si256((const __m256i *)wb);
                     const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                     const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
-                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
-                                             _mm256_permutevar8x32_ps(d[k], sel), acc[k]);
+                    s[k] = _mm256_madd_epi16(s16, ones);
                 }
+                const __m256 f = _mm256_cvtepi32_ps(
+                    _mm256_sub_epi32(block_sums4(s), _mm256_permutevar8x32_epi32(minus8, sel)));
+                acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), block_scale(dd, 2 * p), acc);
+                acc = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), block_scale(dd, 2 * p + 1), acc);
             }
         }
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] = q4_finish(hsum8(acc[k]), w[k].u8, dw[k].f16, xr, b, nb);
+        q4_store(out, r, step, nr, acc, w, dw, xr, b, nb);
     }
 }
 
@@ -881,10 +916,9 @@ static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step,
 
 // q4_0: one 64-byte load holds the nibbles of four blocks, whose low nibbles (values 0-15, masked)
 // and high ones (16-31, shifted) meet x in the order q4_prep gives groups of four blocks. Two
-// vpdpbusd (nibbles unsigned, x signed) sum each block's 32 products into its 128-bit lane; lanes
-// then get their block's dw * dx by a permute. The -8s come off in the integer sums: each of a
-// block's four lanes starts from -2 sum(x_b) instead of 0, so the four add up to exactly
-// sum_i (q_i - 8) x_i, and no correction is left for the end (the 256-bit version's c8 sum).
+// vpdpbusd (nibbles unsigned, x signed) sum each block's 32 products into its 128-bit lane; the four
+// rows' lanes then become each block's sums (block_sums4_512), the -8 of every weight
+// comes off as 8 sum(x_b), and the four blocks are added to the rows' sums in order.
 static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, int count, const QuantizedRow *xr) {
     const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK;
     const RunRows rows = run_rows(m, step);
@@ -894,43 +928,36 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
     for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
         Row w[DOT_ROWS], dw[DOT_ROWS];
         const int nr = group_at(&rows, r, w, dw);
-        __m512 acc[DOT_ROWS];
-        for (int k = 0; k < DOT_ROWS; k++)
-            acc[k] = _mm512_setzero_ps();
+        __m128 acc = _mm_setzero_ps(); // row k's sum in lane k
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
-            const __m256i sum = _mm256_loadu_si256((const __m256i *)(xr->sum + b));
-            const __m512i start8 =
-                _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_add_epi32(sum, sum)));
-            const __m512i start[2] = {_mm512_permutexvar_epi32(sel0, start8), _mm512_permutexvar_epi32(sel1, start8)};
-            __m512 d[DOT_ROWS][2];
-            for (int k = 0; k < DOT_ROWS; k++) {
-                const __m512 dk = _mm512_castps256_ps512(
-                    _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx));
-                d[k][0] = _mm512_permutexvar_ps(sel0, dk);
-                d[k][1] = _mm512_permutexvar_ps(sel1, dk);
-            }
+            const __m512i sum8 = _mm512_castsi256_si512(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xr->sum + b)), 3));
+            const __m512i minus8[2] = {_mm512_permutexvar_epi32(sel0, sum8), _mm512_permutexvar_epi32(sel1, sum8)};
+            __m256 d[DOT_ROWS], dd[4];
+            for (int k = 0; k < DOT_ROWS; k++)
+                d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx);
+            block_scales4(dd, d);
             q4_ask_ahead(w, dw, b);
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) { // blocks b + 4g .. b + 4g + 3
                 const int8_t *xs = xr->prep + (size_t)(b + 4 * g) * Q8_BLOCK;
                 const __m512i xlo = _mm512_loadu_si512(xs), xhi = _mm512_loadu_si512(xs + 64);
+                __m512i s[DOT_ROWS];
 #pragma GCC unroll 4
                 for (int k = 0; k < DOT_ROWS; k++) {
                     const __m512i v = _mm512_loadu_si512(w[k].u8 + (size_t)(b + 4 * g) * Q4_BLOCK_BYTES);
                     const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                    const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[g], lo, xlo), hi, xhi);
-                    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d[k][g], acc[k]);
+                    s[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
                 }
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(block_sums4_512(s), minus8[g]));
+                acc = _mm_fmadd_ps(_mm512_castps512_ps128(f), block_scale(dd, 4 * g), acc);
+                acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(f, 1), block_scale(dd, 4 * g + 1), acc);
+                acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(f, 2), block_scale(dd, 4 * g + 2), acc);
+                acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(f, 3), block_scale(dd, 4 * g + 3), acc);
             }
         }
-        float sums[DOT_ROWS];
-        sum4_512(sums, acc);
-        const QuantizedRow rest = blocks_from(xr, b); // the last blocks
-        for (int k = 0; k < nr; k++)
-            out[r + k * step] =
-                sums[k] + (b < nb ? dot_q4_plain(w[k].u8 + b * Q4_BLOCK_BYTES, dw[k].f16 + b, &rest, nb - b) : 0);
+        q4_store(out, r, step, nr, acc, w, dw, xr, b, nb);
     }
 }
 

@@ -294,8 +294,8 @@ static void check_case(DType t, int rows, int cols, int n) {
     // token alone (x is rounded to bf16 between layers, where any difference could grow); q8_0_r16:
     // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx); bf16_r16 as bf16.
     // K-quants: every version sums each block's integers exactly, then one float step per block in
-    // order (dot_k_plain).
-    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16 || DTYPES[t].block == QK_K;
+    // order (dot_k_plain); q4_0 as q8_0_r16 (kernels_x86.c, block_sums4).
+    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16 || t == DTYPE_Q4_0 || DTYPES[t].block == QK_K;
     const int same_split = !split_exact || memcmp(fast, one, sizeof(float) * n * rows) == 0;
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix && same_split;
     failures += !ok;
