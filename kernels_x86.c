@@ -932,7 +932,8 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             const __m256 dx = _mm256_loadu_ps(xr->d + b);
-            const __m512i sum8 = _mm512_castsi256_si512(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xr->sum + b)), 3));
+            const __m256i sum = _mm256_loadu_si256((const __m256i *)(xr->sum + b));
+            const __m512i sum8 = _mm512_castsi256_si512(_mm256_slli_epi32(sum, 3)); // 8 sum(x_b)
             const __m512i minus8[2] = {_mm512_permutexvar_epi32(sel0, sum8), _mm512_permutexvar_epi32(sel1, sum8)};
             __m256 d[DOT_ROWS], dd[4];
             for (int k = 0; k < DOT_ROWS; k++)

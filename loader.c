@@ -478,19 +478,19 @@ static int read_header_legacy(Transformer *t, const uint8_t *h, size_t size) {
 // (gguf_made), as export/export.py does, so that one rotation serves every file; the rest of the
 // model is read in place.
 // What a file does not say, llama.cpp's graph for its architecture assumes (llama-model.cpp at
-// c392e50; for exaone4, glm4 and mistral3 its later models/*.cpp): that is the table below. Gemma's norms are stored as 1 + w by the converter, as in our
-// files, and its embedding scale and query scale are not stored at all.
+// c392e50; for exaone4, glm4 and mistral3 its later models/*.cpp): that is the table below. Gemma's
+// norms are stored as 1 + w by the converter, as in our files, and its embedding scale and query
+// scale are not stored at all.
 
 // Which layers slide when the file gives {arch}.attention.sliding_window W (Config.layer_kind): in the
 // families of local and global layers (slides > 1), those its {arch}.attention.sliding_window_pattern
 // says (later converters: a bool per layer, from transformers' layer_types; or a period P, as below);
-// else the `slides` column's rule: none (0: a W
-// below the context is refused, for the layers that slide are then the checkpoint's rule, which the
-// file does not carry, as Qwen2's use_sliding_window and max_window_layers), every one (1: Mistral's
-// and Phi-3's rule), or those whose l + 1 is not a multiple of P (P > 1: llama.cpp's set_swa_pattern,
-// transformers' layer_types alike): Gemma 2 the even ones (2), OLMo 3 (an olmo2 file with a window)
-// and EXAONE 4 three of four (4), Gemma 3 five of six (6). With `local` they also turn with the local
-// RoPE, unscaled: Gemma 3's at base 10000 (llama.cpp's fixed rope_freq_base_train_swa), OLMo 3's at
+// else the `slides` column's rule: none (0: a W below the context is refused, for the layers that
+// slide are then the checkpoint's rule, which the file does not carry, as Qwen2's use_sliding_window
+// and max_window_layers), every one (1: Mistral's and Phi-3's rule), or those whose l + 1 is not a
+// multiple of P (P > 1: llama.cpp's set_swa_pattern, transformers' layer_types alike): Gemma 2 the
+// even ones (2), OLMo 3 (an olmo2 file with a window) and EXAONE 4 three of four (4), Gemma 3 five of
+// six (6). With `local` they also turn with the local RoPE, unscaled: Gemma 3's at base 10000 (llama.cpp's fixed rope_freq_base_train_swa), OLMo 3's at
 // the file's own base (llama.cpp's olmo2 graph drops only the YaRN on them). With `nope` the layers
 // that do not slide turn with no RoPE at all when some do (EXAONE 4's global NoPE layers: llama.cpp's
 // exaone4 graph, use_rope). A file without a window has every layer global, each with the RoPE.
@@ -906,7 +906,8 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
                      "(hint: the file is damaged)", a, mscale_all_dim);
         goto done;
     }
-    if (mode == ROPE_SCALING_YARN && mscale_all_dim) attn = (0.1 * log(factor) + 1) / (0.1 * mscale_all_dim * log(factor) + 1);
+    const int yarn_m = mode == ROPE_SCALING_YARN && mscale_all_dim;
+    if (yarn_m) attn = (0.1 * log(factor) + 1) / (0.1 * mscale_all_dim * log(factor) + 1);
     for (size_t i = 0; i < sizeof YARN_KEYS / sizeof YARN_KEYS[0]; i++) {
         double v = YARN_KEYS[i].neutral;
         if (A->mscale_all_dim && !strcmp(YARN_KEYS[i].key, "rope.scaling.yarn_log_multiplier")) continue; // above
@@ -925,7 +926,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         .orig_ctx = mode != ROPE_SCALING_NONE ? orig : p->n_ctx_max,
         .base = base,
         .factor = factor,
-        .attn_factor = (mode == ROPE_SCALING_LONGROPE && has_attn) || (mode == ROPE_SCALING_YARN && mscale_all_dim) ? attn : 0,
+        .attn_factor = (mode == ROPE_SCALING_LONGROPE && has_attn) || yarn_m ? attn : 0,
         .beta_fast = mode == ROPE_SCALING_YARN ? beta_fast : 0,
         .beta_slow = mode == ROPE_SCALING_YARN ? beta_slow : 0,
     };
@@ -942,7 +943,8 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
     snprintf(name, sizeof name, "%s.attention.sliding_window_pattern", a);
     const GgufKV *pattern = A->slides > 1 ? gguf_find(&g, name) : NULL; // the per-layer families'
     const int per_layer = pattern && pattern->type == GGUF_ARRAY;
-    if (per_layer ? pattern->count != (uint64_t)p->n_layers || pattern->elem == GGUF_STRING || pattern->elem == GGUF_ARRAY
+    const int numbers = per_layer && pattern->elem != GGUF_STRING && pattern->elem != GGUF_ARRAY;
+    if (per_layer ? pattern->count != (uint64_t)p->n_layers || !numbers
                   : pattern && arch_int(&g, a, "attention.sliding_window_pattern", 1, 1024, &period, why, n) != 1) {
         snprintf(why, n, "bad GGUF: %s must be a bool per layer (%d) or a period in [1, 1024] (hint: the file is "
                  "damaged)", name, p->n_layers);
