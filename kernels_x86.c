@@ -557,11 +557,6 @@ static inline void store_groups16(float *out, const Matrix *m, int r, int step, 
 }
 #endif
 
-// Blocks b .. of x, for the plain dot product that finishes a row.
-static inline QuantizedRow blocks_from(const QuantizedRow *x, int b) {
-    return (QuantizedRow){x->q + b * Q8_BLOCK, x->d + b, x->sum + b, NULL, NULL};
-}
-
 static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
     const int n = m->cols;
     const RunRows rows = run_rows(m, step);
@@ -625,9 +620,13 @@ static inline __m512i block_sums4_512(const __m512i s[DOT_ROWS]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
 }
 #endif
-// d[k]: row k's dw * dx of blocks b .. b + 7. dd[j]: the four rows' of block b + j in the low 128
-// bits, of block b + 4 + j in the high ones (a transpose within each half).
-static inline void block_scales4(__m256 dd[4], const __m256 d[DOT_ROWS]) {
+// The four rows' dw * dx of blocks b .. b + 7: dd[j] holds block b + j's in its low 128 bits, block
+// b + 4 + j's in its high ones (each row's eight, transposed within halves).
+static inline void block_scales4(__m256 dd[4], const Row dw[DOT_ROWS], const QuantizedRow *x, int b) {
+    const __m256 dx = _mm256_loadu_ps(x->d + b);
+    __m256 d[DOT_ROWS];
+    for (int k = 0; k < DOT_ROWS; k++)
+        d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx);
     const __m256 t0 = _mm256_unpacklo_ps(d[0], d[1]), t1 = _mm256_unpackhi_ps(d[0], d[1]);
     const __m256 t2 = _mm256_unpacklo_ps(d[2], d[3]), t3 = _mm256_unpackhi_ps(d[2], d[3]);
     dd[0] = _mm256_shuffle_ps(t0, t2, 0x44), dd[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
@@ -711,12 +710,9 @@ static ONE_COPY void dots_q4_x86(float *out, const Matrix *m, int r0, int step, 
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             q4_ask_ahead(w, dw, b);
-            const __m256 dx = _mm256_loadu_ps(xr->d + b);
             const __m256i minus8 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xr->sum + b)), 3);
-            __m256 d[DOT_ROWS], dd[4];
-            for (int k = 0; k < DOT_ROWS; k++)
-                d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx);
-            block_scales4(dd, d);
+            __m256 dd[4];
+            block_scales4(dd, dw, xr, b);
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) { // blocks b + 2p and b + 2p + 1
                 const int8_t *xp = xr->prep + (size_t)(b + 2 * p) * Q8_BLOCK;
@@ -864,20 +860,6 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
 // instructions per byte, which bounds the f16, q8_0_r16 and q4_0 decode on one core once the memory
 // keeps up (docs/speed.md has the gain over the 256-bit kernels).
 
-// The sums of the 16 lanes of each of four vectors, into out[0 .. 3]: halves added, then three
-// horizontal adds that leave [a0, a1, a2, a3] in each 128-bit half (13 instructions for the four,
-// where four separate reductions take 32; on the 110M shape's rows of 768 values they were a tenth
-// of a decode step's instructions). All four are stored (out has room for DOT_ROWS): a loop storing
-// only nr of them became a call to memcpy in every group.
-static inline void sum4_512(float *out, const __m512 a[DOT_ROWS]) {
-    __m256 h[DOT_ROWS];
-    for (int k = 0; k < DOT_ROWS; k++)
-        h[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
-    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-}
-
 // f16: each of the four rows asked for F16_AHEAD halves (2 KiB) ahead as it is read. The widening
 // (two vcvtph2ps per 64 bytes) leaves the hardware prefetcher behind on one core; nearer or farther
 // distances gained less (bench/stepread; docs/speed.md, "Where a step's reads go").
@@ -931,14 +913,11 @@ static ONE_COPY void dots_q4_512(float *out, const Matrix *m, int r0, int step, 
         __m128 acc = _mm_setzero_ps(); // row k's sum in lane k
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
-            const __m256 dx = _mm256_loadu_ps(xr->d + b);
             const __m256i sum = _mm256_loadu_si256((const __m256i *)(xr->sum + b));
             const __m512i sum8 = _mm512_castsi256_si512(_mm256_slli_epi32(sum, 3)); // 8 sum(x_b)
             const __m512i minus8[2] = {_mm512_permutexvar_epi32(sel0, sum8), _mm512_permutexvar_epi32(sel1, sum8)};
-            __m256 d[DOT_ROWS], dd[4];
-            for (int k = 0; k < DOT_ROWS; k++)
-                d[k] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw[k].f16 + b))), dx);
-            block_scales4(dd, d);
+            __m256 dd[4];
+            block_scales4(dd, dw, xr, b);
             q4_ask_ahead(w, dw, b);
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) { // blocks b + 4g .. b + 4g + 3
