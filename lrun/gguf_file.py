@@ -282,12 +282,13 @@ class GgufCheckpoint:
         if rot and head_dim and rot != head_dim:
             cfg["partial_rotary_factor"] = rot / head_dim
         window = key("attention.sliding_window", 4096 if a == "gemma2" else 0)
-        pattern = key("attention.sliding_window_pattern")
-        if window and a in ("llama", "phi3", "gemma2", "gemma3", "olmo2", "exaone4"):  # loader.c's `slides` column
+        local_global = a in ("gemma2", "gemma3", "olmo2", "exaone4")  # loader.c's `slides` > 1: a pattern
+        pattern = key("attention.sliding_window_pattern") if local_global else None
+        if window and (local_global or a in ("llama", "phi3")):  # loader.c's `slides` column, not 0
             cfg["sliding_window"] = window
-            if isinstance(pattern, list) and a not in ("llama", "phi3"):  # one bool per layer: layer_types
+            if isinstance(pattern, list):  # one bool per layer: layer_types
                 cfg["layer_types"] = ["sliding_attention" if b else "full_attention" for b in pattern]
-            elif pattern is not None and a not in ("llama", "phi3"):
+            elif pattern is not None:
                 cfg["sliding_window_pattern"] = pattern
             if a == "llama":  # Mistral's rule: every layer
                 cfg.update(architectures=["MistralForCausalLM"], model_type="mistral")
