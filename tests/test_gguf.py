@@ -671,7 +671,8 @@ def test_families_equal_transformers(c_tools, tmp_path, gguf, case):
     elif case == "granite-mup":
         wrong = patched(tmp_path, gguf, float_bytes(0.22), float_bytes(1.0))
     elif case in ("olmo3-swa-yarn", "exaone4-global-nope"):
-        key = (b"olmo2" if case[0] == "o" else b"exaone4") + b".attention.sliding_window" + struct.pack("<I", 4)
+        arch = {"olmo3-swa-yarn": b"olmo2", "exaone4-global-nope": b"exaone4"}[case]
+        key = arch + b".attention.sliding_window" + struct.pack("<I", 4)
         wrong = patched(tmp_path, gguf, key, key.replace(b"window", b"windoW"))
     elif case == "glm4-partial-interleaved":
         key = b"glm4.rope.dimension_count"
