@@ -143,15 +143,17 @@ bench: run $(BENCH_TOOLS)
 plots: tests/tools/rope_dump
 	$(PYTHON) scripts/plot_rope.py
 
-# `make results`: the perplexity of the trained head_dim-64 model tiny64x512 on its held-out text at
-# 1x..32x its trained context, and the passkey retrieval of passkey64x512 (tiny64x512 taught to
-# retrieve at 512 tokens) at 1x..16x by depth, every mode with and without log-n, into
-# docs/ppl_results.md, docs/passkey_results.md and their figures (scripts/ppl_results.py; 823 s,
-# under 14 minutes, on the two-core VM on 2026-11-26, with another job on one core part of the time). RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes none,rerope+logn"
-# (any subset) writes build/ppl-quick/ instead.
+# `make results`: the extension lab (scripts/ppl_results.py), once per lab: tiny64 (the perplexity of
+# the trained head_dim-64 model tiny64x512 on its held-out text, and the passkey retrieval of
+# passkey64x512, tiny64x512 taught to retrieve at 512 tokens) and passkey128 (passkey128x512, head_dim
+# 128, one kv head, theta 500000, both measured on the one model), every mode with and without log-n,
+# perplexity at 1x..32x and retrieval at 1x..16x, and 64x and 32x for the rows within 1.10x at 32x,
+# into docs/results/LAB/. README, "Results", has how long it takes. RESULTS_ARGS="--ctx 512,2048
+# --lengths 512,2048 --modes none,rerope+logn" (any subset) writes build/ppl-quick/LAB/ instead.
 RESULTS_ARGS ?=
-results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin
-	$(PYTHON) scripts/ppl_results.py $(RESULTS_ARGS)
+results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin build/passkey128.bin
+	$(PYTHON) scripts/ppl_results.py --lab tiny64 $(RESULTS_ARGS)
+	$(PYTHON) scripts/ppl_results.py --lab passkey128 $(RESULTS_ARGS)
 
 build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safetensors export/export.py
 	mkdir -p build
@@ -160,6 +162,10 @@ build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safete
 build/passkey64.bin: data/passkey64x512-hf/config.json data/passkey64x512-hf/model.safetensors export/export.py
 	mkdir -p build
 	$(PYTHON) export/export.py data/passkey64x512-hf $@ > /dev/null
+
+build/passkey128.bin: data/passkey128x512-hf/config.json data/passkey128x512-hf/model.safetensors export/export.py
+	mkdir -p build
+	$(PYTHON) export/export.py data/passkey128x512-hf $@ > /dev/null
 
 clean:
 	rm -f run run-ref *.o $(TOOLS) $(BENCH_TOOLS)

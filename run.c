@@ -633,8 +633,11 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
             N);
 
     int *win = malloc((size_t)N * sizeof *win);
-    if (!win) {
+    double *win_nll = calloc((size_t)windows, sizeof *win_nll); // each window's sum, for the spread over windows
+    if (!win || !win_nll) {
         fprintf(stderr, "error: out of memory\n");
+        free(win);
+        free(win_nll);
         free(ids);
         return 1;
     }
@@ -653,6 +656,7 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
             if (transformer_forward(t, win + b, n, b, N, 1, &logits, err, sizeof err)) {
                 fprintf(stderr, "\nerror: %s\n", err);
                 free(win);
+                free(win_nll);
                 free(ids);
                 return 1;
             }
@@ -668,10 +672,12 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
                 if (!isfinite(loss) || nonfinite_output(t, NULL, i, &loss)) { // NaN in the row or the stream
                     nonfinite_error(t, o, win + b, n, b, N, 1, b + i, w + 1, loss);
                     free(win);
+                    free(win_nll);
                     free(ids);
                     return 1;
                 }
                 int k = bucket_of(b + i, L);
+                win_nll[w] += loss;
                 nll[k] += loss;
                 count[k]++;
             }
@@ -684,6 +690,7 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
     fprintf(stderr, "%s%d window%s in %.2f s (%.1f tok/s) | threads %d%s\n", tty ? "\r" : "", w, plural(w), secs,
             w * (double)N / secs, t->state.n_threads, interrupted ? " | stopped: interrupted (Ctrl-C)" : "");
     if (interrupted) {
+        free(win_nll);
         free(ids);
         return 130;
     }
@@ -704,6 +711,11 @@ static int perplexity(Transformer *t, Tokenizer *tok, const Options *o) {
         snprintf(range, sizeof range, "[%ld, %ld)", lo, hi);
         printf("%-20s %10ld %10.6f %12.6f\n", range, count[k], nll[k] / count[k], exp(nll[k] / count[k]));
     }
+    // Each window alone: how far apart they are says how much of a difference between two runs on the
+    // same text is the text (scripts/ppl_results.py pairs the windows of two modes).
+    for (int v = 0; v < w; v++)
+        printf("window %-13d %10d %10.6f %12.6f\n", v + 1, N - 1, win_nll[v] / (N - 1), exp(win_nll[v] / (N - 1)));
+    free(win_nll);
     free(ids);
     if (fflush(stdout) || ferror(stdout)) output_failed = errno ? errno : EIO;
     return output_status();

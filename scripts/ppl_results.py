@@ -120,11 +120,13 @@ def cost(tokens, ctx):
 # Perplexity: one ./run --ppl
 
 ROW = re.compile(r"^\[(\d+), (\d+)\)\s+(\d+)\s+(\S+)\s+(\S+)\s*$")
+WINDOW = re.compile(r"^window (\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s*$")
 
 
 def parse_ppl(stdout):
-    """./run --ppl's stdout -> {"perplexity": x, "buckets": [{"lo", "hi", "tokens", "nll", "ppl"}]}.
-    Raises ValueError if the output is not the expected `perplexity:` line and bucket table."""
+    """./run --ppl's stdout -> {"perplexity": x, "buckets": [{"lo", "hi", "tokens", "nll", "ppl"}],
+    "window_nll": [mean NLL of window 1, 2, ...]}. Raises ValueError if the output is not the expected
+    `perplexity:` line, bucket table and window lines."""
     m = re.search(r"^perplexity: (\S+)$", stdout, re.M)
     if not m:
         raise ValueError(f"no 'perplexity:' line in ./run's output:\n{stdout}")
@@ -134,9 +136,10 @@ def parse_ppl(stdout):
         if r:
             buckets.append({"lo": int(r[1]), "hi": int(r[2]), "tokens": int(r[3]), "nll": float(r[4]),
                             "ppl": float(r[5])})
-    if not buckets:
-        raise ValueError(f"no bucket rows in ./run's output:\n{stdout}")
-    return {"perplexity": float(m[1]), "buckets": buckets}
+    windows = [float(w[3]) for w in map(WINDOW.match, stdout.splitlines()) if w]
+    if not buckets or not windows:
+        raise ValueError(f"no bucket rows or no window rows in ./run's output:\n{stdout}")
+    return {"perplexity": float(m[1]), "buckets": buckets, "window_nll": windows}
 
 
 def run_ppl(run, model, tok, text, ctx, row, windows=None, threads=None, L=None):
@@ -183,15 +186,15 @@ def ppl_jobs(a, ctxs, rows, L):
 # ---------------------------------------------------------------------------------------------
 # Passkey: one greedy ./run per trial
 
-def passkey_jobs(a, lengths, rows, L, depths):
+def passkey_jobs(a, lengths, rows, L, depths, trials):
     """[(cost, key, fn)]: one ./run per length, row and trial; key (length, row, k) for the k-th of
-    the trials (passkey.trial_plan: --trials at each depth, keys uniform in [1, 50000], seeded), which
+    the trials (passkey.trial_plan: `trials` at each depth, keys uniform in [1, 50000], seeded), which
     are the same prompts for every row. fn returns {"depth", "at" (where the key line landed), "key",
     "answer" (None: no number), "seconds"}."""
     tok_path = Path(a.passkey_tokenizer)
     try:
         tok = passkey.Tokenizer(tok_path, passkey.checkpoint_bos(a.passkey_model))
-        plan = passkey.trial_plan(a.trials, depths, a.seed)
+        plan = passkey.trial_plan(trials, depths, a.seed)
         prompts = passkey.build_prompts(tok, [(n - N_PREDICT, key, d) for n in lengths for key, d in plan])
     except (passkey.TokenizerError, ValueError) as e:
         sys.exit(f"error: passkey prompts: {e}")
@@ -243,10 +246,51 @@ def baseline(res, ctxs, modes):
     return lo["none" if "none" in modes else modes[0]]["perplexity"]
 
 
+def ppl_of(res, c, m):
+    """The perplexity of row m at context c, None for a cell not run."""
+    r = res[str(c)].get(m)
+    return r["perplexity"] if r else None
+
+
+def paired(res, c, m, best):
+    """Row m against row best at context c, window by window (the same text in both): (mean of
+    m's NLL - best's NLL, in nats per token; its standard error over the windows, None for fewer
+    than 3; the windows where m is worse, of all)."""
+    d = [x - y for x, y in zip(res[str(c)][m]["window_nll"], res[str(c)][best]["window_nll"])]
+    mean = sum(d) / len(d)
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) >= 3 else None
+    return mean, se, sum(x > 0 for x in d), len(d)
+
+
+def spread_section(res, ctxs, modes):
+    """Which differences are real: at every context, each row within 1.10x of the best row's
+    perplexity against that best row, paired by window."""
+    out = ["", "## Which differences are real (the spread over windows)", "",
+           "Every row reads the same windows of the same text, so two rows are compared window by window: "
+           "Δ is the mean over windows of the row's NLL minus the best row's (nats per token; the ratio of "
+           "the perplexities is exp(Δ)), ± its standard error over the windows, and how many windows the row "
+           "is worse in. A Δ more than twice its standard error, in most windows, is taken as real; with "
+           "fewer than 3 windows (1 or 2 at the longest contexts) the windows cannot say, and the difference "
+           "is shown without one. Rows more than 1.10x the best are left out: those differences are plain.",
+           "", "| --ctx | best | row | ratio | Δ (nats) | ± | worse in | real? |", "|---:|---|---|---:|---:|---:|---:|---|"]
+    for c in ctxs:
+        ran = [m for m in modes if ppl_of(res, c, m) is not None]
+        best = min(ran, key=lambda m: ppl_of(res, c, m))
+        for m in sorted(ran, key=lambda m: ppl_of(res, c, m)):
+            if m == best or ppl_of(res, c, m) > 1.10 * ppl_of(res, c, best):
+                continue
+            mean, se, worse, n = paired(res, c, m, best)
+            real = "cannot tell" if se is None else ("yes" if mean > 2 * se and 2 * worse > n else "no")
+            out.append(f"| {c} | {best} | {m} | {ppl_of(res, c, m) / ppl_of(res, c, best):.4f} | {mean:.5f} | "
+                       f"{'—' if se is None else f'{se:.5f}'} | {worse}/{n} | {real} |")
+    return out
+
+
 def markdown(res, ctxs, modes, meta):
     L = meta["L"]
     ref = "none" if "none" in modes else modes[0]
     base = baseline(res, ctxs, modes)
+    show = lambda c, m, f: "—" if ppl_of(res, c, m) is None else f(ppl_of(res, c, m))  # noqa: E731
     out = [f"# Perplexity of {meta['model']} past its trained context",
            "",
            f"Generated by `{meta['command']}`. Text: `{meta['text']}`; "
@@ -256,7 +300,9 @@ def markdown(res, ctxs, modes, meta):
            f"and local window w = L / 16; dynamic-yarn's s = length / L), except dynamic, run with "
            f"`--rope-factor ctx/L` (its default is 1, which makes one window the ntk row). `+logn`: with "
            f"`--attn-logn`. Lower is better; the [0, {L}) column of the bucket tables is the model inside its "
-           f"trained range.",
+           f"trained range."
+           + (f" At --ctx {ctxs[-1]} only the rows within {meta['extend']['within']}x of the 1x perplexity at "
+              f"--ctx {ctxs[-2]} ran; — is a cell not run." if meta.get("extend") else ""),
            ""]
     if run_line(meta):
         out += [run_line(meta), ""]
@@ -265,29 +311,31 @@ def markdown(res, ctxs, modes, meta):
             "| mode | " + " | ".join(str(c) for c in ctxs) + " |",
             "|---|" + "---:|" * len(ctxs)]
     for m in modes:
-        out.append(f"| {m} | " + " | ".join(fmt(res[str(c)][m]["perplexity"]) for c in ctxs) + " |")
+        out.append(f"| {m} | " + " | ".join(show(c, m, fmt) for c in ctxs) + " |")
     out += ["", f"## Ratio to the 1x perplexity ({ref} at --ctx {ctxs[0]}: {fmt(base)})", "",
             "| mode | " + " | ".join(f"{c} ({c / L:g}x)" for c in ctxs) + " |",
             "|---|" + "---:|" * len(ctxs)]
     for m in modes:
-        out.append(f"| {m} | " + " | ".join(f"{res[str(c)][m]['perplexity'] / base:.3f}" for c in ctxs) + " |")
+        out.append(f"| {m} | " + " | ".join(show(c, m, lambda x: f"{x / base:.3f}") for c in ctxs) + " |")
     out.append("")
     for c in ctxs[1:]:
-        best = min(modes, key=lambda m: res[str(c)][m]["perplexity"])
+        best = min((m for m in modes if ppl_of(res, c, m) is not None), key=lambda m: ppl_of(res, c, m))
         r = res[str(c)][best]["perplexity"] / base
         out.append(f"Best at --ctx {c} ({c / L:g}x): {best}, {fmt(res[str(c)][best]['perplexity'])}, {r:.3f}x the "
                    f"1x perplexity ({'within' if r <= GOAL else 'not within'} {GOAL}x).  ")
+    out += spread_section(res, ctxs, modes)
     for c in sorted(ctxs, reverse=True):
-        names = [bucket_name(b) for b in res[str(c)][modes[0]]["buckets"]]
+        ran = [m for m in modes if ppl_of(res, c, m) is not None]
+        names = [bucket_name(b) for b in res[str(c)][ran[0]]["buckets"]]
         if len(names) < 2:
             continue
         out += ["", f"## Perplexity by position, --ctx {c}", "",
                 "| mode | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-        for m in modes:
+        for m in ran:
             out.append(f"| {m} | " + " | ".join(fmt(b["ppl"]) for b in res[str(c)][m]["buckets"]) + " |")
-        tokens = [b["tokens"] for b in res[str(c)][modes[0]]["buckets"]]
+        tokens = [b["tokens"] for b in res[str(c)][ran[0]]["buckets"]]
         out.append("| (predictions) | " + " | ".join(str(t) for t in tokens) + " |")
-    top = str(max(ctxs))
+    top = str(max(c for c in ctxs if all(ppl_of(res, c, m) is not None for m in modes)))
     out += ["", f"## RoPE as `./run` reported it at --ctx {top}", ""]
     for m in modes:
         out.append(f"- `{m}`: {res[top][m]['rope']}")
@@ -307,21 +355,21 @@ def plot(res, ctxs, modes, L, path, title):
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
     base = baseline(res, ctxs, modes) if ctxs[0] == L else None
     for m in modes:
-        left.plot([c / L for c in ctxs], [res[str(c)][m]["perplexity"] for c in ctxs], **line_style(m))
-        bs = res[str(top)][m]["buckets"]
+        left.plot([c / L for c in ctxs], [ppl_of(res, c, m) or np.nan for c in ctxs], **line_style(m))
+        bs = res[str(top)][m]["buckets"] if m in res[str(top)] else []
         right.plot(range(len(bs)), [b["ppl"] for b in bs], **line_style(m))
     left.set_xscale("log", base=2)
     left.set_xticks([c / L for c in ctxs])
     left.set_xticklabels([f"{c}\n({c / L:g}x)" for c in ctxs], fontsize=8)
     left.set_xlabel("--ctx (and s = ctx / L)")
     left.set_title("perplexity of the whole window")
-    names = [bucket_name(b) for b in res[str(top)][modes[0]]["buckets"]]
+    names = [bucket_name(b) for b in next(iter(res[str(top)].values()))["buckets"]]
     right.set_xticks(range(len(names)))
     right.set_xticklabels(names, fontsize=7)
     right.set_xlabel("position of the predicting token in the window")
     right.set_title(f"by position, --ctx {top} (s = {top / L:g})")
     # The scale is set for the modes that work; a row above it (pi, none) is in the table.
-    top_y = min(60, max(max(r["perplexity"] for r in res[str(top)].values()),
+    top_y = min(60, max(max(r["perplexity"] for c in ctxs for r in res[str(c)].values()),
                         max(b["ppl"] for r in res[str(top)].values() for b in r["buckets"])) * 1.1)
     for ax in (left, right):
         ax.set_ylim(base * 0.85 if base else None, top_y)
@@ -368,11 +416,14 @@ def plot_ratio(res, ctxs, modes, L, path, title):
     fig, axes = plt.subplots(1, len(panels), figsize=(2.5 + 4.6 * len(panels), 1.4 + 0.34 * high), squeeze=False,
                              sharey=True, layout="constrained")
     for ax, (rows, name) in zip(axes[0], panels):
-        ratio = np.array([[res[str(c)][m]["perplexity"] / base for c in ctxs] for m in rows])
-        im = ax.imshow(np.clip(ratio, 0.9, 10), cmap=cmap, norm=norm, aspect="auto")
+        ratio = np.array([[(ppl_of(res, c, m) or np.nan) / base for c in ctxs] for m in rows])
+        im = ax.imshow(np.ma.masked_invalid(np.clip(ratio, 0.9, 10)), cmap=cmap, norm=norm, aspect="auto")
+        ax.set_facecolor("0.85")  # a cell not run
         for i in range(len(rows)):
             for j in range(len(ctxs)):
                 v = ratio[i, j]
+                if np.isnan(v):
+                    continue
                 ax.text(j, i, f"{v:.3f}" if v < 10 else f"{v:.0f}", ha="center", va="center", fontsize=8,
                         color=text_colour(cmap, norm, min(max(v, 0.9), 10)),
                         fontweight="bold" if v <= GOAL else "normal")
@@ -394,6 +445,25 @@ def right(trials):
     return sum(t["answer"] == t["key"] for t in trials)
 
 
+def wilson(k, n, z=1.96):
+    """The Wilson score interval (Wilson 1927) of a share k / n at 95% (z = 1.96): the shares p
+    whose binomial test at k of n does not reject, (centre +- half) with centre = (k + z^2 / 2) /
+    (n + z^2), half = z sqrt(k (n - k) / n + z^2 / 4) / (n + z^2). Unlike k / n +- 1.96 sd it stays
+    inside [0, 1] and is not empty at 0 or n right answers."""
+    c = (k + z * z / 2) / (n + z * z)
+    h = z * math.sqrt(k * (n - k) / n + z * z / 4) / (n + z * z)
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def count_cell(trials):
+    """"k/n (lo-hi%)": right answers and their Wilson 95% interval; "—" for a cell not run."""
+    if not trials:
+        return "—"
+    k, n = right(trials), len(trials)
+    lo, hi = wilson(k, n)
+    return f"{k}/{n} ({100 * lo:.0f}-{100 * hi:.0f}%)"
+
+
 def by_depth(trials, d):
     return [t for t in trials if t["depth"] == d]
 
@@ -402,6 +472,7 @@ def passkey_markdown(pk, lengths, rows):
     meta, res = pk["meta"], pk["results"]
     L, depths = meta["L"], meta["depths"]
     ref = "none" if "none" in rows else rows[0]
+    cell = lambda n, m: res[str(n)].get(m, [])  # noqa: E731  (a cell not run: no trials)
     out = [f"# Passkey retrieval of {meta['model']} past its trained context",
            "",
            f"Generated by `{meta['command']}`. scripts/passkey.py's prompts, each exactly N - {meta['n_predict']} "
@@ -409,30 +480,37 @@ def passkey_markdown(pk, lengths, rows):
            f"{meta['trials']} trial(s) at each depth {', '.join(f'{d:g}' for d in depths)} (the share of the filler "
            f"before the key line), keys uniform in [1, 50000] (seed {meta['seed']}), the same prompts for every "
            f"row; `./run {meta['model']} -t 0 -n {meta['n_predict']} --ctx N --rope-scaling MODE` with the flags "
-           f"of docs/ppl_results.md (dynamic: `--rope-factor N/L`; `+logn`: `--attn-logn`); right means the first "
-           f"number of the continuation is the key. Trained context L = {L}.",
-           ""]
+           f"of ppl_results.md (dynamic: `--rope-factor N/L`; `+logn`: `--attn-logn`); right means the first "
+           f"number of the continuation is the key. Trained context L = {L}."]
+    if meta.get("contest"):
+        out[-1] += (f" At {lengths[-1]} only the rows within {meta['contest']['within']}x of the 1x perplexity "
+                    f"at the longest context before the last ran ({', '.join(meta['contest']['rows'])}), with "
+                    f"{meta['contest']['trials']} trials at each depth; — is a cell not run.")
+    out += ["", "In brackets: the Wilson 95% interval of the share right. Two cells whose intervals overlap "
+            "may differ by chance; with 10 trials 10/10 is 72-100%, so only 50 trials (93-100% at 50/50) tell "
+            "a mode that always finds the key from one that misses one time in ten.", ""]
     if run_line(meta):
         out += [run_line(meta), ""]
     out += ["## Right answers, all depths (rows: --rope-scaling, columns: N)", "",
             "| mode | " + " | ".join(f"{n} ({n / L:g}x)" for n in lengths) + " |",
             "|---|" + "---:|" * len(lengths)]
     for m in rows:
-        out.append(f"| {m} | " + " | ".join(f"{right(res[str(n)][m])}/{len(res[str(n)][m])}" for n in lengths) + " |")
-    base = right(res[str(lengths[0])][ref])
+        out.append(f"| {m} | " + " | ".join(count_cell(cell(n, m)) for n in lengths) + " |")
+    base = cell(lengths[0], ref)
     out.append("")
     for n in lengths[1:]:
-        top = max(right(res[str(n)][m]) for m in rows)
-        best = [m for m in rows if right(res[str(n)][m]) == top]
-        total = len(res[str(n)][rows[0]])
-        out.append(f"Best at {n} ({n / L:g}x): {top}/{total} ({', '.join(best)}); {ref} at {lengths[0]}: "
-                   f"{base}/{len(res[str(lengths[0])][ref])}.  ")
+        ran = [m for m in rows if cell(n, m)]
+        top = max(right(cell(n, m)) / len(cell(n, m)) for m in ran)
+        best = [m for m in ran if right(cell(n, m)) / len(cell(n, m)) == top]
+        out.append(f"Best at {n} ({n / L:g}x): {count_cell(cell(n, best[0]))} ({', '.join(best)}); {ref} at "
+                   f"{lengths[0]}: {count_cell(base)}.  ")
     for n in lengths:
         out += ["", f"## By depth, N = {n} ({n / L:g}x)", "",
                 "| mode | " + " | ".join(f"{d:g}" for d in depths) + " |", "|---|" + "---:|" * len(depths)]
         for m in rows:
-            out.append(f"| {m} | " + " | ".join(f"{right(by_depth(res[str(n)][m], d))}/"
-                                                f"{len(by_depth(res[str(n)][m], d))}" for d in depths) + " |")
+            if cell(n, m):
+                out.append(f"| {m} | " + " | ".join(f"{right(by_depth(cell(n, m), d))}/{len(by_depth(cell(n, m), d))}"
+                                                    for d in depths) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -451,14 +529,15 @@ def plot_passkey(pk, lengths, rows, path, title):
     for ax in axes.flat[len(order):]:
         ax.axis("off")
     for ax, m in zip(axes.flat, order):
-        share = np.array([[right(by_depth(res[str(n)][m], d)) / max(1, len(by_depth(res[str(n)][m], d)))
-                           for d in depths] for n in lengths])
+        cells = [[by_depth(res[str(n)].get(m, []), d) for d in depths] for n in lengths]
+        share = np.ma.masked_invalid([[right(t) / len(t) if t else np.nan for t in line] for line in cells])
         im = ax.imshow(share, cmap=cmap, vmin=0, vmax=1, aspect="auto")
-        for i, n in enumerate(lengths):
-            for j, d in enumerate(depths):
-                t = by_depth(res[str(n)][m], d)
-                ax.text(j, i, f"{right(t)}/{len(t)}", ha="center", va="center", fontsize=6,
-                        color=text_colour(cmap, plt.Normalize(0, 1), share[i, j]))
+        ax.set_facecolor("0.85")  # a cell not run
+        for i, line in enumerate(cells):
+            for j, t in enumerate(line):
+                if t:
+                    ax.text(j, i, f"{right(t)}/{len(t)}", ha="center", va="center", fontsize=6,
+                            color=text_colour(cmap, plt.Normalize(0, 1), share[i, j]))
         ax.set_title(m.replace("+logn", " + log-n"), fontsize=8)
         ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=6)
         ax.set_yticks(range(len(lengths)), [f"{n / L:g}x" for n in lengths], fontsize=6)
@@ -494,71 +573,111 @@ def machine():
     return f"{name}, {os.cpu_count()} cores"
 
 
+# --lab: a lab is a model whose perplexity is measured and one whose retrieval is (the same model when
+# it does both), with their tokenizers; its full run goes to docs/results/LAB/.
+LABS = {
+    "tiny64": dict(model="build/tiny64.bin", tokenizer="data/tiny64x512-hf/tokenizer.model",
+                   passkey_model="build/passkey64.bin", passkey_tokenizer="data/passkey64x512-hf/tokenizer.model"),
+    "passkey128": dict(model="build/passkey128.bin", tokenizer="data/passkey128x512-hf/tokenizer.model",
+                       passkey_model="build/passkey128.bin",
+                       passkey_tokenizer="data/passkey128x512-hf/tokenizer.model"),
+}
+
+
+def contenders(done, a, ctxs, modes, lengths, do_ppl):
+    """The rows that go on to the last --ctx and the last --lengths: those within --extend-within of
+    the 1x perplexity at the context before the last; with no perplexity part, those with the most
+    right answers at the length before the last."""
+    if do_ppl:
+        base = done[(ctxs[0], "none" if "none" in modes else modes[0])]["perplexity"]
+        return [m for m in modes if done[(ctxs[-2], m)]["perplexity"] <= a.extend_within * base]
+    score = {m: sum(t["answer"] == t["key"] for k, t in done.items() if len(k) == 3 and k[:2] == (lengths[-2], m)) for m in modes}
+    return [m for m in modes if score[m] == max(score.values())]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Perplexity and passkey retrieval per context length and RoPE "
                                  "scaling mode, as markdown tables and heat maps.")
-    ap.add_argument("--model", default=str(REPO / "build/tiny64.bin"), help="the perplexity model (default: "
-                    "data/tiny64x512-hf as `make build/tiny64.bin` exports it)")
-    ap.add_argument("-z", "--tokenizer", default=str(DATA / "tiny64x512-hf/tokenizer.model"))
+    ap.add_argument("--lab", choices=list(LABS), default="tiny64", help="the models and their tokenizers "
+                    "(default tiny64: tiny64x512's perplexity and passkey64x512's retrieval; passkey128: "
+                    "passkey128x512's both); the four options below replace one each")
+    ap.add_argument("--model", help="the perplexity model")
+    ap.add_argument("-z", "--tokenizer")
+    ap.add_argument("--passkey-model", help="the passkey model")
+    ap.add_argument("--passkey-tokenizer")
     ap.add_argument("--text", default=str(DATA / "text/tinystories_heldout_tail.txt"))
-    ap.add_argument("--ctx", default="512,1024,2048,4096,8192,16384", help="perplexity: context lengths (the "
-                    "smallest should be L)")
+    ap.add_argument("--ctx", default="512,1024,2048,4096,8192,16384,32768", help="perplexity: context lengths "
+                    "(the smallest should be L)")
     ap.add_argument("--modes", default=",".join(ROWS), help="--rope-scaling modes; M+logn is M with --attn-logn")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--ppl-windows", type=int, help="perplexity: at most K windows per run")
     g.add_argument("--tokens", type=int, default=32768, help="perplexity: the first N tokens at every context: "
                    "N // ctx windows (default 32768; 0: the whole text)")
-    ap.add_argument("--passkey-model", default=str(REPO / "build/passkey64.bin"), help="the passkey model "
-                    "(default: data/passkey64x512-hf as `make build/passkey64.bin` exports it)")
-    ap.add_argument("--passkey-tokenizer", default=str(DATA / "passkey64x512-hf/tokenizer.model"))
-    ap.add_argument("--lengths", default="512,1024,2048,4096,8192", help="passkey: context lengths N (the "
+    ap.add_argument("--lengths", default="512,1024,2048,4096,8192,16384", help="passkey: context lengths N (the "
                     "smallest should be L)")
     ap.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="passkey: depths in [0, 1]")
     ap.add_argument("--trials", type=int, default=2, help="passkey: trials per length, depth and row (default 2)")
+    ap.add_argument("--extend-within", type=float, default=1.10, help="the last --ctx and the last --lengths run "
+                    "only the rows within this many times the 1x perplexity at the --ctx before the last "
+                    "(default 1.10; 0: every row everywhere)")
+    ap.add_argument("--contest-trials", type=int, default=10, help="passkey: trials per depth at the last "
+                    "--lengths, where only those rows run (default 10)")
     ap.add_argument("--seed", type=int, default=1, help="passkey: the seed of the keys (default 1)")
     ap.add_argument("--only", choices=["ppl", "passkey"], help="run one part only")
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="./run processes at a time (default: one "
                     "per core)")
     ap.add_argument("--threads", type=int, default=1, help="passed to ./run (default 1)")
     ap.add_argument("--run", default=str(REPO / "run"))
-    ap.add_argument("--out-dir", help="where the tables and figures go (default: docs/ for a full run, "
-                    "build/ppl-quick/ for a subset, so a quick look never replaces the committed results)")
-    ap.add_argument("--json", help="also save the parsed numbers here")
+    ap.add_argument("--out-dir", help="where the tables and figures go (default: docs/results/LAB/ for a full "
+                    "run, build/ppl-quick/LAB/ for a subset, so a quick look never replaces the committed results)")
+    ap.add_argument("--json", help="also save the parsed numbers here (a full run saves them in its "
+                    "--out-dir as results.json)")
     ap.add_argument("--from-json", help="do not run anything: redraw from numbers saved with --json")
     a = ap.parse_args(argv)
+    full = not a.from_json and all(getattr(a, k) == ap.get_default(k) for k in
+                                   ("model", "tokenizer", "text", "ctx", "modes", "ppl_windows", "tokens", "run",
+                                    "passkey_model", "passkey_tokenizer", "lengths", "depths", "trials", "seed",
+                                    "only", "extend_within", "contest_trials"))
+    for k, v in LABS[a.lab].items():
+        if getattr(a, k) is None:
+            setattr(a, k, str(REPO / v))
     ctxs = sorted(parse_list(a.ctx, int, "--ctx"))
     modes = parse_list(a.modes, str, "--modes")
     lengths = sorted(parse_list(a.lengths, int, "--lengths"))
     depths = parse_list(a.depths, float, "--depths")
     if not all(0 <= d <= 1 for d in depths):
         sys.exit("error: --depths: every depth must be in [0, 1]")
-    if a.trials < 1 or a.jobs < 1:
-        sys.exit("error: --trials and --jobs must be at least 1")
-    full = not a.from_json and all(getattr(a, k) == ap.get_default(k) for k in
-                                   ("model", "tokenizer", "text", "ctx", "modes", "ppl_windows", "tokens", "run",
-                                    "passkey_model", "passkey_tokenizer", "lengths", "depths", "trials", "seed",
-                                    "only"))
-    out = Path(a.out_dir) if a.out_dir else REPO / ("docs" if full else "build/ppl-quick")
+    if a.trials < 1 or a.jobs < 1 or a.contest_trials < 1:
+        sys.exit("error: --trials, --contest-trials and --jobs must be at least 1")
+    if a.extend_within < 0:
+        sys.exit("error: --extend-within must be 0 (every row everywhere) or a ratio such as 1.10")
+    out = Path(a.out_dir) if a.out_dir else REPO / (f"docs/results/{a.lab}" if full else f"build/ppl-quick/{a.lab}")
     if not a.out_dir and not full:
         print(f"note: not the full default run, so the results go to {out}, not docs/ (which hold the full run; "
-              "pass --out-dir docs to replace them)", file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
+              f"pass --out-dir docs/results/{a.lab} to replace them)", file=sys.stderr)
     do_ppl, do_passkey = a.only != "passkey", a.only != "ppl"
+    # The last context and length are the contest: only the rows that did well before it run there.
+    extend = a.extend_within > 0 and len(ctxs if do_ppl else lengths) > 1
+    if extend and do_passkey and len(lengths) < 2:
+        sys.exit("error: --extend-within needs two --lengths or more (the last is for the rows that did well; "
+                 "hint: --extend-within 0 runs every row at every length)")
+    if extend and do_ppl and len(ctxs) < 2:
+        sys.exit("error: --extend-within needs two --ctx or more (hint: --extend-within 0)")
 
     if a.from_json:
         saved = json.loads(Path(a.from_json).read_text())
         res, meta, pk = saved.get("results"), saved.get("meta"), saved.get("passkey")
         if res:
             ctxs = [c for c in ctxs if str(c) in res]
-            modes_ppl = [m for m in modes if all(m in res[str(c)] for c in ctxs)]
+            modes_ppl = [m for m in modes if m in res[str(ctxs[0])]]
         if pk:
             lengths = [n for n in lengths if str(n) in pk["results"]]
-            modes_pk = [m for m in modes if all(m in pk["results"][str(n)] for n in lengths)]
+            modes_pk = [m for m in modes if m in pk["results"][str(lengths[0])]]
         do_ppl, do_passkey = do_ppl and bool(res), do_passkey and bool(pk)
     else:
         needed = [(a.run, "`make` first")] + \
-            ([(a.model, "`make build/tiny64.bin` exports the default model")] if do_ppl else []) + \
-            ([(a.passkey_model, "`make build/passkey64.bin` exports the default passkey model")] if do_passkey else [])
+            ([(a.model, "`make results` exports the bundled models")] if do_ppl else []) + \
+            ([(a.passkey_model, "`make results` exports the bundled models")] if do_passkey else [])
         for path, hint in needed:
             if not Path(path).exists():
                 sys.exit(f"error: {path}: not found (hint: {hint})")
@@ -566,36 +685,50 @@ def main(argv=None):
             f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
         L = trained_context(a.run, a.model, a.tokenizer) if do_ppl else None
         Lp = trained_context(a.run, a.passkey_model, a.passkey_tokenizer) if do_passkey else None
-        jobs = (ppl_jobs(a, ctxs, modes, L) if do_ppl else []) + \
-               (passkey_jobs(a, lengths, modes, Lp, depths) if do_passkey else [])
+        head_c, head_n = (ctxs[:-1], lengths[:-1]) if extend else (ctxs, lengths)
         t_all = time.monotonic()
-        done = run_jobs(jobs, a.jobs)
+        done = run_jobs((ppl_jobs(a, head_c, modes, L) if do_ppl else []) +
+                        (passkey_jobs(a, head_n, modes, Lp, depths, a.trials) if do_passkey else []), a.jobs)
+        rows = contenders(done, a, ctxs, modes, lengths, do_ppl) if extend else None
+        if extend:
+            print(f"the last context and length: {', '.join(rows)}", file=sys.stderr)
+            done.update(run_jobs((ppl_jobs(a, ctxs[-1:], rows, L) if do_ppl else []) +
+                                 (passkey_jobs(a, lengths[-1:], rows, Lp, depths, a.contest_trials)
+                                  if do_passkey else []), a.jobs))
         run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
                "seconds": round(time.monotonic() - t_all, 1),
                "ppl_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 2), 1),
                "passkey_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 3), 1)}
         res = meta = pk = None
         if do_ppl:
-            res = {str(c): {m: done[(c, m)] for m in modes} for c in ctxs}
+            res = {str(c): {m: done[(c, m)] for m in modes if (c, m) in done} for c in ctxs}
             if a.ppl_windows:
                 scope = f"at most {a.ppl_windows} window(s) per run"
             elif a.tokens:
                 scope = f"the first {a.tokens} tokens at every context (tokens // ctx windows)"
             else:
                 scope = "the whole text at every context"
-            scope += " (windows: " + ", ".join(f"{res[str(c)][modes[0]]['windows']} x {c}" for c in ctxs) + ")"
+            scope += " (windows: " + ", ".join(f"{next(iter(res[str(c)].values()))['windows']} x {c}"
+                                               for c in ctxs) + ")"
             meta = {"model": Path(a.model).name, "text": Path(a.text).name, "command": cmd, "scope": scope, "L": L,
                     **run}
+            if extend:
+                meta["extend"] = {"within": a.extend_within, "rows": rows}
         if do_passkey:
-            pk_res = {str(n): {m: [done[(n, m, k)] for k in range(len(depths) * a.trials)] for m in modes}
-                      for n in lengths}
+            pk_res = {str(n): {m: [done[k] for k in sorted(k for k in done if len(k) == 3 and k[:2] == (n, m))] for m in modes
+                               if (n, m, 0) in done} for n in lengths}
             pk = {"meta": {"model": Path(a.passkey_model).name, "command": cmd, "L": Lp, "depths": depths,
                            "trials": a.trials, "seed": a.seed, "n_predict": N_PREDICT, **run}, "results": pk_res}
+            if extend:
+                pk["meta"]["contest"] = {"within": a.extend_within, "rows": rows, "trials": a.contest_trials}
         print(f"all runs: {run['seconds']:.0f} s", file=sys.stderr)
-        if a.json:
-            Path(a.json).write_text(json.dumps({"meta": meta, "results": res, "passkey": pk}, indent=1) + "\n")
+        out.mkdir(parents=True, exist_ok=True)
+        saved = json.dumps({"meta": meta, "results": res, "passkey": pk}, indent=1) + "\n"
+        for path in ([a.json] if a.json else []) + ([out / "results.json"] if full else []):
+            Path(path).write_text(saved)
         modes_ppl = modes_pk = modes
 
+    out.mkdir(parents=True, exist_ok=True)
     wrote = []
     if do_ppl:
         md = markdown(res, ctxs, modes_ppl, meta)

@@ -95,16 +95,16 @@ import passkey  # noqa: E402  (the prompt layout, ./run's tokenizer through tok_
 DATA = REPO / "data"
 TEXT = DATA / "text/tinystories_validation_head.txt"
 TOK = DATA / "stories260K/tokenizer.model"
-BASE = DATA / "tiny64x512-hf"                 # the starting weights
 TRAIN_TOKENS = 353_711                        # [BOS] + encode(TEXT)[: this] is the training text
 BOS, SPACE, DOT = 1, 410, 426                 # tok512: BOS, "_" (a lone space), "."
 DIGITS = (477, 475, 479, 472, 484, 480, 490, 491, 487, 483)  # tok512: "0" .. "9" (split_digits)
 
-# The shape (data/tiny64x512-hf's).
+# The shape (data/tiny64x512-hf's) and the recipe: passkey64x512's. --recipe passkey128x512
+# replaces them with RECIPES' other row (module constants, so every function below reads the
+# recipe it was started with).
+BASE = DATA / "tiny64x512-hf"                 # the starting weights (None: from scratch)
 DIM, LAYERS, HEADS, KV_HEADS, HEAD_DIM, HIDDEN, VOCAB = 256, 4, 4, 2, 64, 688, 512
 CTX, THETA, EPS = 512, 10000.0, 1e-5
-
-# The recipe.
 STEPS = 900
 PASSKEY_ROWS, STORY_ROWS = 14, 2   # rows of 513 tokens per batch
 STORY_SHARE = 0.5                  # share of passkey examples whose filler is story text
@@ -114,6 +114,17 @@ CURRICULUM = 0.3                   # share of the steps over which the longest e
 LR, WARMUP, WEIGHT_DECAY, CLIP = 1.5e-3, 50, 0.05, 1.0
 EVAL_EVERY = 100
 SEED = 7
+
+# passkey128x512: a second shape for the extension lab (issue 52), trained from scratch on the same
+# text with passkey examples mixed in from the first step: head_dim 128, two query heads reading one
+# kv head, rope_theta 500000 as Llama 3 has it. Half the rows are story rows, so that it is a
+# language model as much as a retriever (tiny64x512's perplexity and passkey64x512's retrieval in
+# one model), and the peak LR is tiny64x512's own.
+RECIPES = {
+    "passkey64x512": {},
+    "passkey128x512": dict(BASE=None, HEADS=2, KV_HEADS=1, HEAD_DIM=128, HIDDEN=512, THETA=500000.0,
+                           STEPS=1000, PASSKEY_ROWS=6, STORY_ROWS=2, LR=3e-3, WARMUP=100),
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,8 +267,24 @@ def names():
     return dict(sorted(out.items()))
 
 
+def init_weights(gen):
+    """From scratch: the matrices normal with std 0.02 (the embedding too), the two that write into
+    the residual stream (o_proj, down_proj) 0.02 / sqrt(2 LAYERS) as GPT-2 scales them, norms 1."""
+    params = {}
+    for name, shape in names().items():
+        if len(shape) == 1:
+            t = torch.ones(shape)
+        else:
+            std = 0.02 / math.sqrt(2 * LAYERS) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+            t = torch.randn(shape, generator=gen) * std
+        params[name] = t.requires_grad_(True)
+    return params
+
+
 def load_base():
-    """tiny64x512's weights, every tensor checked against the shape above."""
+    """The base model's weights, every tensor checked against the shape above."""
+    if BASE is None:
+        return init_weights(torch.Generator().manual_seed(SEED))
     f = SafetensorsFile(str(BASE / "model.safetensors"))
     shapes = names()
     assert sorted(f.tensors) == sorted(shapes), "tiny64x512 has other tensors than expected"
@@ -384,12 +411,16 @@ def write_model(p, out):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Fine-tune tiny64x512 on TinyStories with passkey examples mixed in.")
-    ap.add_argument("--out", default=str(DATA / "passkey64x512-hf"), help="the directory to write")
-    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--recipe", choices=list(RECIPES), default="passkey64x512",
+                    help="the shape and recipe (default passkey64x512)")
+    ap.add_argument("--out", help="the directory to write (default data/RECIPE-hf)")
+    ap.add_argument("--steps", type=int, help="default: the recipe's")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
     ap.add_argument("--time-steps", type=int, help="run this many steps, print the time per step, write nothing")
     a = ap.parse_args(argv)
+    globals().update(RECIPES[a.recipe])
+    a.steps, a.out = a.steps or STEPS, a.out or str(DATA / f"{a.recipe}-hf")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)

@@ -22,8 +22,8 @@ def tiny64(tmp_path_factory):
 def test_32k_window(c_tools, tiny64):
     """One 32768-token window of the held-out text, 64x tiny64x512's trained context, with leaky ReRoPE
     and log-n: every bucket is counted and the perplexity is that of a model that still reads (8.19;
-    at 1x it is 7.64, docs/ppl_results.md). Control: plain RoPE, which falls apart past L, is above the
-    bound already on the text's first window of 4096 tokens (8x; docs/ppl_results.md has 45 there and
+    at 1x it is 7.64, docs/results/tiny64/ppl_results.md). Control: plain RoPE, which falls apart past L, is above the
+    bound already on the text's first window of 4096 tokens (8x; docs/results/tiny64/ppl_results.md has 45 there and
     more at every longer window), a sixteenth of the 32k window's attention. (One token at a time, -b
     1, gives the same 8.188923, but takes 4x as long: the README, "Long windows", has the command.)"""
     leaky, buckets = run_ppl(tiny64, HELDOUT, "--ctx", 32768, "--ppl-windows", 1, "--rope-scaling", "leaky-rerope",

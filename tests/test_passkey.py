@@ -337,7 +337,7 @@ def test_passkey64_retrieves_where_its_base_cannot(trained, tmp_path):
 
 
 def test_passkey64_past_its_context_needs_a_mode(trained, tmp_path):
-    # At 4x (2048 tokens) leaky ReRoPE keeps the key in reach (docs/passkey_results.md);
+    # At 4x (2048 tokens) leaky ReRoPE keeps the key in reach (docs/results/tiny64/passkey_results.md);
     # plain RoPE, turning the key line by angles the model never saw, loses it.
     assert right_answers(trained["passkey64"], 2048, "leaky-rerope", tmp_path) >= 8
     assert right_answers(trained["passkey64"], 2048, "none", tmp_path) <= 2

@@ -4,8 +4,10 @@ The text is real (TinyStories validation), the model the real stories260K (train
 the windows 1024 tokens (2L), so the second bucket [512, 1024) is already past the trained context.
 What this is not: the refusals of a missing or too short text (tests/test_errors.py has them).
 """
+import math
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -73,6 +75,44 @@ def test_bucket_counts_add_up(c_tools, setup):
     assert abs(total - 2.718281828459045 ** mean) < 1e-4 * total
 
 
+def test_window_lines_add_up(c_tools, setup):
+    """Each window's own mean NLL (the `window K` lines that scripts/ppl_results.py pairs across modes):
+    one line per window, N - 1 predictions each, and their mean is the whole run's (the windows are
+    the same size), to the 6 digits printed. Control: leaving a window out moves the mean past that."""
+    model, text, _ = setup
+    proc = subprocess.run([str(REPO / "run"), str(model), "-z", str(TOK512), "--ppl", str(text), "--ctx", "512",
+                           "--ppl-windows", "4", "--rope-scaling", "ntk"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    total = float(re.search(r"^perplexity: (\S+)$", proc.stdout, re.M)[1])
+    rows = re.findall(r"^window (\d+)\s+(\d+)\s+(\S+)\s+(\S+)$", proc.stdout, re.M)
+    assert [(int(w), int(n)) for w, n, _, _ in rows] == [(w, 511) for w in (1, 2, 3, 4)], proc.stdout
+    nll = [float(x) for _, _, x, _ in rows]
+    for (_, _, x, ppl) in rows:
+        assert abs(math.exp(float(x)) - float(ppl)) < 1e-5 * float(ppl)
+    print(f"windows {nll}, run {math.log(total):.6f}")
+    assert abs(sum(nll) / 4 - math.log(total)) < 2e-6
+    assert abs(sum(nll[:3]) / 3 - math.log(total)) > 1e-4  # the control
+
+
+def wilson_of_script():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import ppl_results
+    return ppl_results.wilson
+
+
+def test_wilson_intervals():
+    """scripts/ppl_results.py's Wilson 95% intervals against values computed by hand from Wilson (1927)'s
+    formula (8/10: 0.4902-0.9433; 10/10: 0.7225-1; 50/50: 0.9287-1; 0/10: 0-0.2775), and the interval
+    of 9/10 overlapping 10/10's (ten trials do not tell them apart) where 40/50 and 50/50's do not."""
+    wilson = wilson_of_script()
+    for (k, n), (lo, hi) in {(8, 10): (0.4902, 0.9433), (10, 10): (0.7225, 1.0), (50, 50): (0.9287, 1.0),
+                             (0, 10): (0.0, 0.2775)}.items():
+        got = wilson(k, n)
+        assert abs(got[0] - lo) < 1e-4 and abs(got[1] - hi) < 1e-4, (k, n, got)
+    assert wilson(9, 10)[1] > wilson(10, 10)[0]
+    assert wilson(40, 50)[1] < wilson(50, 50)[0]
+
+
 def test_one_and_two_threads_agree(c_tools, setup):
     model, text, _ = setup
     one = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", "yarn", "--threads", 1)
@@ -97,9 +137,9 @@ def test_progress_and_wording(c_tools, setup):
 
 
 def test_results_doc_shows_the_current_banner(c_tools, tiny64):
-    """docs/ppl_results.md (make results) ends with the RoPE line of ./run's banner for every row at its
+    """docs/results/tiny64/ppl_results.md (make results) ends with the RoPE line of ./run's banner for every row at its
     largest context; ./run must still print exactly that, or the document is out of date."""
-    doc = (REPO / "docs" / "ppl_results.md").read_text()
+    doc = (REPO / "docs" / "results" / "tiny64" / "ppl_results.md").read_text()
     ctx, lines = doc.split("## RoPE as `./run` reported it at --ctx ")[1].split("\n", 1)
     rows = re.findall(r"^- `([\w+-]+)`: (.*)$", lines, re.M)
     modes = ["none", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope", "leaky-rerope", "selfextend", "dca",
@@ -117,22 +157,31 @@ def test_results_doc_shows_the_current_banner(c_tools, tiny64):
 
 
 def test_quick_results_leave_docs_alone(c_tools, tiny64):
-    """scripts/ppl_results.py on a subset writes to build/ppl-quick/ and says so; docs/ keeps the full run.
-    Both parts: perplexity, and passkey retrieval (tiny64 stands in for the passkey model: it scores 0)."""
-    docs = lambda: {f.name: f.read_bytes() for f in (REPO / "docs").iterdir() if f.is_file()}  # noqa: E731
+    """scripts/ppl_results.py on a subset writes to build/ppl-quick/LAB/ and says so; docs/ keeps the full
+    run. Both parts: perplexity, and passkey retrieval (tiny64 stands in for the passkey model: it scores
+    0). The last context and length run only the rows within --extend-within of the 1x perplexity at the
+    context before: rerope+logn (0.79x at 2x on this one window), not none (1.03x), which shows — there
+    (the control)."""
+    docs = lambda: {f: f.read_bytes() for f in (REPO / "docs").rglob("*") if f.is_file()}  # noqa: E731
     before = docs()
-    proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx", "512,1024",
-                           "--modes", "none,rerope+logn", "--ppl-windows", "1", "--passkey-model", str(tiny64),
-                           "--passkey-tokenizer", str(TINY64_HF / "tokenizer.model"), "--lengths", "512",
-                           "--depths", "0.5", "--trials", "1"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx",
+                           "512,1024,2048", "--modes", "none,rerope+logn", "--ppl-windows", "1", "--passkey-model",
+                           str(tiny64), "--passkey-tokenizer", str(TINY64_HF / "tokenizer.model"), "--lengths",
+                           "512,1024", "--depths", "0.5", "--trials", "1", "--contest-trials", "2", "--extend-within", "1.01"],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    quick = REPO / "build" / "ppl-quick"
+    quick = REPO / "build" / "ppl-quick" / "tiny64"
     assert f"the results go to {quick}, not docs/" in proc.stderr, proc.stderr
     doc = (quick / "ppl_results.md").read_text()
     assert "at most 1 window(s) per run" in doc
     assert re.search(r"^- `rerope\+logn`: rerope, .*log-n", doc, re.M), doc  # the row ran with --attn-logn
-    assert re.search(r"^\| rerope\+logn \| [01]/1 \|$", (quick / "passkey_results.md").read_text(), re.M)
+    assert re.search(r"^\| none \| [\d.]+ \| [\d.]+ \| — \|$", doc, re.M), doc
+    assert re.search(r"^\| rerope\+logn \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", doc, re.M), doc
+    pk = (quick / "passkey_results.md").read_text()
+    assert re.search(r"^\| rerope\+logn \| [01]/1 \(\d+-\d+%\) \| [012]/2 \(\d+-\d+%\) \|$", pk, re.M), pk
+    assert re.search(r"^\| none \| [01]/1 \(\d+-\d+%\) \| — \|$", pk, re.M), pk
     assert len(re.findall(r"^length   512 ", proc.stderr, re.M)) == 2  # one trial per row, each logged
+    assert len(re.findall(r"^length  1024 rerope\+logn ", proc.stderr, re.M)) == 2  # the contest's two
     for png in ("ppl_buckets.png", "ppl_ratio.png", "passkey_grid.png"):
         assert (quick / png).stat().st_size > 0
     assert docs() == before  # no file in docs/ written, added or removed
@@ -217,11 +266,11 @@ def _table(text, heading, first_cell):
 
 
 def test_readme_results_are_the_docs_numbers():
-    """README's results tables (perplexity to 4 digits, passkey answers) are docs/ppl_results.md's and
-    docs/passkey_results.md's, the full `make results` run, number for number: the README says what
+    """README's results tables (perplexity to 4 digits, passkey answers) are docs/results/tiny64/ppl_results.md's and
+    docs/results/tiny64/passkey_results.md's, the full `make results` run, number for number: the README says what
     the committed run measured. Control: a row read from the wrong table would not match."""
     readme = (REPO / "README.md").read_text()
-    ppl = _table((REPO / "docs" / "ppl_results.md").read_text(), "## Overall perplexity", "mode")
+    ppl = _table((REPO / "docs" / "results" / "tiny64" / "ppl_results.md").read_text(), "## Overall perplexity", "mode")
     ours = _table(readme, "### Results: 1x to 32x", "`--rope-scaling`")
     assert len(ours) == 11 and set(ours) <= set(ppl), sorted(ours)
     for mode, cells in ours.items():
@@ -230,7 +279,7 @@ def test_readme_results_are_the_docs_numbers():
             plain, logn = (float(x) for x in cell.split(" / "))
             assert plain == float(f"{float(ppl[mode][i]):.4g}"), (mode, i, cell)
             assert logn == float(f"{float(ppl[mode + '+logn'][i]):.4g}"), (mode, i, cell)
-    pk = _table((REPO / "docs" / "passkey_results.md").read_text(), "## Right answers", "mode")
+    pk = _table((REPO / "docs" / "results" / "tiny64" / "passkey_results.md").read_text(), "## Right answers", "mode")
     answers = _table(readme[readme.index("### Passkey retrieval"):], "`make results` asks it", "`--rope-scaling`")
     assert len(answers) == 11
     for mode, cells in answers.items():
