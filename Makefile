@@ -143,17 +143,17 @@ bench: run $(BENCH_TOOLS)
 plots: tests/tools/rope_dump
 	$(PYTHON) scripts/plot_rope.py
 
-# `make results`: the extension lab (scripts/ppl_results.py), once per lab: tiny64 (the perplexity of
-# the trained head_dim-64 model tiny64x512 on its held-out text, and the passkey retrieval of
-# passkey64x512, tiny64x512 taught to retrieve at 512 tokens) and passkey128 (passkey128x512, head_dim
-# 128, one kv head, theta 500000, both measured on the one model), every mode with and without log-n,
-# perplexity at 1x..32x and retrieval at 1x..16x, and 64x and 32x for the rows within 1.10x at 32x,
-# into docs/results/LAB/. README, "Results", has how long it takes. RESULTS_ARGS="--ctx 512,2048
-# --lengths 512,2048 --modes none,rerope+logn" (any subset) writes build/ppl-quick/LAB/ instead.
+# `make results`: the extension lab (scripts/ppl_results.py), once per lab, into docs/results/LAB/:
+# tiny64 (the perplexity of tiny64x512, head_dim 64, theta 10000, on its held-out text, and the passkey
+# retrieval of passkey64x512, tiny64x512 taught to retrieve at 512 tokens) and tiny128 (tiny128x512 and
+# passkey128x512: head_dim 128, one kv head, theta 500000). Every mode with and without log-n,
+# perplexity at 1x..32x and retrieval at 1x..16x, then 64x and 32x for the rows within 1.10x at 32x.
+# README, "Results", has how long it takes. RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes
+# none,rerope+logn" (any subset) writes build/ppl-quick/LAB/ instead.
 RESULTS_ARGS ?=
-results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin build/passkey128.bin
+results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin build/tiny128.bin build/passkey128.bin
 	$(PYTHON) scripts/ppl_results.py --lab tiny64 $(RESULTS_ARGS)
-	$(PYTHON) scripts/ppl_results.py --lab passkey128 $(RESULTS_ARGS)
+	$(PYTHON) scripts/ppl_results.py --lab tiny128 $(RESULTS_ARGS)
 
 build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safetensors export/export.py
 	mkdir -p build
@@ -162,6 +162,10 @@ build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safete
 build/passkey64.bin: data/passkey64x512-hf/config.json data/passkey64x512-hf/model.safetensors export/export.py
 	mkdir -p build
 	$(PYTHON) export/export.py data/passkey64x512-hf $@ > /dev/null
+
+build/tiny128.bin: data/tiny128x512-hf/config.json data/tiny128x512-hf/model.safetensors export/export.py
+	mkdir -p build
+	$(PYTHON) export/export.py data/tiny128x512-hf $@ > /dev/null
 
 build/passkey128.bin: data/passkey128x512-hf/config.json data/passkey128x512-hf/model.safetensors export/export.py
 	mkdir -p build

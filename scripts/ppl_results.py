@@ -485,7 +485,8 @@ def passkey_markdown(pk, lengths, rows):
     if meta.get("contest"):
         out[-1] += (f" At {lengths[-1]} only the rows within {meta['contest']['within']}x of the 1x perplexity "
                     f"at the longest context before the last ran ({', '.join(meta['contest']['rows'])}), with "
-                    f"{meta['contest']['trials']} trials at each depth; — is a cell not run.")
+                    f"{meta['contest']['trials']} trials at each depth.")
+    out[-1] += " A row that found no key at one length is not asked at longer ones. — is a cell not run."
     out += ["", "In brackets: the Wilson 95% interval of the share right. Two cells whose intervals overlap "
             "may differ by chance; with 10 trials 10/10 is 72-100%, so only 50 trials (93-100% at 50/50) tell "
             "a mode that always finds the key from one that misses one time in ten.", ""]
@@ -578,29 +579,61 @@ def machine():
 LABS = {
     "tiny64": dict(model="build/tiny64.bin", tokenizer="data/tiny64x512-hf/tokenizer.model",
                    passkey_model="build/passkey64.bin", passkey_tokenizer="data/passkey64x512-hf/tokenizer.model"),
-    "passkey128": dict(model="build/passkey128.bin", tokenizer="data/passkey128x512-hf/tokenizer.model",
-                       passkey_model="build/passkey128.bin",
-                       passkey_tokenizer="data/passkey128x512-hf/tokenizer.model"),
+    "tiny128": dict(model="build/tiny128.bin", tokenizer="data/tiny128x512-hf/tokenizer.model",
+                    passkey_model="build/passkey128.bin", passkey_tokenizer="data/passkey128x512-hf/tokenizer.model"),
 }
 
 
-def contenders(done, a, ctxs, modes, lengths, do_ppl):
-    """The rows that go on to the last --ctx and the last --lengths: those within --extend-within of
-    the 1x perplexity at the context before the last; with no perplexity part, those with the most
-    right answers at the length before the last."""
-    if do_ppl:
-        base = done[(ctxs[0], "none" if "none" in modes else modes[0])]["perplexity"]
-        return [m for m in modes if done[(ctxs[-2], m)]["perplexity"] <= a.extend_within * base]
-    score = {m: sum(t["answer"] == t["key"] for k, t in done.items() if len(k) == 3 and k[:2] == (lengths[-2], m)) for m in modes}
-    return [m for m in modes if score[m] == max(score.values())]
+def trials_of(done, n, m):
+    """The passkey trials of row m at length n, in order (keys (n, m, k); perplexity keys are (c, m))."""
+    return [done[k] for k in sorted(k for k in done if len(k) == 3 and k[:2] == (n, m))]
+
+
+def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend):
+    """Runs the ./run calls column by column, each column's calls J at a time, and returns ({key: result},
+    the rows of the last column or None). A row that found no key at one length is not asked at longer
+    ones (— in the tables): retrieval only gets harder with length, and its trials cost the most. With extend, the last --ctx and the last --lengths are for the rows
+    within --extend-within of the 1x perplexity at the --ctx before the last (without a perplexity
+    part: those with the most keys right at the length before the last), and the last length runs
+    --contest-trials per depth. The passkey columns run a column behind the perplexity ones, so that
+    the last length knows those rows."""
+    done, rows = {}, None
+    alive_n = list(modes)
+    ref = "none" if "none" in modes else modes[0]
+    pk_phase = [j + 1 for j in range(len(lengths))]
+    if extend and do_ppl and do_passkey:
+        pk_phase[-1] = max(pk_phase[-1], len(ctxs) - 1)
+    for i in range(max([len(ctxs)] + pk_phase) + 1):
+        if extend and rows is None and (i == len(ctxs) - 1 if do_ppl else i == pk_phase[-1]):
+            if do_ppl:
+                base = done[(ctxs[0], ref)]["perplexity"]
+                rows = [m for m in modes if (ctxs[-2], m) in done
+                        and done[(ctxs[-2], m)]["perplexity"] <= a.extend_within * base]
+            else:
+                score = {m: right(trials_of(done, lengths[-2], m)) for m in alive_n}
+                rows = [m for m in alive_n if score[m] == max(score.values(), default=0)]
+            print(f"the last context and length: {', '.join(rows) or '(no row)'}", file=sys.stderr)
+        jobs = []
+        if do_ppl and i < len(ctxs):
+            jobs += ppl_jobs(a, [ctxs[i]], rows if extend and i == len(ctxs) - 1 else modes, L)
+        for j, phase in enumerate(pk_phase):
+            if do_passkey and phase == i:
+                last = extend and j == len(lengths) - 1
+                jobs += passkey_jobs(a, [lengths[j]], rows if last else alive_n, Lp, depths,
+                                     a.contest_trials if last else a.trials)
+        done.update(run_jobs(jobs, a.jobs))
+        for j, phase in enumerate(pk_phase):
+            if do_passkey and phase == i and not (extend and j == len(lengths) - 1):
+                alive_n = [m for m in alive_n if right(trials_of(done, lengths[j], m))]
+    return done, rows
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Perplexity and passkey retrieval per context length and RoPE "
                                  "scaling mode, as markdown tables and heat maps.")
     ap.add_argument("--lab", choices=list(LABS), default="tiny64", help="the models and their tokenizers "
-                    "(default tiny64: tiny64x512's perplexity and passkey64x512's retrieval; passkey128: "
-                    "passkey128x512's both); the four options below replace one each")
+                    "(default tiny64: tiny64x512's perplexity and passkey64x512's retrieval; tiny128: "
+                    "tiny128x512's and passkey128x512's); the four options below replace one each")
     ap.add_argument("--model", help="the perplexity model")
     ap.add_argument("-z", "--tokenizer")
     ap.add_argument("--passkey-model", help="the passkey model")
@@ -685,16 +718,8 @@ def main(argv=None):
             f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
         L = trained_context(a.run, a.model, a.tokenizer) if do_ppl else None
         Lp = trained_context(a.run, a.passkey_model, a.passkey_tokenizer) if do_passkey else None
-        head_c, head_n = (ctxs[:-1], lengths[:-1]) if extend else (ctxs, lengths)
         t_all = time.monotonic()
-        done = run_jobs((ppl_jobs(a, head_c, modes, L) if do_ppl else []) +
-                        (passkey_jobs(a, head_n, modes, Lp, depths, a.trials) if do_passkey else []), a.jobs)
-        rows = contenders(done, a, ctxs, modes, lengths, do_ppl) if extend else None
-        if extend:
-            print(f"the last context and length: {', '.join(rows)}", file=sys.stderr)
-            done.update(run_jobs((ppl_jobs(a, ctxs[-1:], rows, L) if do_ppl else []) +
-                                 (passkey_jobs(a, lengths[-1:], rows, Lp, depths, a.contest_trials)
-                                  if do_passkey else []), a.jobs))
+        done, rows = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
         run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
                "seconds": round(time.monotonic() - t_all, 1),
                "ppl_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 2), 1),
@@ -715,7 +740,7 @@ def main(argv=None):
             if extend:
                 meta["extend"] = {"within": a.extend_within, "rows": rows}
         if do_passkey:
-            pk_res = {str(n): {m: [done[k] for k in sorted(k for k in done if len(k) == 3 and k[:2] == (n, m))] for m in modes
+            pk_res = {str(n): {m: trials_of(done, n, m) for m in modes
                                if (n, m, 0) in done} for n in lengths}
             pk = {"meta": {"model": Path(a.passkey_model).name, "command": cmd, "L": Lp, "depths": depths,
                            "trials": a.trials, "seed": a.seed, "n_predict": N_PREDICT, **run}, "results": pk_res}

@@ -42,6 +42,8 @@ TOK512 = DATA / "stories260K/tokenizer.model"        # its SentencePiece tokeniz
 STORIES_HF = DATA / "stories260K-hf"                 # the same weights as a Hugging Face directory
 TINY64_HF = DATA / "tiny64x512-hf"                   # trained head_dim-64 model, L = 512
 PASSKEY_HF = DATA / "passkey64x512-hf"               # tiny64x512 taught passkey retrieval
+TINY128_HF = DATA / "tiny128x512-hf"                 # the second shape: head_dim 128, one kv head
+PASSKEY128_HF = DATA / "passkey128x512-hf"           # tiny128x512 taught passkey retrieval
 LLAMA_TOK = DATA / "llama2/tokenizer.model"          # the Llama 2 tokenizer (vocab 32000)
 TEXT = DATA / "text/tinystories_validation_head.txt"  # TinyStories validation text
 HELDOUT = DATA / "text/tinystories_heldout_tail.txt"  # the tenth tiny64x512 never saw

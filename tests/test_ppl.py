@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import reference
-from conftest import HELDOUT, PYTHON, REPO, STORIES_BIN, STORIES_HF, TEXT, TINY64_HF, TOK512, run_export
+from conftest import HELDOUT, PYTHON, REPO, STORIES_BIN, STORIES_HF, TEXT, TINY64_HF, TINY128_HF, TOK512, run_export
 
 HF_DIR = STORIES_HF
 WINDOW, WINDOWS = 1024, 2
@@ -204,10 +204,13 @@ def test_dynamic_with_factor_1_is_ntk_at_the_window_length(c_tools, setup):
     assert dynamic == ntk
 
 
-# tiny64x512 (head_dim 64, trained at 512 tokens) on the held-out text, against the reference
-# perplexities data/README.md gives (an independent PyTorch forward, 16384 / N windows of N tokens).
-TINY64_REFERENCE = [(512, "none", 7.905452), (512, "yarn", 7.905452), (2048, "none", 18.842570),
-                    (2048, "yarn", 8.586047)]
+# The two trained models of the extension lab on the held-out text, against the reference perplexities
+# data/README.md gives (an independent PyTorch forward, tests/reference.py --ppl, 16384 / N windows of
+# N tokens): tiny64x512 (head_dim 64, theta 10000) and tiny128x512 (head_dim 128, one kv head, theta
+# 500000), both trained at 512 tokens.
+REFERENCE = [("tiny64", 512, "none", 7.905452), ("tiny64", 512, "yarn", 7.905452), ("tiny64", 2048, "none", 18.842570),
+             ("tiny64", 2048, "yarn", 8.586047), ("tiny128", 512, "none", 7.527848), ("tiny128", 2048, "none", 19.240565),
+             ("tiny128", 2048, "yarn", 7.757943)]
 
 
 @pytest.fixture(scope="module")
@@ -217,11 +220,19 @@ def tiny64(tmp_path_factory):
     return model
 
 
-@pytest.mark.parametrize("ctx,mode,expected", TINY64_REFERENCE, ids=[f"{m}-{n}" for n, m, _ in TINY64_REFERENCE])
-def test_tiny64_matches_documented_reference(c_tools, tiny64, ctx, mode, expected):
-    total, _ = run_ppl(tiny64, HELDOUT, "--ctx", ctx, "--ppl-windows", 16384 // ctx, "--rope-scaling", mode)
+@pytest.fixture(scope="module")
+def tiny128(tmp_path_factory):
+    model = tmp_path_factory.mktemp("tiny128") / "tiny128x512.bin"
+    assert run_export(TINY128_HF, model).returncode == 0
+    return model
+
+
+@pytest.mark.parametrize("name,ctx,mode,expected", REFERENCE, ids=[f"{a}-{m}-{n}" for a, n, m, _ in REFERENCE])
+def test_trained_models_match_documented_reference(c_tools, request, name, ctx, mode, expected):
+    total, _ = run_ppl(request.getfixturevalue(name), HELDOUT, "--ctx", ctx, "--ppl-windows", 16384 // ctx,
+                       "--rope-scaling", mode)
     rel = abs(total - expected) / expected
-    print(f"tiny64x512 {mode} ctx {ctx}: perplexity {total:.6f}, documented {expected:.6f}, relative {rel:.1e}")
+    print(f"{name} {mode} ctx {ctx}: perplexity {total:.6f}, documented {expected:.6f}, relative {rel:.1e}")
     assert rel < 1e-4
 
 
