@@ -1,45 +1,58 @@
-"""ppl_results.py - the results tables: perplexity and passkey retrieval past the trained context, for
-every RoPE scaling mode (`make results`).
+"""ppl_results.py - the extension lab: perplexity and passkey retrieval past the trained context, for
+every RoPE scaling mode, on a lab's models (`make results` runs both labs).
 
 Usage:
-  /usr/bin/python3 scripts/ppl_results.py [--model M.bin] [-z TOK.model] [--text FILE]
-              [--ctx 512,...,16384] [--modes none,ntk,rerope+logn,...] [--ppl-windows K | --tokens N]
-              [--passkey-model M.bin] [--passkey-tokenizer TOK] [--lengths 512,...,8192]
-              [--depths 0,0.25,0.5,0.75,1] [--trials N] [--seed S] [--only ppl | passkey]
+  /usr/bin/python3 scripts/ppl_results.py [--lab tiny64 | tiny128] [--model M.bin] [-z TOK.model]
+              [--text FILE] [--ctx 512,...,32768] [--modes none,ntk,rerope+logn,...]
+              [--ppl-windows K | --tokens N] [--passkey-model M.bin] [--passkey-tokenizer TOK]
+              [--lengths 512,...,16384] [--depths 0,0.25,0.5,0.75,1] [--trials N]
+              [--extend-within R] [--contest-trials N] [--seed S] [--only ppl | passkey]
               [--jobs J] [--threads N] [--out-dir DIR] [--json FILE] [--from-json FILE]
 
-Every row of --modes is a --rope-scaling mode, or `M+logn` for mode M with --attn-logn. Each mode runs
-with ./run's defaults at each --ctx (dynamic with --rope-factor ctx / L, as transformers runs it), and
-the same flags in both parts. Two parts:
+A lab (--lab) is a model whose perplexity is measured and one taught to retrieve a passkey, trained at
+the same L on the same text: tiny64 is tiny64x512 and passkey64x512 (head_dim 64, four query heads
+on two kv heads, theta 10000), tiny128 is tiny128x512 and passkey128x512 (head_dim 128, two query
+heads on one kv head, theta 500000); data/README.md has how each was trained. Every row of --modes
+is a --rope-scaling mode, or `M+logn` for mode M with --attn-logn, run with ./run's defaults at each
+context (dynamic with --rope-factor ctx / L, as transformers runs it), the same flags in both parts.
 
-Perplexity. `./run MODEL --ppl TEXT --ctx N ...` for every context N and row; the `perplexity:` line
-and the per-bucket table of its stdout go to
-  docs/ppl_results.md   overall perplexity (rows: mode, columns: context), the same divided by the 1x
-                        perplexity of plain RoPE (none at --ctx L), and perplexity by position bucket
-                        [0, L), [L, 2L), [2L, 4L), ... (L = the trained context)
-  docs/ppl_buckets.png  perplexity against the context, one line per row, and by position bucket at the
-                        largest context
-  docs/ppl_ratio.png    heat map of the ratio to the 1x perplexity, rows x contexts
+The schedule: the columns run one after another, each column's ./run calls J at a time. Every row
+runs at every --ctx but the last, and at every --lengths but the last with --trials keys per depth,
+except that a row which found no key at one length is not asked at longer ones. The last --ctx
+(64x) and the last --lengths (32x) are for the rows within --extend-within (1.10) of the 1x
+perplexity at the --ctx before the last (32x), and the last length asks them --contest-trials keys
+per depth, enough to tell a mode that always finds the key from one that misses one time in ten.
+--extend-within 0 runs every row everywhere with --trials.
+
+Perplexity. `./run MODEL --ppl TEXT --ctx N ...` for every context N and row; its `perplexity:`
+line, bucket table and window lines go to
+  ppl_results.md   overall perplexity (rows: mode, columns: context), the same divided by the 1x
+                   perplexity of plain RoPE (none at --ctx L), which differences are real (each row
+                   against the best one, paired window by window), and perplexity by position
+                   bucket [0, L), [L, 2L), [2L, 4L), ... (L = the trained context)
+  ppl_buckets.png  perplexity against the context, one line per row, and by position bucket at the
+                   largest context
+  ppl_ratio.png    heat map of the ratio to the 1x perplexity, rows x contexts
 Passkey. scripts/passkey.py's prompts (a key line hidden in filler at a depth, then the question),
-exactly N - 8 tokens long, --trials trials at each depth of --depths, the same keys and depths for
-every row, answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
-  docs/passkey_results.md  right answers per row and length (all depths), and per length, row and depth
-  docs/passkey_grid.png    heat map per row: length x depth, the share of right answers
+exactly N - 8 tokens long, at each depth of --depths, the same keys and depths for every row,
+answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
+  passkey_results.md  right answers per row and length (all depths) with their Wilson 95% intervals,
+                      and per length, row and depth
+  passkey_grid.png    heat map per row: length x depth, the share of right answers
 
-Defaults: the perplexity of tiny64x512 (data/tiny64x512-hf exported to build/tiny64.bin; head_dim 64,
-trained at L = 512) on the held-out tenth of the TinyStories text it never saw in training, the first
-32768 tokens at every context (64 windows of 512 ... 2 of 16384: the same text in every column), 1x to
-32x; passkey retrieval of passkey64x512 (data/passkey64x512-hf, build/passkey64.bin: tiny64x512 taught
-to retrieve at 512 tokens) at 1x to 16x, 5 depths x 2 trials; the eleven modes with and without log-n.
-The ./run calls go J at a time (--jobs, default: one per core), each with --threads (default 1), the
-longest first; the numbers do not depend on either. A run that is not the full default one writes to
-build/ppl-quick/ unless --out-dir says otherwise: docs/ holds the full run. --json saves the parsed
-numbers (and the run's date, machine and wall time) and --from-json redraws the tables and figures
-from them without running anything.
+Defaults: the perplexity on the held-out tenth of the TinyStories text the models never saw in
+training, the first 32768 tokens at every context (64 windows of 512 ... 1 of 32768: the same text in
+every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys (the last length 5 x 10); the
+eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default: one per core),
+each with --threads (default 1); the numbers do not depend on either. The full default run of a lab
+writes docs/results/LAB/ (with results.json, the parsed numbers); any other run writes
+build/ppl-quick/LAB/ unless --out-dir says otherwise. --json saves the parsed numbers (and the run's
+date, machine and wall time) and --from-json redraws the tables and figures from them without
+running anything.
 
-What this is not: a benchmark of the modes in general. Two 3M-parameter models on one kind of text
-(short stories, so far positions mostly look back at unrelated stories) say whether distance hurts
-and whether one planted fact is still found, not how a large model uses a long context; the README,
+What this is not: a benchmark of the modes in general. Small models on one kind of text (short
+stories, so far positions mostly look back at unrelated stories) say whether distance hurts and
+whether one planted fact is still found, not how a large model uses a long context; the README,
 "Results", reads the tables.
 """
 import argparse
@@ -272,7 +285,8 @@ def spread_section(res, ctxs, modes):
            "is worse in. A Δ more than twice its standard error, in most windows, is taken as real; with "
            "fewer than 3 windows (1 or 2 at the longest contexts) the windows cannot say, and the difference "
            "is shown without one. Rows more than 1.10x the best are left out: those differences are plain.",
-           "", "| --ctx | best | row | ratio | Δ (nats) | ± | worse in | real? |", "|---:|---|---|---:|---:|---:|---:|---|"]
+           "", "| --ctx | best | row | ratio | Δ (nats) | ± | worse in | real? |",
+           "|---:|---|---|---:|---:|---:|---:|---|"]
     for c in ctxs:
         ran = [m for m in modes if ppl_of(res, c, m) is not None]
         best = min(ran, key=lambda m: ppl_of(res, c, m))
@@ -591,12 +605,13 @@ def trials_of(done, n, m):
 
 def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend):
     """Runs the ./run calls column by column, each column's calls J at a time, and returns ({key: result},
-    the rows of the last column or None). A row that found no key at one length is not asked at longer
-    ones (— in the tables): retrieval only gets harder with length, and its trials cost the most. With extend, the last --ctx and the last --lengths are for the rows
-    within --extend-within of the 1x perplexity at the --ctx before the last (without a perplexity
-    part: those with the most keys right at the length before the last), and the last length runs
-    --contest-trials per depth. The passkey columns run a column behind the perplexity ones, so that
-    the last length knows those rows."""
+    the rows of the last column or None). A row that found no key at one length is not asked at
+    longer ones (— in the tables): retrieval only gets harder with length, and these trials cost the
+    most. With extend, the last --ctx and the last --lengths are for the rows within --extend-within
+    of the 1x perplexity at the --ctx before the last (without a perplexity part: those with the most
+    keys right at the length before the last), and the last length runs --contest-trials per depth.
+    The passkey columns run a column behind the perplexity ones, so that the last length knows those
+    rows."""
     done, rows = {}, None
     alive_n = list(modes)
     ref = "none" if "none" in modes else modes[0]
@@ -619,8 +634,8 @@ def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
         for j, phase in enumerate(pk_phase):
             if do_passkey and phase == i:
                 last = extend and j == len(lengths) - 1
-                jobs += passkey_jobs(a, [lengths[j]], rows if last else alive_n, Lp, depths,
-                                     a.contest_trials if last else a.trials)
+                asked = [m for m in rows if m in alive_n] if last else alive_n
+                jobs += passkey_jobs(a, [lengths[j]], asked, Lp, depths, a.contest_trials if last else a.trials)
         done.update(run_jobs(jobs, a.jobs))
         for j, phase in enumerate(pk_phase):
             if do_passkey and phase == i and not (extend and j == len(lengths) - 1):

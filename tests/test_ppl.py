@@ -167,7 +167,8 @@ def test_quick_results_leave_docs_alone(c_tools, tiny64):
     proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx",
                            "512,1024,2048", "--modes", "none,rerope+logn", "--ppl-windows", "1", "--passkey-model",
                            str(tiny64), "--passkey-tokenizer", str(TINY64_HF / "tokenizer.model"), "--lengths",
-                           "512,1024", "--depths", "0.5", "--trials", "1", "--contest-trials", "2", "--extend-within", "1.01"],
+                           "512,1024", "--depths", "0.5", "--trials", "1", "--contest-trials", "2",
+                           "--extend-within", "1.01"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     quick = REPO / "build" / "ppl-quick" / "tiny64"
@@ -208,8 +209,9 @@ def test_dynamic_with_factor_1_is_ntk_at_the_window_length(c_tools, setup):
 # data/README.md gives (an independent PyTorch forward, tests/reference.py --ppl, 16384 / N windows of
 # N tokens): tiny64x512 (head_dim 64, theta 10000) and tiny128x512 (head_dim 128, one kv head, theta
 # 500000), both trained at 512 tokens.
-REFERENCE = [("tiny64", 512, "none", 7.905452), ("tiny64", 512, "yarn", 7.905452), ("tiny64", 2048, "none", 18.842570),
-             ("tiny64", 2048, "yarn", 8.586047), ("tiny128", 512, "none", 7.527848), ("tiny128", 2048, "none", 19.240565),
+REFERENCE = [("tiny64", 512, "none", 7.905452), ("tiny64", 512, "yarn", 7.905452),
+             ("tiny64", 2048, "none", 18.842570), ("tiny64", 2048, "yarn", 8.586047),
+             ("tiny128", 512, "none", 7.527848), ("tiny128", 2048, "none", 19.240565),
              ("tiny128", 2048, "yarn", 7.757943)]
 
 
