@@ -21,8 +21,9 @@ runs at every --ctx but the last, and at every --lengths but the last with --tri
 except that a row which found no key at one length is not asked at longer ones. The last --ctx
 (64x) and the last --lengths (32x) are for the rows within --extend-within (1.10) of the 1x
 perplexity at the --ctx before the last (32x), and the last length asks them --contest-trials keys
-per depth, enough to tell a mode that always finds the key from one that misses one time in ten.
---extend-within 0 runs every row everywhere with --trials.
+per depth (default 2; 10, fifty keys a cell, tells a mode that always finds the key from one that
+misses one time in ten, and costs what README, "Results", says). --extend-within 0 runs every row
+everywhere with --trials.
 
 Perplexity. `./run MODEL --ppl TEXT --ctx N ...` for every context N and row; its `perplexity:`
 line, bucket table and window lines go to
@@ -42,7 +43,7 @@ answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
 
 Defaults: the perplexity on the held-out tenth of the TinyStories text the models never saw in
 training, the first 32768 tokens at every context (64 windows of 512 ... 1 of 32768: the same text in
-every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys (the last length 5 x 10); the
+every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys; the
 eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default: one per core),
 each with --threads (default 1); the numbers do not depend on either. The full default run of a lab
 writes docs/results/LAB/ (with results.json, the parsed numbers); any other run writes
@@ -668,8 +669,8 @@ def main(argv=None):
     ap.add_argument("--extend-within", type=float, default=1.10, help="the last --ctx and the last --lengths run "
                     "only the rows within this many times the 1x perplexity at the --ctx before the last "
                     "(default 1.10; 0: every row everywhere)")
-    ap.add_argument("--contest-trials", type=int, default=10, help="passkey: trials per depth at the last "
-                    "--lengths, where only those rows run (default 10)")
+    ap.add_argument("--contest-trials", type=int, default=2, help="passkey: trials per depth at the last "
+                    "--lengths, where only those rows run (default 2)")
     ap.add_argument("--seed", type=int, default=1, help="passkey: the seed of the keys (default 1)")
     ap.add_argument("--only", choices=["ppl", "passkey"], help="run one part only")
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="./run processes at a time (default: one "

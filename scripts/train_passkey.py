@@ -77,7 +77,6 @@ import json
 import math
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -106,6 +105,7 @@ BASE = DATA / "tiny64x512-hf"                 # the starting weights (None: from
 DIM, LAYERS, HEADS, KV_HEADS, HEAD_DIM, HIDDEN, VOCAB = 256, 4, 4, 2, 64, 688, 512
 CTX, THETA, EPS = 512, 10000.0, 1e-5
 STEPS = 900
+PASSES = None                      # a list of steps: passes one after another, each as a run from the last's weights
 PASSKEY_ROWS, STORY_ROWS = 14, 2   # rows of 513 tokens per batch
 STORY_SHARE = 0.5                  # share of passkey examples whose filler is story text
 ANSWER_WEIGHT = 10.0
@@ -124,7 +124,7 @@ SHAPE128 = dict(HEADS=2, KV_HEADS=1, HEAD_DIM=128, HIDDEN=512, THETA=500000.0)
 RECIPES = {
     "passkey64x512": {},
     "tiny128x512": dict(SHAPE128, BASE=None, STEPS=1000, PASSKEY_ROWS=6, STORY_ROWS=2, LR=3e-3, WARMUP=100),
-    "passkey128x512": dict(SHAPE128, BASE=DATA / "tiny128x512-hf", STEPS=450),
+    "passkey128x512": dict(SHAPE128, BASE=DATA / "tiny128x512-hf", PASSES=[450, 450, 200]),
 }
 
 
@@ -410,34 +410,16 @@ def write_model(p, out):
     shutil.copyfile(TOK, out / "tokenizer.model")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="Fine-tune tiny64x512 on TinyStories with passkey examples mixed in.")
-    ap.add_argument("--recipe", choices=list(RECIPES), default="passkey64x512",
-                    help="the shape and recipe (default passkey64x512)")
-    ap.add_argument("--out", help="the directory to write (default data/RECIPE-hf)")
-    ap.add_argument("--steps", type=int, help="default: the recipe's")
-    ap.add_argument("--seed", type=int, default=SEED)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
-    ap.add_argument("--time-steps", type=int, help="run this many steps, print the time per step, write nothing")
-    a = ap.parse_args(argv)
-    globals().update(RECIPES[a.recipe])
-    a.steps, a.out = a.steps or STEPS, a.out or str(DATA / f"{a.recipe}-hf")
-    torch.set_num_threads(a.threads)
+def train(a, p, tok, tokens, pieces, fixed, steps, t0):
+    """One pass of `steps` steps on the weights p, in place: the seeds set afresh (so a pass is what a
+    run of the script from the previous pass's written weights does), its own eval sets, optimizer and
+    schedule. Returns when its training began."""
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    t0 = time.time()
-
-    tok = passkey.Tokenizer(TOK, BOS, passkey.TOK_DUMP)
-    tokens, pieces = tokenize_text(tok)
-    assert len(tokens) == 393_013, f"{TEXT}: {len(tokens)} tokens, expected 393,013 (data/README.md)"
-    steps = a.time_steps or a.steps
-    fixed = fixed_tokens(tok)
     evals = passkey_set(tok, rng, pieces, len(tokens))
     print(f"data: {len(tokens)} tokens (an example without filler: {fixed[0]} tokens, {fixed[1]} more per extra question), "
           f"eval sets {', '.join(f'{k} ({len(v)})' for k, v in evals.items())}; {time.time() - t0:.0f} s",
           flush=True)
-
-    p = load_base(a.seed)
     decay = [t for n, t in p.items() if t.dim() == 2]
     rest = [t for n, t in p.items() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}],
@@ -474,8 +456,36 @@ def main(argv=None):
                   flush=True)
         if not a.time_steps and ((step + 1) % EVAL_EVERY == 0 or step + 1 == steps):
             report(step + 1)
+    return t_train
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Fine-tune tiny64x512 on TinyStories with passkey examples mixed in.")
+    ap.add_argument("--recipe", choices=list(RECIPES), default="passkey64x512",
+                    help="the shape and recipe (default passkey64x512)")
+    ap.add_argument("--base", help="the directory whose weights it starts from (default: the recipe's)")
+    ap.add_argument("--out", help="the directory to write (default data/RECIPE-hf)")
+    ap.add_argument("--steps", type=int, help="one pass of this many steps (default: the recipe's passes)")
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
+    ap.add_argument("--time-steps", type=int, help="run this many steps, print the time per step, write nothing")
+    a = ap.parse_args(argv)
+    globals().update(RECIPES[a.recipe], **({"BASE": Path(a.base)} if a.base else {}))
+    passes = [a.time_steps] if a.time_steps else [a.steps] if a.steps else PASSES or [STEPS]
+    a.out = a.out or str(DATA / f"{a.recipe}-hf")
+    torch.set_num_threads(a.threads)
+    t0 = time.time()
+    tok = passkey.Tokenizer(TOK, BOS, passkey.TOK_DUMP)
+    tokens, pieces = tokenize_text(tok)
+    assert len(tokens) == 393_013, f"{TEXT}: {len(tokens)} tokens, expected 393,013 (data/README.md)"
+    fixed = fixed_tokens(tok)
+    p = load_base(a.seed)
+    for k, steps in enumerate(passes):
+        if len(passes) > 1:
+            print(f"pass {k + 1} of {len(passes)}: {steps} steps", flush=True)
+        t_train = train(a, p, tok, tokens, pieces, fixed, steps, t0)
     if a.time_steps:
-        print(f"{(time.time() - t_train) / steps:.2f} s per step with {a.threads} thread(s)")
+        print(f"{(time.time() - t_train) / a.time_steps:.2f} s per step with {a.threads} thread(s)")
         return 0
     write_model(p, Path(a.out))
     print(f"wrote {a.out}; {time.time() - t0:.0f} s in all")
