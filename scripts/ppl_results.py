@@ -289,15 +289,21 @@ def spread_section(res, ctxs, modes):
            "", "| --ctx | best | row | ratio | Δ (nats) | ± | worse in | real? |",
            "|---:|---|---|---:|---:|---:|---:|---|"]
     for c in ctxs:
-        ran = [m for m in modes if ppl_of(res, c, m) is not None]
-        best = min(ran, key=lambda m: ppl_of(res, c, m))
-        for m in sorted(ran, key=lambda m: ppl_of(res, c, m)):
-            if m == best or ppl_of(res, c, m) > 1.10 * ppl_of(res, c, best):
+        groups = {}  # rows with the same numbers, window for window, are one line
+        for m in sorted((m for m in modes if ppl_of(res, c, m) is not None), key=lambda m: ppl_of(res, c, m)):
+            groups.setdefault(tuple(res[str(c)][m]["window_nll"]), []).append(m)
+        (best, *same), *others = groups.values()
+        if same:
+            out.append(f"| {c} | {best} | {', '.join(same)} | 1 | 0 | 0 | 0/{len(res[str(c)][best]['window_nll'])} "
+                       f"| the same numbers |")
+        for rows in others:
+            m = rows[0]
+            if ppl_of(res, c, m) > 1.10 * ppl_of(res, c, best):
                 continue
             mean, se, worse, n = paired(res, c, m, best)
             real = "cannot tell" if se is None else ("yes" if mean > 2 * se and 2 * worse > n else "no")
-            out.append(f"| {c} | {best} | {m} | {ppl_of(res, c, m) / ppl_of(res, c, best):.4f} | {mean:.5f} | "
-                       f"{'—' if se is None else f'{se:.5f}'} | {worse}/{n} | {real} |")
+            out.append(f"| {c} | {best} | {', '.join(rows)} | {ppl_of(res, c, m) / ppl_of(res, c, best):.4f} | "
+                       f"{mean:.5f} | {'—' if se is None else f'{se:.5f}'} | {worse}/{n} | {real} |")
     return out
 
 

@@ -1,4 +1,5 @@
-"""train_passkey.py - train passkey64x512: tiny64x512 fine-tuned until it can do passkey retrieval at 512 tokens.
+"""train_passkey.py - train passkey64x512: tiny64x512 fine-tuned until it can do passkey retrieval at 512 tokens
+(and the second shape's pair, tiny128x512 and passkey128x512, with --recipe).
 
 Result (2026-11-26): data/passkey64x512-hf is this script's output with its defaults (900 steps, seed 7;
 1702 s on the 2-vCPU AMD EPYC Zen 5 VM with the other core shared). Its checks at the end: passkey
@@ -12,8 +13,21 @@ recorded, stayed at 9-16% after 900 steps. With this one the answer loss falls e
 comes in one jump between steps 200 and 300 (0% -> 81% at 512 tokens, 100% from step 500), which looks
 like an induction circuit forming: copying the digits that followed the same words the first time.
 
+The second shape (issue 52; --recipe, RECIPES below; 2026-12-02, the same VM, --threads 2):
+  - tiny128x512, from scratch (1000 steps, 6 of 8 rows with passkey examples, 1538 s): held-out loss
+    2.026 (tiny64x512: 2.074), and 0% on every passkey check at every 100 steps: mixed in from the
+    first step, the examples taught it the text but not to retrieve.
+  - passkey128x512, from tiny128x512 with passkey64x512's recipe in three passes (450, 450 and 200
+    steps, each a run of this script from the last one's weights; --recipe passkey128x512 runs the
+    three in one process, each seeded afresh as a run is; 1162 + 1292 + 507 s): 0% through the first pass (answer loss 1.55 to 0.84), the
+    jump in the second (0-3% at steps 100-200, 16-31% at 300, 59-66% at 400), 69% / 81% / 72% at the
+    end of the third (filler 512 / filler 256 / story); held-out loss 2.158. With ./run, greedy:
+    38/50 at 256 and 36/50 at 512 tokens with random depths (seed 2). Two query heads on one kv
+    head, against passkey64x512's four on two, took about three times the steps and end lower.
+
 Usage (from the repository root, `make run tools` first: the text is tokenized by tests/tools/tok_dump):
-  /usr/bin/python3 scripts/train_passkey.py [--out data/passkey64x512-hf] [--steps 900] [--seed 7]
+  /usr/bin/python3 scripts/train_passkey.py [--recipe passkey64x512 | tiny128x512 | passkey128x512]
+                                            [--base DIR] [--out DIR] [--steps N] [--seed 7]
                                             [--threads 1] [--time-steps K]
 
 What it makes: data/passkey64x512-hf/, a Hugging Face Llama directory (config.json as transformers
