@@ -522,6 +522,9 @@ def passkey_markdown(pk, lengths, rows):
     out.append("")
     for n in lengths[1:]:
         ran = [m for m in rows if cell(n, m)]
+        if not ran:
+            out.append(f"At {n} ({n / L:g}x) no row was asked.  ")
+            continue
         top = max(right(cell(n, m)) / len(cell(n, m)) for m in ran)
         best = [m for m in ran if right(cell(n, m)) / len(cell(n, m)) == top]
         out.append(f"Best at {n} ({n / L:g}x): {count_cell(cell(n, best[0]))} ({', '.join(best)}); {ref} at "

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 import reference
-from conftest import HELDOUT, PYTHON, REPO, STORIES_BIN, STORIES_HF, TEXT, TINY64_HF, TINY128_HF, TOK512, run_export
+from conftest import (HELDOUT, PASSKEY_HF, PYTHON, REPO, STORIES_BIN, STORIES_HF, TEXT, TINY64_HF, TINY128_HF, TOK512,
+                      run_export)
 
 HF_DIR = STORIES_HF
 WINDOW, WINDOWS = 1024, 2
@@ -156,17 +157,23 @@ def test_results_doc_shows_the_current_banner(c_tools, tiny64):
         assert f"rope: {banner}" in proc.stderr.splitlines(), (row, banner, proc.stderr)
 
 
-def test_quick_results_leave_docs_alone(c_tools, tiny64):
+@pytest.fixture(scope="module")
+def passkey64(tmp_path_factory):
+    model = tmp_path_factory.mktemp("passkey64") / "passkey64x512.bin"
+    assert run_export(PASSKEY_HF, model).returncode == 0
+    return model
+
+
+def test_quick_results_leave_docs_alone(c_tools, tiny64, passkey64):
     """scripts/ppl_results.py on a subset writes to build/ppl-quick/LAB/ and says so; docs/ keeps the full
-    run. Both parts: perplexity, and passkey retrieval (tiny64 stands in for the passkey model: it scores
-    0). The last context and length run only the rows within --extend-within of the 1x perplexity at the
-    context before: rerope+logn (0.79x at 2x on this one window), not none (1.03x), which shows — there
-    (the control)."""
+    run. Both parts: perplexity, and passkey retrieval. The last context and length run only the rows
+    within --extend-within of the 1x perplexity at the context before: rerope+logn (0.79x at 2x on this
+    one window), not none (1.03x), which shows — there (the control)."""
     docs = lambda: {f: f.read_bytes() for f in (REPO / "docs").rglob("*") if f.is_file()}  # noqa: E731
     before = docs()
     proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx",
                            "512,1024,2048", "--modes", "none,rerope+logn", "--ppl-windows", "1", "--passkey-model",
-                           str(tiny64), "--passkey-tokenizer", str(TINY64_HF / "tokenizer.model"), "--lengths",
+                           str(passkey64), "--passkey-tokenizer", str(PASSKEY_HF / "tokenizer.model"), "--lengths",
                            "512,1024", "--depths", "0.5", "--trials", "1", "--contest-trials", "2",
                            "--extend-within", "1.01"],
                           capture_output=True, text=True, timeout=120)
