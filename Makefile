@@ -155,21 +155,10 @@ results: run tests/tools/tok_dump build/tiny64.bin build/passkey64.bin build/tin
 	$(PYTHON) scripts/ppl_results.py --lab tiny64 $(RESULTS_ARGS)
 	$(PYTHON) scripts/ppl_results.py --lab tiny128 $(RESULTS_ARGS)
 
-build/tiny64.bin: data/tiny64x512-hf/config.json data/tiny64x512-hf/model.safetensors export/export.py
+# The four trained models (data/README.md), each exported from data/NAMEx512-hf to build/NAME.bin.
+build/%.bin: data/%x512-hf/config.json data/%x512-hf/model.safetensors export/export.py
 	mkdir -p build
-	$(PYTHON) export/export.py data/tiny64x512-hf $@ > /dev/null
-
-build/passkey64.bin: data/passkey64x512-hf/config.json data/passkey64x512-hf/model.safetensors export/export.py
-	mkdir -p build
-	$(PYTHON) export/export.py data/passkey64x512-hf $@ > /dev/null
-
-build/tiny128.bin: data/tiny128x512-hf/config.json data/tiny128x512-hf/model.safetensors export/export.py
-	mkdir -p build
-	$(PYTHON) export/export.py data/tiny128x512-hf $@ > /dev/null
-
-build/passkey128.bin: data/passkey128x512-hf/config.json data/passkey128x512-hf/model.safetensors export/export.py
-	mkdir -p build
-	$(PYTHON) export/export.py data/passkey128x512-hf $@ > /dev/null
+	$(PYTHON) export/export.py data/$*x512-hf $@ > /dev/null
 
 clean:
 	rm -f run run-ref *.o $(TOOLS) $(BENCH_TOOLS)
