@@ -27,8 +27,10 @@ typedef enum {
     DTYPE_GGUF_Q4_K = 9, // not in our files either: GGUF's K-quants, read as stored (QK_K below)
     DTYPE_GGUF_Q5_K = 10,
     DTYPE_GGUF_Q6_K = 11,
+    DTYPE_F32_R16 = 12, // in no file: the layouts f32 and f16 are copied into at load
+    DTYPE_F16_R16 = 13,
 } DType;
-#define DTYPE_COUNT (DTYPE_GGUF_Q6_K + 1) // how many there are: not a type, so no switch needs a case for it
+#define DTYPE_COUNT (DTYPE_F16_R16 + 1) // how many there are: not a type, so no switch needs a case for it
 #define DTYPE_IN_OUR_FILES (DTYPE_BF16_R16 + 1) // the header's dtype is below this
 
 #define Q8_BLOCK 32 // q8_0: values per scale (the activations' blocks too, for q8_0 and q4_0 weights)
@@ -36,7 +38,7 @@ typedef enum {
 // activations, so the two sizes are one.
 #define Q4_BLOCK Q8_BLOCK
 #define Q4_BLOCK_BYTES (Q4_BLOCK / 2)
-#define R16 16 // rows of a group in the grouped layouts (q8_0_r16, bf16_r16)
+#define R16 16 // rows of a group in the grouped layouts (q8_0_r16, bf16_r16, f32_r16, f16_r16)
 // The K-quants' super-block: values per block of q4_K, q5_K, q6_K (ggml's QK_K), eight (q6_K: sixteen)
 // sub-blocks with scales of their own. Their products read x quantized in blocks of QK_K too
 // (kernels_internal.h): a block's products, its scales and mins included, are one exact integer sum.
@@ -62,14 +64,18 @@ typedef struct {
 
 // The kernels of the types the kernels read: decode's dot products (kernels_decode.c, their vector
 // versions in kernels_x86.c) and prefill's packing and tile (kernels_prefill.c, kernels_x86.c).
-//   f32, f16   dot_f32, dot_f16   pack_w_f32 + kernel_f32 (gemm_f32)
+//   f32_r16, f16_r16   dot_f32r16         pack_w_f32 + kernel_f32 (gemm_f32)
 //   q4_0       dot_q4             pack_w_q4 + kernel_q8 (gemm_q8)
 //   gguf_q4_K, gguf_q5_K, gguf_q6_K   dot_k   (none: decode's dot products, token by token)
 //   q8_0_r16   dot_r16            pack_w_r16 + kernel_q8 (gemm_q8)
 //   bf16_r16   dot_br16           AVX-512: kernel_br16 (gemm_bf16); else pack_w_br16 + kernel_f32 (gemm_f32)
 // q8_0 and bf16 have none: they are the first layouts of q8_0_r16 and bf16_r16 (the same numbers,
 // each row as it is), which the exporter no longer writes; the loader copies them into their
-// grouped layouts (kernels.h, matrix_to_r16) and matmul refuses them. So does it gguf_q8_0, GGUF's
+// grouped layouts (kernels.h, matrix_to_r16) and matmul refuses them. f32 and f16 the same: the
+// files keep each row as it is (as Hugging Face and GGUF files do), and the loader copies them into
+// f32_r16 and f16_r16, the same numbers in groups of 16 rows, column k of a group 16 values side by
+// side, so that decode sums each row as prefill's tiles do, one chain over the columns in order
+// (kernels_internal.h): a prompt's logits are its tokens' one at a time, bit for bit. So does it gguf_q8_0, GGUF's
 // Q8_0 (ggml's block_q8_0: per block of 32 an f16 scale d, then the 32 int8 q; value = q * d), each
 // scale made float32 on the way (exactly: every f16 is a float32); and gguf_q4_0, GGUF's Q4_0 (ggml's
 // block_q4_0: an f16 d, then 16 bytes of the same nibbles as q4_0), whose scales the loader moves
@@ -86,8 +92,8 @@ typedef struct {
 // clang-format off
 static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     //                  name        block     block bytes   scale bytes  group  x        runs as
-    [DTYPE_F32]      = {"f32",      1,        4,            0,           1,     X_FLOAT, DTYPE_F32},
-    [DTYPE_F16]      = {"f16",      1,        2,            0,           1,     X_FLOAT, DTYPE_F16},
+    [DTYPE_F32]      = {"f32",      1,        4,            0,           1,     X_FLOAT, DTYPE_F32_R16},
+    [DTYPE_F16]      = {"f16",      1,        2,            0,           1,     X_FLOAT, DTYPE_F16_R16},
     [DTYPE_Q8_0]     = {"q8_0",     Q8_BLOCK, Q8_BLOCK,     4,           1,     X_Q8,    DTYPE_Q8_0_R16},
     [DTYPE_Q4_0]     = {"q4_0",     Q4_BLOCK, Q4_BLOCK / 2, 2,           1,     X_Q8,    DTYPE_Q4_0},
     [DTYPE_BF16]     = {"bf16",     1,        2,            0,           1,     X_BF16,  DTYPE_BF16_R16},
@@ -98,6 +104,8 @@ static const DTypeInfo DTYPES[DTYPE_COUNT] = {
     [DTYPE_GGUF_Q4_K] = {"gguf_q4_K", QK_K,     144,              0,      1,     X_Q8,    DTYPE_GGUF_Q4_K},
     [DTYPE_GGUF_Q5_K] = {"gguf_q5_K", QK_K,     176,              0,      1,     X_Q8,    DTYPE_GGUF_Q5_K},
     [DTYPE_GGUF_Q6_K] = {"gguf_q6_K", QK_K,     210,              0,      1,     X_Q8,    DTYPE_GGUF_Q6_K},
+    [DTYPE_F32_R16]  = {"f32_r16",  1,        4,            0,           R16,   X_FLOAT, DTYPE_F32_R16},
+    [DTYPE_F16_R16]  = {"f16_r16",  1,        2,            0,           R16,   X_FLOAT, DTYPE_F16_R16},
 };
 // clang-format on
 

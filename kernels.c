@@ -97,6 +97,10 @@ static float weight_at(const Matrix *m, int r, int c) {
         return widen_bf16(((const uint16_t *)m->data)[(size_t)r * cp + c]);
     case DTYPE_BF16_R16:
         return widen_bf16(((const uint16_t *)m->data)[br16_at(r, c, m->cols)]);
+    case DTYPE_F32_R16:
+        return ((const float *)m->data)[r16f_at(r, c, m->cols)];
+    case DTYPE_F16_R16:
+        return (float)((const _Float16 *)m->data)[r16f_at(r, c, m->cols)];
     case DTYPE_Q8_0:
         return ((const int8_t *)m->data)[(size_t)r * cp + c] *
                ((const float *)m->scale)[((size_t)r * cp + c) / Q8_BLOCK];
@@ -210,9 +214,25 @@ static void group_to_bf16_r16(uint32_t *words, uint16_t *rows, const Matrix *m, 
             memcpy(words++, rows + (size_t)i * cp + 2 * p, sizeof(uint32_t));
 }
 
+// One group of f32 or f16 weights as f32_r16 or f16_r16 (kernels_internal.h): the same bits,
+// column after column of the 16 rows; past the matrix's rows zeros.
+static void group_to_f32_r16(uint8_t *group, const Matrix *m, int g) {
+    const size_t cols = (size_t)m->cols;
+    for (size_t i = 0; i < R16; i++) {
+        const size_t r = (size_t)g * R16 + i, real = r < (size_t)m->rows;
+        for (size_t c = 0; c < cols; c++)
+            if (m->dtype == DTYPE_F32)
+                ((uint32_t *)group)[c * R16 + i] = real ? ((const uint32_t *)m->data)[r * cols + c] : 0;
+            else
+                ((uint16_t *)group)[c * R16 + i] = real ? ((const uint16_t *)m->data)[r * cols + c] : 0;
+    }
+}
+
 int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads) {
     const int bf16 = to == DTYPE_BF16_R16 && (m->dtype == DTYPE_F16 || m->dtype == DTYPE_BF16);
-    if (!bf16 && !(to == DTYPE_Q8_0_R16 && (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_GGUF_Q8_0))) return -1;
+    const int same = (to == DTYPE_F32_R16 && m->dtype == DTYPE_F32) || (to == DTYPE_F16_R16 && m->dtype == DTYPE_F16);
+    if (!bf16 && !same && !(to == DTYPE_Q8_0_R16 && (m->dtype == DTYPE_Q8_0 || m->dtype == DTYPE_GGUF_Q8_0)))
+        return -1;
     const size_t gb = group_bytes(to, m->cols);
     const int groups = r16_groups(m->rows);
     int failed = 0;
@@ -227,7 +247,9 @@ int matrix_to_r16(Matrix *out, const Matrix *m, DType to, void *at, int threads)
 #pragma omp for schedule(static)
         for (int g = 0; g < groups; g++) {
             uint8_t *group = (uint8_t *)at + (size_t)g * gb;
-            if (!bf16)
+            if (same)
+                group_to_f32_r16(group, m, g);
+            else if (!bf16)
                 group_to_q8_0_r16(group, m, g);
             else if (rows)
                 group_to_bf16_r16((uint32_t *)group, rows, m, g);
@@ -327,6 +349,8 @@ static float key_get(const void *keys, DType t, int hd, int j, int d) {
     case DTYPE_BF16:
     case DTYPE_Q8_0_R16:
     case DTYPE_BF16_R16:
+    case DTYPE_F32_R16:
+    case DTYPE_F16_R16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
     case DTYPE_GGUF_Q4_K:
@@ -368,6 +392,8 @@ static float value_get(const void *values, DType t, int hd, int j, int d) {
     case DTYPE_BF16:
     case DTYPE_Q8_0_R16:
     case DTYPE_BF16_R16:
+    case DTYPE_F32_R16:
+    case DTYPE_F16_R16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
     case DTYPE_GGUF_Q4_K:
@@ -806,7 +832,7 @@ int matmul_many(Workspace *ws, float *const *out, const float *x, const Matrix *
     else if (path == WS_GEMM_BF16)
         gemm_bf16(b, &l, threads, out, qx.h, m, count, n);
 #endif
-    else // f32, f16; bf16_r16 without AVX-512
+    else // f32_r16, f16_r16; bf16_r16 without AVX-512
         gemm_f32(b, &l, threads, out, x, qx.h, m, count, n);
     return 0;
 }

@@ -34,11 +34,12 @@ typedef struct {
 void matrix_row(float *out, const Matrix *m, int r);
 
 // *out reads m in the grouped layout `to` (dtype.h) from `at` (matrix_data_bytes(to, rows, cols)
-// bytes, 64-byte aligned), filled here on `threads` threads group by group, as export.py writes it,
-// the padding zero:
+// bytes, 64-byte aligned), filled here on `threads` threads group by group (as export.py writes
+// q8_0_r16 and bf16_r16), the padding zero:
 //   q8_0 (the first layout, DTYPE_Q8_0) to q8_0_r16: the same q and scales, moved (model.c, at load);
 //   gguf_q8_0 (a GGUF file's Q8_0) to q8_0_r16: the same q, each f16 scale made float32 (exact);
 //   bf16 (the first layout, DTYPE_BF16) to bf16_r16: the same bits, moved (model.c, at load);
+//   f32 to f32_r16, f16 to f16_r16: the same bits, moved (model.c, at load);
 //   f16 to bf16_r16: each weight rounded to nearest even from f16 to bf16 (bf16_round of the f16
 //     widened, which is exact and never below 2^-126; ./run --f16-as-bf16), which moves it by at most
 //     2^-8 / (1 + 2^-8) of itself (bf16 keeps 8 significant bits, f16 11).

@@ -1,5 +1,5 @@
 // kernels_decode.c - decode: out (n, rows) = x (n, cols) @ W^T for n < GEMM_MIN_N tokens, matrix x
-// vector, over f32, f16, bf16_r16, q8_0_r16, q4_0 and GGUF's K-quant weights.
+// vector, over f32_r16, f16_r16, bf16_r16, q8_0_r16, q4_0 and GGUF's K-quant weights.
 //
 // Each weight is used once per token, so a product takes as long as streaming the weights from
 // memory; everything here is about reading memory at full speed and doing the arithmetic in the
@@ -9,27 +9,23 @@
 // says which a build uses). Then matvec: how the rows are grouped and shared among the threads.
 #include "kernels_internal.h"
 
-// Groups of DOT_ROWS rows a thread takes at a time (matvec); of DOT_ROWS groups of R16 rows (q8_0_r16,
-// bf16_r16).
+// Groups of DOT_ROWS rows a thread takes at a time (matvec); of DOT_ROWS groups of R16 rows (the
+// grouped layouts).
 enum { PIECE_GROUPS = 16, PIECE_GROUPS_R16 = 4 };
 
 // ---------------------------------------------------------------------------------------------
 // The dot products, plain C
 
-// Dot product of one weight row with one activation row (dot_rows_plain below calls them).
-static ONE_COPY float dot_f32_plain(const float *w, const float *x, int n) {
+// Row i of an f32_r16 or f16_r16 group (its columns of 16 rows, kernels_internal.h) . x, in their
+// order: one sum, the columns' products added one after the other.
+static ONE_COPY float dot_f32r16_plain(DType t, const void *group, int i, const float *x, int cols) {
     float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < n; i++)
-        sum += w[i] * x[i];
-    return sum;
-}
-
-static ONE_COPY float dot_f16_plain(const _Float16 *w, const float *x, int n) {
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < n; i++)
-        sum += (float)w[i] * x[i];
+    if (t == DTYPE_F32_R16)
+        for (int k = 0; k < cols; k++)
+            sum += ((const float *)group)[(size_t)k * R16 + i] * x[k];
+    else
+        for (int k = 0; k < cols; k++)
+            sum += (float)((const _Float16 *)group)[(size_t)k * R16 + i] * x[k];
     return sum;
 }
 
@@ -117,10 +113,11 @@ ONE_COPY float dot_k_plain(DType t, const uint8_t *w, const QuantizedRow *x, int
     return sum;
 }
 
-// q8_0_r16 and bf16_r16: the groups of a run are groups of R16-row groups, r, r + step, .. (DOT_ROWS
+// The grouped layouts: the groups of a run are groups of R16-row groups, r, r + step, .. (DOT_ROWS
 // of them at most, one from each quarter of the matrix's R16-row groups, as rows are for the other
 // types).
-static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int count, const QuantizedRow *xq) {
+static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int count, const float *x,
+                           const QuantizedRow *xq) {
     const int nb = cols_stored(m->dtype, m->cols) / Q8_BLOCK, groups = r16_groups(m->rows);
     for (int g = r; g < r + count; g++)
         for (int k = 0; k < group_rows(groups, g, step); k++) {
@@ -128,19 +125,20 @@ static void dots_r16_plain(float *out, const Matrix *m, int r, int step, int cou
             const uint8_t *group = (const uint8_t *)m->data + (size_t)(g + k * step) * group_bytes(m->dtype, m->cols);
             for (int i = 0; i < R16 && first + i < m->rows; i++)
                 out[first + i] = m->dtype == DTYPE_BF16_R16 ? dot_br16_plain((const uint16_t *)group, i, xq->h, m->cols)
-                                                            : dot_r16_plain(group, i, xq, nb);
+                                 : m->dtype == DTYPE_Q8_0_R16 ? dot_r16_plain(group, i, xq, nb)
+                                                              : dot_f32r16_plain(m->dtype, group, i, x, m->cols);
         }
 }
 
 // A run of `count` groups of rows against one activation row. Group g (g < count) is rows
 // r + g, r + g + step, ..., DOT_ROWS of them or as many as the matrix has (group_rows); each row's
 // dot product with x goes to out[row], out being the activation row's output (m->rows values). x as
-// floats, quantized (xq) for q4_0 and q8_0_r16 weights, rounded (xq->h) for bf16_r16. One call per
-// run, not per group: the vector versions set up once and keep the next group's loads going while one
-// ends (docs/speed.md).
+// floats (f32_r16, f16_r16), quantized (xq) for q4_0 and q8_0_r16 weights, rounded (xq->h) for
+// bf16_r16. One call per run, not per group: the vector versions set up once and keep the next
+// group's loads going while one ends (docs/speed.md).
 void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     if (in_groups(m->dtype)) {
-        dots_r16_plain(out, m, r, step, count, xq);
+        dots_r16_plain(out, m, r, step, count, x, xq);
         return;
     }
     const size_t cp = (size_t)cols_stored(m->dtype, m->cols), nb = cp / Q8_BLOCK;
@@ -148,12 +146,6 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
         for (int k = 0; k < group_rows(m->rows, g, step); k++) {
             const size_t row = (size_t)(g + k * step);
             switch (m->dtype) {
-            case DTYPE_F32:
-                out[row] = dot_f32_plain((const float *)m->data + row * cp, x, m->cols);
-                break;
-            case DTYPE_F16:
-                out[row] = dot_f16_plain((const _Float16 *)m->data + row * cp, x, m->cols);
-                break;
             case DTYPE_Q4_0:
                 out[row] = dot_q4_plain((const uint8_t *)m->data + row * cp / 2, (const _Float16 *)m->scale + row * nb,
                                         xq, (int)nb);
@@ -166,7 +158,11 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
                 break;
             case DTYPE_Q8_0_R16: // in groups of rows: dots_r16_plain, above
             case DTYPE_BF16_R16:
-            case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+            case DTYPE_F32_R16:
+            case DTYPE_F16_R16:
+            case DTYPE_F32: // file types only, copied at load: matmul refuses them (dtype.h)
+            case DTYPE_F16:
+            case DTYPE_Q8_0:
             case DTYPE_BF16:
             case DTYPE_GGUF_Q8_0:
             case DTYPE_GGUF_Q4_0:
@@ -183,8 +179,9 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
 // once (dot_rows), so the groups in order stream the matrix's four quarters side by side, four long
 // sequential runs, as bench/bwprobe reads: the hardware prefetcher follows a few long streams and
 // starts over at every short one (docs/speed.md, "Where a step's reads go", has the layouts tried).
-// q8_0_r16 and bf16_r16 weights: the same with groups of R16 rows for rows (a group of the run is
-// 4 x 16 rows, and a piece PIECE_GROUPS_R16 of those, 256 rows where another type's piece is 64).
+// The grouped layouts (q8_0_r16, bf16_r16, f32_r16, f16_r16): the same with groups of R16 rows for
+// rows (a group of the run is 4 x 16 rows, and a piece PIECE_GROUPS_R16 of those, 256 rows where
+// another type's piece is 64).
 // A row is never split, so the sum order does not depend on the thread count, nor on which thread
 // sums it.
 //
@@ -196,7 +193,7 @@ void dot_rows_plain(float *out, const Matrix *m, int r, int step, int count, con
 // the faster thread waiting at the end of every product, since two vCPUs need not stream equally
 // fast (docs/speed.md has both measured).
 
-// The groups of a matrix, which is also how far apart a group's rows are (q8_0_r16, bf16_r16: its
+// The groups of a matrix, which is also how far apart a group's rows are (the grouped layouts: its
 // groups of R16 rows, in groups of DOT_ROWS of them the same way).
 static int row_groups(const Matrix *m) {
     const int units = in_groups(m->dtype) ? r16_groups(m->rows) : m->rows;

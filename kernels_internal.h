@@ -187,8 +187,18 @@ static inline size_t br16_group_values(int cols) { return (size_t)R16 * bf16_col
 static inline size_t br16_at(int r, int c, int cols) {
     return (size_t)(r / R16) * br16_group_values(cols) + ((size_t)(c / 2) * R16 + r % R16) * 2 + c % 2;
 }
-// The bytes of one R16-row group of a q8_0_r16 or bf16_r16 matrix (in_groups) of `cols` columns.
+// The bytes of one R16-row group of a grouped matrix (in_groups) of `cols` columns.
 static inline size_t group_bytes(DType t, int cols) { return (size_t)R16 * row_bytes(t, cols); }
+
+// f32 and f16 in groups of R16 rows (DTYPE_F32_R16, DTYPE_F16_R16; matrix_to_r16 makes them at load
+// from rows): a matrix's rows padded with zero rows to whole groups; a group is its columns one after
+// the other, column c the values of its 16 rows in row order, so that one 64-byte load (f16: 32
+// bytes) is a column of 16 rows. Their order, the same in decode and prefill's tiles: a row's sum
+// starts at 0 and takes the products of columns 0, 1, .., cols - 1 one after the other, each rounded
+// into it on its own (in the vector builds by a fused multiply-add; plain C as its compiler does
+// `sum += w * x`, the same in both places). So a token's outputs are the same bits in a prompt or
+// alone. r16f_at: where row r's column c is among a matrix's values.
+static inline size_t r16f_at(int r, int c, int cols) { return ((size_t)(r / R16) * cols + c) * R16 + r % R16; }
 // An f16 weight (its bits) rounded to bf16 (kernels.h, matrix_to_r16).
 static inline uint16_t f16_bf16(uint16_t h) {
     _Float16 f;
@@ -210,8 +220,8 @@ static inline uint16_t f16_bf16(uint16_t h) {
 float dot_br16_plain(const uint16_t *group, int i, const uint16_t *x, int cols);
 
 // Decode: the rows of group r of a run (rows r, r + step, ...) before the end of a matrix of `rows`
-// rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for
-// q8_0_r16 and bf16_r16 weights the same in groups of R16 rows (`rows` then counts those).
+// rows, at most DOT_ROWS (kernels_decode.c, dot_rows_plain, says what groups and runs are); for the
+// grouped layouts the same in groups of R16 rows (`rows` then counts those).
 static inline int group_rows(int rows, int r, int step) {
     const int ahead = (rows - r + step - 1) / step; // rows r, r + step, ... before the end
     return ahead < DOT_ROWS ? ahead : DOT_ROWS;
@@ -236,6 +246,8 @@ static inline size_t kv_row_bytes(DType t, int hd) {
     case DTYPE_BF16:
     case DTYPE_Q8_0_R16:
     case DTYPE_BF16_R16:
+    case DTYPE_F32_R16:
+    case DTYPE_F16_R16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
     case DTYPE_GGUF_Q4_K:
@@ -413,10 +425,10 @@ float dot_r16_plain(const uint8_t *group, int i, const QuantizedRow *x, int nb);
 // A K-quant row (gguf_q4_K, gguf_q5_K, gguf_q6_K: nsb blocks of QK_K) . x quantized in blocks of QK_K.
 float dot_k_plain(DType t, const uint8_t *w, const QuantizedRow *x, int nsb);
 
-// Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats, or wq (kc/4,
-// NR, 4) bytes with scales wd (kc/32, NR) (q4_0 through `stage`, q8_0_r16 copied as stored: plain C
-// only); the tiles that multiply it with packed tokens into out. pack_w_f32_from packs from column
-// `from` on: the plain rest of the vector packing.
+// Prefill (kernels_prefill.c): a panel of NR weight rows packed, wp (kc, NR) floats (f32_r16 and
+// f16_r16: plain C only, two groups' columns side by side), or wq (kc/4, NR, 4) bytes with scales wd
+// (kc/32, NR) (q4_0 through `stage`, q8_0_r16 copied as stored: plain C only); the tiles that
+// multiply it with packed tokens into out.
 typedef void PackF32(float *wp, const Matrix *m, int r0, int k0, int kc);
 typedef void TileF32(float *out, size_t ldo, int nt, int nr, const float *xp, const float *wp, int kc, int accumulate);
 typedef void TileQ8(float *out, size_t ldo, int nt, int nr, const int8_t *xq, const float *xd, const int32_t *xs,
@@ -440,7 +452,6 @@ enum {
 };
 // f16 as bf16 (matrix_to_r16): count f16 weights (their bits) rounded to bf16, each as f16_bf16.
 typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
-void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from);
 
 // Attention (kernels_attention.c): a task's scores against one head's keys, and its weighted sum of
 // the values added into o (which the caller zeroes: a ring's values come in two pieces); rotate_block, a block of keys turned by RoPE with its block of the rotation table.
@@ -453,7 +464,7 @@ void rotate_block(float *k, const float *rot, int hd);
 typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int cols);
 
 DotRows dot_rows_plain, dot_rows_x86;
-PackF32 pack_w_f32_plain, pack_w_f32_x86, pack_w_br16_plain, pack_w_br16_x86;
+PackF32 pack_w_f32, pack_w_br16_plain, pack_w_br16_x86;
 TileF32 kernel_f32_plain, kernel_f32_x86;
 TileQ8 kernel_q8_plain, kernel_q8_x86;
 TileK kernel_k_plain, kernel_k_x86;
@@ -478,10 +489,10 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #endif
 
 // Which version each name is: in an x86 build with AVX2 every one has a vector version, else the
-// plain C.
+// plain C. (pack_w_f32 has only its plain C: a copy of two groups' columns, which the compiler
+// vectorizes.)
 #ifdef USE_AVX2
 #define dot_rows         dot_rows_x86
-#define pack_w_f32       pack_w_f32_x86
 #define pack_w_br16      pack_w_br16_x86
 #define kernel_f32       kernel_f32_x86
 #define kernel_q8        kernel_q8_x86
@@ -493,7 +504,6 @@ static inline int8_t *q4_prep(int8_t *prep, const QuantizedRows *qx, int n, size
 #define quantize_row_q8k quantize_row_q8k_x86
 #else
 #define dot_rows         dot_rows_plain
-#define pack_w_f32       pack_w_f32_plain
 #define pack_w_br16      pack_w_br16_plain
 #define kernel_f32       kernel_f32_plain
 #define kernel_q8        kernel_q8_plain

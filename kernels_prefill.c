@@ -1,5 +1,5 @@
 // kernels_prefill.c - prefill: out (n, rows) = x (n, cols) @ W^T for n >= GEMM_MIN_N tokens, matrix
-// x matrix, over f32, f16, bf16_r16, q8_0_r16, q4_0 and the K-quants' weights.
+// x matrix, over f32_r16, f16_r16, bf16_r16, q8_0_r16, q4_0 and the K-quants' weights.
 //
 // Each weight is used n times, so once read and kept in cache the weights stop mattering and the
 // arithmetic does. Blocked as in Goto & van de Geijn, "Anatomy of high-performance matrix
@@ -40,21 +40,27 @@ static void pack_x_f32(float *xp, const float *x, int cols, int n, int t0) {
     }
 }
 
-// wp (kc, NR) = W[r0 : r0+NR, k0 : k0+kc] transposed and widened to f32, from column `from` of the
-// chunk on (the vector version packs the first columns itself); rows past the end are 0.
-void pack_w_f32_from(float *wp, const Matrix *m, int r0, int k0, int kc, int from) {
-    const size_t cols = (size_t)m->cols;
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    for (int j = 0; j < NR; j++) {
-        const size_t at = (size_t)(r0 + j) * cols + k0;
-        for (int k = from; k < kc; k++)
-            wp[k * NR + j] = j >= nr                 ? 0
-                             : m->dtype == DTYPE_F32 ? ((const float *)m->data)[at + k]
-                                                     : (float)((const _Float16 *)m->data)[at + k];
+// wp (kc, NR) = W[r0 : r0+NR, k0 : k0+kc] transposed, widened to f32, from a panel of f32_r16 or
+// f16_r16 groups (NR / R16 whole groups: r0 is a multiple of NR), whose columns are already the 16
+// rows side by side: a copy. A group past the matrix's end is zero rows (the last group's padding
+// rows are zeros as stored).
+void pack_w_f32(float *wp, const Matrix *m, int r0, int k0, int kc) {
+    for (int h = 0; h < NR / R16; h++) {
+        const int g = r0 / R16 + h;
+        const size_t at = ((size_t)g * m->cols + k0) * R16; // the group's column k0
+        float *to = wp + h * R16;
+        if (g >= r16_groups(m->rows))
+            for (int k = 0; k < kc; k++)
+                memset(to + k * NR, 0, R16 * sizeof(float));
+        else if (m->dtype == DTYPE_F32_R16)
+            for (int k = 0; k < kc; k++)
+                memcpy(to + k * NR, (const float *)m->data + at + (size_t)k * R16, R16 * sizeof(float));
+        else
+            for (int k = 0; k < kc; k++)
+                for (int i = 0; i < R16; i++)
+                    to[k * NR + i] = (float)((const _Float16 *)m->data)[at + (size_t)k * R16 + i];
     }
 }
-
-void pack_w_f32_plain(float *wp, const Matrix *m, int r0, int k0, int kc) { pack_w_f32_from(wp, m, r0, k0, kc, 0); }
 
 // bf16_r16 weights through the same f32 tiles (builds without AVX-512): the values widened to floats,
 // which is exact, with each pair's columns swapped (2p + 1, then 2p), in x's packing too, so that the
@@ -199,10 +205,12 @@ static void pack_w_int(uint8_t *wq, float *wd, uint8_t *stage, const Matrix *m, 
     case DTYPE_Q8_0_R16:
         pack_w_r16(wq, wd, m, r0, k0, kc);
         break;
-    case DTYPE_F32: // x not quantized: gemm_f32, gemm_bf16
-    case DTYPE_F16:
+    case DTYPE_F32_R16: // x not quantized: gemm_f32, gemm_bf16
+    case DTYPE_F16_R16:
     case DTYPE_BF16_R16:
-    case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_F32: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_F16:
+    case DTYPE_Q8_0:
     case DTYPE_BF16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
@@ -416,7 +424,7 @@ static int chunk_cols(int n, int cols, size_t elem) {
     return kc < cols ? (int)kc : cols;
 }
 
-// f32 and f16 weights, and bf16_r16 without AVX-512 (xb: x rounded to bf16; NULL for the others).
+// f32_r16 and f16_r16 weights, and bf16_r16 without AVX-512 (xb: x rounded to bf16; NULL for the others).
 void gemm_f32(unsigned char *ws, const WsLayout *l, int threads, float *const *out, const float *x,
               const uint16_t *xb, const Matrix *const *m, int count, int n) {
     const int br16 = m[0]->dtype == DTYPE_BF16_R16; // through xb and pack_w_br16, over the padded columns

@@ -38,11 +38,6 @@
 #include <math.h>
 #include <string.h>
 
-// How far ahead (in values) packing asks for the rest of each weight row: the rows of a panel are
-// read 32 or 64 bytes at a time from 16 rows side by side, which the hardware prefetcher alone
-// does not keep up with.
-#define PACK_AHEAD 128
-
 // The sum of the 8 lanes of a vector.
 static inline float hsum8(__m256 a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -557,31 +552,65 @@ static inline void store_groups16(float *out, const Matrix *m, int r, int step, 
 }
 #endif
 
-static ONE_COPY void dots_f32_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
-    const int n = m->cols;
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, NULL);
-        __m256 a[DOT_ROWS][2];
+// f32_r16 and f16_r16 in their order (kernels_internal.h): per column, a group's 16 rows (64 bytes;
+// f16: 32, widened exactly by vcvtph2ps) times x's value broadcast, one fused multiply-add into
+// each row's sum; the four groups of a run, one from each quarter, side by side (four streams, each
+// broadcast serving all four). Each lane one row's sum from start to end, as prefill's tiles sum it:
+// no sum across lanes. In two 8-lane vectors a group, or (DECODE_512) one 16-lane one.
+// Each group's stream asked for R16F_AHEAD bytes ahead, once per 64-byte line: without it the f16
+// decode of a 2.2 GB model ran 7% below the row layout's (which asks too: F16_AHEAD once was); 1024
+// bytes did as well as 2048.
+enum { R16F_AHEAD = 2048 };
+static inline __attribute__((always_inline)) void f32r16_runs(float *out, const Matrix *m, int r0, int step, int count,
+                                                              const float *x, const int f16) {
+    const int cols = m->cols, per_line = f16 ? 2 : 1; // columns of a group per 64-byte line
+    for (int r = r0; r < r0 + count; r++) { // one group: R16-row groups r, r + step, ..
+        const uint8_t *g[DOT_ROWS];
+        const int ng = r16_group_at(m, r, step, g);
+#ifdef DECODE_512
+        __m512 acc[DOT_ROWS];
         for (int k = 0; k < DOT_ROWS; k++)
-            a[k][0] = a[k][1] = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 16 <= n; i += 16) {
-            const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+            acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int c = 0; c < cols; c++) {
+            if (c % per_line == 0)
+                for (int k = 0; k < DOT_ROWS; k++)
+                    _mm_prefetch((const char *)g[k] + (size_t)c * 64 / per_line + R16F_AHEAD, _MM_HINT_T0);
+            const __m512 xc = _mm512_set1_ps(x[c]);
 #pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                a[k][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k].f32 + i), x0, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(_mm256_loadu_ps(w[k].f32 + i + 8), x1, a[k][1]);
-            }
+            for (int k = 0; k < DOT_ROWS; k++)
+                acc[k] = _mm512_fmadd_ps(
+                    f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const _Float16 *)g[k] + (size_t)c * R16)))
+                        : _mm512_loadu_ps((const float *)g[k] + (size_t)c * R16),
+                    xc, acc[k]);
         }
-        for (int k = 0; k < nr; k++) {
-            float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
-            for (int j = i; j < n; j++)
-                sum += w[k].f32[j] * x[j];
-            out[r + k * step] = sum;
+        store_groups16(out, m, r, step, ng, acc);
+#else
+        __m256 acc[DOT_ROWS][2];
+        for (int k = 0; k < DOT_ROWS; k++)
+            acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+        for (int c = 0; c < cols; c++) {
+            if (c % per_line == 0)
+                for (int k = 0; k < DOT_ROWS; k++)
+                    _mm_prefetch((const char *)g[k] + (size_t)c * 64 / per_line + R16F_AHEAD, _MM_HINT_T0);
+            const __m256 xc = _mm256_set1_ps(x[c]);
+#pragma GCC unroll 4
+            for (int k = 0; k < DOT_ROWS; k++)
+                for (int h = 0; h < 2; h++)
+                    acc[k][h] = _mm256_fmadd_ps(f16 ? half8((const _Float16 *)g[k] + (size_t)c * R16 + 8 * h)
+                                                    : _mm256_loadu_ps((const float *)g[k] + (size_t)c * R16 + 8 * h),
+                                                xc, acc[k][h]);
         }
+        store_groups8(out, m, r, step, ng, acc);
+#endif
     }
+}
+static ONE_COPY void dots_f32r16_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
+    f32r16_runs(out, m, r0, step, count, x, 0);
+}
+static ONE_COPY void dots_f16r16_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
+    f32r16_runs(out, m, r0, step, count, x, 1);
 }
 
 // q4_0, both widths: each of a group's rows asked for Q4_AHEAD blocks on (2 KiB of nibbles, 256
@@ -656,42 +685,6 @@ static inline void q4_store(float *out, int r, int step, int nr, __m128 acc, con
 }
 
 #ifndef DECODE_512
-// f16: each group of 8 halves widened exactly (vcvtph2ps, F16C) before the multiply-add.
-static ONE_COPY void dots_f16_x86(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
-    const int n = m->cols;
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, NULL);
-        __m256 a[DOT_ROWS][2];
-        for (int k = 0; k < DOT_ROWS; k++)
-            a[k][0] = a[k][1] = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 32 <= n; i += 32) { // 64 bytes of each row
-            const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-            const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
-#pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                a[k][0] = _mm256_fmadd_ps(half8(w[k].f16 + i), x0, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(half8(w[k].f16 + i + 8), x1, a[k][1]);
-                a[k][0] = _mm256_fmadd_ps(half8(w[k].f16 + i + 16), x2, a[k][0]);
-                a[k][1] = _mm256_fmadd_ps(half8(w[k].f16 + i + 24), x3, a[k][1]);
-            }
-        }
-        for (; i + 8 <= n; i += 8) {
-            const __m256 x0 = _mm256_loadu_ps(x + i);
-            for (int k = 0; k < DOT_ROWS; k++)
-                a[k][0] = _mm256_fmadd_ps(half8(w[k].f16 + i), x0, a[k][0]);
-        }
-        for (int k = 0; k < nr; k++) {
-            float sum = hsum8(_mm256_add_ps(a[k][0], a[k][1]));
-            for (int j = i; j < n; j++)
-                sum += (float)w[k].f16[j] * x[j];
-            out[r + k * step] = sum;
-        }
-    }
-}
-
 // q4_0 . q8_0, eight blocks per step. One 32-byte load holds the nibbles of two blocks b, b+1;
 // masking gives their values 0-15 ("lo") and, shifted, 16-31 ("hi"), which x's split layout
 // (q4_prep) matches byte for byte. vpmaddubsw multiplies the unsigned q in [0, 15] by the signed x
@@ -827,17 +820,17 @@ static ONE_COPY void dots_br16_x86(float *out, const Matrix *m, int r0, int step
 
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
-    case DTYPE_F32:
-        dots_f32_x86(out, m, r, step, count, x);
+    case DTYPE_F32_R16:
+        dots_f32r16_x86(out, m, r, step, count, x);
+        break;
+    case DTYPE_F16_R16:
+        dots_f16r16_x86(out, m, r, step, count, x);
         break;
     case DTYPE_Q8_0_R16:
         dots_r16_x86(out, m, r, step, count, xq);
         break;
     case DTYPE_BF16_R16:
         dots_br16_x86(out, m, r, step, count, xq->h);
-        break;
-    case DTYPE_F16:
-        dots_f16_x86(out, m, r, step, count, x);
         break;
     case DTYPE_Q4_0:
         dots_q4_x86(out, m, r, step, count, xq);
@@ -847,7 +840,9 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_GGUF_Q6_K:
         dots_k_x86(out, m, r, step, count, xq);
         break;
-    case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_F32: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_F16:
+    case DTYPE_Q8_0:
     case DTYPE_BF16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
@@ -859,42 +854,6 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
 // 256-bit one above, which was faster). The bytes in flight are the same; what halves is the
 // instructions per byte, which bounds the f16, q8_0_r16 and q4_0 decode on one core once the memory
 // keeps up (docs/speed.md has the gain over the 256-bit kernels).
-
-// f16: each of the four rows asked for F16_AHEAD halves (2 KiB) ahead as it is read. The widening
-// (two vcvtph2ps per 64 bytes) leaves the hardware prefetcher behind on one core; nearer or farther
-// distances gained less (bench/stepread; docs/speed.md, "Where a step's reads go").
-enum { F16_AHEAD = 1024 };
-static ONE_COPY void dots_f16_512(float *out, const Matrix *m, int r0, int step, int count, const float *x) {
-    const int n = m->cols;
-    const RunRows rows = run_rows(m, step);
-    for (int r = r0; r < r0 + count; r++) { // one group: rows r, r + step, ..
-        Row w[DOT_ROWS];
-        const int nr = group_at(&rows, r, w, NULL);
-        __m512 a[DOT_ROWS][2];
-        for (int k = 0; k < DOT_ROWS; k++)
-            a[k][0] = a[k][1] = _mm512_setzero_ps();
-        int i = 0;
-        for (; i + 32 <= n; i += 32) { // 64 bytes of each row, widened 16 halves at a time
-            const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-#pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) // the row F16_AHEAD halves on (past its end: the next group's)
-                _mm_prefetch((const char *)(w[k].f16 + i + F16_AHEAD), _MM_HINT_T0);
-#pragma GCC unroll 4
-            for (int k = 0; k < DOT_ROWS; k++) {
-                a[k][0] =
-                    _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k].f16 + i))), x0, a[k][0]);
-                a[k][1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w[k].f16 + i + 16))), x1,
-                                          a[k][1]);
-            }
-        }
-        for (int k = 0; k < nr; k++) {
-            float sum = _mm512_reduce_add_ps(_mm512_add_ps(a[k][0], a[k][1]));
-            for (int j = i; j < n; j++)
-                sum += (float)w[k].f16[j] * x[j];
-            out[r + k * step] = sum;
-        }
-    }
-}
 
 // q4_0: one 64-byte load holds the nibbles of four blocks, whose low nibbles (values 0-15, masked)
 // and high ones (16-31, shifted) meet x in the order q4_prep gives groups of four blocks. Two
@@ -1002,17 +961,17 @@ static ONE_COPY void dots_br16_512(float *out, const Matrix *m, int r0, int step
 
 void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const float *x, const QuantizedRow *xq) {
     switch (m->dtype) {
-    case DTYPE_F32:
-        dots_f32_x86(out, m, r, step, count, x);
-        break; // 256-bit: the 512-bit f32 kernel was slower (docs/speed.md)
+    case DTYPE_F32_R16:
+        dots_f32r16_x86(out, m, r, step, count, x);
+        break;
+    case DTYPE_F16_R16:
+        dots_f16r16_x86(out, m, r, step, count, x);
+        break;
     case DTYPE_Q8_0_R16:
         dots_r16_512(out, m, r, step, count, xq);
         break;
     case DTYPE_BF16_R16:
         dots_br16_512(out, m, r, step, count, xq->h);
-        break;
-    case DTYPE_F16:
-        dots_f16_512(out, m, r, step, count, x);
         break;
     case DTYPE_Q4_0:
         dots_q4_512(out, m, r, step, count, xq);
@@ -1022,7 +981,9 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
     case DTYPE_GGUF_Q6_K:
         dots_k_x86(out, m, r, step, count, xq);
         break;
-    case DTYPE_Q8_0: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_F32: // file types only, copied at load: matmul refuses them (dtype.h)
+    case DTYPE_F16:
+    case DTYPE_Q8_0:
     case DTYPE_BF16:
     case DTYPE_GGUF_Q8_0:
     case DTYPE_GGUF_Q4_0:
@@ -1037,59 +998,6 @@ void dot_rows_x86(float *out, const Matrix *m, int r, int step, int count, const
 #ifdef USE_AVX512
 // The mask of the first k of 16 lanes (none for k <= 0, all for k >= 16): for the ragged ends.
 static inline __mmask16 first_lanes(int k) { return k >= 16 ? 0xFFFF : k <= 0 ? 0 : (__mmask16)((1u << k) - 1); }
-
-// Transpose a 16 x 16 block of 32-bit values held in 16 vectors, in four rounds of shuffles that
-// exchange ever larger pieces: single values, pairs, 4-value quarters, 8-value halves.
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    }
-    for (int i = 0; i < 16; i += 8)
-        for (int j = 0; j < 4; j++) {
-            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
-            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-    }
-}
-
-// pack_w_f32: 16 columns of 16 rows at a time (load rows, transpose, store columns), the rest plain.
-void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
-    const size_t cols = (size_t)m->cols;
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    int k = 0;
-    for (; k + 16 <= kc; k += 16)
-        for (int j0 = 0; j0 < NR; j0 += 16) {
-            __m512 v[16];
-            for (int j = 0; j < 16; j++) {
-                const size_t at = (size_t)(r0 + j0 + j) * cols + k0 + k;
-                if (j0 + j >= nr) {
-                    v[j] = _mm512_setzero_ps();
-                } else if (m->dtype == DTYPE_F32) {
-                    _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = _mm512_loadu_ps((const float *)m->data + at);
-                } else {
-                    if (k % 32 == 0)
-                        _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const _Float16 *)m->data + at)));
-                }
-            }
-            transpose16(v);
-            for (int j = 0; j < 16; j++)
-                _mm512_store_ps(wp + (size_t)(k + j) * NR + j0, v[j]);
-        }
-    pack_w_f32_from(wp, m, r0, k0, kc, k);
-}
 
 // The f32 microkernel: 12 tokens x 32 rows of outputs in 24 registers; per column, 2 weight loads
 // and 12 broadcasts feed 24 fused multiply-adds.
@@ -1187,57 +1095,6 @@ ONE_COPY void kernel_br16_x86(float *out, size_t ldo, const uint16_t *w, int nr,
     }
 }
 #elif defined(USE_AVX2)
-// Transpose an 8 x 8 block of floats held in 8 vectors: pairs, then 4-value quarters within each
-// 128-bit half, then the halves.
-static inline void transpose8(__m256 r[8]) {
-    __m256 t[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     // r_i[0] r_i+1[0] r_i[1] r_i+1[1] | the same for 4, 5
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); // ... for 2, 3 | 6, 7
-    }
-    for (int i = 0; i < 8; i += 4) { // rows i .. i+3 of columns (0|4), (1|5), (2|6), (3|7)
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);     // column j, rows 0 .. 7
-        t[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31); // column j + 4
-    }
-    for (int j = 0; j < 8; j++)
-        r[j] = t[j];
-}
-
-// pack_w_f32: 8 columns of 8 rows at a time (load rows, widening halves, transpose, store columns).
-void pack_w_f32_x86(float *wp, const Matrix *m, int r0, int k0, int kc) {
-    const size_t cols = (size_t)m->cols;
-    const int nr = m->rows - r0 < NR ? m->rows - r0 : NR;
-    int k = 0;
-    for (; k + 8 <= kc; k += 8)
-        for (int j0 = 0; j0 < NR; j0 += 8) {
-            __m256 v[8];
-            for (int j = 0; j < 8; j++) {
-                const size_t at = (size_t)(r0 + j0 + j) * cols + k0 + k;
-                if (j0 + j >= nr) {
-                    v[j] = _mm256_setzero_ps();
-                } else if (m->dtype == DTYPE_F32) {
-                    if (k % 16 == 0)
-                        _mm_prefetch((const char *)((const float *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = _mm256_loadu_ps((const float *)m->data + at);
-                } else {
-                    if (k % 32 == 0)
-                        _mm_prefetch((const char *)((const _Float16 *)m->data + at + PACK_AHEAD), _MM_HINT_T0);
-                    v[j] = half8((const _Float16 *)m->data + at);
-                }
-            }
-            transpose8(v);
-            for (int j = 0; j < 8; j++)
-                _mm256_store_ps(wp + (size_t)(k + j) * NR + j0, v[j]);
-        }
-    pack_w_f32_from(wp, m, r0, k0, kc, k);
-}
-
 // 16 registers of 8 floats: the tile is done as 2 x 2 blocks of 6 tokens x 16 rows, each with 12
 // accumulators, 2 weight vectors and a broadcast (the classic Haswell 6 x 16 kernel). Every loop
 // over the accumulators has a constant count and the ragged edges go through lane masks, so the

@@ -697,6 +697,32 @@ static int gguf_made(Transformer *t, const float *factors[2], int pairs, const i
     return 0;
 }
 
+// A GGUF file's matrix types other than the one the banner names, as read, before any copy (a GGUF
+// file keeps each tensor's own: a Q4_K_M file Q4_K, Q6_K and F16, a Q8_0 one F16 rows that are not
+// whole blocks), as ", with T and U matrices" in the order first met; "" when every matrix is of that
+// type.
+static void gguf_types_line(const Transformer *t, char *buf, size_t n) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    int seen[DTYPE_COUNT] = {0}, count = 0;
+    seen[c->dtype] = 1;
+    DType found[DTYPE_COUNT];
+    buf[0] = 0;
+    const Matrix *top[2] = {&w->token_embedding, &w->wcls};
+    for (int l = -1; l <= c->n_layers; l++) { // the embedding, the layers, the classifier
+        const LayerWeights *lw = l >= 0 && l < c->n_layers ? &w->layers[l] : NULL;
+        const Matrix *ms[7] = {lw ? &lw->wq : top[l >= 0], lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
+                               lw ? &lw->wo : NULL,        lw ? &lw->w1 : NULL, lw ? &lw->w2 : NULL,
+                               lw ? &lw->w3 : NULL};
+        for (int i = 0; i < 7; i++)
+            if (ms[i] && ms[i]->data && !seen[ms[i]->dtype]) seen[ms[i]->dtype] = 1, found[count++] = ms[i]->dtype;
+    }
+    for (int i = 0; i < count; i++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i == 0 ? ", with " : i == count - 1 ? " and " : ", ",
+                 dtype_name(found[i]));
+    if (count) snprintf(buf + strlen(buf), n - strlen(buf), " matrices");
+}
+
 // The banner's line on the file's {arch}.* keys: how many were read (gguf_find marks each one looked
 // up, present or not, as it hands it out), and the names of those that were not, which this program
 // does not know and so runs without (as llama.cpp does with keys its architecture does not read).
@@ -1036,6 +1062,7 @@ static int read_gguf(Transformer *t, const uint8_t *map, size_t size, char *why,
         goto done;
     p->dtype = w->layers[0].wq.dtype; // what the banner names; each matrix has its own (a Q8_0 file's F16 rows)
     gguf_keys_line(&g, a, t->gguf_keys, sizeof t->gguf_keys);
+    gguf_types_line(t, t->gguf_types, sizeof t->gguf_types);
     t->weight_bytes = 0;
     for (size_t i = 0; i < g.n_tensors; i++)
         t->weight_bytes += g.tensors[i].bytes;
@@ -1049,7 +1076,7 @@ done:
 // ---------------------------------------------------------------------------------------------
 // Loading
 
-int transformer_load(Transformer *t, const char *path, char *err, size_t errlen) {
+int transformer_load(Transformer *t, const char *path, int f16_as_bf16, char *err, size_t errlen) {
     memset(t, 0, sizeof(*t));
     char why[400] = "";
     int fd = open(path, O_RDONLY | O_NONBLOCK); // O_NONBLOCK: opening a FIFO would wait for a writer
@@ -1094,7 +1121,7 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     if (gguf_is_gguf(h, size)) { // llama.cpp's format (above); the rest of this function is ours and llama2.c's
         config_defaults(&t->config);
         if (read_gguf(t, h, size, why, sizeof why) || check_tables(&t->config, why, sizeof why) ||
-            transformer_copy_weights(t, 0, why, sizeof why))
+            transformer_copy_weights(t, f16_as_bf16, why, sizeof why))
             goto fail;
         return 0;
     }
@@ -1142,9 +1169,9 @@ int transformer_load(Transformer *t, const char *path, char *err, size_t errlen)
     }
     if (check_tables(&t->config, why, sizeof why)) goto fail;
     t->weight_bytes = size - (ours ? MODEL_HEADER_SIZE : 7 * sizeof(int32_t));
-    // q8_0 and bf16 in their first layouts (dtype 2, 4): copied into q8_0_r16 and bf16_r16, the
+    // f32, f16, and q8_0 and bf16 in their first layouts (dtype 0, 1, 2, 4): copied into the grouped
     // layouts the kernels read (dtype.h)
-    if (transformer_copy_weights(t, 0, why, sizeof why)) goto fail;
+    if (transformer_copy_weights(t, f16_as_bf16, why, sizeof why)) goto fail;
     return 0;
 
 fail:

@@ -273,14 +273,17 @@ int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t 
     const DType from = m[0]->dtype, to = copy_type(m[0], f16_as_bf16); // for the messages
     void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) {
-        char hint[120] = "drop --f16-as-bf16";
-        if (!f16_as_bf16 && (from == DTYPE_GGUF_Q8_0 || from == DTYPE_GGUF_Q4_0))
+        char hint[160];
+        if (from == DTYPE_F32 || from == DTYPE_F16) // f32, f16 (--f16-as-bf16 too): a copy whatever the flags
+            snprintf(hint, sizeof hint, "free some memory, or export the model with export/export.py --dtype bf16, "
+                     "q8_0 or q4_0, whose files are read as stored");
+        else if (from == DTYPE_GGUF_Q8_0 || from == DTYPE_GGUF_Q4_0)
             snprintf(hint, sizeof hint, "free some memory, or convert the model with export/export.py --dtype %s, "
                      "whose file is read as stored", from == DTYPE_GGUF_Q8_0 ? "q8_0" : "q4_0");
-        else if (!f16_as_bf16)
+        else
             snprintf(hint, sizeof hint, "export the model again: --dtype %s writes %s", dtype_name(from),
                      dtype_name(to));
-        snprintf(err, errlen, "no memory for a %s copy of the weights (%.1f MiB) (hint: %s)", dtype_name(to),
+        snprintf(err, errlen, "no memory for the %s copy of the weights (%.1f MiB) (hint: %s)", dtype_name(to),
                  bytes / 1048576.0, hint);
         return -1;
     }
@@ -291,8 +294,12 @@ int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t 
     // (docs/speed.md, "The copy's pages"). The hint changes no value; without THP the pages stay 4 KiB.
     madvise(copy, bytes, MADV_HUGEPAGE);
     unsigned char *at = copy;
+    char what[sizeof t->copied] = ""; // each pair of types once, in the order met (the banner)
     for (int i = 0; i < count; i++) {
         const DType into = copy_type(m[i], f16_as_bf16);
+        char pair[48];
+        snprintf(pair, sizeof pair, "%s to %s", dtype_name(m[i]->dtype), dtype_name(into));
+        if (!strstr(what, pair)) snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", *what ? ", " : "", pair);
         const int failed = into == DTYPE_Q4_0 ? matrix_q4_0_from_gguf(m[i], m[i], at)
                                               : matrix_to_r16(m[i], m[i], into, at, max_threads());
         if (failed) {
@@ -304,6 +311,7 @@ int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t 
     }
     if (shared) w->wcls = w->token_embedding;
     t->copy = copy, t->copy_bytes = bytes;
+    memcpy(t->copied, what, sizeof what);
     return 0;
 }
 

@@ -300,18 +300,21 @@ typedef struct {
     size_t map_size;
     void *copy; // the matrices copied into another layout (transformer_copy_weights); else NULL
     size_t copy_bytes;
+    char copied[96]; // what was copied, as "f16 to f16_r16, ..." (each pair of types once; the banner)
     void *made; // what a GGUF file needs made at load (loader.c, gguf_made): q and k interleaved, the
                 // layers' kinds, longrope's factors as float64; else NULL
     size_t made_bytes;
     char gguf_keys[240]; // a GGUF file: the banner's line on the {arch}.* keys read and not read (loader.c)
+    char gguf_types[160]; // a GGUF file: its matrices' types other than config.dtype, as the banner lists them
     size_t weight_bytes; // bytes of tensors in the file
     size_t state_bytes;  // bytes of activations + KV cache + RoPE tables
 } Transformer;
 
-// Read and check the header of the file at path (ours or llama2.c legacy), mmap the weights
-// (loader.c). Returns 0, or -1 with "what: why (hint: fix)" in err. Nothing is left allocated on
-// failure.
-int transformer_load(Transformer *t, const char *path, char *err, size_t errlen);
+// Read and check the header of the file at path (ours, llama2.c's legacy one or GGUF), mmap the
+// weights (loader.c) and copy those the kernels do not read as stored (transformer_copy_weights, with
+// f16_as_bf16: ./run --f16-as-bf16). Returns 0, or -1 with "what: why (hint: fix)" in err. Nothing is
+// left allocated on failure.
+int transformer_load(Transformer *t, const char *path, int f16_as_bf16, char *err, size_t errlen);
 
 // --check-tensors: every weight of the loaded model finite (loader.c). Returns 0, or -1 with the first
 // tensor that holds a NaN or an infinity (its name as lrun/modelfile.py names it, layers.L.NAME, and
@@ -331,13 +334,13 @@ PrepareStatus transformer_prepare(Transformer *t, const RunConfig *run, char *er
 void transformer_free(Transformer *t);
 
 // The weight matrices the kernels do not read as stored copied, once, into one anonymous mapping
-// in the grouped layouts (kernels.h, matrix_to_r16), the classifier and the embedding too: those
-// of a file in a first layout (q8_0 or bf16: dtype.h, runs_as; GGUF's Q8_0; transformer_load does
-// it), the same numbers moved; with f16_as_bf16 also every f16 one, to bf16_r16 (./run
-// --f16-as-bf16: each weight rounded to nearest even). The model then runs as an export in those
-// layouts would, bit for bit. The file stays mapped for the vectors (norms) and the matrices read as
-// stored. A second call, or one with nothing to copy, does nothing. Returns 0, or -1 with a message
-// in err (no memory for the copy).
+// in the grouped layouts (kernels.h, matrix_to_r16), the classifier and the embedding too
+// (transformer_load does it): those of a file in a first layout (q8_0 or bf16: dtype.h, runs_as;
+// GGUF's Q8_0) and f32 and f16 ones (into f32_r16, f16_r16), the same numbers moved; with f16_as_bf16
+// every f16 one to bf16_r16 instead (./run --f16-as-bf16: each weight rounded to nearest even). The
+// model then runs as an export in those layouts would, bit for bit. The file stays mapped for the
+// vectors (norms) and the matrices read as stored. A second call, or one with nothing to copy, does
+// nothing. Returns 0, or -1 with a message in err (no memory for the copy).
 int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t errlen);
 
 // Bytes of the KV cache for this run: keys and values in their types, and the un-rotated keys that

@@ -865,32 +865,6 @@ static void banner_layers(const Config *c) {
     fprintf(stderr, "\n");
 }
 
-// The types of a model's matrices other than the one the banner names (a GGUF file keeps each tensor's
-// own: a Q4_K_M file Q4_K, Q6_K and F16, a Q8_0 one F16 rows that are not whole blocks), as ", with
-// T and U matrices" in the order first met; "" when every matrix is of that type or its copy's.
-static void other_types(const Transformer *t, char *buf, size_t n) {
-    const Config *c = &t->config;
-    const TransformerWeights *w = &t->weights;
-    int seen[DTYPE_COUNT] = {0}, count = 0;
-    seen[c->dtype] = seen[DTYPES[c->dtype].runs_as] = 1;
-    DType found[DTYPE_COUNT];
-    buf[0] = 0;
-    if (!c->gguf) return; // an export has one type (--f16-as-bf16's copy has its own words)
-    const Matrix *top[2] = {&w->token_embedding, &w->wcls};
-    for (int l = -1; l <= c->n_layers; l++) { // the embedding, the layers, the classifier
-        const LayerWeights *lw = l >= 0 && l < c->n_layers ? &w->layers[l] : NULL;
-        const Matrix *ms[7] = {lw ? &lw->wq : top[l >= 0], lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
-                               lw ? &lw->wo : NULL,        lw ? &lw->w1 : NULL, lw ? &lw->w2 : NULL,
-                               lw ? &lw->w3 : NULL};
-        for (int i = 0; i < 7; i++)
-            if (ms[i] && ms[i]->data && !seen[ms[i]->dtype]) seen[ms[i]->dtype] = 1, found[count++] = ms[i]->dtype;
-    }
-    for (int i = 0; i < count; i++)
-        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i == 0 ? ", with " : i == count - 1 ? " and " : ", ",
-                 dtype_name(found[i]));
-    if (count) snprintf(buf + strlen(buf), n - strlen(buf), " matrices");
-}
-
 // The banner's first two lines, before anything is allocated: the model, and what the run will
 // allocate (the KV cache and the activations; the weights are mmapped) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
@@ -898,12 +872,10 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     char waiting[96];
     char version[32] = "llama2.c legacy";
     if (c->version) snprintf(version, sizeof version, c->gguf ? "GGUF v%d" : "lrun v%d", c->gguf ? c->gguf : c->version);
-    char others[160];
-    other_types(t, others, sizeof others);
     fprintf(stderr,
             "model: %s (%s, %s, %s%s): dim %d, hidden %d, %d layers, %d heads / %d kv heads, head_dim %d, "
             "vocab %d%s%s\n",
-            path, version, family_name(c->family), dtype_name(c->dtype), others, c->dim, c->hidden_dim, c->n_layers,
+            path, version, family_name(c->family), dtype_name(c->dtype), t->gguf_types, c->dim, c->hidden_dim, c->n_layers,
             c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->qkv_bias ? ", q/k/v biases" : "",
             c->qk_norm == QK_NORM_HEAD ? ", q/k RMSNorm per head" : "");
     banner_layers(c);
@@ -916,16 +888,14 @@ static void banner_memory(const Transformer *t, const RunConfig *run, const char
     char supports[80] = ""; // a checkpoint whose rope_scaling stretches it past the trained context
     if (c->n_ctx_max != n_ctx_train(c))
         snprintf(supports, sizeof supports, " (n_ctx_max %d with its scaling)", c->n_ctx_max);
-    char copied[160] = ""; // the weights copied into another layout at load (transformer_copy_weights)
-    if (t->copy && c->dtype == DTYPE_F16)
-        snprintf(copied, sizeof copied, ", multiplied as bf16 from a bf16_r16 copy: --f16-as-bf16; export.py "
-                 "--dtype bf16 writes one to map instead");
-    else if (t->copy && c->gguf)
-        snprintf(copied, sizeof copied, ", its %s matrices run from a %s copy", dtype_name(c->dtype),
-                 dtype_name(DTYPES[c->dtype].runs_as));
-    else if (t->copy)
-        snprintf(copied, sizeof copied, ", the first %s layout: run from a %s copy (export again to skip it)",
-                 dtype_name(c->dtype), dtype_name(DTYPES[c->dtype].runs_as));
+    char copied[256] = ""; // the matrices copied into another layout at load (transformer_copy_weights)
+    if (t->copy)
+        snprintf(copied, sizeof copied, "; copied at load: %s, %.1f MiB%s", t->copied, t->copy_bytes / 1048576.0,
+                 c->dtype == DTYPE_F16 && t->weights.layers[0].wq.dtype == DTYPE_BF16_R16
+                     ? ", multiplied as bf16: --f16-as-bf16; export.py --dtype bf16 writes a file to map instead"
+                 : !c->gguf && (c->dtype == DTYPE_Q8_0 || c->dtype == DTYPE_BF16)
+                     ? ", the first layout: export again to skip it"
+                     : "");
     fprintf(stderr,
             "context: n_ctx_train %d%s, n_ctx %d | weights %.1f MiB (mmapped%s) | KV cache %.2f MiB (keys %s%s, "
             "values %s%s), activations %.2f MiB, of %.2f GiB available | kernels %s | threads %d (%s)\n",
@@ -1153,7 +1123,7 @@ int main(int argc, char **argv) {
 
     char err[600];
     Transformer t;
-    if (transformer_load(&t, o.model, err, sizeof err)) {
+    if (transformer_load(&t, o.model, o.f16_as_bf16, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
@@ -1192,10 +1162,6 @@ int main(int argc, char **argv) {
 
     RunConfig run;
     int status = configure(&t, &o, &run);
-    if (status == 0 && o.f16_as_bf16 && transformer_copy_weights(&t, 1, err, sizeof err)) {
-        fprintf(stderr, "error: %s\n", err);
-        status = 1;
-    }
     if (status == 0) {
         banner_memory(&t, &run, o.model);
         banner_tokenizer(tok, tok_path, c->vocab_size);

@@ -60,7 +60,7 @@ CTX = 1024  # context for the pp / tg runs: room for 512 + 128 tokens
 PPL_TIMING = re.compile(r"(\d+) windows? in ([\d.]+) s \(([\d.]+) tok/s\)")
 WINDOW = 4096  # tokens of the --ppl window timed batched and token by token
 WINDOW_MODELS = (("stories260k", "f32"), ("110m", "q8_0"))
-BANNER = re.compile(r"weights ([\d.]+) MiB \(mmapped\) \| KV cache ([\d.]+) MiB(?: \([^)]*\))?, activations ([\d.]+) MiB")
+BANNER = re.compile(r"weights ([\d.]+) MiB \(mmapped[^)]*\) \| KV cache ([\d.]+) MiB(?: \([^)]*\))?, activations ([\d.]+) MiB")
 
 
 # --- What a decode step reads ----------------------------------------------------------------------

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
     }
     Transformer t;
     char err[512];
-    if (transformer_load(&t, argv[1], err, sizeof err)) {
+    if (transformer_load(&t, argv[1], 0, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }

@@ -434,6 +434,7 @@ def read_config(hf_dir, cfg=None):
     c["vocab_size"] = config_value(cfg, "vocab_size", where, int)
     c["seq_len"] = config_value(cfg, "max_position_embeddings", where, int)
     c["norm_eps"] = config_value(cfg, "rms_norm_eps", where, float)
+    check_limit(c, where, "n_layers")  # first: read_layers makes a list per layer (2^31 of them took minutes)
     read_layers(cfg, where, model_type, c)
     if c["n_heads"] % c["n_kv_heads"]:
         raise CheckpointError(f"{where}: num_key_value_heads", f"{c['n_kv_heads']} does not divide "
@@ -681,12 +682,16 @@ LIMITS = [("dim", "hidden_size", 65536), ("hidden_dim", "intermediate_size", 2**
           ("rope_orig_ctx", "original_max_position_embeddings", 2**24)]
 
 
+def check_limit(c, where, field):
+    key, hi = next((key, hi) for f, key, hi in LIMITS if f == field)
+    lo = 0 if field == "rope_orig_ctx" else 1
+    if not lo <= c[field] <= hi:
+        raise CheckpointError(f"{where}: {key}", f"{c[field]} is outside [{lo}, {hi}], the range ./run reads")
+
+
 def check_limits(c, where):
-    for field, key, hi in LIMITS:
-        lo = 0 if field == "rope_orig_ctx" else 1
-        if not lo <= c[field] <= hi:
-            raise CheckpointError(f"{where}: {key}", f"{c[field]} is outside [{lo}, {hi}], the range ./run "
-                                  "reads")
+    for field, _, _ in LIMITS:
+        check_limit(c, where, field)
     if not c["norm_eps"] < 1:
         raise CheckpointError(f"{where}: rms_norm_eps", f"{c['norm_eps']} is not below 1")
     mode = c["rope_scaling"]

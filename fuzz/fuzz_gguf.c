@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ftruncate(fd, 0) || (size && pwrite(fd, data, size, 0) != (ssize_t)size)) abort();
     char err[600] = "";
     Transformer t;
-    if (transformer_load(&t, path, err, sizeof err)) {
+    if (transformer_load(&t, path, 0, err, sizeof err)) {
         check_refusal(err);
     } else {
         RunConfig run = {.n_ctx = 8, .max_batch = 3};

@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     Transformer t;
     char err[600] = "";
-    if (transformer_load(&t, path, err, sizeof err)) {
+    if (transformer_load(&t, path, 0, err, sizeof err)) {
         const size_t n = strlen(path); // a refusal names the file, then says why
         if (strncmp(err, path, n) || strncmp(err + n, ": ", 2) || !err[n + 2]) abort();
         return 0;

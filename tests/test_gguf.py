@@ -382,7 +382,7 @@ def test_generation_from_gguf_alone(c_tools):
                             text=True, timeout=60)
     assert gguf.returncode == 0, gguf.stderr
     print(gguf.stdout)
-    assert "its gguf_q8_0 matrices run from a q8_0_r16 copy" in gguf.stderr, gguf.stderr
+    assert "copied at load: gguf_q8_0 to q8_0_r16" in gguf.stderr, gguf.stderr
     # Q8_0 weights: the same story for its first sentences at least
     assert gguf.stdout[:80] == legacy.stdout[:80]
 

@@ -320,12 +320,8 @@ CASES = {
     "config-empty": Case("is empty (hint: put the model's own there", ["-i", "Once", "-n", "2"],
                          "tokenizer_config.json: is empty", status=1, model="@config_empty",
                          fixes=lambda a, h: [put(a, "-z", "@tok_keyless"), put(a, "-z", TOK512)]),
-    # the copy --f16-as-bf16 makes at load (81 MiB here) where the address space has no room for it: at
-    # one thread the f16 run needs about 94 MiB and, with the copy, 176 (measured); --threads 1 keeps
-    # the thread stacks, and so the limit, the same on any number of cores
-    "copy-memory": Case("no memory for a %s copy of the weights (%.1f MiB) (hint: %s)",
-                        ["--f16-as-bf16", "--threads", "1", "-n", "2"], "no memory for a bf16_r16 copy", status=1,
-                        model="@f16", limit_as=136 << 20),
+    "copy-memory": Case("no memory for the %s copy of the weights (%.1f MiB) (hint: %s)", [], "",
+                        manual="export/export.py's --dtype, not a flag of ./run: test_copy_memory_hint applies it"),
     # --- hints that name no flag: advice about a file, which no program can follow ----------------------
     "bpe-not-byte-level": Case("(hint: this program reads byte-level BPE tokenizer.json files)", [], "",
                                manual="says what kind of tokenizer.json this program reads: no flag, another file"),
@@ -476,6 +472,9 @@ def models(tmp_path_factory, c_tools):
     (d / "f16").mkdir()
     assert run_export(d / "f16-hf", d / "f16" / "model.bin", "--dtype", "f16").returncode == 0
     out["f16"] = [d / "f16" / "model.bin", "-z", TOK512]
+    (d / "bf16").mkdir()  # the same weights as bf16_r16, read as stored (test_copy_memory_hint)
+    assert run_export(d / "f16-hf", d / "bf16" / "model.bin", "--dtype", "bf16").returncode == 0
+    out["bf16"] = [d / "bf16" / "model.bin", "-z", TOK512]
     # 2 layers of 4 kv heads of 64: --ctx 2^24 needs 64 GiB of f32 cache (32 GiB in f16)
     make_checkpoint(d / "wide-hf", dim=16, hidden_dim=24, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=64,
                     vocab_size=512, max_pos=64)
@@ -583,3 +582,23 @@ def test_f16_cache_hint_halves_it(models):
         assert p.returncode == 0, p.stderr
         return float(re.search(r"KV cache ([\d.]+) MiB", p.stderr)[1])
     assert kv_mib("-ctk", "f16", "-ctv", "f16") == kv_mib() / 2
+
+
+def test_copy_memory_hint(models):
+    """f32 and f16 matrices run from a copy in groups of 16 rows (f32_r16, f16_r16; bf16_r16 with
+    --f16-as-bf16), made at load (81 MiB here). Where the address space has no room for it (at one
+    thread the f16 run needs about 94 MiB and, with the copy, 176: measured; --threads 1 keeps the
+    thread stacks, and so the limit, the same on any number of cores) the run stops with exit 1 and
+    the hint: another export, read as stored. Applied: the same checkpoint exported as bf16 runs under
+    the same limit (the control: the f16 file does not)."""
+    case = Case("", [], "", limit_as=136 << 20)
+    args = ["--threads", "1", "-n", "2"]
+    for extra, to in (([], "f16_r16"), (["--f16-as-bf16"], "bf16_r16")):
+        code, err = run(models["f16"], args + extra, case)
+        assert code == 1 and f"no memory for the {to} copy of the weights" in err, err
+        assert hint_of(err[err.index("no memory"):]) == ("free some memory, or export the model with "
+                                                         "export/export.py --dtype bf16, q8_0 or q4_0, whose files "
+                                                         "are read as stored"), err
+    code, err = run(models["bf16"], args, case)
+    assert code == 0, err
+

@@ -1,6 +1,6 @@
 // test_kernels.c - every fast matrix product against the plain reference (kernels.h).
 //
-// For each weight type the kernels multiply (f32, f16, q4_0, q8_0_r16, bf16_r16), each
+// For each weight type the kernels multiply (f32_r16, f16_r16, q4_0, q8_0_r16, bf16_r16, the K-quants), each
 // shape (odd ones: 1 column, 172 columns, rows that are no multiple of anything, enough tokens and
 // columns to cross the tile and chunk edges) and each token count (1 = decode's matrix x vector; 4
 // and more = prefill's blocked matrix x matrix):
@@ -15,12 +15,13 @@
 // cutoff) and rmsnorm against double; bf16: the rounding of x against its definition (with truncation
 // as the control), bf16_r16's decode and prefill sums bit for bit against its order, one sum per
 // row (the pairs' other order and the first bf16 layout's lanes-and-tree order as the controls), and
-// n tokens bit for bit one token at a time; matrix_to_r16 against f16 weights rounded and bf16 and
-// q8_0 ones laid out here (an f16 weight that is no bf16 number and a buffer of 0xAB as the
-// controls); matmul refusing the first bf16 and q8_0 layouts, which the loader copies into bf16_r16
-// and q8_0_r16.
+// n tokens bit for bit one token at a time; f32_r16's and f16_r16's likewise against theirs (a
+// vector dot product's lanes and tree as the control); matrix_to_r16 against f16 weights rounded and
+// bf16, q8_0, f32 and f16 ones laid out here (an f16 weight that is no bf16 number and a buffer of
+// 0xAB as the controls); matmul refusing the first bf16 and q8_0 layouts and f32 and f16 in rows,
+// which the loader copies into the grouped layouts.
 // Bounds, relative to s = sum_k |w_k x_k| of each output (the scale rounding errors live on):
-//   f32, f16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
+//   f32_r16, f16_r16  |fast - ref| <= 1e-5 s: a float sum of cols terms against a double one.
 //   bf16_r16  the same: x is rounded to bf16 in matmul_ref too, so only the sums' rounding is left.
 //   q4_0, q8_0_r16  |fast - ref| <= e + 1e-5 s, e = sum_blocks dw * sum|qw| * dx / 2: the
 //             activations are rounded to 8 bits per block (half a step dx / 2 at most each), the
@@ -60,10 +61,12 @@ typedef struct {
 // A random (rows, cols) matrix stored as dtype; q8_0 quantized as export.py does it.
 static TestMatrix make_matrix_r16(int rows, int cols);
 static TestMatrix make_matrix_br16(int rows, int cols);
+static TestMatrix make_matrix_r16f(DType t, int rows, int cols);
 static int failures = 0, verbose = 0;
 static TestMatrix make_matrix(DType t, int rows, int cols) {
     if (t == DTYPE_Q8_0_R16) return make_matrix_r16(rows, cols);
     if (t == DTYPE_BF16_R16) return make_matrix_br16(rows, cols);
+    if (t == DTYPE_F32_R16 || t == DTYPE_F16_R16) return make_matrix_r16f(t, rows, cols);
     TestMatrix tm = {{NULL, NULL, rows, cols, t}, NULL, NULL};
     const int cp = matrix_cols_stored(t, cols);
     tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
@@ -199,6 +202,28 @@ static TestMatrix make_matrix_br16(int rows, int cols) {
     return tm;
 }
 
+// f32 or f16 values (elem bytes each) in rows laid out in f32_r16's or f16_r16's groups of 16 rows
+// (kernels_internal.h): per group, column c of rows 0 .. 15 side by side, the padding rows zero.
+static void r16f_layout(uint8_t *data, const uint8_t *values, int rows, int cols, size_t elem) { // data zeroed
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            memcpy(data + (((size_t)(r / 16) * cols + c) * 16 + r % 16) * elem, values + ((size_t)r * cols + c) * elem,
+                   elem);
+}
+// A random (rows, cols) matrix in f32_r16 or f16_r16: the f32 or f16 matrix of the same random
+// numbers laid out by r16f_layout.
+static TestMatrix make_matrix_r16f(DType t, int rows, int cols) {
+    const DType from = t == DTYPE_F32_R16 ? DTYPE_F32 : DTYPE_F16;
+    TestMatrix plain = make_matrix(from, rows, cols);
+    TestMatrix tm = {{NULL, NULL, rows, cols, t}, NULL, NULL};
+    tm.data = calloc(matrix_data_bytes(t, rows, cols), 1);
+    r16f_layout(tm.data, plain.data, rows, cols, from == DTYPE_F32 ? 4 : 2);
+    tm.m.data = tm.data;
+    same_rows(&tm.m, &plain.m); // the layout read back: the rows, bit for bit
+    free(plain.data);
+    return tm;
+}
+
 // The bound on |fast - ref| for output (t, r), as described at the top; *rounding = its float part.
 static double error_bound(const Matrix *m, const float *x, int t, int r, double *rounding) {
     const int cols = m->cols;
@@ -295,7 +320,9 @@ static void check_case(DType t, int rows, int cols, int n) {
     // prefill adds each row's blocks as decode does, in order, each as sum * (dw * dx); bf16_r16 as bf16.
     // K-quants: every version sums each block's integers exactly, then one float step per block in
     // order (dot_k_plain); q4_0 as q8_0_r16 (kernels_x86.c, block_sums4).
-    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16 || t == DTYPE_Q4_0 || DTYPES[t].block == QK_K;
+    // f32_r16, f16_r16: one chain per row over the columns in order, decode and tiles alike.
+    const int split_exact = t == DTYPE_Q8_0_R16 || t == DTYPE_BF16_R16 || t == DTYPE_Q4_0 || DTYPES[t].block == QK_K ||
+                            t == DTYPE_F32_R16 || t == DTYPE_F16_R16;
     const int same_split = !split_exact || memcmp(fast, one, sizeof(float) * n * rows) == 0;
     const int ok = worst <= 1 && worst_split <= 1 && same_threads && same_prefix && same_split;
     failures += !ok;
@@ -841,25 +868,96 @@ static void check_br16_order(void) {
            tree_differs ? "differs" : "the same", ok ? "" : "  <-- FAIL");
 }
 
+// f32_r16's and f16_r16's order (kernels_internal.h), written here again: one sum from 0, the columns'
+// products added in order, each rounded into it on its own: a fused multiply-add in the vector builds,
+// a product then a sum in plain C (-std=c11 contracts nothing). The control: 16 lanes of every 16th
+// column summed as a tree at the end, the order of a vector dot product over a row.
+static float r16f_order(const float *w, const float *x, int cols) {
+    float sum = 0;
+    for (int k = 0; k < cols; k++)
+#ifdef USE_AVX2
+        sum = fmaf(w[k], x[k], sum);
+#else
+        sum = sum + w[k] * x[k];
+#endif
+    return sum;
+}
+static float lanes_order(const float *w, const float *x, int cols) {
+    float lane[16] = {0};
+    for (int k = 0; k < cols; k++)
+        lane[k % 16] = fmaf(w[k], x[k], lane[k % 16]);
+    for (int half = 8; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++)
+            lane[l] = lane[l] + lane[l + half];
+    return lane[0];
+}
+
+// f32_r16 and f16_r16 products bit for bit in their order, decode (1-3 tokens) and prefill alike, on
+// bf16's shapes (columns across prefill's chunks, rows no multiple of a group's 16 or a panel's 32,
+// tokens no multiple of a tile's 12), each at 1, 2 and 3 threads: a prompt's token gives the bits of
+// the token alone. The control: the lanes-and-tree order differs somewhere.
+static void check_r16f_order(void) {
+    static const DType types[2] = {DTYPE_F32_R16, DTYPE_F16_R16};
+    int same = 1, lanes_differ = 0;
+    for (int k = 0; k < 2; k++)
+        for (size_t c = 0; c < sizeof BF16_CASES / sizeof BF16_CASES[0]; c++) {
+            const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1], n = BF16_CASES[c][2];
+            TestMatrix tm = make_matrix(types[k], rows, cols);
+            float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
+            float *w = malloc(sizeof(float) * cols);
+            for (int i = 0; i < n * cols; i++)
+                x[i] = uniform() * (i % 5 == 0 ? 4 : 1);
+            for (int threads = 1; threads <= 3; threads++) {
+                mm(out, x, &tm.m, n, threads);
+                for (int r = 0; r < rows; r++) {
+                    matrix_row(w, &tm.m, r);
+                    for (int t = 0; t < n; t++) {
+                        const float got = out[(size_t)t * rows + r], want = r16f_order(w, x + (size_t)t * cols, cols);
+                        if (memcmp(&got, &want, sizeof got) != 0) {
+                            if (same || verbose)
+                                printf("%s %d x %d n %d threads %d: out[%d, %d] = %.9g, the order gives %.9g\n",
+                                       dtype_name(types[k]), rows, cols, n, threads, t, r, got, want);
+                            same = 0;
+                        }
+                        lanes_differ |= lanes_order(w, x + (size_t)t * cols, cols) != want;
+                    }
+                }
+            }
+            free(x);
+            free(out);
+            free(w);
+            free(tm.data);
+        }
+    const int ok = same && lanes_differ;
+    failures += !ok;
+    printf("f32_r16 and f16_r16 decode and prefill vs their order (one sum per row, column after column), 1-3 "
+           "threads: %s (16 lanes and a tree: %s)%s\n",
+           same ? "bit for bit" : "DIFFER", lanes_differ ? "differs" : "the same", ok ? "" : "  <-- FAIL");
+}
+
 // matrix_to_r16 on the same shapes as bf16's: the bytes it writes at 1, 2 and 3 threads are those
-// of the weights laid out by make_matrix_br16's and make_matrix_r16's own code, padding included:
-// f16 weights each rounded here (bf16_round of the f16 widened; ./run --f16-as-bf16), bf16 ones in
-// the first layout as they are, q8_0 ones in the first layout their q and scales as they are (the
-// loader's copies). The products are then bf16_r16's and q8_0_r16's, checked above. The controls:
+// of the weights laid out by make_matrix_br16's, make_matrix_r16's and r16f_layout's own code, padding
+// included: f16 weights each rounded here (bf16_round of the f16 widened; ./run --f16-as-bf16), bf16
+// ones in the first layout as they are, q8_0 ones in the first layout their q and scales as they are,
+// f32 and f16 ones as they are (the loader's copies). The products are then bf16_r16's, q8_0_r16's,
+// f32_r16's and f16_r16's, checked above. The controls:
 // some f16 weight is not a bf16 number (the rounding is done, not skipped); every byte is written (the
 // buffer is filled with 0xAB first); f32, and q8_0 to bf16_r16, are refused.
 static void check_to_r16(void) {
-    static const DType from[3] = {DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0};
+    static const DType from[5] = {DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0, DTYPE_F32, DTYPE_F16};
+    static const DType into[5] = {DTYPE_BF16_R16, DTYPE_BF16_R16, DTYPE_Q8_0_R16, DTYPE_F32_R16, DTYPE_F16_R16};
     int same = 1, rounded_somewhere = 0;
     for (size_t c = 0; c < sizeof BF16_CASES / sizeof BF16_CASES[0]; c++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 5; k++) {
+            const DType to = into[k];
             const int rows = BF16_CASES[c][0], cols = BF16_CASES[c][1], f16 = from[k] == DTYPE_F16;
-            const DType to = from[k] == DTYPE_Q8_0 ? DTYPE_Q8_0_R16 : DTYPE_BF16_R16;
             TestMatrix tm = make_matrix(from[k], rows, cols);
             const size_t bytes = matrix_data_bytes(to, rows, cols);
             uint8_t *want = calloc(bytes, 1), *got = aligned_alloc(64, (bytes + 63) / 64 * 64);
             if (to == DTYPE_Q8_0_R16) {
                 r16_layout(want, &tm, rows, cols);
+            } else if (to == DTYPE_F32_R16 || to == DTYPE_F16_R16) {
+                r16f_layout(want, tm.data, rows, cols, to == DTYPE_F32_R16 ? 4 : 2);
             } else {
                 uint16_t *bits = malloc(sizeof(uint16_t) * rows * cols);
                 for (size_t i = 0; i < (size_t)rows * cols; i++) {
@@ -893,18 +991,19 @@ static void check_to_r16(void) {
                         matrix_to_r16(&m, &(Matrix){NULL, NULL, 1, 1, DTYPE_Q8_0}, DTYPE_BF16_R16, NULL, 1) == -1;
     const int ok = same && rounded_somewhere && refuses;
     failures += !ok;
-    printf("f16 (rounded), bf16 and q8_0 (moved) to bf16_r16 and q8_0_r16, 1-3 threads: %s laid out (f16 weights "
+    printf("f16 (rounded), bf16 and q8_0 (moved) to bf16_r16 and q8_0_r16, f32 and f16 (moved) to f32_r16 and f16_r16, "
+           "1-3 threads: %s laid out (f16 weights "
            "that are no bf16 numbers: %s; f32 and q8_0 to bf16_r16 refused: %s)%s\n",
            same ? "bit for bit" : "NOT", rounded_somewhere ? "yes" : "no", refuses ? "yes" : "no",
            ok ? "" : "  <-- FAIL");
 }
 
-// The first layouts (q8_0, bf16) are file types only: matmul refuses them rather than reading them as
-// another type, in decode and prefill.
+// The first layouts (q8_0, bf16) and f32 and f16 in rows are file types only: matmul refuses them
+// rather than reading them as another type, in decode and prefill.
 static void check_file_types_refused(void) {
-    static const DType first[2] = {DTYPE_Q8_0, DTYPE_BF16};
+    static const DType first[4] = {DTYPE_Q8_0, DTYPE_BF16, DTYPE_F32, DTYPE_F16};
     int refused = 1;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         TestMatrix tm = make_matrix(first[k], 20, 64);
         float x[8 * 64] = {0}, out[8 * 20];
         for (int n = 1; n <= 8; n += 7) {
@@ -917,7 +1016,8 @@ static void check_file_types_refused(void) {
         free(tm.scale);
     }
     failures += !refused;
-    printf("matmul refuses the first q8_0 and bf16 layouts (decode, prefill): %s\n", refused ? "yes" : "NO  <-- FAIL");
+    printf("matmul refuses the first q8_0 and bf16 layouts and f32 and f16 in rows (decode, prefill): %s\n",
+           refused ? "yes" : "NO  <-- FAIL");
 }
 
 // matmul_many on three matrices of one input (as q, k, v) equals three calls of matmul, bit for bit.
@@ -999,6 +1099,7 @@ int main(int argc, char **argv) {
     check_quantize_q8k();
     check_bf16_round();
     check_br16_order();
+    check_r16f_order();
     check_to_r16();
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (DType t = 0; t < DTYPE_COUNT; t++)

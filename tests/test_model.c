@@ -72,7 +72,7 @@ static int start(Transformer *t, const char *path, int mode, DType kt, const int
     const int no_factor = mode == ROPE_SCALING_DYNAMIC || mode == ROPE_SCALING_NONE || mode == ROPE_SCALING_REROPE ||
                           mode == ROPE_SCALING_SELFEXTEND || mode == ROPE_SCALING_DYNAMIC_YARN || mode == ROPE_SCALING_DCA;
     RopeOverrides o = {.mode = mode, .factor = no_factor || mode < 0 ? 0 : 2}; // mode -1: the checkpoint's
-    if (transformer_load(t, path, err, sizeof err) ||
+    if (transformer_load(t, path, 0, err, sizeof err) ||
         rope_params_resolve(&run.rope, &t->config.rope, run.n_ctx, &o, err, sizeof err) ||
         transformer_prepare(t, &run, err, sizeof err) != PREPARE_OK ||
         transformer_forward(t, ids, n, 0, n, 0, &logits, err, sizeof err)) {
@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
     }
     char err[600];
     Transformer t;
-    if (transformer_load(&t, argv[1], err, sizeof err)) {
+    if (transformer_load(&t, argv[1], 0, err, sizeof err)) {
         fprintf(stderr, "test_model: %s\n", err);
         return 1;
     }

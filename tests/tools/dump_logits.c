@@ -97,8 +97,7 @@ int main(int argc, char **argv) {
 
     char err[600];
     Transformer t;
-    if (transformer_load(&t, argv[1], err, sizeof err)) return fail(err);
-    if (f16b && transformer_copy_weights(&t, 1, err, sizeof err)) return fail(err);
+    if (transformer_load(&t, argv[1], f16b, err, sizeof err)) return fail(err);
     const int V = t.config.vocab_size;
     RunConfig run = {.n_ctx = ctx ? ctx : n,
                      .max_batch = growing && !prompt ? 1 : batch,
