@@ -19,7 +19,14 @@ changed last bit. To pin this machine's bits, after checking it is right to:
 
     /usr/bin/python3 tests/test_bit_identical.py --regen
 
-which writes this ISA's hashes (and the float samples of cases that have none) into the JSON.
+which writes this ISA's hashes (and the float samples of cases that have none) into the JSON. Another
+instruction set's come from a build for it, on any x86 machine that runs it: the tools made with the
+Makefile's CFLAGS and another -march (haswell: avx2; icelake-server: avx512-vnni), then --regen. Checked
+at f47fec6: the -march=haswell build here gave the bits stored from a Zen 3 machine's own AVX2 build
+in 55 of 56 cases (the 56th, q4_0-leaky-decode, had changed with q4_0's block order and was stale).
+
+    make -B CFLAGS="-O3 -march=haswell -std=c11 -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE" \
+        tests/tools/dump_logits tests/tools/dump_logits_ref
 The models are exported at test time (export/export.py); their SHA-256 are stored too, so a change in
 what the exporter writes is reported as that, not as a change in the C.
 
