@@ -158,9 +158,9 @@ static inline void store_first8(float *p, int k, __m256 v) {
 // activation row, in 256-bit vectors (the 512-bit versions follow), for each group of a run
 // (dot_rows_plain in kernels_decode.c says what a run is). Four rows far apart keep four streams
 // of the weights in flight, where one row at a time is one stream; each activation vector loaded
-// serves the four rows. Software prefetch only where bench/stepread measured a gain, q4_0 (both
-// widths) and the 512-bit f16: on four plain streams it only slowed them down (docs/speed.md,
-// "Four rows at a time").
+// serves the four rows. Software prefetch only where a gain was measured, q4_0 (both widths) and
+// f32_r16 / f16_r16: on four plain streams it only slowed them down (docs/speed.md, "Four rows at a
+// time").
 
 // AVX-512 machines with VNNI run the 512-bit versions further down; -DDECODE_256 keeps the 256-bit
 // ones there too (for comparing the two).
@@ -557,9 +557,9 @@ static inline void store_groups16(float *out, const Matrix *m, int r, int step, 
 // each row's sum; the four groups of a run, one from each quarter, side by side (four streams, each
 // broadcast serving all four). Each lane one row's sum from start to end, as prefill's tiles sum it:
 // no sum across lanes. In two 8-lane vectors a group, or (DECODE_512) one 16-lane one.
-// Each group's stream asked for R16F_AHEAD bytes ahead, once per 64-byte line: without it the f16
-// decode of a 2.2 GB model ran 7% below the row layout's (which asks too: F16_AHEAD once was); 1024
-// bytes did as well as 2048.
+// Each group's stream asked for R16F_AHEAD bytes ahead, once per 64-byte line: one core's four
+// streams widened from f16 leave the hardware prefetcher behind (docs/speed.md, "f32 and f16 in
+// 16-row groups", has the distances tried).
 enum { R16F_AHEAD = 2048 };
 static inline __attribute__((always_inline)) void f32r16_runs(float *out, const Matrix *m, int r0, int step, int count,
                                                               const float *x, const int f16) {
