@@ -52,9 +52,12 @@ PYTHON = "/usr/bin/python3"      # Debian's interpreter: the one with python3-to
 
 # pytest-xdist (`make test`) hands out whole files in the order they were collected, each to the
 # first process free; the slowest files go first, so that the last files to finish are short ones and
-# neither process waits long for the other at the end (longest first, the classic schedule).
-SLOWEST_FIRST = ["test_long_windows.py", "test_parity.py", "test_bpe.py", "test_ppl.py", "test_chat.py",
-                 "test_passkey.py", "test_run_ref.py", "test_families2.py", "test_hints.py"]
+# neither process waits long for the other at the end (longest first, the classic schedule). The
+# order is the files' times beside a busy core (pytest --durations=0, summed per file), but the long
+# windows first: one test of theirs is a third of the file.
+SLOWEST_FIRST = ["test_long_windows.py", "test_bpe.py", "test_families.py", "test_chat.py", "test_gguf.py",
+                 "test_families2.py", "test_parity.py", "test_ppl.py", "test_passkey.py", "test_hints.py",
+                 "test_valgrind.py", "test_run_ref.py", "test_hostile.py"]
 
 
 def pytest_collection_modifyitems(items):
