@@ -561,6 +561,11 @@ static inline void store_groups16(float *out, const Matrix *m, int r, int step, 
 // streams widened from f16 leave the hardware prefetcher behind (docs/speed.md, "f32 and f16 in
 // 16-row groups", has the distances tried).
 enum { R16F_AHEAD = 2048 };
+static inline void r16f_ask_ahead(const uint8_t *const g[DOT_ROWS], int c, int per_line) {
+    if (c % per_line == 0)
+        for (int k = 0; k < DOT_ROWS; k++)
+            _mm_prefetch((const char *)g[k] + (size_t)c * 64 / per_line + R16F_AHEAD, _MM_HINT_T0);
+}
 static inline __attribute__((always_inline)) void f32r16_runs(float *out, const Matrix *m, int r0, int step, int count,
                                                               const float *x, const int f16) {
     const int cols = m->cols, per_line = f16 ? 2 : 1; // columns of a group per 64-byte line
@@ -573,9 +578,7 @@ static inline __attribute__((always_inline)) void f32r16_runs(float *out, const 
             acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 2
         for (int c = 0; c < cols; c++) {
-            if (c % per_line == 0)
-                for (int k = 0; k < DOT_ROWS; k++)
-                    _mm_prefetch((const char *)g[k] + (size_t)c * 64 / per_line + R16F_AHEAD, _MM_HINT_T0);
+            r16f_ask_ahead(g, c, per_line);
             const __m512 xc = _mm512_set1_ps(x[c]);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++)
@@ -591,9 +594,7 @@ static inline __attribute__((always_inline)) void f32r16_runs(float *out, const 
             acc[k][0] = acc[k][1] = _mm256_setzero_ps();
 #pragma GCC unroll 2
         for (int c = 0; c < cols; c++) {
-            if (c % per_line == 0)
-                for (int k = 0; k < DOT_ROWS; k++)
-                    _mm_prefetch((const char *)g[k] + (size_t)c * 64 / per_line + R16F_AHEAD, _MM_HINT_T0);
+            r16f_ask_ahead(g, c, per_line);
             const __m256 xc = _mm256_set1_ps(x[c]);
 #pragma GCC unroll 4
             for (int k = 0; k < DOT_ROWS; k++)
