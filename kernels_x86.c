@@ -349,9 +349,11 @@ static inline __m128 k45_rows(const Row w[DOT_ROWS], const QuantizedRow *x, int 
         const __m512i scales = k_scales_4rows(w, B * bytes, &dd);
         const __m512i table[2] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(scales)),
                                   _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(scales, 1))};
+        __m128i rows[DOT_ROWS]; // each row's 16 bytes of scales: through memory, since vextracti32x4
+        _mm512_storeu_si512((void *)rows, scales); // takes its lane as an immediate, which k is not at -O1
         for (int k = 0; k < DOT_ROWS; k++) {
             const uint8_t *block = w[k].u8 + B * bytes;
-            const __m128i row = _mm512_extracti32x4_epi32(scales, k);
+            const __m128i row = rows[k];
             M[k] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(row, 8)), xs);
             const __m512i sc8 = table[k / 2];
             const uint8_t *qs = block + (five ? Q5K_QS : Q4K_QS);
