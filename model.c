@@ -294,12 +294,13 @@ int transformer_copy_weights(Transformer *t, int f16_as_bf16, char *err, size_t 
     // (docs/speed.md, "The copy's pages"). The hint changes no value; without THP the pages stay 4 KiB.
     madvise(copy, bytes, MADV_HUGEPAGE);
     unsigned char *at = copy;
-    char what[sizeof t->copied] = ""; // each pair of types once, in the order met (the banner)
+    char what[sizeof t->copied] = ""; // each type copied once, with the type it became, in the order met
+    int named[DTYPE_COUNT] = {0};     // (the banner; a type's copy type is one, copy_type)
     for (int i = 0; i < count; i++) {
         const DType into = copy_type(m[i], f16_as_bf16);
-        char pair[48];
-        snprintf(pair, sizeof pair, "%s to %s", dtype_name(m[i]->dtype), dtype_name(into));
-        if (!strstr(what, pair)) snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", *what ? ", " : "", pair);
+        if (!named[m[i]->dtype]++)
+            snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s to %s", *what ? ", " : "",
+                     dtype_name(m[i]->dtype), dtype_name(into));
         const int failed = into == DTYPE_Q4_0 ? matrix_q4_0_from_gguf(m[i], m[i], at)
                                               : matrix_to_r16(m[i], m[i], into, at, max_threads());
         if (failed) {

@@ -865,8 +865,9 @@ static void banner_layers(const Config *c) {
     fprintf(stderr, "\n");
 }
 
-// The banner's first two lines, before anything is allocated: the model, and what the run will
-// allocate (the KV cache and the activations; the weights are mmapped) against what is available.
+// The banner's first two lines, before the cache and activations are allocated: the model, and what
+// the run will allocate (the KV cache and the activations; the weights are mmapped, some copied at
+// load) against what is available.
 static void banner_memory(const Transformer *t, const RunConfig *run, const char *path) {
     const Config *c = &t->config;
     char waiting[96];
