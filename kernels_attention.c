@@ -16,23 +16,27 @@
 
 enum {
     OUT_RUN = 64,  // plain C: output coordinates summed at a time
-    ATT_ROWS = 16, // query rows (queries x heads of one kv head) per task, at most
+    ATT_ROWS = 32, // query rows (queries x heads of one kv head) per task, at most: every block of keys
+                   // (and its turning, for keys the cache holds un-rotated) and every run of values a
+                   // task reads serves them all; each row holds its scores (the context long) meanwhile
 };
 
 // ---------------------------------------------------------------------------------------------
 // Scores and mix, plain C
 
-// A block of keys k (hd, KV_RUN) turned by RoPE in place with its block of a key table (rope.h): rows
-// 2p and 2p+1 (pair p) become (x0 cos - x1 sin, x0 sin + x1 cos) with cos and sin rows 2p and 2p+1
-// of rot. Used for the keys the cache holds un-rotated (rope.h, rope_keys_unrotated).
-void rotate_block(float *k, const float *rot, int hd) {
+// A block of float keys k (hd, KV_RUN) turned by RoPE with its block of a key table (rope.h), into
+// out (which may be k itself: each value is read before its place is written): rows 2p and 2p+1
+// (pair p) become (x0 cos - x1 sin, x0 sin + x1 cos) with cos and sin rows 2p and 2p+1 of rot. Used
+// for the keys the cache holds un-rotated (rope.h, rope_keys_unrotated); float32 ones are turned
+// straight from the cache, without a copy first.
+void rotate_block(float *out, const float *k, const float *rot, int hd) {
     for (int p = 0; p < hd / 2; p++) {
         const size_t r0 = (size_t)2 * p * KV_RUN, r1 = r0 + KV_RUN;
 #pragma omp simd
         for (int i = 0; i < KV_RUN; i++) {
             const float x0 = k[r0 + i], x1 = k[r1 + i], c = rot[r0 + i], s = rot[r1 + i];
-            k[r0 + i] = rope_turn0(x0, x1, c, s);
-            k[r1 + i] = rope_turn1(x0, x1, c, s);
+            out[r0 + i] = rope_turn0(x0, x1, c, s);
+            out[r1 + i] = rope_turn1(x0, x1, c, s);
         }
     }
 }
@@ -48,9 +52,12 @@ void attention_scores_plain(float *att, size_t ld, const float *qs, int rows, co
         const int run = len - j < KV_RUN ? len - j : KV_RUN;
         const void *block = (const char *)kt + (size_t)j * kv_row_bytes(t, hd); // block j / KV_RUN
         const float *keys = block;
-        if (t != DTYPE_F32 || rot) {
+        if (t != DTYPE_F32) {
             key_block_floats(turned, block, t, hd);
-            if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
+            keys = turned;
+        }
+        if (rot) {
+            rotate_block(turned, keys, rot + (size_t)j * hd, hd);
             keys = turned;
         }
         for (int r = 0; r < rows; r++) {

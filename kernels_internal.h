@@ -458,7 +458,7 @@ typedef void RoundF16(uint16_t *to, const uint16_t *from, size_t count);
 typedef void Scores(float *att, size_t ld, const float *qs, int rows, const void *kt, DType t, const float *rot,
                     float *turned, int hd, int len);
 typedef void Mix(float *o, const float *att, size_t ld, int rows, const void *v, DType t, float *wide, int len, int hd);
-void rotate_block(float *k, const float *rot, int hd);
+void rotate_block(float *out, const float *k, const float *rot, int hd);
 
 // The quantizers of one row of activations (kernels.c): q8_0's blocks of 32, the K-quants' of QK_K.
 typedef void QuantizeRow(int8_t *q, float *d, int32_t *sum, const float *x, int cols);

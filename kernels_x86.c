@@ -1504,8 +1504,8 @@ ATT_TILE void scores_all(float *att, size_t ld, const float *qs, int rows, const
     for (int j = 0; j < len; j += KV_RUN) {
         const char *block = (const char *)kt + (size_t)j * kv_row_bytes(T, hd); // block j / 32
         if (rot || (T != DTYPE_F32 && rows > TILE_ROWS)) {
-            key_block_x86(turned, block, T, hd);
-            if (rot) rotate_block(turned, rot + (size_t)j * hd, hd);
+            if (T != DTYPE_F32) key_block_x86(turned, block, T, hd);
+            if (rot) rotate_block(turned, T != DTYPE_F32 ? turned : (const float *)block, rot + (size_t)j * hd, hd);
             scores_block(att + j, ld, qs, rows, turned, DTYPE_F32, hd);
         } else {
             scores_block(att + j, ld, qs, rows, block, T, hd);
