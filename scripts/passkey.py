@@ -431,14 +431,16 @@ def run_one(run, model, tokenizer, prompt, ctx, mode, n_predict, threads=None, t
 
 def trial_plan(trials, depths, seed):
     """[(key, depth)] for one context length: keys uniform in [1, 50000]; depths spread evenly over
-    [0, 1] (depths None), drawn uniformly (depths "random"), or each listed depth `trials` times."""
+    [0, 1] (depths None), drawn uniformly (depths "random"), or each listed depth `trials` times, one
+    round of the depths after another, so that the plan of t trials per depth is the first t rounds
+    of the plan of more (scripts/ppl_results.py adds trials to a cell that way)."""
     rng = random.Random(seed)
     if depths is None:
         ds = [0.5] if trials == 1 else [k / (trials - 1) for k in range(trials)]
     elif depths == "random":
         ds = [rng.random() for _ in range(trials)]
     else:
-        ds = [d for d in depths for _ in range(trials)]
+        ds = [d for _ in range(trials) for d in depths]
     return [(rng.randint(1, 50000), d) for d in ds]
 
 

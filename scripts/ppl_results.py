@@ -17,13 +17,15 @@ is a --rope-scaling mode, or `M+logn` for mode M with --attn-logn, run with ./ru
 context (dynamic with --rope-factor ctx / L, as transformers runs it), the same flags in both parts.
 
 The schedule: the columns run one after another, each column's ./run calls J at a time. Every row
-runs at every --ctx but the last, and at every --lengths but the last with --trials keys per depth,
-except that a row which found no key at one length is not asked at longer ones. The last --ctx
-(64x) and the last --lengths (32x) are for the rows within --extend-within (1.10) of the 1x
-perplexity at the --ctx before the last (32x), and the last length asks them --contest-trials keys
-per depth (default 2; 10, fifty keys a cell, tells a mode that always finds the key from one that
-misses one time in ten, and costs what README, "Results", says). --extend-within 0 runs every row
-everywhere with --trials.
+runs at every --ctx but the last, and at every --lengths with --trials keys per depth (default 2:
+ten keys a cell), except that a row which found no key at one length is not asked at longer ones.
+The last --ctx (64x) and the last --lengths (32x) are for the rows within --extend-within (1.10) of
+the 1x perplexity at the --ctx before the last (32x). Then the contest's second round: the rows of
+the last length that its ten keys do not tell from the best one there (their Wilson 95% interval
+reaches its share) ask more keys, --contest-trials per depth in all (default 10: fifty keys a cell,
+which tell a mode that always finds the key, 93-100%, from one that misses one time in ten), at the
+last length and at L, with the reference row (none) at L. --extend-within 0 runs every row
+everywhere with --trials, and no second round.
 
 Perplexity. `./run MODEL --ppl TEXT --ctx N ...` for every context N and row; its `perplexity:`
 line, bucket table and window lines go to
@@ -200,15 +202,18 @@ def ppl_jobs(a, ctxs, rows, L):
 # ---------------------------------------------------------------------------------------------
 # Passkey: one greedy ./run per trial
 
-def passkey_jobs(a, lengths, rows, L, depths, trials):
-    """[(cost, key, fn)]: one ./run per length, row and trial; key (length, row, k) for the k-th of
-    the trials (passkey.trial_plan: `trials` at each depth, keys uniform in [1, 50000], seeded), which
-    are the same prompts for every row. fn returns {"depth", "at" (where the key line landed), "key",
+def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
+    """[(cost, key, fn)]: one ./run per length, row and trial from the start-th on; key (length, row, k)
+    for the k-th of the trials (passkey.trial_plan: `trials` at each depth, keys uniform in [1, 50000],
+    seeded, one round of the depths after another, so more trials add rounds to the same first ones),
+    which are the same prompts for every row. fn returns {"depth", "at" (where the key line landed), "key",
     "answer" (None: no number), "seconds"}."""
     tok_path = Path(a.passkey_tokenizer)
+    if start >= trials * len(depths) or not rows:
+        return []
     try:
         tok = passkey.Tokenizer(tok_path, passkey.checkpoint_bos(a.passkey_model))
-        plan = passkey.trial_plan(trials, depths, a.seed)
+        plan = passkey.trial_plan(trials, depths, a.seed)[start:]
         prompts = passkey.build_prompts(tok, [(n - N_PREDICT, key, d) for n in lengths for key, d in plan])
     except (passkey.TokenizerError, ValueError) as e:
         sys.exit(f"error: passkey prompts: {e}")
@@ -216,8 +221,8 @@ def passkey_jobs(a, lengths, rows, L, depths, trials):
     for i, n in enumerate(lengths):
         for row in rows:
             mode, extra = row_flags(row, n, L)
-            for k, (key, d) in enumerate(plan):
-                p = prompts[i * len(plan) + k]
+            for k, (key, d) in enumerate(plan, start=start):
+                p = prompts[i * len(plan) + k - start]
 
                 def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra):
                     t0 = time.monotonic()
@@ -503,10 +508,15 @@ def passkey_markdown(pk, lengths, rows):
            f"row; `./run {meta['model']} -t 0 -n {meta['n_predict']} --ctx N --rope-scaling MODE` with the flags "
            f"of ppl_results.md (dynamic: `--rope-factor N/L`; `+logn`: `--attn-logn`); right means the first "
            f"number of the continuation is the key. Trained context L = {L}."]
-    if meta.get("contest"):
-        out[-1] += (f" At {lengths[-1]} only the rows within {meta['contest']['within']}x of the 1x perplexity "
-                    f"at the longest context before the last ran ({', '.join(meta['contest']['rows'])}), with "
-                    f"{meta['contest']['trials']} trials at each depth.")
+    contest = meta.get("contest")
+    if contest:
+        out[-1] += (f" At {lengths[-1]} only the rows within {contest['within']}x of the 1x perplexity "
+                    f"at the longest context before the last ran ({', '.join(contest['rows'])}).")
+    if contest and contest.get("second_round"):
+        out[-1] += (f" Then the rows there that those keys did not tell apart from the best one (their Wilson "
+                    f"95% interval reaches its share: {', '.join(contest['second_round'])}) asked "
+                    f"{contest['trials']} at each depth in all, there and at {lengths[0]}, and so did {ref} at "
+                    f"{lengths[0]}.")
     out[-1] += " A row that found no key at one length is not asked at longer ones. — is a cell not run."
     out += ["", "In brackets: the Wilson 95% interval of the share right. Two cells whose intervals overlap "
             "may differ by chance; with 10 trials 10/10 is 72-100%, so only 50 trials (93-100% at 50/50) tell "
@@ -615,13 +625,13 @@ def trials_of(done, n, m):
 
 def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend):
     """Runs the ./run calls column by column, each column's calls J at a time, and returns ({key: result},
-    the rows of the last column or None). A row that found no key at one length is not asked at
-    longer ones (— in the tables): retrieval only gets harder with length, and these trials cost the
-    most. With extend, the last --ctx and the last --lengths are for the rows within --extend-within
-    of the 1x perplexity at the --ctx before the last (without a perplexity part: those with the most
-    keys right at the length before the last), and the last length runs --contest-trials per depth.
-    The passkey columns run a column behind the perplexity ones, so that the last length knows those
-    rows."""
+    the rows of the last column or None, the rows of the contest's second round). A row that found no
+    key at one length is not asked at longer ones (— in the tables): retrieval only gets harder with
+    length, and these trials cost the most. With extend, the last --ctx and the last --lengths are for
+    the rows within --extend-within of the 1x perplexity at the --ctx before the last (without a
+    perplexity part: those with the most keys right at the length before the last). The passkey
+    columns run a column behind the perplexity ones, so that the last length knows those rows. Then
+    the contest's second round (contest_round)."""
     done, rows = {}, None
     alive_n = list(modes)
     ref = "none" if "none" in modes else modes[0]
@@ -645,12 +655,34 @@ def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
             if do_passkey and phase == i:
                 last = extend and j == len(lengths) - 1
                 asked = [m for m in rows if m in alive_n] if last else alive_n
-                jobs += passkey_jobs(a, [lengths[j]], asked, Lp, depths, a.contest_trials if last else a.trials)
+                jobs += passkey_jobs(a, [lengths[j]], asked, Lp, depths, a.trials)
         done.update(run_jobs(jobs, a.jobs))
         for j, phase in enumerate(pk_phase):
             if do_passkey and phase == i and not (extend and j == len(lengths) - 1):
                 alive_n = [m for m in alive_n if right(trials_of(done, lengths[j], m))]
-    return done, rows
+    contest = contest_round(a, done, lengths, rows, ref, Lp, depths) if extend and do_passkey else []
+    return done, rows, contest
+
+
+def contest_round(a, done, lengths, rows, ref, Lp, depths):
+    """The contest's second round: where --trials keys a cell cannot tell the rows of the last length
+    apart, more keys. The rows whose Wilson 95% interval there reaches the best row's share (so not
+    yet told from it) ask --contest-trials keys per depth in all at the last length, and so do they
+    and the reference row (none) at the first, L, the retrieval they are measured against; the
+    first --trials rounds are the keys already asked (passkey.trial_plan). No round when no row
+    found a key at the last length, or --contest-trials is not above --trials. Returns its rows."""
+    n = lengths[-1]
+    asked = {m: trials_of(done, n, m) for m in rows if trials_of(done, n, m)}
+    top = max((right(t) / len(t) for t in asked.values()), default=0)
+    if top == 0 or a.contest_trials <= a.trials:
+        return []
+    go = [m for m, t in asked.items() if wilson(right(t), len(t))[1] >= top]
+    print(f"the contest's second round, {a.contest_trials} keys per depth: {', '.join(go)}", file=sys.stderr)
+    first = a.trials * len(depths)
+    jobs = passkey_jobs(a, [n], go, Lp, depths, a.contest_trials, start=first) + \
+        passkey_jobs(a, [lengths[0]], [ref] + [m for m in go if m != ref], Lp, depths, a.contest_trials, start=first)
+    done.update(run_jobs(jobs, a.jobs))
+    return go
 
 
 def main(argv=None):
@@ -678,8 +710,9 @@ def main(argv=None):
     ap.add_argument("--extend-within", type=float, default=1.10, help="the last --ctx and the last --lengths run "
                     "only the rows within this many times the 1x perplexity at the --ctx before the last "
                     "(default 1.10; 0: every row everywhere)")
-    ap.add_argument("--contest-trials", type=int, default=2, help="passkey: trials per depth at the last "
-                    "--lengths, where only those rows run (default 2)")
+    ap.add_argument("--contest-trials", type=int, default=10, help="passkey: trials per depth in all, at the "
+                    "last --lengths and at the first, for the rows of the last length not told apart from "
+                    "its best row by --trials (default 10; at most --trials: no second round)")
     ap.add_argument("--seed", type=int, default=1, help="passkey: the seed of the keys (default 1)")
     ap.add_argument("--only", choices=["ppl", "passkey"], help="run one part only")
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="./run processes at a time (default: one "
@@ -744,7 +777,7 @@ def main(argv=None):
         L = trained_context(a.run, a.model, a.tokenizer) if do_ppl else None
         Lp = trained_context(a.run, a.passkey_model, a.passkey_tokenizer) if do_passkey else None
         t_all = time.monotonic()
-        done, rows = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
+        done, rows, contest = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
         run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
                "seconds": round(time.monotonic() - t_all, 1),
                "ppl_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 2), 1),
@@ -770,7 +803,8 @@ def main(argv=None):
             pk = {"meta": {"model": Path(a.passkey_model).name, "command": cmd, "L": Lp, "depths": depths,
                            "trials": a.trials, "seed": a.seed, "n_predict": N_PREDICT, **run}, "results": pk_res}
             if extend:
-                pk["meta"]["contest"] = {"within": a.extend_within, "rows": rows, "trials": a.contest_trials}
+                pk["meta"]["contest"] = {"within": a.extend_within, "rows": rows, "trials": a.contest_trials,
+                                         "second_round": contest}
         print(f"all runs: {run['seconds']:.0f} s", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
         saved = json.dumps({"meta": meta, "results": res, "passkey": pk}, indent=1) + "\n"

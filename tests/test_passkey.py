@@ -197,7 +197,9 @@ def test_trial_plan_is_seeded_and_spreads_the_depths():
     assert plan != passkey.trial_plan(5, None, seed=4)
     assert [d for _, d in plan] == [0, 0.25, 0.5, 0.75, 1]
     assert all(1 <= k <= 50000 for k, _ in plan)
-    assert [d for _, d in passkey.trial_plan(2, [0.1, 0.9], seed=3)] == [0.1, 0.1, 0.9, 0.9]
+    assert [d for _, d in passkey.trial_plan(2, [0.1, 0.9], seed=3)] == [0.1, 0.9, 0.1, 0.9]
+    # more trials per depth add rounds after the first ones, the same keys at the same depths
+    assert passkey.trial_plan(5, [0.1, 0.9], seed=3)[:4] == passkey.trial_plan(2, [0.1, 0.9], seed=3)
     assert all(0 <= d <= 1 for _, d in passkey.trial_plan(20, "random", seed=3))
 
 
