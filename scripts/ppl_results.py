@@ -21,8 +21,8 @@ runs at every --ctx but the last, and at every --lengths with --trials keys per 
 ten keys a cell), except that a row which found no key at one length is not asked at longer ones.
 The last --ctx (64x) and the last --lengths (32x) are for the rows within --extend-within (1.10) of
 the 1x perplexity at the --ctx before the last (32x). Then the contest's second round: the rows of
-the last length that its ten keys do not tell from the best one there (their Wilson 95% interval
-reaches its share) ask more keys, --contest-trials per depth in all (default 10: fifty keys a cell,
+the last length that its ten keys do not tell from the best one there (their Wilson 95% intervals
+overlap) ask more keys, --contest-trials per depth in all (default 10: fifty keys a cell,
 which tell a mode that always finds the key, 93-100%, from one that misses one time in ten), at the
 last length and at L, with the reference row (none) at L. --extend-within 0 runs every row
 everywhere with --trials, and no second round.
@@ -45,8 +45,8 @@ answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
 
 Defaults: the perplexity on the held-out tenth of the TinyStories text the models never saw in
 training, the first 32768 tokens at every context (64 windows of 512 ... 1 of 32768: the same text in
-every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys; the
-eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default: one per core),
+every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys (x 10 in the contest's second
+round); the eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default: one per core),
 each with --threads (default 1); the numbers do not depend on either. The full default run of a lab
 writes docs/results/LAB/ (with results.json, the parsed numbers); any other run writes
 build/ppl-quick/LAB/ unless --out-dir says otherwise. --json saves the parsed numbers (and the run's
@@ -514,7 +514,7 @@ def passkey_markdown(pk, lengths, rows):
                     f"at the longest context before the last ran ({', '.join(contest['rows'])}).")
     if contest and contest.get("second_round"):
         out[-1] += (f" Then the rows there that those keys did not tell apart from the best one (their Wilson "
-                    f"95% interval reaches its share: {', '.join(contest['second_round'])}) asked "
+                    f"95% intervals overlap: {', '.join(contest['second_round'])}) asked "
                     f"{contest['trials']} at each depth in all, there and at {lengths[0]}, and so did {ref} at "
                     f"{lengths[0]}.")
     out[-1] += " A row that found no key at one length is not asked at longer ones. — is a cell not run."
@@ -664,19 +664,29 @@ def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
     return done, rows, contest
 
 
+def contenders(cells):
+    """The rows of {row: trials} whose Wilson 95% interval overlaps the best row's, in order; none when
+    no row found a key (then more keys tell nothing apart)."""
+    best = max(cells.values(), key=lambda t: right(t) / len(t), default=[])
+    if not best or not right(best):
+        return []
+    low = wilson(right(best), len(best))[0]
+    return [m for m, t in cells.items() if wilson(right(t), len(t))[1] >= low]
+
+
 def contest_round(a, done, lengths, rows, ref, Lp, depths):
     """The contest's second round: where --trials keys a cell cannot tell the rows of the last length
-    apart, more keys. The rows whose Wilson 95% interval there reaches the best row's share (so not
-    yet told from it) ask --contest-trials keys per depth in all at the last length, and so do they
+    apart, more keys. The rows whose Wilson 95% interval there overlaps the best row's (so not yet told
+    from it: 9/10, 60-98%, and 10/10, 72-100%, are not) ask --contest-trials keys per depth in all at
+    the last length, and so do they
     and the reference row (none) at the first, L, the retrieval they are measured against; the
     first --trials rounds are the keys already asked (passkey.trial_plan). No round when no row
     found a key at the last length, or --contest-trials is not above --trials. Returns its rows."""
     n = lengths[-1]
     asked = {m: trials_of(done, n, m) for m in rows if trials_of(done, n, m)}
-    top = max((right(t) / len(t) for t in asked.values()), default=0)
-    if top == 0 or a.contest_trials <= a.trials:
+    go = contenders(asked) if a.contest_trials > a.trials else []
+    if not go:
         return []
-    go = [m for m, t in asked.items() if wilson(right(t), len(t))[1] >= top]
     print(f"the contest's second round, {a.contest_trials} keys per depth: {', '.join(go)}", file=sys.stderr)
     first = a.trials * len(depths)
     jobs = passkey_jobs(a, [n], go, Lp, depths, a.contest_trials, start=first) + \

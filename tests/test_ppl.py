@@ -114,6 +114,19 @@ def test_wilson_intervals():
     assert wilson(40, 50)[1] < wilson(50, 50)[0]
 
 
+def test_contest_asks_more_keys_where_ten_cannot_tell():
+    """The contest's second round (scripts/ppl_results.py, contenders): the rows whose interval overlaps
+    the best one's go on, 9/10 beside 10/10 among them (the case fifty keys are for); 0/10 (0-28%) does
+    not (the control), though beside a best of 5/10 (24-76%) it does; and when no row found a key, no
+    row goes on."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import ppl_results
+    cell = lambda k, n: [{"key": 1, "answer": 1}] * k + [{"key": 1, "answer": None}] * (n - k)  # noqa: E731
+    assert ppl_results.contenders({"a": cell(10, 10), "b": cell(9, 10), "c": cell(0, 10)}) == ["a", "b"]
+    assert ppl_results.contenders({"a": cell(5, 10), "c": cell(0, 10)}) == ["a", "c"]
+    assert ppl_results.contenders({"a": cell(0, 10), "c": cell(0, 10)}) == []
+
+
 def test_one_and_two_threads_agree(c_tools, setup):
     model, text, _ = setup
     one = run_ppl(model, text, "--ctx", WINDOW, "--ppl-windows", WINDOWS, "--rope-scaling", "yarn", "--threads", 1)
