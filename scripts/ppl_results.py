@@ -46,8 +46,8 @@ answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
 Defaults: the perplexity on the held-out tenth of the TinyStories text the models never saw in
 training, the first 32768 tokens at every context (64 windows of 512 ... 1 of 32768: the same text in
 every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys (x 10 in the contest's second
-round); the eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default: one per core),
-each with --threads (default 1); the numbers do not depend on either. The full default run of a lab
+round); the eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default:
+one per core), each with --threads (default 1); the numbers do not depend on either. The full default run of a lab
 writes docs/results/LAB/ (with results.json, the parsed numbers); any other run writes
 build/ppl-quick/LAB/ unless --out-dir says otherwise. --json saves the parsed numbers (and the run's
 date, machine and wall time) and --from-json redraws the tables and figures from them without
@@ -676,12 +676,12 @@ def contenders(cells):
 
 def contest_round(a, done, lengths, rows, ref, Lp, depths):
     """The contest's second round: where --trials keys a cell cannot tell the rows of the last length
-    apart, more keys. The rows whose Wilson 95% interval there overlaps the best row's (so not yet told
-    from it: 9/10, 60-98%, and 10/10, 72-100%, are not) ask --contest-trials keys per depth in all at
-    the last length, and so do they
-    and the reference row (none) at the first, L, the retrieval they are measured against; the
-    first --trials rounds are the keys already asked (passkey.trial_plan). No round when no row
-    found a key at the last length, or --contest-trials is not above --trials. Returns its rows."""
+    apart, more keys. The rows whose Wilson 95% interval there overlaps the best row's (contenders:
+    9/10, 60-98%, is not told from 10/10, 72-100%) ask --contest-trials keys per depth in all at the
+    last length, and so do they and the reference row (none) at the first, L, the retrieval they are
+    measured against; the first --trials rounds are the keys already asked (passkey.trial_plan). No
+    round when no row found a key at the last length, or --contest-trials is not above --trials.
+    Returns its rows."""
     n = lengths[-1]
     asked = {m: trials_of(done, n, m) for m in rows if trials_of(done, n, m)}
     go = contenders(asked) if a.contest_trials > a.trials else []
