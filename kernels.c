@@ -420,12 +420,11 @@ static void value_put(void *values, DType t, int hd, int j, const float *x) {
     }
 }
 
-// A block of keys kt (hd, KV_RUN) of type t as floats, into out (hd * KV_RUN).
+// A block of keys kt (hd, KV_RUN) of type t, f16 or q8_0, as floats, into out (hd * KV_RUN); a
+// float32 block is read where it is (attention_scores_plain turns it straight from the cache).
 void key_block_floats(float *out, const void *kt, DType t, int hd) {
     const size_t n = (size_t)hd * KV_RUN;
-    if (t == DTYPE_F32) {
-        memcpy(out, kt, n * sizeof(float));
-    } else if (t == DTYPE_F16) {
+    if (t == DTYPE_F16) {
         for (size_t i = 0; i < n; i++)
             out[i] = (float)((const _Float16 *)kt)[i];
     } else { // q8_0: q (hd, KV_RUN), then d (hd / 32, KV_RUN)

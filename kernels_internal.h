@@ -296,7 +296,7 @@ static inline int layer_first(const KVCache *c, int l, int m) {
     return first > 0 ? first : 0;
 }
 
-// A block of keys kt (hd, KV_RUN) of type t as floats, into out (hd * KV_RUN); n cached values v
+// A block of keys kt (hd, KV_RUN) of type t, f16 or q8_0, as floats, into out (hd * KV_RUN); n cached values v
 // (n rows of type t) as floats, into out (n, hd). kernels.c.
 void key_block_floats(float *out, const void *kt, DType t, int hd);
 void value_rows_floats(float *out, const void *v, DType t, int hd, int n);

@@ -1478,19 +1478,17 @@ ATT_TILE void scores_block(float *att, size_t ld, const float *qs, int rows, con
 #endif
 }
 
-// A block of keys kt (hd, 32) of type T as floats, into out: halves widened, q8_0 values times their
-// scales (kernels.c, the KV cache's layout), in registers; float32 copied.
+// A block of keys kt (hd, 32) of type T, f16 or q8_0, as floats, into out: halves widened, q8_0 values
+// times their scales (kernels.c, the KV cache's layout), in registers. A float32 block is read where
+// it is (scores_all turns it straight from the cache).
 ATT_TILE void key_block_x86(float *out, const void *kt, const DType T, int hd) {
-    const size_t n = (size_t)hd * KV_RUN;
     if (T == DTYPE_F16) {
-        widen(out, kt, n);
-    } else if (T == DTYPE_Q8_0) {
+        widen(out, kt, (size_t)hd * KV_RUN);
+    } else {
         for (int c = 0; c < hd; c++)
             for (int i = 0; i < KV_RUN; i += 8)
                 _mm256_storeu_ps(out + (size_t)c * KV_RUN + i,
                                  q8_load8((const int8_t *)kt + (size_t)c * KV_RUN + i, q8_key_scales(kt, hd, c) + i));
-    } else {
-        memcpy(out, kt, n * sizeof(float));
     }
 }
 

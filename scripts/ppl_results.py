@@ -683,7 +683,7 @@ def contest_round(a, done, lengths, rows, ref, Lp, depths):
     round when no row found a key at the last length, or --contest-trials is not above --trials.
     Returns its rows."""
     n = lengths[-1]
-    asked = {m: trials_of(done, n, m) for m in rows if trials_of(done, n, m)}
+    asked = {m: t for m in rows if (t := trials_of(done, n, m))}
     go = contenders(asked) if a.contest_trials > a.trials else []
     if not go:
         return []
