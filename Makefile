@@ -10,6 +10,13 @@ CFLAGS ?= -O3 -march=native
 # -Wswitch-enum: a switch on an enum lists every value, default or not, so a new weight type (dtype.h)
 # or mode is a warning at each switch that must learn it, not a silent fall into another's case.
 CFLAGS += -std=c11 -Wall -Wextra -Wswitch-enum -fopenmp -fno-trapping-math -D_DEFAULT_SOURCE
+# -mprefer-vector-width=512: the loops GCC vectorizes itself (omp simd sums, the reference path) add
+# in an order set by the vector width, and GCC's tuning picks 256 bits for some AVX-512 CPUs (Intel's)
+# and 512 for others (AMD's): pinned, the logits' bits depend on the instruction set alone
+# (tests/test_bit_identical.py). Without AVX-512 it changes nothing. x86 only: others lack the option.
+ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
+CFLAGS += -mprefer-vector-width=512
+endif
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -Wall -Wextra
 LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
