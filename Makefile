@@ -27,7 +27,7 @@ LDLIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lstdc++ -lm -fopenmp
 KERNELS = kernels.o kernels_decode.o kernels_prefill.o kernels_attention.o kernels_x86.o dtype.o
 CORE = model.o loader.o gguf.o rope.o $(KERNELS)
 # The program around the model: flags (cli), chat templates, the sampler; run.c is main.
-APP = run.o cli.o chat.o sampler.o
+APP = run.o cli.o chat.o sampler.o promptcache.o
 TOOLS = tests/test_rope tests/test_model tests/tools/rope_dump tests/tools/dump_logits tests/tools/dump_logits_ref \
 	tests/tools/tok_dump \
 	tests/tools/chat_ids tests/tools/sample_dump $(KERNEL_TESTS)
@@ -213,13 +213,14 @@ build/valgrind/run: $(APP:%=build/valgrind/%) $(CORE:%=build/valgrind/%) build/v
 # headers do not accept. The fuzzers therefore run the plain C kernels; `make sanitize` runs the
 # vector ones under AddressSanitizer.
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS = model tokenizer cli bpe gguf
+FUZZ_TARGETS = model tokenizer cli bpe gguf prompt_cache
 FUZZ_CC = clang
 FUZZ_CXX = clang++
 FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=all -D_Float16=__fp16 -Wall -Wextra
 FUZZ_LIBS = -lsentencepiece -lpcre2-8 -lcjson -lutf8proc -lm $(shell $(FUZZ_CC) --rtlib=compiler-rt -print-libgcc-file-name)
-FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o gguf.o rope.o $(KERNELS) tokenizer.o bpe.o cli.o chat.o sampler.o)
+FUZZ_OBJS = $(addprefix build/fuzz/,model.o loader.o gguf.o rope.o $(KERNELS) tokenizer.o bpe.o cli.o chat.o sampler.o \
+	promptcache.o)
 
 build/fuzz/%.o: %.c *.h
 	@mkdir -p build/fuzz

@@ -37,6 +37,7 @@ typedef struct {
 static const Flag FLAGS[] = {
     {{"-i", "--prompt"}, FLAG_TEXT, offsetof(Options, prompt), 0, 0, 0, 1},
     {{"-f", "--file"}, FLAG_TEXT, offsetof(Options, prompt_file), 0, 0, 0, 1},
+    {{"--prompt-cache"}, FLAG_TEXT, offsetof(Options, prompt_cache), 0, 0, 0, 1},
     {{"-z", "--tokenizer"}, FLAG_TEXT, offsetof(Options, tokenizer), 0, 0, 0, 0},
     {{"-n", "--n-predict"}, FLAG_INT, offsetof(Options, n_predict), -1, MAX_INT, 0, 1},
     {{"--keep"}, FLAG_INT, offsetof(Options, keep), 0, 1 << 24, 0, 1},
@@ -321,6 +322,11 @@ int parse_args(int argc, char **argv, Options *o) {
             problem = msg;
     else if (chat && o->prompt_file)
         problem = "-f gives a prompt to continue, and chat reads its turns from stdin (hint: -i for the first turn)";
+    else if (chat && o->prompt_cache)
+        problem = "--prompt-cache keeps one prompt's keys and values, and chat's turns are not one prompt (hint: drop "
+                  "--prompt-cache, or -m generate)";
+    else if (o->prompt_cache && !*o->prompt_cache)
+        problem = "--prompt-cache needs a file name (hint: --prompt-cache prompt.cache)";
     else if (o->prompt && o->prompt_file)
         problem = "-i and -f both give the prompt (hint: one of them)";
     else if (o->ppl_windows && !o->ppl) // flags that would do nothing are refused rather than ignored
@@ -371,6 +377,9 @@ void usage(FILE *f) {
                "\n"
                "  -i, --prompt TEXT        prompt (default: empty, the text starts after BOS)\n"
                "  -f, --file FILE          the prompt is the text of FILE (instead of -i)\n"
+               "      --prompt-cache FILE  keep the prompt's keys and values in FILE, and take from it\n"
+               "                           those of the tokens a later prompt starts with (README,\n"
+               "                           \"Prompt cache\"; not with dynamic, dynamic-yarn, longrope)\n"
                "  -n, --n-predict N        tokens to generate [-1, 1073741824] (default 256; -1: until an\n"
                "                           end token); past a full context the oldest half of it is\n"
                "                           dropped (context shift)\n"

@@ -20,6 +20,7 @@ typedef struct {
     const char *tokenizer; // -z; default: tokenizer.model, else tokenizer.json, beside the model
     const char *prompt;
     const char *prompt_file; // -f: the prompt is this file's bytes
+    const char *prompt_cache; // --prompt-cache FILE: the prompt's keys and values kept there (promptcache.h)
     int n_predict;           // tokens to generate; -1: until an end token
     int keep;                // --keep: positions a context shift keeps at the start; -1: 4 (run.c)
     double temp;             // 0 = greedy

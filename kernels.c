@@ -457,6 +457,15 @@ void kv_store(KVCache *c, int layer, const float *k, const float *v, int pos, in
         }
 }
 
+void *kv_span(const KVCache *c, int layer, int h, int values, int n, size_t *bytes) {
+    if (values) {
+        *bytes = (size_t)n * kv_row_bytes(c->value_type, c->head_dim);
+        return head_values(c, layer, h);
+    }
+    *bytes = kv_stride(n) * kv_row_bytes(c->key_type, c->head_dim);
+    return head_keys(c, layer, h);
+}
+
 // Context shift: the keys and values of every layer move down; a key of a layer that rotates (all
 // but the NoPE layers) is turned by -(from - to) theta_i on the way (cos, sin of that angle per pair; NULL: moved as they are).
 // Ascending order never overwrites a position before it is read, since to < from. A q8_0 key is

@@ -118,6 +118,12 @@ typedef struct {
     float scale, softcap;
 } KVCache;
 
+// The bytes of kv head h of a layer that hold positions [0, n), in a cache without rings: its keys
+// (values = 0; whole blocks of KV_RUN positions, so up to KV_RUN - 1 positions more) or its values
+// (values = 1); *bytes says how many. The prompt cache (promptcache.c) saves and restores them as
+// they are.
+void *kv_span(const KVCache *c, int layer, int h, int values, int n, size_t *bytes);
+
 #define LAYER_NO_ROPE 1
 #define LAYER_SLIDING 2
 #define LAYER_ROPE_SWA 4 // the layer rotates with the model's second, local RoPE (model.h, rope_swa)

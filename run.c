@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "chat.h"
 #include "cli.h"
 #include "model.h"
+#include "promptcache.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -312,6 +314,77 @@ static int sampled_nonfinite(Transformer *t, const Options *o, const float *logi
                    : nonfinite_error(t, o, ids, n, pos - n, pos, 0, pos - 1, 0, x);
 }
 
+// --prompt-cache: what the cached numbers depend on besides the tokens, as the cache file's settings
+// text (promptcache.h): the model file, known by its place on disk, size and time of change (a new
+// export is a new file), and every run setting a key or value depends on. The context is not among
+// them (only through the RoPE parameters it sets: a cache made at --ctx 4096 serves --ctx 8192 when
+// they are the same), nor are the batch size and the thread count: the numbers depend on neither.
+static int cache_settings(const Transformer *t, const Options *o, char *out, size_t len) {
+    struct stat st;
+    if (stat(o->model, &st)) return -1;
+    const RunConfig *r = &t->run;
+    const RopeParams *p = &r->rope;
+    const int n = snprintf(out, len,
+                           "model file: device %llu inode %llu, %lld bytes, changed %lld.%09ld; keys %s, values "
+                           "%s; f16-as-bf16 %d; attn-logn %d; swa-full %d; rope %s: dims %d of %d, L %d, base %.17g, "
+                           "factor %.17g, alpha %.17g, attn factor %.17g, beta %.17g %.17g, frequency factors %.17g "
+                           "%.17g, window %d, group %d, local window %d, chunk %d",
+                           (unsigned long long)st.st_dev, (unsigned long long)st.st_ino, (long long)st.st_size,
+                           (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                           dtype_name(r->cache_k), dtype_name(r->cache_v), o->f16_as_bf16, r->attn_logn, r->swa_full,
+                           rope_scaling_name(p->mode), p->rot_dims, p->head_dim, p->orig_ctx, p->base, p->factor,
+                           p->alpha, p->attn_factor, p->beta_fast, p->beta_slow, p->low_freq_factor,
+                           p->high_freq_factor, p->window, p->group, p->local_window, p->chunk);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+// --prompt-cache FILE before the prompt runs: whether it can serve this run, and what of it does.
+// Returns -1 after an error (reported), else 0 with *reused positions of the KV cache filled from it
+// and *write set when this run's prompt is to be written there afterwards (promptcache.h's rule).
+static int open_prompt_cache(Transformer *t, const Options *o, const int *ids, int n, char *settings, size_t len,
+                             int *reused, int *write) {
+    const char *path = o->prompt_cache;
+    *reused = 0, *write = 0;
+    if (rope_is_dynamic(&t->rope)) {
+        fprintf(stderr, "error: --prompt-cache: with --rope-scaling %s a key depends on the whole prompt's length, so "
+                        "no beginning of it can be reused (hint: another --rope-scaling, or no --prompt-cache)\n",
+                rope_scaling_name(t->run.rope.mode));
+        return -1;
+    }
+    if (t->state.kv.ring) {
+        fprintf(stderr, "error: --prompt-cache: this model's sliding layers keep only their last positions, so a "
+                        "beginning cannot be kept (hint: add --swa-full)\n");
+        return -1;
+    }
+    if (cache_settings(t, o, settings, len)) {
+        fprintf(stderr, "error: --prompt-cache: cannot describe the model file %s: %s\n", o->model, strerror(errno));
+        return -1;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno != ENOENT) {
+            fprintf(stderr, "error: --prompt-cache %s: %s (hint: check the path)\n", path, strerror(errno));
+            return -1;
+        }
+        *write = 1;
+        return 0;
+    }
+    char err[600];
+    int cached;
+    const PcacheStatus s = pcache_read(f, path, settings, &t->state.kv, ids, n, reused, &cached, err, sizeof err);
+    fclose(f);
+    if (s == PCACHE_BAD) {
+        fprintf(stderr, "error: --prompt-cache %s\n", err);
+        return -1;
+    }
+    if (s == PCACHE_OTHER) fprintf(stderr, "note: --prompt-cache %s\n", err);
+    if (s == PCACHE_USED) {
+        *write = *reused == cached && n > cached;
+        fprintf(stderr, "prompt cache: %d of the prompt's %d tokens from %s (it holds %d)\n", *reused, n, path, cached);
+    }
+    return 0;
+}
+
 static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     const Config *c = &t->config;
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
@@ -345,6 +418,12 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
         free(ids);
         return 1;
     }
+    char settings[PCACHE_SETTINGS_MAX + 1];
+    int reused = 0, write_cache = 0;
+    if (o->prompt_cache && open_prompt_cache(t, o, ids, n_prompt, settings, sizeof settings, &reused, &write_cache)) {
+        free(ids);
+        return 1;
+    }
     Sampler *sampler = make_sampler(o, tokenizer_vocab_size(tok), t->run.n_ctx);
     if (!sampler) {
         free(ids);
@@ -361,8 +440,11 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     double t0 = now();
     float *logits = NULL;
     char err[300];
-    const int prompt_done = prefill(t, ids, n_prompt, 0, &logits, err, sizeof err);
+    const int prompt_done = prefill(t, ids + reused, n_prompt - reused, reused, &logits, err, sizeof err);
     int status = prompt_done < 0;
+    if (!status && write_cache && prompt_done == n_prompt - reused) {
+        status = pcache_write(o->prompt_cache, settings, &t->state.kv, ids, n_prompt, err, sizeof err);
+    }
     double t1 = now();
 
     // Decode: sample, print, feed back, until n_predict tokens (-1: no limit) or an end of text.
@@ -416,14 +498,17 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     out_write("\n", 1);
     if (output_status()) return 1;
     // The first token came from the prompt's logits: generation's speed counts forward passes.
-    char shifted[80] = "";
+    char shifted[80] = "", cache[160] = "";
+    if (o->prompt_cache)
+        snprintf(cache, sizeof cache, " (and %d from the prompt cache%s)", reused,
+                 write_cache ? ", then written with the whole prompt" : "");
     if (shifts)
         snprintf(shifted, sizeof shifted, " | context shifts: %d (kept %d, dropped %d each)", shifts, keep,
                  (t->run.n_ctx - keep) / 2);
     fprintf(stderr,
-            "\nprompt: %d token%s in %.3f s (%.1f tok/s) | generation: %d token%s, %d decode step%s in %.3f s "
+            "\nprompt: %d token%s in %.3f s (%.1f tok/s)%s | generation: %d token%s, %d decode step%s in %.3f s "
             "(%.1f tok/s) | threads %d%s%s%s\n",
-            prompt_done, plural(prompt_done), t1 - t0, prompt_done / (t1 - t0), generated, plural(generated), steps,
+            prompt_done, plural(prompt_done), t1 - t0, prompt_done / (t1 - t0), cache, generated, plural(generated), steps,
             plural(steps), t2 - t1, steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, shifted,
             why ? " | stopped: " : "", why ? why : "");
     return interrupted ? 130 : 0;

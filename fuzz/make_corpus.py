@@ -497,6 +497,37 @@ def version4_seeds(model_dir):
             shutil.copy(out, os.path.join(model_dir, f"ok-v4-{case}.bin"))
 
 
+# --- prompt_cache: --prompt-cache files (promptcache.h) for fuzz_prompt_cache.c's KV cache: 2 layers of 2 kv
+# heads of 32; the first two bytes choose the key and value types (0 f32, 1 f16, 2 q8_0: their DType numbers,
+# dtype.h, which the header holds too), the file follows.
+def prompt_cache_file(types, ids, settings=b"fuzz", layers=2, version=1):
+    rows = {0: 4 * 32, 1: 2 * 32, 2: 32 + 2}  # bytes per position: f32, f16, q8_0 (32 int8 and an f16 scale)
+    n = len(ids)
+    stride = (n + 31) // 32 * 32  # keys go in whole blocks of 32 positions
+    head = b"LRPC" + struct.pack("<8i", version, n, layers, 2, 32, types[0], types[1], len(settings))
+    data = bytearray()
+    for _ in range(layers * 2):
+        data += bytes((7 * i) % 251 for i in range(stride * rows[types[0]]))
+        data += bytes((11 * i) % 251 for i in range(n * rows[types[1]]))
+    return bytes(types) + head.ljust(64, b"\0") + settings + struct.pack(f"<{n}i", *ids) + bytes(data)
+
+
+def prompt_cache_seeds():
+    ok = prompt_cache_file((0, 0), range(20))
+    return {
+        "ok-f32-20.cache": ok,
+        "ok-f16-q8_0-40.cache": prompt_cache_file((1, 2), range(40)),
+        "ok-q8_0-f32-shares-10.cache": prompt_cache_file((2, 0), [*range(10), 99, 98, 97]),
+        "ok-f32-60-longer-than-the-prompt.cache": prompt_cache_file((0, 1), range(60)),
+        "other-settings.cache": prompt_cache_file((0, 0), range(20), settings=b"other"),
+        "other-shape.cache": prompt_cache_file((0, 0), range(20), layers=3),
+        "bad-version.cache": prompt_cache_file((0, 0), range(20), version=2),
+        "bad-truncated.cache": ok[:-5],
+        "bad-magic.cache": ok[:2] + b"LRPX" + ok[6:],
+        "bad-header-only.cache": ok[:66],
+    }
+
+
 def main():
     corpus = os.path.join(HERE, "corpus")
     shutil.rmtree(corpus, ignore_errors=True)
@@ -532,6 +563,8 @@ def main():
         write(os.path.join(corpus, "bpe"), name, data)
     for name, data in gguf_seeds().items():
         write(os.path.join(corpus, "gguf"), name, data)
+    for name, data in prompt_cache_seeds().items():
+        write(os.path.join(corpus, "prompt_cache"), name, data)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(corpus) for f in fs)
     print(f"wrote {corpus}: {sum(len(fs) for _, _, fs in os.walk(corpus))} files, {total:,} bytes", file=sys.stderr)
 

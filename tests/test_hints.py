@@ -29,7 +29,8 @@ from lrun.hf_random import make_checkpoint
 from lrun.modelfile import set_field
 
 RUN = str(REPO / "run")
-SOURCES = ["run.c", "cli.c", "loader.c", "gguf.c", "model.c", "rope.c", "chat.c", "bpe.c", "tokenizer.cpp", "sampler.c"]
+SOURCES = ["run.c", "cli.c", "loader.c", "gguf.c", "model.c", "rope.c", "chat.c", "bpe.c", "tokenizer.cpp", "sampler.c",
+           "promptcache.c"]
 ALIASES = [("--ctx", "-c", "--ctx-size"), ("--rope-factor", "--rope-scale"), ("--rope-window", "-gaw", "--grp-attn-w"),
            ("--grp-attn-n", "-gan"), ("--cache-type-k", "-ctk"), ("--cache-type-v", "-ctv"), ("--prompt", "-i"),
            ("--file", "-f"), ("--mode", "-m"), ("--system", "-y"), ("--tokenizer", "-z"), ("--temp", "-t"),
@@ -148,6 +149,15 @@ CASES = {
                       model="@nan_model", fixed_status=1,
                       check=lambda err: ("--check-tensors: tensor layers.2.w2 holds NaN" in err) or pytest.fail(err)),
     # --- run.c: errors ----------------------------------------------------------------------------------
+    "pc-dynamic": Case("(hint: another --rope-scaling, or no --prompt-cache)",
+                       ["--prompt-cache", "@pc1", "--rope-scaling", "dynamic", "--ctx", "1024", "-n", "2"],
+                       "depends on the whole prompt's length", status=1,
+                       fixes=lambda a, h: [put(a, "--rope-scaling", "rerope"), drop(a, "--prompt-cache")]),
+    "pc-ring": Case("(hint: add --swa-full)", ["--prompt-cache", "@pc2", "--ctx", "256", "-b", "16", "-n", "2"],
+                    "sliding layers keep only their last positions", status=1, model="@mistral",
+                    fixes=lambda a, h: [a + ["--swa-full"]]),
+    "pc-path": Case("%s: %s (hint: check the path)", ["--prompt-cache", "@pc_notdir", "-n", "2"], "Not a directory",
+                    status=1, fixes=lambda a, h: [put(a, "--prompt-cache", "@pc3")]),
     "prompt-file": Case("(hint: check the path given to -f)", ["-f", "/nonexistent/prompt.txt", "-n", "2"],
                         "cannot read the prompt file", status=1, fixes=lambda a, h: [put(a, "-f", "@short")]),
     "no-bos": Case("has no BOS token to start from (hint: give a", ["-n", "2"], "the prompt is empty", status=1,
@@ -249,6 +259,12 @@ CASES = {
     "keep": Case('"error: --keep %d leaves nothing for a context shift to drop', ["--keep", "47", "--ctx", "48", "-n", "2"],
                  "leaves nothing for a context shift", status=2,
                  fixes=lambda a, h: [put(a, "--keep", 46), put(a, "--ctx", 49)]),
+    "pc-chat": Case("--prompt-cache, or -m generate)", ["-m", "chat", "--chat-template", "llama2", "--prompt-cache", "@pc7",
+                                                        "-n", "2"],
+                    "chat's turns are not one prompt", status=2, stdin=b"Hello\n",
+                    fixes=lambda a, h: [drop(a, "--prompt-cache"), drop(put(a, "-m", "generate"), "--chat-template")]),
+    "pc-empty": Case("(hint: --prompt-cache prompt.cache)", ["--prompt-cache", "", "-n", "2"], "needs a file name",
+                     status=2, fixes=lambda a, h: [put(a, "--prompt-cache", "@pc8")]),
     "system-without-chat": Case('"%s is for chat (hint: add -m chat)"', ["-y", "Be brief.", "-n", "2"], "is for chat",
                                 status=2, model="@chatml_template"),
     "file-in-chat": Case("(hint: -i for the first turn)", ["-m", "chat", "--chat-template", "llama2", "-f", TEXT, "-n", "2"],
@@ -377,6 +393,16 @@ CASES = {
                               manual="as gguf-tokenizer-kind: -z with the model's own tokenizer file"),
     "gguf-copy-memory": Case("whose file is read as stored", [], "",
                              manual="memory for a GGUF Q8_0 file's copy: free memory, or export/export.py"),
+    # --- promptcache.c ---------------------------------------------------------------------------------
+    "pc-not-a-cache": Case("give --prompt-cache a new file's name", ["--prompt-cache", "@short", "-n", "2"],
+                           "is not a prompt cache", status=1, fixes=lambda a, h: [put(a, "--prompt-cache", "@pc4")]),
+    "pc-remake": Case("#define REMAKE", [], "", manual=(
+        "a file to delete, not a flag: tests/test_prompt_cache.py damages a cache four ways and checks each error "
+        "and that the file is left as it was")),
+    "pc-write": Case("#define ELSEWHERE", ["--prompt-cache", "/nonexistent/folder/p.cache", "-n", "2"], "cannot write",
+                     status=1, fixes=lambda a, h: [put(a, "--prompt-cache", "@pc5")]),
+    "pc-other": Case("(hint: another --prompt-cache file for these settings)", ["--prompt-cache", "@pc_rerope", "-n", "2"],
+                     "is not used and is left as it is", fixes=lambda a, h: [put(a, "--prompt-cache", "@pc6")]),
     "no-magic": Case("(hint: convert a Hugging Face checkpoint with export/export.py)", [], "",
                      manual="export/export.py, not a flag of ./run"),
     "legacy-too-long": Case("(hint: convert the model with export/export.py, ", [], "",
@@ -455,6 +481,13 @@ def models(tmp_path_factory, c_tools):
     out["empty_file"] = d / "empty_file"
     (d / "junk.model").write_bytes(b"\x00\x01junk, not a tokenizer\n")  # neither JSON nor a protocol buffer
     out["junk"] = d / "junk.model"
+    # --prompt-cache: new files' names, a path under a file, and a cache made with other settings
+    for i in range(1, 9):
+        out[f"pc{i}"] = d / f"pc{i}.cache"
+    out["pc_notdir"] = d / "short.txt" / "p.cache"
+    out["pc_rerope"] = d / "rerope.cache"
+    assert subprocess.run([RUN, STORIES_BIN, "-z", TOK512, "-n", "2", "--rope-scaling", "rerope", "--prompt-cache",
+                           out["pc_rerope"]], capture_output=True).returncode == 0
     out["llama_tok"] = [STORIES_BIN, "-z", LLAMA_TOK]
     (d / "short.txt").write_text("Once upon a time, there was a little girl named Lily. " * 4)  # < 512 tokens
     out["short"] = d / "short.txt"

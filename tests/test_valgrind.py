@@ -117,3 +117,14 @@ def test_refused_file_frees_everything(vg_run, tmp_path):
     bad.write_bytes(LEGACY.read_bytes()[:100000])
     _, err = memcheck(vg_run, bad, "-z", TOK512, status=1)
     assert "error: " in err and "not a model file" in err
+
+
+def test_prompt_cache_written_then_read(vg_run, exported, tmp_path):
+    # --prompt-cache: the file written from the KV cache (every byte of it defined), then read back
+    # into a second run's cache, which runs only the rest of its longer prompt.
+    cache = tmp_path / "p.cache"
+    for prompt, want in (("Lily and Tom went to the park", "then written"), ("Lily and Tom went to the park. They",
+                                                                              "from the prompt cache, then written")):
+        out, err = memcheck(vg_run, exported["q8_0"], "-z", TOK512, "-i", prompt, "-n", "4", "-t", "0",
+                            "--prompt-cache", cache, "-ctk", "f16")
+        assert want in err and out.startswith("Lily and Tom")
