@@ -16,7 +16,7 @@
 
 enum {
     OUT_RUN = 64,  // plain C: output coordinates summed at a time
-    ATT_ROWS = 32, // query rows (queries x heads of one kv head) per task, at most: every block of keys
+    ATT_ROWS = 64, // query rows (queries x heads of one kv head) per task, at most: every block of keys
                    // (and its turning, for keys the cache holds un-rotated) and every run of values a
                    // task reads serves them all; each row holds its scores (the context long) meanwhile
 };

@@ -65,6 +65,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -116,14 +117,18 @@ def trained_context(run, model, tok):
 
 
 def run_jobs(jobs, n):
-    """Runs jobs [(cost, key, fn)] n at a time, the costliest first (so that no long run starts last
-    and keeps one core busy alone); returns {key: fn()}. An error (SystemExit) in one stops the rest."""
-    pool = ThreadPoolExecutor(n)
-    try:
-        todo = {pool.submit(fn): key for _, key, fn in sorted(jobs, key=lambda j: -j[0])}
-        return {todo[f]: f.result() for f in as_completed(todo)}
-    finally:
-        pool.shutdown(cancel_futures=True)
+    """Runs jobs [(cost, key, fn, stage)] n at a time, the costliest first (so that no long run starts
+    last and keeps one core busy alone), stage 0 before stage 1 (the passkey trials that read a prompt
+    cache a stage-0 trial writes); returns {key: fn()}. An error (SystemExit) in one stops the rest."""
+    done = {}
+    for stage in sorted({j[3] for j in jobs}):
+        pool = ThreadPoolExecutor(n)
+        try:
+            todo = {pool.submit(fn): key for _, key, fn, s in sorted(jobs, key=lambda j: -j[0]) if s == stage}
+            done.update({todo[f]: f.result() for f in as_completed(todo)})
+        finally:
+            pool.shutdown(cancel_futures=True)
+    return done
 
 
 def cost(tokens, ctx):
@@ -195,12 +200,16 @@ def ppl_jobs(a, ctxs, rows, L):
                 print(f"--ctx {c:5d} {row:20s} perplexity {r['perplexity']:12.4f}  ({r['windows']} windows, "
                       f"{r['seconds']:.1f} s)", file=sys.stderr)
                 return r
-            jobs.append((cost(windows * c if windows else 40000, c), (c, row), job))
+            jobs.append((cost(windows * c if windows else 40000, c), (c, row), job, 0))
     return jobs
 
 
 # ---------------------------------------------------------------------------------------------
 # Passkey: one greedy ./run per trial
+
+# The modes whose keys depend on the whole prompt's length: ./run refuses them a prompt cache.
+FOLLOW_LENGTH = {"dynamic", "dynamic-yarn", "longrope"}
+
 
 def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
     """[(cost, key, fn)]: one ./run per length, row and trial from the start-th on; key (length, row, k)
@@ -219,12 +228,18 @@ def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
         sys.exit(f"error: passkey prompts: {e}")
     jobs = []
     for i, n in enumerate(lengths):
+        # The prompt cache (./run --prompt-cache, README "Prompt cache"): a length's prompts are the
+        # same text up to their key line, so the one with the deepest key, run first, leaves the
+        # keys and values of what all the others begin with. Their answers are the same bit for bit.
+        first = start + max(range(len(plan)), key=lambda j: (plan[j][1], -j))
         for row in rows:
             mode, extra = row_flags(row, n, L)
+            cache = str(Path(a.cache_dir) / f"{n}-{row}.cache") if a.cache_dir and n >= a.prompt_cache_from and \
+                mode not in FOLLOW_LENGTH else None
             for k, (key, d) in enumerate(plan, start=start):
                 p = prompts[i * len(plan) + k - start]
 
-                def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra):
+                def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra + (["--prompt-cache", cache] if cache else [])):
                     t0 = time.monotonic()
                     try:
                         cont, ans = passkey.run_one(a.run, a.passkey_model, tok_path, p, n, mode, N_PREDICT,
@@ -235,7 +250,10 @@ def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
                           f"{'ok' if ans == p.key else '--'} {cont!r}", file=sys.stderr)
                     return {"depth": d, "at": round(p.filler_depth, 4), "key": p.key, "answer": ans,
                             "seconds": round(time.monotonic() - t0, 2)}
-                jobs.append((cost(n, n), (n, row, k), job))
+                stage = 0
+                if cache:  # the deepest key of the first call writes the cache, the others read it
+                    stage = int(k != first or Path(cache).exists())
+                jobs.append((cost(n, n), (n, row, k), job, stage))
     return jobs
 
 
@@ -723,6 +741,9 @@ def main(argv=None):
     ap.add_argument("--contest-trials", type=int, default=10, help="passkey: trials per depth in all, at the "
                     "last --lengths and at the first, for the rows of the last length not told apart from "
                     "its best row by --trials (default 10; at most --trials: no second round)")
+    ap.add_argument("--prompt-cache-from", type=int, default=4096, help="passkey: at lengths from this one on, "
+                    "each row's prompts of a length share a ./run --prompt-cache (what they begin with runs once; "
+                    "the same answers; default 4096; 0: none)")
     ap.add_argument("--seed", type=int, default=1, help="passkey: the seed of the keys (default 1)")
     ap.add_argument("--only", choices=["ppl", "passkey"], help="run one part only")
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="./run processes at a time (default: one "
@@ -787,7 +808,9 @@ def main(argv=None):
         L = trained_context(a.run, a.model, a.tokenizer) if do_ppl else None
         Lp = trained_context(a.run, a.passkey_model, a.passkey_tokenizer) if do_passkey else None
         t_all = time.monotonic()
-        done, rows, contest = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
+        with tempfile.TemporaryDirectory(prefix="passkey-cache-", dir=REPO / "build") as cache_dir:
+            a.cache_dir = cache_dir if a.prompt_cache_from > 0 else None
+            done, rows, contest = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
         run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
                "seconds": round(time.monotonic() - t_all, 1),
                "ppl_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 2), 1),
