@@ -407,9 +407,10 @@ def run_env():
     return env
 
 
-def run_one(run, model, tokenizer, prompt, ctx, mode, n_predict, threads=None, timeout=3600, flags=()):
+def run_one(run, model, tokenizer, prompt, ctx, mode, n_predict, threads=None, timeout=3600, flags=(), info=None):
     """Greedy continuation of prompt.text by ./run at --ctx ctx with --rope-scaling mode (and the ./run
-    options `flags`, e.g. --attn-logn); returns (continuation, answer or None)."""
+    options `flags`, e.g. --attn-logn); returns (continuation, answer or None). With a dict info,
+    info["reused"] is how many prompt tokens came from a --prompt-cache (./run's summary line)."""
     if len(prompt.text.encode()) > MAX_ARG:
         raise ValueError(f"the prompt is {len(prompt.text.encode())} bytes, more than the {MAX_ARG} bytes "
                          f"Linux allows in one command-line argument (hint: shorter --lengths)")
@@ -425,6 +426,9 @@ def run_one(run, model, tokenizer, prompt, ctx, mode, n_predict, threads=None, t
     if proc.returncode != 0:
         raise RuntimeError(f"./run failed (exit {proc.returncode}) at --ctx {ctx} --rope-scaling {mode}:\n"
                            f"{proc.stderr.strip()}")
+    if info is not None:
+        m = re.search(r"\(and (\d+) from the prompt cache", proc.stderr)
+        info["reused"] = int(m[1]) if m else 0
     cont = continuation_of(proc.stdout, prompt.text)
     return cont, parse_answer(cont)
 

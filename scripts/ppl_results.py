@@ -6,7 +6,7 @@ Usage:
               [--text FILE] [--ctx 512,...,32768] [--modes none,ntk,rerope+logn,...]
               [--ppl-windows K | --tokens N] [--passkey-model M.bin] [--passkey-tokenizer TOK]
               [--lengths 512,...,16384] [--depths 0,0.25,0.5,0.75,1] [--trials N]
-              [--extend-within R] [--contest-trials N] [--seed S] [--only ppl | passkey]
+              [--extend-within R] [--contest-trials N] [--prompt-cache-from N] [--seed S] [--only ppl | passkey]
               [--jobs J] [--threads N] [--out-dir DIR] [--json FILE] [--from-json FILE]
 
 A lab (--lab) is a model whose perplexity is measured and one taught to retrieve a passkey, trained at
@@ -25,7 +25,12 @@ the last length that its ten keys do not tell from the best one there (their Wil
 overlap) ask more keys, --contest-trials per depth in all (default 10: fifty keys a cell,
 which tell a mode that always finds the key, 93-100%, from one that misses one time in ten), at the
 last length and at L, with the reference row (none) at L. --extend-within 0 runs every row
-everywhere with --trials, and no second round.
+everywhere with --trials, and no second round. From --prompt-cache-from tokens on (default 4096),
+a row's prompts of one length share a `./run --prompt-cache` file in a temporary folder under
+build/ (README, "Prompt cache"): the trial with the deepest key runs first and writes it, and every
+other one takes from it what it begins with, the task line and the filler up to its key line, so
+only the rest runs; the answers are the same bit for bit (dynamic and dynamic-yarn, whose keys follow
+the whole prompt's length, run without).
 
 Perplexity. `./run MODEL --ppl TEXT --ctx N ...` for every context N and row; its `perplexity:`
 line, bucket table and window lines go to
@@ -216,7 +221,7 @@ def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
     for the k-th of the trials (passkey.trial_plan: `trials` at each depth, keys uniform in [1, 50000],
     seeded, one round of the depths after another, so more trials add rounds to the same first ones),
     which are the same prompts for every row. fn returns {"depth", "at" (where the key line landed), "key",
-    "answer" (None: no number), "seconds"}."""
+    "answer" (None: no number), "seconds", "cached" (prompt tokens taken from the prompt cache)}."""
     tok_path = Path(a.passkey_tokenizer)
     if start >= trials * len(depths) or not rows:
         return []
@@ -240,16 +245,16 @@ def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
                 p = prompts[i * len(plan) + k - start]
 
                 def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra + (["--prompt-cache", cache] if cache else [])):
-                    t0 = time.monotonic()
+                    t0, info = time.monotonic(), {}
                     try:
                         cont, ans = passkey.run_one(a.run, a.passkey_model, tok_path, p, n, mode, N_PREDICT,
-                                                    a.threads, flags=extra)
+                                                    a.threads, flags=extra, info=info)
                     except (ValueError, RuntimeError) as e:
                         sys.exit(f"error: {e}")
                     print(f"length {n:5d} {row:20s} depth {p.filler_depth:.3f} key {p.key:5d} answer {ans} "
                           f"{'ok' if ans == p.key else '--'} {cont!r}", file=sys.stderr)
                     return {"depth": d, "at": round(p.filler_depth, 4), "key": p.key, "answer": ans,
-                            "seconds": round(time.monotonic() - t0, 2)}
+                            "seconds": round(time.monotonic() - t0, 2), "cached": info["reused"]}
                 stage = 0
                 if cache:  # the deepest key of the first call writes the cache, the others read it
                     stage = int(k != first or Path(cache).exists())

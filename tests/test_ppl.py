@@ -212,6 +212,35 @@ def test_quick_results_leave_docs_alone(c_tools, tiny64, passkey64):
     assert docs() == before  # no file in docs/ written, added or removed
 
 
+def test_passkey_trials_from_a_prompt_cache_answer_the_same(c_tools, passkey64, tmp_path):
+    """scripts/ppl_results.py's shared prompt cache (--prompt-cache-from): the trials of a row and length
+    that read the cache the deepest key wrote answer as the same trials run whole, key for key and
+    token for token of the answer; they did take their beginning from it (more tokens the deeper the
+    key), dynamic (whose keys follow the whole length) runs without, and the cache folder is gone
+    after the run."""
+    def trials(cache_from):
+        out = tmp_path / f"from{cache_from}.json"
+        proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--only", "passkey",
+                               "--passkey-model", str(passkey64), "--passkey-tokenizer",
+                               str(PASSKEY_HF / "tokenizer.model"), "--lengths", "512,1024", "--modes",
+                               "rerope+logn,dynamic", "--depths", "0,0.5,1", "--trials", "2", "--extend-within", "0",
+                               "--prompt-cache-from", str(cache_from), "--out-dir", str(tmp_path / "out"),
+                               "--json", str(out)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(out.read_text())["passkey"]["results"]
+    before = set((REPO / "build").glob("passkey-cache-*"))
+    whole, cached = trials(0), trials(1024)
+    strip = lambda t: [(x["key"], x["answer"], x["at"]) for x in t]  # noqa: E731
+    assert all(strip(whole[n][m]) == strip(cached[n][m]) for n in whole for m in whole[n])
+    used = {(n, m): [x["cached"] for x in cached[n][m]] for n in cached for m in cached[n]}
+    assert all(c == 0 for t in whole.values() for r in t.values() for c in [x["cached"] for x in r])
+    assert used[("512", "rerope+logn")] == [0] * 6 and used[("1024", "dynamic")] == [0] * 6
+    most = {d: max(x["cached"] for x in cached["1024"]["rerope+logn"] if x["depth"] == d) for d in (0, 0.5, 1)}
+    assert 0 < most[0] < most[0.5] < most[1], most  # deeper keys take more: the task line at least
+    assert used[("1024", "rerope+logn")].count(0) == 1  # the deepest key, which wrote it
+    assert set((REPO / "build").glob("passkey-cache-*")) == before
+
+
 def test_block_size_does_not_change_the_result(c_tools, setup):
     model, text, _ = setup
     blocked = run_ppl(model, text, "--ctx", 512, "--ppl-windows", 2, "-b", 64)
