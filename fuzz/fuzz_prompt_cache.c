@@ -67,6 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < N; i++)
         ids[i] = i;
     if (ftruncate(fd, 0) || pwrite(fd, data + 2, size - 2, 0) != (ssize_t)(size - 2)) abort();
+    // dup shares the file offset, which the last input's read left at its end: back to the start.
+    if (lseek(fd, 0, SEEK_SET)) abort();
     FILE *f = fdopen(dup(fd), "rb");
     if (!f) abort();
     int reused = 0;
