@@ -63,7 +63,11 @@ PcacheStatus pcache_read(FILE *f, const char *name, const char *settings, KVCach
     const int same_shape = !memcmp(shape, h + 2, sizeof shape);
     // The whole file's size, known before reading its data: a damaged one is refused untouched.
     const uint64_t want = HEADER + (uint64_t)text + 4 * (uint64_t)tokens + (same_shape ? data_bytes(c, tokens) : 0);
-    if (fstat(fileno(f), &st) || (same_shape && (uint64_t)st.st_size != want) || (uint64_t)st.st_size < want) {
+    if (fstat(fileno(f), &st)) {
+        snprintf(err, errlen, "%s: cannot read the prompt cache's size: %s " REMAKE, name, strerror(errno));
+        return PCACHE_BAD;
+    }
+    if ((same_shape && (uint64_t)st.st_size != want) || (uint64_t)st.st_size < want) {
         snprintf(err, errlen, "%s: a damaged prompt cache (%lld bytes, not the %llu its header says) " REMAKE, name,
                  (long long)st.st_size, (unsigned long long)want);
         return PCACHE_BAD;

@@ -442,10 +442,10 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
     char err[300];
     const int prompt_done = prefill(t, ids + reused, n_prompt - reused, reused, &logits, err, sizeof err);
     int status = prompt_done < 0;
-    if (!status && write_cache && prompt_done == n_prompt - reused) {
+    const double t1 = now(); // the prompt's time: its forward passes; the cache file's writing is neither's
+    if (!status && write_cache && prompt_done == n_prompt - reused)
         status = pcache_write(o->prompt_cache, settings, &t->state.kv, ids, n_prompt, err, sizeof err);
-    }
-    double t1 = now();
+    const double t_gen = now();
 
     // Decode: sample, print, feed back, until n_predict tokens (-1: no limit) or an end of text.
     // When the context is full, a context shift (README, "Past the end of the context") keeps the
@@ -509,7 +509,7 @@ static int generate(Transformer *t, Tokenizer *tok, const Options *o) {
             "\nprompt: %d token%s in %.3f s (%.1f tok/s)%s | generation: %d token%s, %d decode step%s in %.3f s "
             "(%.1f tok/s) | threads %d%s%s%s\n",
             prompt_done, plural(prompt_done), t1 - t0, prompt_done / (t1 - t0), cache, generated, plural(generated), steps,
-            plural(steps), t2 - t1, steps ? steps / (t2 - t1) : 0.0, t->state.n_threads, shifted,
+            plural(steps), t2 - t_gen, steps ? steps / (t2 - t_gen) : 0.0, t->state.n_threads, shifted,
             why ? " | stopped: " : "", why ? why : "");
     return interrupted ? 130 : 0;
 }

@@ -64,6 +64,7 @@ whether one planted fact is still found, not how a large model uses a long conte
 "Results", reads the tables.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -217,7 +218,7 @@ FOLLOW_LENGTH = {"dynamic", "dynamic-yarn", "longrope"}
 
 
 def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
-    """[(cost, key, fn)]: one ./run per length, row and trial from the start-th on; key (length, row, k)
+    """[(cost, key, fn, stage)] (run_jobs): one ./run per length, row and trial from the start-th on; key (length, row, k)
     for the k-th of the trials (passkey.trial_plan: `trials` at each depth, keys uniform in [1, 50000],
     seeded, one round of the depths after another, so more trials add rounds to the same first ones),
     which are the same prompts for every row. fn returns {"depth", "at" (where the key line landed), "key",
@@ -241,10 +242,12 @@ def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
             mode, extra = row_flags(row, n, L)
             cache = str(Path(a.cache_dir) / f"{n}-{row}.cache") if a.cache_dir and n >= a.prompt_cache_from and \
                 mode not in FOLLOW_LENGTH else None
+            if cache:
+                extra += ["--prompt-cache", cache]
             for k, (key, d) in enumerate(plan, start=start):
                 p = prompts[i * len(plan) + k - start]
 
-                def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra + (["--prompt-cache", cache] if cache else [])):
+                def job(n=n, row=row, p=p, d=d, mode=mode, extra=extra):
                     t0, info = time.monotonic(), {}
                     try:
                         cont, ans = passkey.run_one(a.run, a.passkey_model, tok_path, p, n, mode, N_PREDICT,
@@ -255,9 +258,8 @@ def passkey_jobs(a, lengths, rows, L, depths, trials, start=0):
                           f"{'ok' if ans == p.key else '--'} {cont!r}", file=sys.stderr)
                     return {"depth": d, "at": round(p.filler_depth, 4), "key": p.key, "answer": ans,
                             "seconds": round(time.monotonic() - t0, 2), "cached": info["reused"]}
-                stage = 0
-                if cache:  # the deepest key of the first call writes the cache, the others read it
-                    stage = int(k != first or Path(cache).exists())
+                # the deepest key of the first call writes the cache (stage 0), the others read it
+                stage = int(bool(cache) and (k != first or Path(cache).exists()))
                 jobs.append((cost(n, n), (n, row, k), job, stage))
     return jobs
 
@@ -813,8 +815,12 @@ def main(argv=None):
         L = trained_context(a.run, a.model, a.tokenizer) if do_ppl else None
         Lp = trained_context(a.run, a.passkey_model, a.passkey_tokenizer) if do_passkey else None
         t_all = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="passkey-cache-", dir=REPO / "build") as cache_dir:
-            a.cache_dir = cache_dir if a.prompt_cache_from > 0 else None
+        caching = do_passkey and a.prompt_cache_from > 0
+        if caching:
+            (REPO / "build").mkdir(exist_ok=True)
+        with (tempfile.TemporaryDirectory(prefix="passkey-cache-", dir=REPO / "build") if caching
+              else contextlib.nullcontext()) as cache_dir:
+            a.cache_dir = cache_dir
             done, rows, contest = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
         run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
                "seconds": round(time.monotonic() - t_all, 1),
