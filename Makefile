@@ -154,8 +154,9 @@ plots: tests/tools/rope_dump
 # tiny64 (the perplexity of tiny64x512, head_dim 64, theta 10000, on its held-out text, and the passkey
 # retrieval of passkey64x512, tiny64x512 taught to retrieve at 512 tokens) and tiny128 (tiny128x512 and
 # passkey128x512: head_dim 128, one kv head, theta 500000). Every mode with and without log-n,
-# perplexity at 1x..32x and retrieval at 1x..16x (ten keys a cell), then 64x and 32x for the rows
-# within 1.10x at 32x, and fifty keys at 32x and 1x for those that ten keys do not tell from the best.
+# perplexity at 1x..32x and retrieval at 1x..16x (ten keys a cell), then perplexity at 64x and
+# retrieval at 32x and 64x for the rows within 1.10x at 32x, and fifty keys at 32x and 1x for those
+# that ten keys do not tell from the best.
 # README, "Results", has how long it takes. RESULTS_ARGS="--ctx 512,2048 --lengths 512,2048 --modes
 # none,rerope+logn" (any subset) writes build/ppl-quick/LAB/ instead.
 RESULTS_ARGS ?=

@@ -5,7 +5,7 @@ Usage:
   /usr/bin/python3 scripts/ppl_results.py [--lab tiny64 | tiny128] [--model M.bin] [-z TOK.model]
               [--text FILE] [--ctx 512,...,32768] [--modes none,ntk,rerope+logn,...]
               [--ppl-windows K | --tokens N] [--passkey-model M.bin] [--passkey-tokenizer TOK]
-              [--lengths 512,...,16384] [--depths 0,0.25,0.5,0.75,1] [--trials N]
+              [--lengths 512,...,32768] [--depths 0,0.25,0.5,0.75,1] [--trials N]
               [--extend-within R] [--contest-trials N] [--prompt-cache-from N] [--seed S] [--only ppl | passkey]
               [--jobs J] [--threads N] [--out-dir DIR] [--json FILE] [--from-json FILE]
 
@@ -19,12 +19,12 @@ context (dynamic with --rope-factor ctx / L, as transformers runs it), the same 
 The schedule: the columns run one after another, each column's ./run calls J at a time. Every row
 runs at every --ctx but the last, and at every --lengths with --trials keys per depth (default 2:
 ten keys a cell), except that a row which found no key at one length is not asked at longer ones.
-The last --ctx (64x) and the last --lengths (32x) are for the rows within --extend-within (1.10) of
-the 1x perplexity at the --ctx before the last (32x). Then the contest's second round: the rows of
-the last length that its ten keys do not tell from the best one there (their Wilson 95% intervals
-overlap) ask more keys, --contest-trials per depth in all (default 10: fifty keys a cell,
-which tell a mode that always finds the key, 93-100%, from one that misses one time in ten), at the
-last length and at L, with the reference row (none) at L. --extend-within 0 runs every row
+The last --ctx (64x) and the --lengths from the --ctx before it on (32x and 64x) are for the rows
+within --extend-within (1.10) of the 1x perplexity at that --ctx before the last (32x). Then the
+contest's second round: the rows at 32x that its ten keys do not tell from the best one there (their
+Wilson 95% intervals overlap) ask more keys, --contest-trials per depth in all (default 10: fifty keys
+a cell, which tell a mode that always finds the key, 93-100%, from one that misses one time in ten),
+at 32x and at L, with the reference row (none) at L. --extend-within 0 runs every row
 everywhere with --trials, and no second round. From --prompt-cache-from tokens on (default 4096),
 a row's prompts of one length share a `./run --prompt-cache` file in a temporary folder under
 build/ (README, "Prompt cache"): the trial with the deepest key runs first and writes it, and every
@@ -50,7 +50,7 @@ answered greedily by `./run PASSKEY_MODEL -t 0 -n 8 --ctx N ...` into
 
 Defaults: the perplexity on the held-out tenth of the TinyStories text the models never saw in
 training, the first 32768 tokens at every context (64 windows of 512 ... 1 of 32768: the same text in
-every column), 1x to 64x; retrieval at 1x to 32x, 5 depths x 2 keys (x 10 in the contest's second
+every column), 1x to 64x; retrieval at 1x to 64x, 5 depths x 2 keys (x 10 in the contest's second
 round); the eleven modes with and without log-n. The ./run calls go J at a time (--jobs, default:
 one per core), each with --threads (default 1); the numbers do not depend on either. The full default run of a lab
 writes docs/results/LAB/ (with results.json, the parsed numbers); any other run writes
@@ -535,11 +535,12 @@ def passkey_markdown(pk, lengths, rows):
            f"number of the continuation is the key. Trained context L = {L}."]
     contest = meta.get("contest")
     if contest:
-        out[-1] += (f" At {lengths[-1]} only the rows within {contest['within']}x of the 1x perplexity "
-                    f"at the longest context before the last ran ({', '.join(contest['rows'])}).")
+        ext = contest.get("lengths", lengths[-1:])
+        out[-1] += (f" At {' and '.join(map(str, ext))} only the rows within {contest['within']}x of the 1x "
+                    f"perplexity at the longest context before the last ran ({', '.join(contest['rows'])}).")
     if contest and contest.get("second_round"):
-        out[-1] += (f" Then the rows there that those keys did not tell apart from the best one (their Wilson "
-                    f"95% intervals overlap: {', '.join(contest['second_round'])}) asked "
+        out[-1] += (f" Then the rows at {ext[0]} that those keys did not tell apart from the best one (their "
+                    f"Wilson 95% intervals overlap: {', '.join(contest['second_round'])}) asked "
                     f"{contest['trials']} at each depth in all, there and at {lengths[0]}, and so did {ref} at "
                     f"{lengths[0]}.")
     out[-1] += " A row that found no key at one length is not asked at longer ones. — is a cell not run."
@@ -648,21 +649,32 @@ def trials_of(done, n, m):
     return [done[k] for k in sorted(k for k in done if len(k) == 3 and k[:2] == (n, m))]
 
 
+def extended_lengths(ctxs, lengths, do_ppl):
+    """The passkey lengths that only the rows picked for the last context run: with a perplexity part,
+    those from the context the rows are picked at (the --ctx before the last, 32x by default) on, but
+    never L (every row's reference); without one, the last length (the rows picked at the one before)."""
+    if not do_ppl:
+        return lengths[-1:]
+    return [n for n in lengths[1:] if n >= ctxs[-2]]
+
+
 def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend):
     """Runs the ./run calls column by column, each column's calls J at a time, and returns ({key: result},
-    the rows of the last column or None, the rows of the contest's second round). A row that found no
-    key at one length is not asked at longer ones (— in the tables): retrieval only gets harder with
-    length, and these trials cost the most. With extend, the last --ctx and the last --lengths are for
-    the rows within --extend-within of the 1x perplexity at the --ctx before the last (without a
-    perplexity part: those with the most keys right at the length before the last). The passkey
-    columns run a column behind the perplexity ones, so that the last length knows those rows. Then
-    the contest's second round (contest_round)."""
+    the rows of the extended columns or None, the rows of the contest's second round). A row that found
+    no key at one length is not asked at longer ones (— in the tables): retrieval only gets harder with
+    length, and these trials cost the most. With extend, the last --ctx and the extended lengths
+    (extended_lengths: 32x and 64x by default) are for the rows within --extend-within of the 1x
+    perplexity at the --ctx before the last (without a perplexity part: those with the most keys right
+    at the length before the last). The passkey columns run a column behind the perplexity ones, and
+    the extended ones no earlier than the last context, which is when those rows are known. Then the
+    contest's second round at the first extended length (contest_round)."""
     done, rows = {}, None
     alive_n = list(modes)
     ref = "none" if "none" in modes else modes[0]
+    ext = extended_lengths(ctxs, lengths, do_ppl) if extend and do_passkey else []
     pk_phase = [j + 1 for j in range(len(lengths))]
-    if extend and do_ppl and do_passkey:
-        pk_phase[-1] = max(pk_phase[-1], len(ctxs) - 1)
+    if ext and do_ppl:
+        pk_phase = [max(p, len(ctxs) - 1) if n in ext else p for p, n in zip(pk_phase, lengths)]
     for i in range(max([len(ctxs)] + pk_phase) + 1):
         if extend and rows is None and (i == len(ctxs) - 1 if do_ppl else i == pk_phase[-1]):
             if do_ppl:
@@ -678,14 +690,13 @@ def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
             jobs += ppl_jobs(a, [ctxs[i]], rows if extend and i == len(ctxs) - 1 else modes, L)
         for j, phase in enumerate(pk_phase):
             if do_passkey and phase == i:
-                last = extend and j == len(lengths) - 1
-                asked = [m for m in rows if m in alive_n] if last else alive_n
+                asked = [m for m in rows if m in alive_n] if lengths[j] in ext else alive_n
                 jobs += passkey_jobs(a, [lengths[j]], asked, Lp, depths, a.trials)
         done.update(run_jobs(jobs, a.jobs))
         for j, phase in enumerate(pk_phase):
-            if do_passkey and phase == i and not (extend and j == len(lengths) - 1):
+            if do_passkey and phase == i:
                 alive_n = [m for m in alive_n if right(trials_of(done, lengths[j], m))]
-    contest = contest_round(a, done, lengths, rows, ref, Lp, depths) if extend and do_passkey else []
+    contest = contest_round(a, done, ext[0], lengths[0], rows, ref, Lp, depths) if ext else []
     return done, rows, contest
 
 
@@ -699,15 +710,14 @@ def contenders(cells):
     return [m for m, t in cells.items() if wilson(right(t), len(t))[1] >= low]
 
 
-def contest_round(a, done, lengths, rows, ref, Lp, depths):
-    """The contest's second round: where --trials keys a cell cannot tell the rows of the last length
-    apart, more keys. The rows whose Wilson 95% interval there overlaps the best row's (contenders:
-    9/10, 60-98%, is not told from 10/10, 72-100%) ask --contest-trials keys per depth in all at the
-    last length, and so do they and the reference row (none) at the first, L, the retrieval they are
-    measured against; the first --trials rounds are the keys already asked (passkey.trial_plan). No
-    round when no row found a key at the last length, or --contest-trials is not above --trials.
-    Returns its rows."""
-    n = lengths[-1]
+def contest_round(a, done, n, first_n, rows, ref, Lp, depths):
+    """The contest's second round: where --trials keys a cell cannot tell the rows of length n (the
+    first extended one) apart, more keys. The rows whose Wilson 95% interval there overlaps the best
+    row's (contenders: 9/10, 60-98%, is not told from 10/10, 72-100%) ask --contest-trials keys per
+    depth in all at n, and so do they and the reference row (none) at the first length, L, the
+    retrieval they are measured against; the first --trials rounds are the keys already asked
+    (passkey.trial_plan). No round when no row found a key at n, or --contest-trials is not above
+    --trials. Returns its rows."""
     asked = {m: t for m in rows if (t := trials_of(done, n, m))}
     go = contenders(asked) if a.contest_trials > a.trials else []
     if not go:
@@ -715,7 +725,7 @@ def contest_round(a, done, lengths, rows, ref, Lp, depths):
     print(f"the contest's second round, {a.contest_trials} keys per depth: {', '.join(go)}", file=sys.stderr)
     first = a.trials * len(depths)
     jobs = passkey_jobs(a, [n], go, Lp, depths, a.contest_trials, start=first) + \
-        passkey_jobs(a, [lengths[0]], [ref] + [m for m in go if m != ref], Lp, depths, a.contest_trials, start=first)
+        passkey_jobs(a, [first_n], [ref] + [m for m in go if m != ref], Lp, depths, a.contest_trials, start=first)
     done.update(run_jobs(jobs, a.jobs))
     return go
 
@@ -738,16 +748,16 @@ def main(argv=None):
     g.add_argument("--ppl-windows", type=int, help="perplexity: at most K windows per run")
     g.add_argument("--tokens", type=int, default=32768, help="perplexity: the first N tokens at every context: "
                    "N // ctx windows (default 32768; 0: the whole text)")
-    ap.add_argument("--lengths", default="512,1024,2048,4096,8192,16384", help="passkey: context lengths N (the "
+    ap.add_argument("--lengths", default="512,1024,2048,4096,8192,16384,32768", help="passkey: context lengths N (the "
                     "smallest should be L)")
     ap.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="passkey: depths in [0, 1]")
     ap.add_argument("--trials", type=int, default=2, help="passkey: trials per length, depth and row (default 2)")
-    ap.add_argument("--extend-within", type=float, default=1.10, help="the last --ctx and the last --lengths run "
-                    "only the rows within this many times the 1x perplexity at the --ctx before the last "
+    ap.add_argument("--extend-within", type=float, default=1.10, help="the last --ctx, and the --lengths from the "
+                    "--ctx before it on, run only the rows within this many times the 1x perplexity at that --ctx "
                     "(default 1.10; 0: every row everywhere)")
     ap.add_argument("--contest-trials", type=int, default=10, help="passkey: trials per depth in all, at the "
-                    "last --lengths and at the first, for the rows of the last length not told apart from "
-                    "its best row by --trials (default 10; at most --trials: no second round)")
+                    "first extended length (32x) and at the first, for the rows there not told apart from "
+                    "the best row by --trials (default 10; at most --trials: no second round)")
     ap.add_argument("--prompt-cache-from", type=int, default=4096, help="passkey: at lengths from this one on, "
                     "each row's prompts of a length share a ./run --prompt-cache (what they begin with runs once; "
                     "the same answers; default 4096; 0: none)")
@@ -848,7 +858,7 @@ def main(argv=None):
                            "trials": a.trials, "seed": a.seed, "n_predict": N_PREDICT, **run}, "results": pk_res}
             if extend:
                 pk["meta"]["contest"] = {"within": a.extend_within, "rows": rows, "trials": a.contest_trials,
-                                         "second_round": contest}
+                                         "lengths": extended_lengths(ctxs, lengths, do_ppl), "second_round": contest}
         print(f"all runs: {run['seconds']:.0f} s", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
         saved = json.dumps({"meta": meta, "results": res, "passkey": pk}, indent=1) + "\n"

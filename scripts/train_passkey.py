@@ -17,13 +17,20 @@ The second shape (issue 52; --recipe, RECIPES below; 2026-12-02, the same VM, --
   - tiny128x512, from scratch (1000 steps, 6 of 8 rows with passkey examples, 1538 s): held-out loss
     2.026 (tiny64x512: 2.074), and 0% on every passkey check at every 100 steps: mixed in from the
     first step, the examples taught it the text but not to retrieve.
-  - passkey128x512, from tiny128x512 with passkey64x512's recipe in three passes (450, 450 and 200
-    steps, each a run of this script from the last one's weights; --recipe passkey128x512 runs the
-    three in one process, each seeded afresh as a run is; 1162 + 1292 + 507 s): 0% through the first pass (answer loss 1.55 to 0.84), the
-    jump in the second (0-3% at steps 100-200, 16-31% at 300, 59-66% at 400), 69% / 81% / 72% at the
-    end of the third (filler 512 / filler 256 / story); held-out loss 2.158. With ./run, greedy:
-    38/50 at 256 and 36/50 at 512 tokens with random depths (seed 2). Two query heads on one kv
-    head, against passkey64x512's four on two, took about three times the steps and end lower.
+  - passkey128x512, from tiny128x512 with passkey64x512's recipe in four passes, each a run of this
+    script from the last one's weights (--recipe passkey128x512 runs them in one process, each
+    seeded afresh as a run is): 450, 450 and 200 steps (seed 7; 1162 + 1292 + 507 s): 0% through the
+    first pass (answer loss 1.55 to 0.84), the jump in the second (0-3% at steps 100-200, 16-31% at
+    300, 59-66% at 400), 69% / 81% / 72% at the end of the third (filler 512 / filler 256 / story);
+    with ./run, greedy, 38/50 at 256 and 36/50 at 512 tokens with random depths (seed 2). That weak
+    retriever left the lab little to measure, so (2026-12-02 again, on a 2-vCPU AMD EPYC Zen 5 VM,
+    --threads 1, 1102 s) a fourth pass of 600 steps with fresh examples (seed 8: the first three
+    all drew seed 7's) and a fifth of the peak learning rate (3e-4; at 1.5e-3 a trial of this pass fell to
+    28% on filler 512 by step 100, and was stopped): 78% / 84% / 84% at its start (its own eval sets),
+    62-75% on filler 512 up to step 200 while the examples grew back to 512 tokens, then 88%, 91%,
+    94%, 91% at steps 300-600 (filler 256 100%, story 97% at the end); held-out loss 2.158 -> 2.237.
+    With ./run, greedy, the same prompts: 49/50 at 256 and 50/50 at 512. Two query heads on one kv
+    head, against passkey64x512's four on two, took about four times the steps.
 
 Usage (from the repository root, `make run tools` first: the text is tokenized by tests/tools/tok_dump):
   /usr/bin/python3 scripts/train_passkey.py [--recipe passkey64x512 | tiny128x512 | passkey128x512]
@@ -119,7 +126,8 @@ BASE = DATA / "tiny64x512-hf"                 # the starting weights (None: from
 DIM, LAYERS, HEADS, KV_HEADS, HEAD_DIM, HIDDEN, VOCAB = 256, 4, 4, 2, 64, 688, 512
 CTX, THETA, EPS = 512, 10000.0, 1e-5
 STEPS = 900
-PASSES = None                      # a list of steps: passes one after another, each as a run from the last's weights
+PASSES = None                      # passes one after another, each as a run from the last's weights: a
+                                   # number of steps, or (steps, seed, peak LR) for a pass with its own
 PASSKEY_ROWS, STORY_ROWS = 14, 2   # rows of 513 tokens per batch
 STORY_SHARE = 0.5                  # share of passkey examples whose filler is story text
 ANSWER_WEIGHT = 10.0
@@ -138,7 +146,7 @@ SHAPE128 = dict(HEADS=2, KV_HEADS=1, HEAD_DIM=128, HIDDEN=512, THETA=500000.0)
 RECIPES = {
     "passkey64x512": {},
     "tiny128x512": dict(SHAPE128, BASE=None, STEPS=1000, PASSKEY_ROWS=6, STORY_ROWS=2, LR=3e-3, WARMUP=100),
-    "passkey128x512": dict(SHAPE128, BASE=DATA / "tiny128x512-hf", PASSES=[450, 450, 200]),
+    "passkey128x512": dict(SHAPE128, BASE=DATA / "tiny128x512-hf", PASSES=[450, 450, 200, (600, 8, 3e-4)]),
 }
 
 
@@ -404,11 +412,11 @@ def passkey_accuracy(p, examples):
 # ---------------------------------------------------------------------------------------------
 # 5. Training, and 7. writing the directory
 
-def lr_at(step, steps):
+def lr_at(step, steps, peak):
     if step < WARMUP:
-        return LR * (step + 1) / WARMUP
+        return peak * (step + 1) / WARMUP
     t = (step - WARMUP) / max(1, steps - WARMUP)
-    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def write_model(p, out):
@@ -424,12 +432,12 @@ def write_model(p, out):
     shutil.copyfile(TOK, out / "tokenizer.model")
 
 
-def train(a, p, tok, tokens, pieces, fixed, steps, t0):
-    """One pass of `steps` steps on the weights p, in place: the seeds set afresh (so a pass is what a
-    run of the script from the previous pass's written weights does), its own eval sets, optimizer and
-    schedule. Returns when its training began."""
-    torch.manual_seed(a.seed)
-    rng = random.Random(a.seed)
+def train(a, p, tok, tokens, pieces, fixed, steps, t0, seed, peak):
+    """One pass of `steps` steps on the weights p, in place: the seeds set afresh from `seed` (so a pass
+    is what a run of the script from the previous pass's written weights does), its own eval sets,
+    optimizer and schedule (peak LR `peak`). Returns when its training began."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
     evals = passkey_set(tok, rng, pieces, len(tokens))
     print(f"data: {len(tokens)} tokens (an example without filler: {fixed[0]} tokens, {fixed[1]} more per extra question), "
           f"eval sets {', '.join(f'{k} ({len(v)})' for k, v in evals.items())}; {time.time() - t0:.0f} s",
@@ -437,7 +445,7 @@ def train(a, p, tok, tokens, pieces, fixed, steps, t0):
     decay = [t for n, t in p.items() if t.dim() == 2]
     rest = [t for n, t in p.items() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}],
-                            lr=LR, betas=(0.9, 0.95))
+                            lr=peak, betas=(0.9, 0.95))
 
     def report(step):
         acc = {k: passkey_accuracy(p, v) for k, v in evals.items()}
@@ -452,7 +460,7 @@ def train(a, p, tok, tokens, pieces, fixed, steps, t0):
         examples = make_examples(tok, rng, pieces, (1, TRAIN_TOKENS), PASSKEY_ROWS * (1 + 2 * CTX // longest), longest, fixed)
         x, y, w, m = batch(rng, tokens, examples, TRAIN_TOKENS)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps)
+            g["lr"] = lr_at(step, steps, peak)
         ce = F.cross_entropy(forward(p, x).reshape(-1, VOCAB), y.reshape(-1), reduction="none").view_as(y)
         loss = (ce * w).sum() / w.sum()
         opt.zero_grad(set_to_none=True)
@@ -466,7 +474,7 @@ def train(a, p, tok, tokens, pieces, fixed, steps, t0):
         ans_avg = ans if ans_avg is None else 0.9 * ans_avg + 0.1 * ans
         if (step + 1) % 10 == 0 or a.time_steps:
             print(f"step {step + 1}/{steps}: loss {loss.item():.4f}, story rows {lm_avg:.4f}, answer tokens "
-                  f"{ans_avg:.4f} ({m.sum().item()} in the batch), longest example {longest}, lr {lr_at(step, steps):.2e}, {(time.time() - t_train) / (step + 1):.2f} s/step",
+                  f"{ans_avg:.4f} ({m.sum().item()} in the batch), longest example {longest}, lr {lr_at(step, steps, peak):.2e}, {(time.time() - t_train) / (step + 1):.2f} s/step",
                   flush=True)
         if not a.time_steps and ((step + 1) % EVAL_EVERY == 0 or step + 1 == steps):
             report(step + 1)
@@ -480,11 +488,12 @@ def main(argv=None):
     ap.add_argument("--base", help="the directory whose weights it starts from (default: the recipe's)")
     ap.add_argument("--out", help="the directory to write (default data/RECIPE-hf)")
     ap.add_argument("--steps", type=int, help="one pass of this many steps (default: the recipe's passes)")
+    ap.add_argument("--lr", type=float, help="the peak learning rate (default: the recipe's)")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
     ap.add_argument("--time-steps", type=int, help="run this many steps, print the time per step, write nothing")
     a = ap.parse_args(argv)
-    globals().update(RECIPES[a.recipe], **({"BASE": Path(a.base)} if a.base else {}))
+    globals().update(RECIPES[a.recipe], **({"BASE": Path(a.base)} if a.base else {}), **({"LR": a.lr} if a.lr else {}))
     passes = [a.time_steps] if a.time_steps else [a.steps] if a.steps else PASSES or [STEPS]
     a.out = a.out or str(DATA / f"{a.recipe}-hf")
     torch.set_num_threads(a.threads)
@@ -494,10 +503,11 @@ def main(argv=None):
     assert len(tokens) == 393_013, f"{TEXT}: {len(tokens)} tokens, expected 393,013 (data/README.md)"
     fixed = fixed_tokens(tok)
     p = load_base(a.seed)
-    for k, steps in enumerate(passes):
+    for k, one in enumerate(passes):
+        steps, seed, peak = one if isinstance(one, tuple) else (one, a.seed, LR)
         if len(passes) > 1:
-            print(f"pass {k + 1} of {len(passes)}: {steps} steps", flush=True)
-        t_train = train(a, p, tok, tokens, pieces, fixed, steps, t0)
+            print(f"pass {k + 1} of {len(passes)}: {steps} steps, seed {seed}, peak lr {peak:g}", flush=True)
+        t_train = train(a, p, tok, tokens, pieces, fixed, steps, t0, seed, peak)
     if a.time_steps:
         print(f"{(time.time() - t_train) / a.time_steps:.2f} s per step with {a.threads} thread(s)")
         return 0

@@ -20,7 +20,8 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from conftest import LLAMA_TOK, PASSKEY_HF, PYTHON, REPO, STORIES_BIN, TINY64_HF, TOK512, run_export
+from conftest import (LLAMA_TOK, PASSKEY128_HF, PASSKEY_HF, PYTHON, REPO, STORIES_BIN, TINY64_HF, TINY128_HF,
+                      TOK512, run_export)
 from lrun.hf_random import make_checkpoint
 from test_bpe import oracle
 
@@ -312,9 +313,11 @@ def test_missing_or_broken_tokenizer_is_one_line_error(llama3, tmp_path):
 
 @pytest.fixture(scope="module")
 def trained(c_tools, tmp_path_factory):
-    """{name: model file}: passkey64x512 and tiny64x512, the weights it was fine-tuned from."""
+    """{name: model file}: passkey64x512 and tiny64x512, the weights it was fine-tuned from, and the
+    second shape's pair, passkey128x512 and tiny128x512."""
     out = {}
-    for name, hf in (("passkey64", PASSKEY_HF), ("tiny64", TINY64_HF)):
+    for name, hf in (("passkey64", PASSKEY_HF), ("tiny64", TINY64_HF), ("passkey128", PASSKEY128_HF),
+                     ("tiny128", TINY128_HF)):
         out[name] = tmp_path_factory.mktemp(name) / "model.bin"
         proc = run_export(hf, out[name])
         assert proc.returncode == 0, proc.stderr
@@ -336,6 +339,12 @@ def test_passkey64_retrieves_where_its_base_cannot(trained, tmp_path):
     # at random depths); the weights it came from, on the same prompts, do not: the training did it.
     assert right_answers(trained["passkey64"], 512, "none", tmp_path) >= 9
     assert right_answers(trained["tiny64"], 512, "none", tmp_path) <= 1
+
+
+def test_passkey128_retrieves_where_its_base_cannot(trained, tmp_path):
+    # The second shape's pair (data/README.md: passkey128x512 50/50 at 512 tokens at random depths).
+    assert right_answers(trained["passkey128"], 512, "none", tmp_path) >= 9
+    assert right_answers(trained["tiny128"], 512, "none", tmp_path) <= 1
 
 
 def test_passkey64_past_its_context_needs_a_mode(trained, tmp_path):

@@ -180,17 +180,18 @@ def passkey64(tmp_path_factory):
 
 def test_quick_results_leave_docs_alone(c_tools, tiny64, passkey64):
     """scripts/ppl_results.py on a subset writes to build/ppl-quick/LAB/ and says so; docs/ keeps the full
-    run. Both parts: perplexity, and passkey retrieval. The last context and length run only the rows
-    within --extend-within of the 1x perplexity at the context before: rerope+logn (0.79x at 2x on this
-    one window), not none (1.03x), which shows — there (the control). The contest's second round: the
-    row that found the key at the last length (passkey64x512 does, at 2x) asks a second key there and at
-    L, and so does none at L; the first keys are not asked again."""
+    run. Both parts: perplexity, and passkey retrieval. The last context, and the lengths from the
+    context before it on (2x and 4x), run only the rows within --extend-within of the 1x perplexity at
+    that context: rerope+logn (0.79x at 2x on this one window), not none (1.03x), which shows — there
+    (the control). The contest's second round, at the first of those lengths: the row that found the
+    key there (passkey64x512 does, at 2x) asks a second key there and at L, and so does none at L; the
+    first keys are not asked again, and 4x keeps its one key."""
     docs = lambda: {f: f.read_bytes() for f in (REPO / "docs").rglob("*") if f.is_file()}  # noqa: E731
     before = docs()
     proc = subprocess.run([PYTHON, str(REPO / "scripts" / "ppl_results.py"), "--model", str(tiny64), "--ctx",
                            "512,1024,2048", "--modes", "none,rerope+logn", "--ppl-windows", "1", "--passkey-model",
                            str(passkey64), "--passkey-tokenizer", str(PASSKEY_HF / "tokenizer.model"), "--lengths",
-                           "512,1024", "--depths", "0.5", "--trials", "1", "--contest-trials", "2",
+                           "512,1024,2048", "--depths", "0.5", "--trials", "1", "--contest-trials", "2",
                            "--extend-within", "1.01"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -202,11 +203,13 @@ def test_quick_results_leave_docs_alone(c_tools, tiny64, passkey64):
     assert re.search(r"^\| none \| [\d.]+ \| [\d.]+ \| — \|$", doc, re.M), doc
     assert re.search(r"^\| rerope\+logn \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", doc, re.M), doc
     pk = (quick / "passkey_results.md").read_text()
-    assert re.search(r"^\| rerope\+logn \| [012]/2 \(\d+-\d+%\) \| [12]/2 \(\d+-\d+%\) \|$", pk, re.M), pk
-    assert re.search(r"^\| none \| [012]/2 \(\d+-\d+%\) \| — \|$", pk, re.M), pk
+    assert re.search(r"^\| rerope\+logn \| [012]/2 \(\d+-\d+%\) \| [12]/2 \(\d+-\d+%\) \| [01]/1 \(\d+-\d+%\) \|$",
+                     pk, re.M), pk
+    assert re.search(r"^\| none \| [012]/2 \(\d+-\d+%\) \| — \| — \|$", pk, re.M), pk
     assert "the contest's second round, 2 keys per depth: rerope+logn" in proc.stderr, proc.stderr
     assert len(re.findall(r"^length   512 ", proc.stderr, re.M)) == 4  # two keys per row, each logged once
     assert len(re.findall(r"^length  1024 rerope\+logn ", proc.stderr, re.M)) == 2  # the contest's two
+    assert len(re.findall(r"^length  2048 ", proc.stderr, re.M)) == 1
     for png in ("ppl_buckets.png", "ppl_ratio.png", "passkey_grid.png"):
         assert (quick / png).stat().st_size > 0
     assert docs() == before  # no file in docs/ written, added or removed
@@ -334,7 +337,8 @@ def _table(text, heading, first_cell):
 def test_readme_results_are_the_docs_numbers():
     """README's results tables are the full `make results` run's, docs/results/LAB/, number for number:
     per lab, the perplexity over the 1x perplexity (to 3 digits, without / with log-n) at 2x to 64x,
-    and the right answers at 1x to 32x (the last with its Wilson interval), or — for a cell not run.
+    and the right answers at 1x to 64x (k of ten keys; k/n with its Wilson interval where more were
+    asked), or — for a cell not run.
     At L each mode has one cell (log-n changes nothing there, checked on the saved answers), the
     count of the row with more keys. The README says what the committed runs measured. Control: a row
     read from the other lab's table would not match."""
@@ -365,8 +369,8 @@ def test_readme_results_are_the_docs_numbers():
             assert cells[0] == at_l, (lab, mode)
             for i, cell in enumerate(cells[1:], start=1):
                 plain, logn = cell.split(" / ")
-                short = lambda c: (c if i == len(cells) - 1 or c == "—" else  # noqa: E731
-                                   count(c).removesuffix("/10"))  # ten keys: k; more: k/n
+                short = lambda c: (count(c).removesuffix("/10") if c.startswith(tuple(  # noqa: E731
+                    f"{k}/10 " for k in range(11))) else c)  # ten keys: k; more: k/n (lo-hi%); —
                 assert (plain, logn) == (short(pk[mode][i]), short(pk[mode + "+logn"][i])), (lab, mode, i, cell)
     one = _table(readme, "<!-- ppl table: tiny64 -->", "`--rope-scaling`")
     other = _table((REPO / "docs" / "results" / "tiny128" / "ppl_results.md").read_text(),
