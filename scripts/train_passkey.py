@@ -34,8 +34,10 @@ The second shape (issue 52; --recipe, RECIPES below; 2026-12-02, the same VM, --
 
 Usage (from the repository root, `make run tools` first: the text is tokenized by tests/tools/tok_dump):
   /usr/bin/python3 scripts/train_passkey.py [--recipe passkey64x512 | tiny128x512 | passkey128x512]
-                                            [--base DIR] [--out DIR] [--steps N] [--seed 7]
+                                            [--base DIR] [--out DIR] [--steps N] [--seed 7] [--lr X]
                                             [--threads 1] [--time-steps K]
+  (--steps, --seed and --lr make one pass of their own: passkey128x512's fourth pass was --recipe
+   passkey128x512 --base DIR --steps 600 --seed 8 --lr 3e-4, DIR the first three passes' output)
 
 What it makes: data/passkey64x512-hf/, a Hugging Face Llama directory (config.json as transformers
 writes it for LlamaForCausalLM, model.safetensors in F32 written by lrun/hf_checkpoint.py's save_file,
