@@ -658,12 +658,12 @@ def extended_lengths(ctxs, lengths, do_ppl):
     return [n for n in lengths[1:] if n >= ctxs[-2]]
 
 
-def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend):
+def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend, ext):
     """Runs the ./run calls column by column, each column's calls J at a time, and returns ({key: result},
     the rows of the extended columns or None, the rows of the contest's second round). A row that found
     no key at one length is not asked at longer ones (— in the tables): retrieval only gets harder with
-    length, and these trials cost the most. With extend, the last --ctx and the extended lengths
-    (extended_lengths: 32x and 64x by default) are for the rows within --extend-within of the 1x
+    length, and these trials cost the most. With extend, the last --ctx and the extended lengths ext
+    (extended_lengths: 32x and 64x by default; [] without a passkey part) are for the rows within --extend-within of the 1x
     perplexity at the --ctx before the last (without a perplexity part: those with the most keys right
     at the length before the last). The passkey columns run a column behind the perplexity ones, and
     the extended ones no earlier than the last context, which is when those rows are known. Then the
@@ -671,7 +671,6 @@ def run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
     done, rows = {}, None
     alive_n = list(modes)
     ref = "none" if "none" in modes else modes[0]
-    ext = extended_lengths(ctxs, lengths, do_ppl) if extend and do_passkey else []
     pk_phase = [j + 1 for j in range(len(lengths))]
     if ext and do_ppl:
         pk_phase = [max(p, len(ctxs) - 1) if n in ext else p for p, n in zip(pk_phase, lengths)]
@@ -802,6 +801,7 @@ def main(argv=None):
                  "hint: --extend-within 0 runs every row at every length)")
     if extend and do_ppl and len(ctxs) < 2:
         sys.exit("error: --extend-within needs two --ctx or more (hint: --extend-within 0)")
+    ext = extended_lengths(ctxs, lengths, do_ppl) if extend and do_passkey else []
 
     if a.from_json:
         saved = json.loads(Path(a.from_json).read_text())
@@ -831,7 +831,7 @@ def main(argv=None):
         with (tempfile.TemporaryDirectory(prefix="passkey-cache-", dir=REPO / "build") if caching
               else contextlib.nullcontext()) as cache_dir:
             a.cache_dir = cache_dir
-            done, rows, contest = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend)
+            done, rows, contest = run_grid(a, ctxs, lengths, modes, depths, L, Lp, do_ppl, do_passkey, extend, ext)
         run = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "jobs": a.jobs, "threads": a.threads,
                "seconds": round(time.monotonic() - t_all, 1),
                "ppl_seconds": round(sum(r["seconds"] for k, r in done.items() if len(k) == 2), 1),
@@ -858,7 +858,7 @@ def main(argv=None):
                            "trials": a.trials, "seed": a.seed, "n_predict": N_PREDICT, **run}, "results": pk_res}
             if extend:
                 pk["meta"]["contest"] = {"within": a.extend_within, "rows": rows, "trials": a.contest_trials,
-                                         "lengths": extended_lengths(ctxs, lengths, do_ppl), "second_round": contest}
+                                         "lengths": ext, "second_round": contest}
         print(f"all runs: {run['seconds']:.0f} s", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
         saved = json.dumps({"meta": meta, "results": res, "passkey": pk}, indent=1) + "\n"
