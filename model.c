@@ -562,6 +562,7 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
     const TransformerWeights *w = &t->weights;
     RunState *s = &t->state;
     const int D = p->dim, H = p->hidden_dim, ctx = t->run.n_ctx;
+    const size_t qd = (size_t)p->n_heads * p->head_dim;
     if (n < 1 || n > t->run.max_batch || pos < 0 || pos > ctx - n || text_len < pos + n || text_len > ctx) {
         snprintf(err, errlen,
                  "forward: %d tokens at position %d of a %d-token sequence do not fit a %d-token "
@@ -588,40 +589,56 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
         s->x[i] *= p->f_embedding_scale; // Gemma: times sqrt(D); Granite: embedding_multiplier
     trace(s, s->x, n, D, -1, 0);
 
-    int bad = 0; // a product refused its arguments: a bug in the sizing of the workspace
+    int bad = 0;  // a product refused its arguments: a bug in the sizing of the workspace
+    int rows = n; // the rows of x still to be computed (see the last layer)
     for (int l = 0; l < p->n_layers && !bad; l++) {
         const LayerWeights *lw = &w->layers[l];
         const Rope *rope = layer_rope_of(t, l);
 
         // Attention: x = x + wo(attention(rope(q), rope(k), v)), each norm where the layer has it
-        const float *in = pre_norm(p, s->xb, s->x, lw->rms_att, n);                // (n, D)
-        bad |= qkv_proj(p, s, lw, in, n);                                          // q (n, qd), k and v (n, kvd)
-        if (lw->q_norm) qk_norm(p, s, lw, n);                                      // Qwen3 and others
-        if (rope) rope_qk(t, rope, n, pos);                                        // q, k rotated (NoPE: not)
-        scale_queries(t, n, pos);                                                  // --attn-logn, temperature
-        kv_store(&s->kv, l, s->k, s->v, pos, n);                                   // into the cache at pos .. pos+n-1
-        attention(s->xb, s->q, s->q_far, &s->kv, l, n, pos, s->att, s->n_threads); // (n, qd)
-        bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, n);                        // (n, qd) -> (n, D)
-        join(p, s->x, s->xb2, lw->post_att, n);
-        trace(s, s->x, n, D, l, 0);
+        const float *in = pre_norm(p, s->xb, s->x, lw->rms_att, n); // (n, D)
+        bad |= qkv_proj(p, s, lw, in, n);                           // q (n, qd), k and v (n, kvd)
+        if (lw->q_norm) qk_norm(p, s, lw, n);                       // Qwen3 and others
+        if (rope) rope_qk(t, rope, n, pos);                         // q, k rotated (NoPE: not)
+        scale_queries(t, n, pos);                                   // --attn-logn, temperature
+        kv_store(&s->kv, l, s->k, s->v, pos, n);                    // into the cache at pos .. pos+n-1
+        // The last layer, when only the last token's logits are asked for (a prompt's blocks): every
+        // token's key and value are cached above (later tokens read them), but the other tokens'
+        // outputs would feed nothing, so the rest of the layer runs for the last token alone, moved
+        // to row 0. Its numbers are the same: a query's attention and a row's products do not depend
+        // on the rows beside them (kernels.h; test_kernels checks both). Not when tracing, which
+        // watches every row.
+        const float *q = s->q, *q_far = s->q_far;
+        int at = pos;
+        if (l == p->n_layers - 1 && !all_logits && !s->trace && n > 1) {
+            const int turns = rope ? rope_query_turns(&rope->p) : 1;
+            rows = 1, at = pos + n - 1;
+            q += (size_t)(n - 1) * qd;
+            if (turns > 1) q_far += rope_turn_at(turns, qd, n - 1, 1);
+            memcpy(s->x, s->x + (size_t)(n - 1) * D, (size_t)D * sizeof(float));
+        }
+        attention(s->xb, q, q_far, &s->kv, l, rows, at, s->att, s->n_threads); // (rows, qd)
+        bad |= matmul(&s->work, s->xb2, s->xb, &lw->wo, rows);                 // (rows, qd) -> (rows, D)
+        join(p, s->x, s->xb2, lw->post_att, rows);
+        trace(s, s->x, rows, D, l, 0);
 
         // MLP: x = x + w2(act(w1(x)) * w3(x)), HF: down_proj(act_fn(gate_proj(x)) * up_proj(x))
-        in = pre_norm(p, s->xb, s->x, lw->rms_ffn, n);
-        bad |= gate_up_proj(s, lw, in, n); // hb, hb2 (n, H)
-        glu(p->act, s->hb, s->hb2, (size_t)n * H);
-        bad |= matmul(&s->work, s->xb2, s->hb, &lw->w2, n); // (n, H) -> (n, D)
-        join(p, s->x, s->xb2, lw->post_ffn, n);
-        trace(s, s->x, n, D, l, 1);
+        in = pre_norm(p, s->xb, s->x, lw->rms_ffn, rows);
+        bad |= gate_up_proj(s, lw, in, rows); // hb, hb2 (rows, H)
+        glu(p->act, s->hb, s->hb2, (size_t)rows * H);
+        bad |= matmul(&s->work, s->xb2, s->hb, &lw->w2, rows); // (rows, H) -> (rows, D)
+        join(p, s->x, s->xb2, lw->post_ffn, rows);
+        trace(s, s->x, rows, D, l, 1);
     }
 
     // Classifier, for every row of the block or only the last one.
-    const int first = all_logits ? 0 : n - 1;
-    rmsnorm(s->xb, s->x + (size_t)first * D, w->rms_final, n - first, D, p->norm_eps);
-    bad |= matmul(&s->work, s->logits, s->xb, &w->wcls, n - first); // (rows, D) -> (rows, V)
-    finish_logits(p, s->logits, n - first);
+    const int first = all_logits ? 0 : rows - 1;
+    rmsnorm(s->xb, s->x + (size_t)first * D, w->rms_final, rows - first, D, p->norm_eps);
+    bad |= matmul(&s->work, s->logits, s->xb, &w->wcls, rows - first); // (rows, D) -> (rows, V)
+    finish_logits(p, s->logits, rows - first);
     if (s->trace > first) { // the watched rows that have logits
         s->trace -= first;
-        trace(s, s->logits, n - first, p->vocab_size, p->n_layers, 0);
+        trace(s, s->logits, rows - first, p->vocab_size, p->n_layers, 0);
         if (s->found.layer == p->n_layers) s->found.row += first;
     }
     if (bad) {

@@ -350,7 +350,8 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run, int *ring);
 
 // Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of text_len tokens
 // through the network, writing their keys and values into the cache, and point *logits at the
-// result: (n, V) if all_logits, else (1, V) for the last token. text_len (pos + n <= text_len <= ctx)
+// result: (n, V) if all_logits, else (1, V) for the last token, whose residual stream is then row 0 of
+// RunState.x (the last layer runs for that token alone: the others' outputs would feed nothing). text_len (pos + n <= text_len <= ctx)
 // is the length of the text these tokens belong to: a prompt or a perplexity window is one
 // sequence, as in one Hugging Face forward pass over it; when generating, text_len = pos + 1. The
 // forward owns it: dynamic NTK takes its base from it (and re-rotates the cached keys when that

@@ -248,7 +248,8 @@ static void show_prompt(Tokenizer *tok, const int *ids, int n) {
 // residual stream checked after every layer (transformer_trace_nonfinite).
 
 // Are a token's logits (NULL: not looked at) and the residual stream they came from (row `row` of
-// the last forward's block) finite? The stream too: a quantized product (q8_0, q4_0) rounds its
+// the last forward's block; a forward that asked for the last logits only leaves that token's in
+// row 0, model.h) finite? The stream too: a quantized product (q8_0, q4_0) rounds its
 // input to 8 bits, which turns a NaN on its way to the logits into a finite number, while in the
 // stream a NaN stays. 0 when they are; else 1, with the first value that is not in *x.
 static int nonfinite_output(const Transformer *t, const float *logits, int row, double *x) {
@@ -304,12 +305,12 @@ static int nonfinite_error(Transformer *t, const Options *o, const int *tokens, 
 }
 
 // Before a token is sampled, its logits checked (nonfinite_output): before any token is decoded,
-// the last row of the block that ran ids[0..n) at positions pos - n .. pos - 1; after, the row of
-// prev, decoded at pos - 1. Returns 1 (reported: nonfinite_error) when a number is not finite, else 0.
+// those of the last of ids[0..n), which ran at positions pos - n .. pos - 1; after, those of prev,
+// decoded at pos - 1. Returns 1 (reported: nonfinite_error) when a number is not finite, else 0.
 static int sampled_nonfinite(Transformer *t, const Options *o, const float *logits, const int *ids, int n, int prev,
                              int decoded, int pos) {
     double x;
-    if (!nonfinite_output(t, logits, decoded ? 0 : (n - 1) % t->run.max_batch, &x)) return 0;
+    if (!nonfinite_output(t, logits, 0, &x)) return 0;
     return decoded ? nonfinite_error(t, o, &prev, 1, pos - 1, pos, 0, pos - 1, 0, x)
                    : nonfinite_error(t, o, ids, n, pos - n, pos, 0, pos - 1, 0, x);
 }

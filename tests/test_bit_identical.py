@@ -288,6 +288,28 @@ def test_controls(results):
     assert len(set(fast)) == len(fast) and len(set(ref)) == len(ref)
 
 
+# Cases run again with only each block's last logits asked for, as ./run's prompt asks: the last
+# layer then runs for that token alone, which must give the bits of the whole block's last row.
+LAST = ["none", "rerope-batch7", "dca-batch7", "rerope-logn", "dynamic-decode",
+        "tiny-q8-leaky-rerope", "longrope", "mistral", "smol-dca", "q4_0"]
+
+
+@pytest.mark.parametrize("case", LAST)
+def test_last_logits_alone(results, case):
+    """Every block's last row, from a forward asked only for it, is the whole block's last row bit for
+    bit; there are several blocks (the prompt's, or the decoded tokens'). Control: the row before the
+    last of a block differs from it (a last row taken from the wrong place would show)."""
+    _, files, tmp, _, _ = results
+    model, n, args, _ = CASES[case]
+    full = run_case(TOOLS / "dump_logits", files[model], n, args, tmp)[0]
+    last = run_case(TOOLS / "dump_logits", files[model], n, args + ["--last-logits"], tmp)[0]
+    rows = np.flatnonzero(~np.isnan(last).any(axis=1))
+    assert len(rows) >= 2 and rows[-1] == n - 1, rows
+    assert np.isnan(last).all(axis=1).sum() == n - len(rows)  # the other rows are all NaN
+    assert last[rows].tobytes() == full[rows].tobytes(), f"{case}: last rows differ from the block's"
+    assert not np.array_equal(full[rows[0] - 1], full[rows[0]])
+
+
 def regen():
     import tempfile
     subprocess.run(["make", "-C", str(REPO), "tests/tools/dump_logits", "tests/tools/dump_logits_ref"], check=True)

@@ -4,7 +4,7 @@
 //   dump_logits MODEL IDS OUT [--ctx N] [--rope-scaling M] [--rope-factor S] [--rope-base B]
 //               [--rope-alpha A] [--rope-window W] [--grp-attn-n G] [--dca-chunk S] [--batch B] [--threads T]
 //               [--growing [--prefill P]] [--shift KEEP] [--cache-type-k T] [--cache-type-v T]
-//               [--attn-logn] [--f16-as-bf16] [--swa-full]
+//               [--attn-logn] [--f16-as-bf16] [--swa-full] [--last-logits]
 //
 // IDS is int32 token ids; OUT gets float32 logits (n, vocab). The ids run from position 0. By
 // default they are one sequence of length n (RoPE length n for every position, as one Hugging
@@ -15,7 +15,10 @@
 // keeps the first KEEP positions and drops the oldest half of the rest, as run.c's make_room does,
 // and the RoPE length is the positions held (tests/test_bit_identical.py). --cache-type-k and
 // --cache-type-v: the KV cache's types (f32, f16, q8_0), as ./run's flags. The line on stderr
+// --last-logits: each forward asks only for its block's last logits, as ./run's prompt does (the
+// last layer then runs for that token alone); the other rows of OUT are NaN. The line on stderr
 // names the kernels' instruction set (kernels_isa), whose vector code decides the low bits.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +36,7 @@ static int fail(const char *msg) {
 int main(int argc, char **argv) {
     if (argc < 4) return fail("usage: dump_logits MODEL IDS OUT [options]"), 2;
     RopeOverrides ov = {.mode = -1};
-    int ctx = 0, batch = 64, growing = 0, logn = 0, f16b = 0, keep = -1, prompt = 0, swa_full = 0;
+    int ctx = 0, batch = 64, growing = 0, logn = 0, f16b = 0, keep = -1, prompt = 0, swa_full = 0, last = 0;
     DType cache[2] = {DTYPE_F32, DTYPE_F32}; // keys, values
     for (int i = 4; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -43,6 +46,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--swa-full")) { // run's --swa-full: no ring in the sliding layers
             swa_full = 1;
+            continue;
+        }
+        if (!strcmp(a, "--last-logits")) {
+            last = 1;
             continue;
         }
         if (!strcmp(a, "--growing") || !strcmp(a, "--attn-logn")) {
@@ -122,8 +129,10 @@ int main(int argc, char **argv) {
         // else the prompt (all n ids without --growing) is one sequence
         const int text_len = decode ? pos + 1 : keep >= 0 ? pos + len : end;
         float *logits;
-        if (transformer_forward(&t, ids + i, len, pos, text_len, 1, &logits, err, sizeof err)) return fail(err);
-        memcpy(out + (size_t)i * V, logits, (size_t)len * V * sizeof(float));
+        if (transformer_forward(&t, ids + i, len, pos, text_len, !last, &logits, err, sizeof err)) return fail(err);
+        for (size_t j = 0; last && j < (size_t)(len - 1) * V; j++)
+            out[(size_t)i * V + j] = NAN;
+        memcpy(out + (size_t)(i + (last ? len - 1 : 0)) * V, logits, (size_t)(last ? 1 : len) * V * sizeof(float));
         i += len, pos += len;
     }
     f = fopen(argv[3], "wb");
