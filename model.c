@@ -606,8 +606,8 @@ int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int t
         // token's key and value are cached above (later tokens read them), but the other tokens'
         // outputs would feed nothing, so the rest of the layer runs for the last token alone, moved
         // to row 0. Its numbers are the same: a query's attention and a row's products do not depend
-        // on the rows beside them (kernels.h; test_kernels checks both). Not when tracing, which
-        // watches every row.
+        // on the rows beside them (kernels.h; tests/test_bit_identical.py, test_last_logits_alone).
+        // Not when tracing, which watches every row.
         const float *q = s->q, *q_far = s->q_far;
         int at = pos;
         if (l == p->n_layers - 1 && !all_logits && !s->trace && n > 1) {

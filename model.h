@@ -350,12 +350,12 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run, int *ring);
 
 // Run n tokens (1 <= n <= max_batch) at positions pos .. pos+n-1 of a sequence of text_len tokens
 // through the network, writing their keys and values into the cache, and point *logits at the
-// result: (n, V) if all_logits, else (1, V) for the last token, whose residual stream is then row 0 of
-// RunState.x (the last layer runs for that token alone: the others' outputs would feed nothing). text_len (pos + n <= text_len <= ctx)
-// is the length of the text these tokens belong to: a prompt or a perplexity window is one
-// sequence, as in one Hugging Face forward pass over it; when generating, text_len = pos + 1. The
-// forward owns it: dynamic NTK takes its base from it (and re-rotates the cached keys when that
-// changes), the other modes ignore it. Returns 0, or -1 with a message in err (bad arguments: a
+// result: (n, V) if all_logits, else (1, V) for the last token, whose residual stream is then row 0
+// of RunState.x (the last layer runs for that token alone: the others' outputs would feed nothing).
+// text_len (pos + n <= text_len <= ctx) is the length of the text these tokens belong to: a prompt
+// or a perplexity window is one sequence, as in one Hugging Face forward pass over it; when
+// generating, text_len = pos + 1. The forward owns it: dynamic NTK takes its base from it (and
+// re-rotates the cached keys when that changes), the other modes ignore it. Returns 0, or -1 with a message in err (bad arguments: a
 // caller's bug).
 int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits, float **logits,
                         char *err, size_t errlen);

@@ -9,6 +9,8 @@ tests/tools/dump_logits_ref (model.c on kernels.c's plain references, as ./run-r
 logits must hash (SHA-256 of the raw bytes) to the value in tests/bit_identical.json, so a change that
 moves any single bit of any logit fails here. Cases marked in THREADS run again on one thread and must
 give the same bits as on two (the program's claim: results do not depend on the thread count).
+Cases marked in LAST run again asking each forward only for its block's last logits, as ./run's
+prompt does (the last layer then runs for that token alone): those rows must be the same bits.
 
 The bits belong to an instruction set: the vector kernels sum in an order of their own (AVX2's 8 lanes
 are not AVX-512's 16), so the hashes are stored per kernels_isa() name, which dump_logits prints. On an

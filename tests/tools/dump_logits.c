@@ -14,7 +14,7 @@
 // --shift KEEP: the ids may run past --ctx; whenever the next block would not fit, a context shift
 // keeps the first KEEP positions and drops the oldest half of the rest, as run.c's make_room does,
 // and the RoPE length is the positions held (tests/test_bit_identical.py). --cache-type-k and
-// --cache-type-v: the KV cache's types (f32, f16, q8_0), as ./run's flags. The line on stderr
+// --cache-type-v: the KV cache's types (f32, f16, q8_0), as ./run's flags.
 // --last-logits: each forward asks only for its block's last logits, as ./run's prompt does (the
 // last layer then runs for that token alone); the other rows of OUT are NaN. The line on stderr
 // names the kernels' instruction set (kernels_isa), whose vector code decides the low bits.
