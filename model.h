@@ -355,8 +355,8 @@ size_t transformer_kv_bytes(const Config *c, const RunConfig *run, int *ring);
 // text_len (pos + n <= text_len <= ctx) is the length of the text these tokens belong to: a prompt
 // or a perplexity window is one sequence, as in one Hugging Face forward pass over it; when
 // generating, text_len = pos + 1. The forward owns it: dynamic NTK takes its base from it (and
-// re-rotates the cached keys when that changes), the other modes ignore it. Returns 0, or -1 with a message in err (bad arguments: a
-// caller's bug).
+// re-rotates the cached keys when that changes), the other modes ignore it. Returns 0, or -1 with a
+// message in err (bad arguments: a caller's bug).
 int transformer_forward(Transformer *t, const int *tokens, int n, int pos, int text_len, int all_logits, float **logits,
                         char *err, size_t errlen);
 
